@@ -1,0 +1,164 @@
+"""Base class of every TileLang kernel wrapper.
+
+A ``Kernel`` is built for the sizes an op commits at construction (its static
+dims) and a dtype; the remaining axes are TileLang symbolic dimensions, so one
+compiled program serves every row count.  Subclasses supply ``program`` (the
+TileLang ``prim_func`` for one config), ``default_config`` (the heuristic
+choice), optionally ``autotune_configs``, and ``forward`` (the launch).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+
+import torch
+
+__all__ = ["Kernel", "UnsupportedArchError", "SM90_BUILD_TARGET", "torch_dtype_to_tl"]
+
+logger = logging.getLogger(__name__)
+
+# The target used to build kernels on a machine without a GPU (nvcc suffices).
+SM90_BUILD_TARGET: Dict[str, str] = {"kind": "cuda", "arch": "sm_90"}
+
+_TL_DTYPE_NAMES = {
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.int32: "int32",
+    torch.int64: "int64",
+}
+
+
+def torch_dtype_to_tl(dtype: torch.dtype) -> str:
+    """The TileLang spelling of a torch dtype."""
+    try:
+        return _TL_DTYPE_NAMES[dtype]
+    except KeyError:
+        raise TypeError(f"no TileLang dtype for {dtype}") from None
+
+
+class UnsupportedArchError(RuntimeError):
+    """Raised when a kernel is launched on a GPU architecture it was not written for."""
+
+
+class Kernel:
+    """A TileLang program with a tunable config.
+
+    Attributes:
+        dtype: element type of the kernel's main tensors.
+        config: the tile configuration in use (block sizes, threads, ...).
+        supported_archs: SM versions (e.g. ``(90,)``) the program is written for.
+    """
+
+    supported_archs: Tuple[int, ...] = (90,)
+
+    def __init__(
+        self,
+        dtype: torch.dtype,
+        *,
+        config: Optional[Dict[str, Any]] = None,
+        tune: bool = False,
+    ) -> None:
+        self.dtype = dtype
+        self._compiled: Dict[Tuple[Hashable, ...], Any] = {}
+        self._compile_lock = threading.Lock()
+        self.config: Dict[str, Any] = {}
+        self.init_config(config, tune)
+
+    # ---- what subclasses supply -------------------------------------------------
+    @property
+    def default_config(self) -> Dict[str, Any]:
+        """The heuristic config for this kernel's static sizes."""
+        raise NotImplementedError(f"{type(self).__name__}.default_config")
+
+    @property
+    def autotune_configs(self) -> List[Dict[str, Any]]:
+        """The candidate configs an autotuner may try (the default alone unless overridden)."""
+        return [self.default_config]
+
+    def program(self, **config: Any) -> Any:
+        """The TileLang ``prim_func`` for one config."""
+        raise NotImplementedError(f"{type(self).__name__}.program")
+
+    def forward(self, *args: Any) -> Any:
+        """Launch the kernel compiled for ``self.config`` on ``args``."""
+        raise NotImplementedError(f"{type(self).__name__}.forward")
+
+    def static_signature(self) -> Dict[str, Any]:
+        """The construction-time values that identify this kernel (for tuning keys)."""
+        return {
+            k: v for k, v in vars(self).items()
+            if not k.startswith("_") and k not in ("config",) and isinstance(v, (int, float, str, bool))
+        } | {"dtype": str(self.dtype).replace("torch.", "")}
+
+    # ---- config handling --------------------------------------------------------
+    def init_config(self, config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
+        """Choose the config: an explicit one wins, ``tune`` autotunes, else the heuristic."""
+        if config is not None:
+            self.config = self._checked_config(config)
+        elif tune:
+            self.config = self.autotune()
+        else:
+            self.config = dict(self.default_config)
+
+    def _checked_config(self, config: Dict[str, Any]) -> Dict[str, Any]:
+        known = set(self.default_config)
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}: unknown config keys {unknown}; expected a subset of {sorted(known)}"
+            )
+        return {**self.default_config, **config}
+
+    def autotune(self) -> Dict[str, Any]:
+        """Pick the fastest of ``autotune_configs`` on the current device (needs CUDA)."""
+        from tileops.tuning.tuner import autotune_kernel  # deferred: tuning pulls in timing tools
+
+        return autotune_kernel(self)
+
+    # ---- compilation ------------------------------------------------------------
+    def compile(self, config: Optional[Dict[str, Any]] = None, target: Any = "auto") -> Any:
+        """The compiled TileLang kernel for ``config`` (default: ``self.config``), cached."""
+        import tilelang  # deferred: importing tilelang costs seconds
+
+        config = dict(self.config if config is None else config)
+        key = (repr(target),) + tuple(sorted(config.items()))
+        compiled = self._compiled.get(key)
+        if compiled is not None:
+            return compiled
+        with self._compile_lock:
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                logger.info("compiling %s config=%s target=%s", type(self).__name__, config, target)
+                compiled = tilelang.compile(self.program(**config), target=target)
+                self._compiled[key] = compiled
+        return compiled
+
+    @property
+    def kernel(self) -> Callable[..., Any]:
+        """The compiled program for the current config."""
+        return self.compile()
+
+    def build_for_sm90(self) -> Any:
+        """Compile for sm_90 without needing a GPU (used by the kernel-build check)."""
+        return self.compile(target=SM90_BUILD_TARGET)
+
+    # ---- device checks ----------------------------------------------------------
+    def check_device(self, device: torch.device) -> None:
+        """Raise ``UnsupportedArchError`` unless ``device`` is a GPU this kernel supports."""
+        major, minor = torch.cuda.get_device_capability(device)
+        sm = major * 10 + minor
+        if sm not in self.supported_archs:
+            raise UnsupportedArchError(
+                f"{type(self).__name__} supports SM {list(self.supported_archs)}, "
+                f"but {torch.cuda.get_device_name(device)} is SM {sm}"
+            )
+
+    def __call__(self, *args: Any) -> Any:
+        return self.forward(*args)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.static_signature()}, config={self.config})"

@@ -1,0 +1,175 @@
+"""L1 ``Op``: the contract every generated operator implements.
+
+Generated L3 ops (one file per manifest entry) fill in the manifest-driven
+methods: ``_validate_dtypes``, ``_infer_output_shapes``, ``eval_roofline``,
+``_static_axes`` and ``forward``.  L2 family bases supply the kernel launch
+(``_run_kernel``) and how a kernel is built for the op's static sizes
+(``_build_kernel``).  This module owns what all of them share: kernel-map
+dispatch, the kernel cache, device routing and the wording of errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Dict, Hashable, Mapping, Optional, Tuple, Type
+
+import torch
+
+from tileops.kernels.kernel_base import Kernel
+
+__all__ = ["Op", "STRICT_DEVICE_ENV"]
+
+logger = logging.getLogger(__name__)
+
+STRICT_DEVICE_ENV = "TILEOPS_STRICT_DEVICE"
+
+# Backends a call can take; ``last_backend`` reports the most recent one.
+KERNEL = "kernel"
+REFERENCE = "reference"
+
+
+class Op(torch.nn.Module):
+    """Base of every tileops operator.
+
+    An op is constructed for the sizes it commits to (static dims), a dtype and
+    its parameters; ``forward`` takes tensors.  CUDA tensors run TileLang
+    kernels; CPU (and meta) tensors run the manifest's PyTorch reference, unless
+    ``TILEOPS_STRICT_DEVICE=1`` makes CPU input an error.
+
+    Calls are reentrant: everything a call derives from its inputs stays local
+    to that call, so one instance may serve many threads and shapes.
+    """
+
+    kernel_map: Dict[str, Type[Kernel]]
+    dtype: torch.dtype
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kernel_cache: Dict[Hashable, Kernel] = {}
+        self._kernel_cache_lock = threading.Lock()
+        # Diagnostics only: which path the latest call took ("kernel" or "reference").
+        self.last_backend: Optional[str] = None
+
+    # ---- manifest-driven contract (generated in every L3 op) ----------------------
+    @property
+    def default_kernel_map(self) -> Dict[str, Type[Kernel]]:
+        raise NotImplementedError(f"{type(self).__name__}.default_kernel_map")
+
+    def _validate_dtypes(self, *tensors: torch.Tensor) -> None:
+        raise NotImplementedError(f"{type(self).__name__}._validate_dtypes")
+
+    def _infer_output_shapes(self, *input_shapes: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
+        raise NotImplementedError(f"{type(self).__name__}._infer_output_shapes")
+
+    def eval_roofline(self, *input_shapes: Tuple[int, ...]) -> Tuple[int, int]:
+        raise NotImplementedError(f"{type(self).__name__}.eval_roofline")
+
+    def _static_axes(self, *input_shapes: Tuple[int, ...]) -> frozenset:
+        """(input index, axis) pairs fixed at construction; axes are non-negative."""
+        return frozenset()
+
+    # ---- family contract (L2 bases) -------------------------------------------------
+    def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
+        """Construct ``self.kernel_map[key]`` for this op's static sizes and params."""
+        raise NotImplementedError(f"{type(self).__name__}._build_kernel")
+
+    def _run_kernel(self, *inputs: Optional[torch.Tensor]) -> Any:
+        """The CUDA path of ``forward``, after every check has passed."""
+        raise NotImplementedError(f"{type(self).__name__} has no kernel path")
+
+    # ---- dispatch ------------------------------------------------------------------
+    def dispatch_kernel(self, kernel_map: Optional[Mapping[str, Type[Kernel]]] = None) -> None:
+        """Merge user overrides into ``default_kernel_map`` after checking them."""
+        merged = dict(self.default_kernel_map)
+        for key, kernel_cls in (kernel_map or {}).items():
+            if key not in merged:
+                raise ValueError(
+                    f"{type(self).__name__}: unknown kernel_map key {key!r}; "
+                    f"expected one of {sorted(merged)}"
+                )
+            if not (isinstance(kernel_cls, type) and issubclass(kernel_cls, Kernel)):
+                raise TypeError(
+                    f"{type(self).__name__}: kernel_map[{key!r}] must be a Kernel subclass, "
+                    f"got {kernel_cls!r}"
+                )
+            merged[key] = kernel_cls
+        self.kernel_map = merged
+
+    def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
+        """Key of the kernel cache: the sizes of every axis not fixed at construction.
+
+        Families whose kernels take the free axes as TileLang symbolic dimensions
+        override this with a coarser key, so a new row count reuses the kernel.
+        """
+        static = self._static_axes(*input_shapes)
+        return tuple(
+            tuple(size for axis, size in enumerate(shape) if (index, axis) not in static)
+            for index, shape in enumerate(input_shapes)
+        )
+
+    def _kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
+        """The kernel for ``key`` and these shapes, built once per cache key."""
+        cache_key = (key, self._cache_key(*input_shapes))
+        kernel = self._kernel_cache.get(cache_key)
+        if kernel is None:
+            with self._kernel_cache_lock:
+                kernel = self._kernel_cache.get(cache_key)
+                if kernel is None:
+                    kernel = self._build_kernel(key, *input_shapes)
+                    self._kernel_cache[cache_key] = kernel
+        return kernel
+
+    # ---- routing -------------------------------------------------------------------
+    def _route(self, *tensors: Optional[torch.Tensor]) -> str:
+        """Choose the kernel or the reference path from the inputs' device."""
+        present = [t for t in tensors if t is not None]
+        devices = {t.device for t in present}
+        if len(devices) > 1:
+            found = ", ".join(sorted(str(d) for d in devices))
+            raise ValueError(f"{type(self).__name__}: inputs must share one device, got {found}")
+        device = next(iter(devices)) if devices else torch.device("cpu")
+        if device.type == "cuda":
+            backend = KERNEL
+        elif device.type == "meta":
+            backend = REFERENCE
+        elif os.environ.get(STRICT_DEVICE_ENV, "") not in ("", "0"):
+            raise ValueError(
+                f"{type(self).__name__}: inputs are on {device}, but {STRICT_DEVICE_ENV} is set; "
+                "expected CUDA tensors"
+            )
+        else:
+            backend = REFERENCE
+        if backend != self.last_backend:
+            logger.debug("%s runs the %s path on %s", type(self).__name__, backend, device)
+        self.last_backend = backend
+        return backend
+
+    # ---- error wording ---------------------------------------------------------------
+    def _rule_violation(self, rule: str, **tensors: Optional[torch.Tensor]) -> ValueError:
+        seen = ", ".join(
+            f"{name}.shape={tuple(t.shape)}" for name, t in tensors.items() if t is not None
+        )
+        return ValueError(f"{type(self).__name__}: shape rule `{rule}` does not hold for {seen}")
+
+    def _static_dim_mismatch(self, name: str, source: str, committed: int, got: int) -> ValueError:
+        return ValueError(
+            f"{type(self).__name__}: static dim {name} = {source} was committed as {committed} "
+            f"at construction, but the input has {got}"
+        )
+
+    def _dtype_mismatch(self, argument: str, expected: str, got: torch.dtype) -> ValueError:
+        return ValueError(f"{type(self).__name__}: {argument}.dtype must be {expected}, got {got}")
+
+    def _check_committed_dtype(self, argument: str, tensor: torch.Tensor) -> None:
+        if tensor.dtype != self.dtype:
+            raise ValueError(
+                f"{type(self).__name__}: {argument}.dtype must be {self.dtype} "
+                f"(the dtype given at construction), got {tensor.dtype}"
+            )
+
+    def extra_repr(self) -> str:
+        fields = {k: v for k, v in vars(self).items() if not k.startswith("_") and k not in (
+            "training", "kernel_map", "last_backend")}
+        return ", ".join(f"{k}={v}" for k, v in fields.items())
