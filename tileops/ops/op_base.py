@@ -162,6 +162,15 @@ class Op(torch.nn.Module):
     def _dtype_mismatch(self, argument: str, expected: str, got: torch.dtype) -> ValueError:
         return ValueError(f"{type(self).__name__}: {argument}.dtype must be {expected}, got {got}")
 
+    def _check_init_dtype(self, dtype: torch.dtype, allowed: Tuple[torch.dtype, ...]) -> None:
+        if dtype not in allowed:
+            names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+            raise ValueError(f"{type(self).__name__}: dtype must be one of {names}, got {dtype}")
+
+    def _check_choice(self, name: str, value: Any, choices: Tuple[Any, ...]) -> None:
+        if value not in choices:
+            raise ValueError(f"{type(self).__name__}: {name} must be one of {list(choices)}, got {value!r}")
+
     def _check_committed_dtype(self, argument: str, tensor: torch.Tensor) -> None:
         if tensor.dtype != self.dtype:
             raise ValueError(

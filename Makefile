@@ -1,0 +1,48 @@
+# tileops: every command a contributor needs. CPU targets create .venv on first use.
+PYTHON_BOOT ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# The GPU machine brings its own python with torch (see README: "Working on a GPU").
+GPU_PY ?= python3
+OPS ?=
+WORKLOADS ?=
+
+.PHONY: setup gen gen-check validate test test-gpu bench new-op clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON_BOOT) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU build of torch first, so the dev install does not pull CUDA wheels.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+gen: $(STAMP)
+	$(PY) -m codegen gen
+
+gen-check: $(STAMP)
+	$(PY) -m codegen check
+
+validate: $(STAMP)
+	$(PY) -m validator
+
+test: $(STAMP)
+	$(PY) -m codegen check
+	$(PY) -m pytest -q -m "not gpu" tests
+
+test-gpu:
+	$(GPU_PY) -m pytest -q -m gpu tests/gpu
+
+bench:
+	$(GPU_PY) -m benchmarks $(if $(OPS),--ops $(OPS)) $(if $(WORKLOADS),--workloads $(WORKLOADS))
+
+new-op: $(STAMP)
+	@test -n "$(NAME)" -a -n "$(FAMILY)" || { echo "usage: make new-op NAME=FooFwdOp FAMILY=bar"; exit 2; }
+	$(PY) -m codegen new-op $(NAME) --family $(FAMILY)
+	$(PY) -m codegen gen
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,15 @@
+"""tileops code generator: manifest -> schema -> typed model -> slot templates -> op files.
+
+Entry points: ``python -m codegen gen|check|new-op`` and the functions below.
+"""
+
+from .errors import Location, ManifestError, ManifestErrors
+from .generate import Plan, check, plan, write
+from .loader import load_files, load_manifest
+from .model import Manifest, OpSpec
+from .render import SLOTS, render_op, render_slot
+
+__all__ = [
+    "Location", "ManifestError", "ManifestErrors", "Manifest", "OpSpec", "Plan", "SLOTS",
+    "check", "load_files", "load_manifest", "plan", "render_op", "render_slot", "write",
+]

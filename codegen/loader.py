@@ -1,0 +1,515 @@
+"""Load manifests: YAML -> schema validation -> cross-field checks -> typed model.
+
+Every defect becomes a ``ManifestError`` located at ``file:line op.key.path``.
+The loader reports one message per defective entry (the most specific schema
+error, or the first cross-field problem) and builds nothing when any exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
+
+import jsonschema
+import yaml
+
+from . import rules
+from .errors import Location, ManifestError, ManifestErrors, RuleSyntaxError
+from .model import (
+    Backward, DtypeSpec, KernelRef, Manifest, OpSpec, OutputRule, ParamSpec, Roofline,
+    ShapeRule, StaticDim, TensorSpec, Workload, snake_case,
+)
+
+__all__ = ["load_manifest", "load_files", "SCHEMA_PATH", "MANIFEST_DIR", "SCHEMA_COMMENT"]
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST_DIR = ROOT / "manifest"
+SCHEMA_PATH = MANIFEST_DIR / "schema.json"
+SCHEMA_COMMENT = "# yaml-language-server: $schema=schema.json"
+
+# Names an op may not use for params or static dims: they are taken by the generated code.
+RESERVED_NAMES = frozenset({"self", "dtype", "kernel_map", "tune", "torch", "math", "rules",
+                            "elem_bytes", "Kernel", "Op"})
+REFERENCE_GLOBALS = frozenset({"torch", "math"})
+_PARAM_TYPES = {
+    "int": (int,), "float": (int, float), "bool": (bool,), "str": (str,),
+    "Optional[int]": (int, type(None)), "Optional[float]": (int, float, type(None)),
+    "Optional[str]": (str, type(None)), "Sequence[int]": (list,),
+    "Optional[Sequence[int]]": (list, type(None)),
+}
+_STATIC_DIM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\.shape\[\s*(-?\d+|[A-Za-z_][A-Za-z0-9_]*)\s*\]\s*$")
+
+Path_ = Tuple[Any, ...]
+
+
+# ---- YAML with line numbers ----------------------------------------------------------------
+def _compose(text: str, file: str) -> Tuple[Any, Dict[Path_, int]]:
+    """Parse YAML into plain data plus a map from key path to 1-based line."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ManifestErrors([ManifestError(Location(file, line), f"YAML syntax error: {problem}")])
+    lines: Dict[Path_, int] = {(): 1}
+    if node is None:
+        return {}, lines
+    constructor = yaml.SafeLoader("")
+
+    def build(n: yaml.Node, path: Path_) -> Any:
+        if isinstance(n, yaml.MappingNode):
+            out: Dict[Any, Any] = {}
+            for key_node, value_node in n.value:
+                key = constructor.construct_object(key_node, deep=True)
+                if key in out:
+                    raise ManifestErrors([ManifestError(
+                        Location(file, key_node.start_mark.line + 1, _dotted(path + (key,))),
+                        f"duplicate key {key!r}")])
+                lines[path + (key,)] = key_node.start_mark.line + 1
+                out[key] = build(value_node, path + (key,))
+            return out
+        if isinstance(n, yaml.SequenceNode):
+            items = []
+            for index, item in enumerate(n.value):
+                lines[path + (index,)] = item.start_mark.line + 1
+                items.append(build(item, path + (index,)))
+            return items
+        return constructor.construct_object(n, deep=True)
+
+    return build(node, ()), lines
+
+
+def _dotted(path: Sequence[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+class _Locator:
+    """Turns key paths of one file into ``Location`` objects."""
+
+    def __init__(self, file: str, lines: Dict[Path_, int]) -> None:
+        self.file = file
+        self.lines = lines
+
+    def __call__(self, *path: Any) -> Location:
+        probe = tuple(path)
+        while probe not in self.lines and probe:
+            probe = probe[:-1]
+        return Location(self.file, self.lines.get(probe, 1), _dotted(path))
+
+
+# ---- schema --------------------------------------------------------------------------------
+def _schema_validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _schema_errors(data: Any, locate: _Locator) -> List[ManifestError]:
+    if not isinstance(data, dict):
+        return [ManifestError(locate(), "a manifest is a mapping of op names to entries")]
+    validator = _schema_validator()
+    by_entry: Dict[Any, List[jsonschema.ValidationError]] = {}
+    for error in validator.iter_errors(data):
+        entry = error.absolute_path[0] if error.absolute_path else None
+        if error.validator == "propertyNames":
+            entry = error.instance
+        by_entry.setdefault(entry, []).append(error)
+    found = []
+    for entry, errors in by_entry.items():
+        best = jsonschema.exceptions.best_match(errors)
+        found.append(_explain(best, locate))
+    return found
+
+
+def _explain(error: jsonschema.ValidationError, locate: _Locator) -> ManifestError:
+    path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in allowed)
+        if extra:
+            expected = ", ".join(sorted(allowed))
+            return ManifestError(locate(*path, extra[0]),
+                                 f"unknown key {extra[0]!r}; expected one of: {expected}")
+    if error.validator == "propertyNames":
+        key = error.instance
+        where = locate(*path, key)
+        return ManifestError(where, f"name {key!r} does not match {error.validator_value['pattern']!r}"
+                             if isinstance(error.validator_value, dict) and "pattern" in error.validator_value
+                             else f"bad name {key!r}: {error.message}")
+    if error.validator == "required":
+        return ManifestError(locate(*path), f"missing required key: {error.message}")
+    if error.validator == "type":
+        return ManifestError(locate(*path), f"expected {error.validator_value}, got {error.instance!r}")
+    if error.validator == "enum":
+        return ManifestError(locate(*path), f"expected one of {error.validator_value}, got {error.instance!r}")
+    if error.validator == "pattern":
+        return ManifestError(locate(*path), f"{error.instance!r} does not match {error.validator_value!r}")
+    return ManifestError(locate(*path), error.message)
+
+
+# ---- cross-field checks and model building ---------------------------------------------------
+class _EntryBuilder:
+    """Builds one ``OpSpec`` from a schema-valid entry, raising located errors."""
+
+    def __init__(self, name: str, entry: Dict[str, Any], locate: _Locator) -> None:
+        self.name = name
+        self.entry = entry
+        self.locate = locate
+
+    def at(self, *path: Any) -> Location:
+        return self.locate(self.name, *path)
+
+    def fail(self, message: str, *path: Any) -> ManifestError:
+        return ManifestError(self.at(*path), message)
+
+    def build(self) -> OpSpec:
+        e = self.entry
+        family = e["family"]
+        sig = e["signature"]
+        inputs = self._tensors(sig["inputs"], "inputs")
+        outputs = self._tensors(sig["outputs"], "outputs")
+        self._check_tensor_names(inputs, outputs)
+        params = self._params(sig.get("params") or {})
+        self._resolve_dtypes(inputs + outputs)
+        static_dims = self._static_dims(e.get("static_dims") or {}, inputs, params)
+        self._check_name_clashes(inputs, outputs, params, static_dims)
+        tensor_names = frozenset(t.name for t in inputs)
+        value_names = frozenset(p.name for p in params) | frozenset(d.name for d in static_dims)
+        shape_rules, output_rules = self._shape_rules(
+            e.get("shape_rules") or [], inputs, outputs, tensor_names, value_names)
+        stem = self.name[: -len("Op")]
+        return OpSpec(
+            name=self.name,
+            family=family,
+            status=e["status"],
+            summary=e["summary"],
+            ref_api=e.get("ref_api", ""),
+            op_base=e.get("op_base", "Op"),
+            module=e.get("module", snake_case(stem)),
+            inputs=inputs,
+            outputs=outputs,
+            params=params,
+            static_dims=static_dims,
+            shape_rules=shape_rules,
+            output_rules=output_rules,
+            dtype_combos=self._dtype_combos(e.get("dtype_combos") or [], inputs),
+            reference=self._reference(e["reference"], tensor_names, value_names),
+            roofline=self._roofline(e["roofline"], tensor_names, value_names),
+            kernels=self._kernels(e["kernel_map"], family),
+            backward=self._backward(e.get("backward"), inputs, outputs),
+            workloads=self._workloads(e.get("workloads") or [], inputs, params),
+            location=self.at(),
+        )
+
+    def _tensors(self, spec: Dict[str, Any], group: str) -> Tuple[TensorSpec, ...]:
+        out = []
+        for name, t in spec.items():
+            dtype_text = t["dtype"].strip()
+            match = re.fullmatch(r"same_as\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)", dtype_text)
+            dtype = (DtypeSpec(same_as=match.group(1)) if match
+                     else DtypeSpec(names=tuple(n.strip() for n in dtype_text.split("|"))))
+            if len(set(dtype.names)) != len(dtype.names):
+                raise self.fail(f"dtype union {dtype_text!r} repeats a dtype", "signature", group, name, "dtype")
+            if t.get("optional") and group == "outputs":
+                raise self.fail("outputs cannot be optional", "signature", group, name, "optional")
+            shape = tuple(t["shape"]) if "shape" in t else None
+            out.append(TensorSpec(name, dtype, shape, bool(t.get("optional", False)),
+                                  t.get("description", ""), self.at("signature", group, name)))
+        return tuple(out)
+
+    def _check_tensor_names(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
+        seen = {t.name for t in inputs}
+        for t in outputs:
+            if t.name in seen:
+                raise self.fail(f"output {t.name!r} has the name of an input", "signature", "outputs", t.name)
+
+    def _resolve_dtypes(self, tensors: Sequence[TensorSpec]) -> None:
+        by_name = {t.name: t for t in tensors}
+        for t in tensors:
+            seen = [t.name]
+            current = t
+            while current.dtype.same_as is not None:
+                target = current.dtype.same_as
+                if target not in by_name:
+                    raise self.fail(f"same_as({target}) names no input or output of {self.name}; "
+                                    f"expected one of {sorted(by_name)}",
+                                    "signature", _group_of(t, tensors, self.entry), t.name, "dtype")
+                if target in seen:
+                    raise self.fail(f"same_as cycle: {' -> '.join(seen + [target])}",
+                                    "signature", _group_of(t, tensors, self.entry), t.name, "dtype")
+                seen.append(target)
+                current = by_name[target]
+
+    def _params(self, spec: Dict[str, Any]) -> Tuple[ParamSpec, ...]:
+        out = []
+        for name, p in spec.items():
+            has_default = "default" in p
+            default = p.get("default")
+            if has_default and not isinstance(default, _PARAM_TYPES[p["type"]]) or (
+                    has_default and p["type"] in ("int", "Optional[int]") and isinstance(default, bool)):
+                raise self.fail(f"default {default!r} is not a {p['type']}", "signature", "params", name, "default")
+            if isinstance(default, list):
+                default = tuple(default)
+            choices = tuple(p["choices"]) if "choices" in p else None
+            if choices is not None and has_default and default not in choices:
+                raise self.fail(f"default {default!r} is not one of the choices {list(choices)}",
+                                "signature", "params", name, "default")
+            out.append(ParamSpec(name, p["type"], has_default, default, choices,
+                                 p.get("description", ""), self.at("signature", "params", name)))
+        return tuple(out)
+
+    def _static_dims(self, spec: Dict[str, str], inputs: Sequence[TensorSpec],
+                     params: Sequence[ParamSpec]) -> Tuple[StaticDim, ...]:
+        out = []
+        input_names = {t.name: t for t in inputs}
+        int_params = {p.name for p in params if p.type == "int"}
+        for name, text in spec.items():
+            match = _STATIC_DIM.match(text)
+            if not match:
+                raise self.fail(f"expected `<input>.shape[<axis>]`, got {text!r}", "static_dims", name)
+            tensor, axis_text = match.groups()
+            if tensor not in input_names:
+                raise self.fail(f"static dim names tensor {tensor!r}, which is not an input "
+                                f"(inputs: {sorted(input_names)})", "static_dims", name)
+            if re.fullmatch(r"-?\d+", axis_text):
+                axis_value = int(axis_text)
+                axis: rules.Expr = (rules.Const(axis_value) if axis_value >= 0
+                                    else rules.UnaryOp("-", rules.Const(-axis_value)))
+                rank = input_names[tensor].shape
+                if rank is not None and not -len(rank) <= axis_value < len(rank):
+                    raise self.fail(f"axis {axis_value} does not exist on {tensor!r} of rank {len(rank)}",
+                                    "static_dims", name)
+            elif axis_text in int_params:
+                axis = rules.Name(axis_text)
+            else:
+                raise self.fail(f"axis {axis_text!r} is neither an integer nor an int param "
+                                f"(int params: {sorted(int_params)})", "static_dims", name)
+            out.append(StaticDim(name, tensor, axis, text.strip(), self.at("static_dims", name)))
+        return tuple(out)
+
+    def _check_name_clashes(self, inputs, outputs, params, static_dims) -> None:
+        seen: Dict[str, str] = {}
+        groups = [("input", inputs, ("signature", "inputs")), ("output", outputs, ("signature", "outputs")),
+                  ("param", params, ("signature", "params")), ("static dim", static_dims, ("static_dims",))]
+        for kind, items, path in groups:
+            for item in items:
+                if item.name in RESERVED_NAMES:
+                    raise self.fail(f"{kind} name {item.name!r} is reserved by the generated code", *path, item.name)
+                if item.name in seen:
+                    raise self.fail(f"{kind} {item.name!r} has the name of a {seen[item.name]}", *path, item.name)
+                seen[item.name] = kind
+
+    def _shape_rules(self, texts, inputs, outputs, tensors, names):
+        preconditions: List[ShapeRule] = list(self._implied_rules(inputs, tensors, names))
+        output_rules: List[OutputRule] = []
+        output_names = frozenset(t.name for t in outputs)
+        for index, text in enumerate(texts):
+            where = self.at("shape_rules", index)
+            try:
+                head = text.split("==")[0].strip() if "==" in text else ""
+                if head.endswith(".shape") and head[: -len(".shape")] in output_names:
+                    output, shape = rules.parse_output_rule(text, output_names, tensors, names)
+                    if any(r.output == output for r in output_rules):
+                        raise RuleSyntaxError(f"a second rule for the shape of {output!r}")
+                    output_rules.append(OutputRule(output, text, shape, where))
+                else:
+                    preconditions.append(ShapeRule(text, rules.parse_rule(text, tensors, names), where))
+            except RuleSyntaxError as exc:
+                raise ManifestError(where, str(exc)) from None
+        missing = [t.name for t in outputs if not any(r.output == t.name for r in output_rules)]
+        if missing:
+            raise self.fail(f"no `{missing[0]}.shape == ...` rule for output {missing[0]!r}", "shape_rules")
+        return tuple(preconditions), tuple(output_rules)
+
+    def _implied_rules(self, inputs, tensors, names):
+        """Rules implied by fixed-rank ``shape`` declarations of inputs."""
+        first_seen: Dict[str, str] = {}
+        for t in inputs:
+            if t.shape is None:
+                continue
+            where = self.at("signature", "inputs", t.name, "shape")
+            texts = [f"{t.name}.ndim == {len(t.shape)}"]
+            for axis, dim in enumerate(t.shape):
+                if isinstance(dim, int):
+                    texts.append(f"{t.name}.shape[{axis}] == {dim}")
+                elif dim in names:
+                    texts.append(f"{t.name}.shape[{axis}] == {dim}")
+                elif dim in first_seen:
+                    texts.append(f"{t.name}.shape[{axis}] == {first_seen[dim]}")
+                else:
+                    first_seen[dim] = f"{t.name}.shape[{axis}]"
+            for text in texts:
+                yield ShapeRule(text, rules.parse_rule(text, tensors, names), where, implied=True)
+
+    def _dtype_combos(self, combos, inputs):
+        by_name = {t.name: t for t in inputs}
+        out = []
+        for index, row in enumerate(combos):
+            for tensor, dtype in row.items():
+                if tensor not in by_name:
+                    raise self.fail(f"{tensor!r} is not an input", "dtype_combos", index, tensor)
+                names = by_name[tensor].dtype.names
+                if names and dtype not in names:
+                    raise self.fail(f"{dtype} is outside {tensor}'s dtype {by_name[tensor].dtype.text()}",
+                                    "dtype_combos", index, tensor)
+            out.append(tuple(sorted(row.items())))
+        return tuple(out)
+
+    def _reference(self, text, tensors, names):
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise self.fail(f"reference is not a Python expression: {exc.msg}", "reference") from None
+        allowed = tensors | names | REFERENCE_GLOBALS
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id not in allowed:
+                raise self.fail(f"reference reads unknown name {node.id!r}; it may use inputs, params, "
+                                f"static dims, torch and math", "reference")
+            if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
+                raise self.fail(f"`{type(node).__name__}` is not allowed in a reference", "reference")
+        return text.strip()
+
+    def _roofline(self, spec, tensors, names):
+        vars_ = []
+        known = names | {"elem_bytes"}
+        for var, text in (spec.get("vars") or {}).items():
+            if var in known or var in tensors:
+                raise self.fail(f"roofline var {var!r} shadows an existing name", "roofline", "vars", var)
+            vars_.append((var, self._rule(text, tensors, known, "roofline", "vars", var), text))
+            known = known | {var}
+        return Roofline(
+            vars=tuple(vars_),
+            flops=self._rule(spec["flops"], tensors, known, "roofline", "flops"),
+            flops_text=spec["flops"],
+            bytes=self._rule(spec["bytes"], tensors, known, "roofline", "bytes"),
+            bytes_text=spec["bytes"],
+            location=self.at("roofline"),
+        )
+
+    def _rule(self, text, tensors, names, *path):
+        try:
+            return rules.parse_rule(str(text), tensors, names)
+        except RuleSyntaxError as exc:
+            raise self.fail(str(exc), *path) from None
+
+    def _kernels(self, spec, family):
+        out = []
+        for key, value in spec.items():
+            module, _, class_name = value.rpartition(":")
+            if not module:
+                stem = re.sub(r"(Fwd|Bwd)?Kernel$", "", class_name)
+                module = f"{family}.{snake_case(stem)}"
+            out.append(KernelRef(key, class_name, f"tileops.kernels.{module}", self.at("kernel_map", key)))
+        return tuple(out)
+
+    def _backward(self, spec, inputs, outputs):
+        if spec is None:
+            return None
+        if not self.name.endswith("FwdOp"):
+            raise self.fail("only a Fwd op names a backward", "backward")
+        known = {t.name for t in inputs + outputs}
+        for index, name in enumerate(spec.get("saves") or []):
+            if name not in known:
+                raise self.fail(f"saves {name!r}, which is no input or output (known: {sorted(known)})",
+                                "backward", "saves", index)
+        return Backward(spec["op"], tuple(spec.get("saves") or ()), self.at("backward"))
+
+    def _workloads(self, specs, inputs, params):
+        out = []
+        input_names = {t.name for t in inputs}
+        param_names = {p.name for p in params}
+        labels = set()
+        for index, w in enumerate(specs):
+            if w["label"] in labels:
+                raise self.fail(f"duplicate workload label {w['label']!r}", "workloads", index, "label")
+            labels.add(w["label"])
+            for tensor in w["shapes"]:
+                if tensor not in input_names:
+                    raise self.fail(f"{tensor!r} is not an input", "workloads", index, "shapes", tensor)
+            for param in w.get("params") or {}:
+                if param not in param_names:
+                    raise self.fail(f"{param!r} is not a param", "workloads", index, "params", param)
+            out.append(Workload(w["label"], tuple((k, tuple(v)) for k, v in w["shapes"].items()),
+                                tuple(w["dtypes"]), tuple((w.get("params") or {}).items()),
+                                self.at("workloads", index)))
+        return tuple(out)
+
+
+def _group_of(tensor: TensorSpec, tensors: Sequence[TensorSpec], entry: Dict[str, Any]) -> str:
+    return "inputs" if tensor.name in entry["signature"]["inputs"] else "outputs"
+
+
+# ---- whole-manifest checks -----------------------------------------------------------------
+def _check_links(ops: Sequence[OpSpec]) -> List[ManifestError]:
+    by_name = {op.name: op for op in ops}
+    errors = []
+    for op in ops:
+        if op.backward is not None and op.backward.op not in by_name:
+            errors.append(ManifestError(op.backward.location.child("op"),
+                                        f"backward op {op.backward.op!r} is not in the manifest"))
+        for workload in op.workloads:
+            for dtype in workload.dtypes:
+                allowed = op.resolved_dtype_names(op.primary_input.name)
+                if dtype not in allowed:
+                    errors.append(ManifestError(workload.location.child("dtypes"),
+                                                f"{dtype} is outside {op.primary_input.name}'s dtypes {list(allowed)}"))
+    return errors
+
+
+def load_files(paths: Iterable[Path], root: Path = ROOT) -> Manifest:
+    """Load and check the given manifest files; raise ``ManifestErrors`` on any defect."""
+    errors: List[ManifestError] = []
+    ops: List[OpSpec] = []
+    first_definition: Dict[str, Location] = {}
+    files = []
+    for path in sorted(paths):
+        rel = _relative(path, root)
+        files.append(rel)
+        text = path.read_text()
+        if not text.startswith(SCHEMA_COMMENT):
+            errors.append(ManifestError(Location(rel, 1), f"the file must start with `{SCHEMA_COMMENT}`"))
+            continue
+        try:
+            data, lines = _compose(text, rel)
+        except ManifestErrors as exc:
+            errors.extend(exc.errors)
+            continue
+        locate = _Locator(rel, lines)
+        schema_errors = _schema_errors(data, locate)
+        if schema_errors:
+            errors.extend(schema_errors)
+            continue
+        for name, entry in data.items():
+            where = locate(name)
+            if name in first_definition:
+                errors.append(ManifestError(where, f"duplicate op name {name!r}; first defined at "
+                                                   f"{first_definition[name]}"))
+                continue
+            first_definition[name] = Location(where.file, where.line)
+            try:
+                ops.append(_EntryBuilder(name, entry, locate).build())
+            except ManifestError as exc:
+                errors.append(exc)
+    if not errors:
+        errors = _check_links(ops)
+    if errors:
+        raise ManifestErrors(errors)
+    return Manifest(tuple(ops), tuple(files))
+
+
+def load_manifest(directory: Path = MANIFEST_DIR, root: Path = ROOT) -> Manifest:
+    """Load every ``*.yaml`` manifest in ``directory``."""
+    return load_files(sorted(Path(directory).glob("*.yaml")), root)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)

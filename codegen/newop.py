@@ -1,0 +1,51 @@
+"""``new-op``: append a loadable manifest stub for the author to fill in."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .loader import SCHEMA_COMMENT
+from .model import snake_case
+
+__all__ = ["add_manifest_stub"]
+
+_STUB = """
+{name}:
+  family: {family}
+  status: spec-only
+  summary: "TODO one line of semantics, e.g. y = f(x)"
+  ref_api: ""
+  signature:
+    inputs:
+      x: {{dtype: "float16 | bfloat16 | float32", description: "TODO"}}
+    outputs:
+      y: {{dtype: "same_as(x)", description: "TODO"}}
+    params: {{}}
+  static_dims: {{}}
+  shape_rules:
+    - "y.shape == x.shape"
+  reference: "x.clone()"
+  roofline:
+    flops: "numel(x)"
+    bytes: "2 * numel(x) * elem_bytes"
+  kernel_map:
+    {key}: {kernel}
+  workloads:
+    - {{label: small, shapes: {{x: [1024, 1024]}}, dtypes: [bfloat16]}}
+"""
+
+
+def add_manifest_stub(name: str, family: str, manifest_dir: Path) -> Path:
+    if not re.fullmatch(r"[A-Z][A-Za-z0-9]*(Fwd|Bwd)Op", name):
+        raise SystemExit(f"error: {name!r} is not an op class name ({{PascalName}}{{Fwd|Bwd}}Op)")
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", family):
+        raise SystemExit(f"error: {family!r} is not a family name (lowercase, underscores)")
+    path = manifest_dir / f"{family}.yaml"
+    text = path.read_text() if path.exists() else f"{SCHEMA_COMMENT}\n# {family.capitalize()} operators.\n"
+    if re.search(rf"^{name}:", text, flags=re.M):
+        raise SystemExit(f"error: {name} is already in {path.name}")
+    stem = name[: -len("Op")]
+    stub = _STUB.format(name=name, family=family, key=snake_case(stem), kernel=f"{stem}Kernel")
+    path.write_text(text.rstrip("\n") + "\n" + stub)
+    return path

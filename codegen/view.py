@@ -1,0 +1,307 @@
+"""What the slot templates print, computed from one ``OpSpec``.
+
+Templates stay declarative: every piece of Python they emit (signatures, rule
+checks, shape expressions) is prepared here from the model and the shape-rule
+renderer, so the same tree feeds generated code, the interpreter and messages.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+from . import rules
+from .model import OpSpec, ParamSpec, TensorSpec
+
+__all__ = ["OpView", "forward_naming", "shapes_naming"]
+
+_TORCH_DTYPE = {name: f"torch.{name}" for name in (
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")}
+
+
+def _helper(name: str) -> str:
+    # Builtins are called directly; the rest come from the shared helper module.
+    return name if name in ("len", "min", "max") else f"rules.{name}"
+
+
+def forward_naming(op: OpSpec) -> rules.Naming:
+    """Names as ``forward`` sees them: tensors are arguments, the rest attributes."""
+    tensors = set(op.input_names)
+    return rules.Naming(
+        name=lambda n: f"{n}.shape" if n in tensors else f"self.{n}",
+        tensor_attr=lambda t, a: f"{t}.{a}",
+        helper=_helper,
+    )
+
+
+def shapes_naming(op: OpSpec, local_names: Sequence[str] = ()) -> rules.Naming:
+    """Names as shape-level methods see them: ``<tensor>_shape`` tuples."""
+    tensors = set(op.input_names)
+    local = set(local_names)
+
+    def name(n: str) -> str:
+        if n in tensors:
+            return f"{n}_shape"
+        return n if n in local else f"self.{n}"
+
+    return rules.Naming(
+        name=name,
+        tensor_attr=lambda t, a: f"len({t}_shape)" if a == "ndim" else f"{t}_shape",
+        helper=_helper,
+    )
+
+
+def _py_type(param: ParamSpec) -> str:
+    return param.type
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    return repr(value)
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    condition: str
+    text: str
+    guard: Optional[str]  # an optional tensor that must be present for the rule to apply
+
+
+class OpView:
+    """Template-facing view of one op."""
+
+    def __init__(self, op: OpSpec) -> None:
+        self.op = op
+        self.name = op.name
+        self._fwd = forward_naming(op)
+
+    # ---- S1 / S7 -------------------------------------------------------------------
+    @property
+    def module_summary(self) -> str:
+        kind = "forward" if self.op.direction == "Fwd" else "backward"
+        ref = f", matching {self.op.ref_api}" if self.op.ref_api else ""
+        return f"{self.op.base_name} {kind} operator{ref}."
+
+    @property
+    def class_summary(self) -> str:
+        text = self.op.summary.rstrip(".")
+        return f"{self.op.base_name} {'forward' if self.op.direction == 'Fwd' else 'backward'}: {text}."
+
+    @property
+    def arg_docs(self) -> List[Tuple[str, str]]:
+        docs = []
+        for dim in self.op.static_dims:
+            docs.append((dim.name, f"Size committed at construction: {dim.text}."))
+        dtypes = ", ".join(self.op.resolved_dtype_names(self.op.primary_input.name))
+        docs.append(("dtype", f"Dtype of {self.op.primary_input.name} ({dtypes})."))
+        for p in self.op.params:
+            default = f" Default: {_literal(p.default)}." if p.has_default else ""
+            choices = f" One of {list(p.choices)}." if p.choices else ""
+            docs.append((p.name, f"{p.description or p.type}{choices}{default}".strip()))
+        docs.append(("kernel_map", "Overrides of entries of default_kernel_map."))
+        docs.append(("tune", "Autotune kernel configs on first use instead of using heuristics."))
+        return docs
+
+    @property
+    def input_docs(self) -> List[Tuple[str, str]]:
+        return [(t.name, f"{t.dtype.text()}{', optional' if t.optional else ''}. {t.description}".strip())
+                for t in self.op.inputs]
+
+    # ---- S3 / S4 -------------------------------------------------------------------
+    @property
+    def kernel_imports(self) -> List[str]:
+        pairs = sorted({(k.module, k.class_name) for k in self.op.kernels})
+        return [f"from {module} import {cls}" for module, cls in pairs]
+
+    @property
+    def base_import(self) -> str:
+        if self.op.op_base == "Op":
+            return "from ..op_base import Op"
+        return f"from .base import {self.op.op_base}"
+
+    @property
+    def uses_rule_helpers(self) -> bool:
+        exprs = [r.expr for r in self.op.shape_rules] + [r.shape for r in self.op.output_rules]
+        exprs += [v[1] for v in self.op.roofline.vars] + [self.op.roofline.flops, self.op.roofline.bytes]
+        return any(isinstance(node, rules.Call) and _helper(node.func).startswith("rules.")
+                   for expr in exprs for node in rules._walk(expr))
+
+    # ---- S12 / S13 -----------------------------------------------------------------
+    @property
+    def init_params(self) -> List[str]:
+        out = [f"{d.name}: int" for d in self.op.static_dims]
+        out.append("dtype: torch.dtype")
+        for p in self.op.params:
+            default = f" = {_literal(p.default)}" if p.has_default else ""
+            out.append(f"{p.name}: {_py_type(p)}{default}")
+        out.append("kernel_map: Optional[Dict[str, Type[Kernel]]] = None")
+        out.append("tune: bool = False")
+        return out
+
+    @property
+    def init_assignments(self) -> List[str]:
+        names = list(self.op.static_dim_names) + ["dtype"] + list(self.op.param_names) + ["tune"]
+        return [f"self.{n} = {n}" for n in names]
+
+    @property
+    def dtype_tuple(self) -> str:
+        return self._dtype_tuple(self.op.resolved_dtype_names(self.op.primary_input.name))
+
+    @property
+    def param_choices(self) -> List[Tuple[str, str]]:
+        return [(p.name, repr(tuple(p.choices))) for p in self.op.params if p.choices]
+
+    # ---- S14 -----------------------------------------------------------------------
+    @property
+    def kernel_map_literal(self) -> str:
+        return "{" + ", ".join(f'"{k.key}": {k.class_name}' for k in self.op.kernels) + "}"
+
+    # ---- S15 / S16 -----------------------------------------------------------------
+    @property
+    def forward_params(self) -> List[str]:
+        out = []
+        inputs = self.op.inputs
+        for index, t in enumerate(inputs):
+            trailing_optional = all(u.optional for u in inputs[index:])
+            if t.optional:
+                out.append(f"{t.name}: Optional[torch.Tensor]" + (" = None" if trailing_optional else ""))
+            else:
+                out.append(f"{t.name}: torch.Tensor")
+        return out
+
+    @property
+    def forward_return(self) -> str:
+        if len(self.op.outputs) == 1:
+            return "torch.Tensor"
+        return "Tuple[" + ", ".join("torch.Tensor" for _ in self.op.outputs) + "]"
+
+    @property
+    def input_args(self) -> str:
+        return ", ".join(self.op.input_names)
+
+    @property
+    def tensor_kwargs(self) -> str:
+        return ", ".join(f"{n}={n}" for n in self.op.input_names)
+
+    @property
+    def rule_checks(self) -> List[RuleCheck]:
+        optional = {t.name for t in self.op.inputs if t.optional}
+        checks = []
+        for rule in self.op.shape_rules:
+            used = rules.tensors_in(rule.expr, frozenset(self.op.input_names)) & optional
+            guard = " and ".join(f"{t} is not None" for t in sorted(used)) or None
+            checks.append(RuleCheck(rules.render(rule.expr, self._fwd), rules.to_source(rule.expr), guard))
+        return checks
+
+    @property
+    def static_dim_checks(self) -> List[Tuple[str, str, str, Optional[str]]]:
+        """(name, source text, python expression of the input's size, guard)."""
+        out = []
+        for dim in self.op.static_dims:
+            axis = rules.render(dim.axis, self._fwd)
+            tensor = self.op.tensor(dim.tensor)
+            guard = f"{dim.tensor} is not None" if tensor.optional else None
+            out.append((dim.name, dim.text, f"{dim.tensor}.shape[{axis}]", guard))
+        return out
+
+    @property
+    def reference_expr(self) -> str:
+        tree = ast.parse(self.op.reference, mode="eval")
+        values = set(self.op.param_names) | set(self.op.static_dim_names)
+
+        class ToAttributes(ast.NodeTransformer):
+            def visit_Name(self, node: ast.Name) -> ast.AST:
+                if node.id in values:
+                    return ast.copy_location(ast.Attribute(ast.Name("self", ast.Load()), node.id, ast.Load()), node)
+                return node
+
+        return ast.unparse(ToAttributes().visit(tree))
+
+    # ---- S17 -----------------------------------------------------------------------
+    @property
+    def shape_params(self) -> List[str]:
+        out = []
+        for t in self.op.inputs:
+            annotation = "Optional[Tuple[int, ...]]" if t.optional else "Tuple[int, ...]"
+            out.append(f"{t.name}_shape: {annotation}")
+        return out
+
+    @property
+    def output_shapes(self) -> List[Tuple[str, str]]:
+        naming = shapes_naming(self.op)
+        by_output = {r.output: r for r in self.op.output_rules}
+        return [(t.name, f"tuple({rules.render(by_output[t.name].shape, naming)})") for t in self.op.outputs]
+
+    # ---- S18 -----------------------------------------------------------------------
+    @property
+    def dtype_checks(self) -> List[Tuple[str, str, str, Optional[str]]]:
+        """(tensor, python condition that is True when the dtype is wrong, expected text, guard)."""
+        out = []
+        for t in self.op.inputs:
+            guard = f"{t.name} is not None" if t.optional else None
+            if t.dtype.same_as is not None:
+                out.append((t.name, f"{t.name}.dtype != {t.dtype.same_as}.dtype",
+                            f"{t.dtype.same_as}'s dtype (same_as({t.dtype.same_as}))", guard))
+            elif len(t.dtype.names) == 1:
+                out.append((t.name, f"{t.name}.dtype != {_TORCH_DTYPE[t.dtype.names[0]]}",
+                            t.dtype.names[0], guard))
+            else:
+                out.append((t.name, f"{t.name}.dtype not in {self._dtype_tuple(t.dtype.names)}",
+                            "one of " + ", ".join(t.dtype.names), guard))
+        return out
+
+    @property
+    def combo_check(self) -> Optional[Tuple[str, str, str]]:
+        """(python tuple of dtypes, set of allowed rows, description) when combos are declared."""
+        if not self.op.dtype_combos:
+            return None
+        names = sorted({name for row in self.op.dtype_combos for name, _ in row})
+        rows = []
+        for row in self.op.dtype_combos:
+            values = dict(row)
+            rows.append("(" + ", ".join(_TORCH_DTYPE[values[n]] for n in names) + ("," if len(names) == 1 else "") + ")")
+        actual = "(" + ", ".join(f"{n}.dtype" for n in names) + ("," if len(names) == 1 else "") + ")"
+        described = "; ".join(", ".join(f"{n}={dict(row)[n]}" for n in names) for row in self.op.dtype_combos)
+        return actual, "{" + ", ".join(rows) + "}", described
+
+    @staticmethod
+    def _dtype_tuple(names: Sequence[str]) -> str:
+        return "(" + ", ".join(_TORCH_DTYPE[n] for n in names) + ("," if len(names) == 1 else "") + ")"
+
+    # ---- S19 -----------------------------------------------------------------------
+    @property
+    def roofline_lines(self) -> List[str]:
+        roof = self.op.roofline
+        local = [name for name, _, _ in roof.vars] + ["elem_bytes"]
+        naming = shapes_naming(self.op, local)
+        lines = ["elem_bytes = self.dtype.itemsize"]
+        for name, expr, _ in roof.vars:
+            lines.append(f"{name} = {rules.render(expr, naming)}")
+        lines.append(f"flops = {rules.render(roof.flops, naming)}")
+        lines.append(f"moved = {rules.render(roof.bytes, naming)}")
+        return lines
+
+    # ---- S21 -----------------------------------------------------------------------
+    @property
+    def static_axes_items(self) -> List[str]:
+        naming = shapes_naming(self.op)
+        items = []
+        for dim in self.op.static_dims:
+            index = self.op.input_index(dim.tensor)
+            literal = dim.axis_literal
+            if literal is not None and literal >= 0:
+                axis = str(literal)
+            else:
+                axis = f"{rules.render(dim.axis, naming)} % len({dim.tensor}_shape)"
+            items.append(f"({index}, {axis})")
+        return items
+
+    # ---- S20 -----------------------------------------------------------------------
+    @property
+    def registration_import(self) -> str:
+        return f"from .{self.op.module} import {self.op.name}"
+
+    def tensor(self, name: str) -> TensorSpec:
+        return self.op.tensor(name)

@@ -1,0 +1,80 @@
+"""Helper functions of the shape-rule language.
+
+Generated op code calls these at run time and the codegen interpreter calls the
+same functions, so a rule means one thing everywhere.  Pure Python on tuples of
+ints: no torch import, so the generator can use them too.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence, Tuple, Union
+
+Shape = Tuple[int, ...]
+Dims = Union[None, int, Sequence[int]]
+
+__all__ = ["numel", "prod", "broadcast_shapes", "reduced_shape", "normalize_dims", "HELPERS"]
+
+
+def prod(values: Iterable[int]) -> int:
+    """Product of integers (1 for an empty sequence)."""
+    result = 1
+    for value in values:
+        result *= int(value)
+    return result
+
+
+def numel(shape: Sequence[int]) -> int:
+    """Number of elements of a tensor of this shape."""
+    return prod(shape)
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> Shape:
+    """PyTorch/NumPy broadcasting of shapes; ``ValueError`` when they do not broadcast."""
+    ndim = max((len(s) for s in shapes), default=0)
+    result = []
+    for axis in range(-ndim, 0):
+        sizes = {s[axis] for s in shapes if len(s) >= -axis and s[axis] != 1}
+        if len(sizes) > 1:
+            raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
+
+
+def normalize_dims(dims: Dims, ndim: int) -> Tuple[int, ...]:
+    """Non-negative, sorted, unique axes; ``None`` means every axis."""
+    if dims is None:
+        return tuple(range(ndim))
+    if isinstance(dims, int):
+        dims = (dims,)
+    bound = max(ndim, 1)  # PyTorch lets a 0-d tensor reduce over dim 0 or -1
+    out = set()
+    for d in dims:
+        if not -bound <= d < bound:
+            raise ValueError(f"dim {d} out of range for a tensor of rank {ndim}")
+        out.add(d % bound)
+    if len(out) != len(tuple(dims)):
+        raise ValueError(f"dim {tuple(dims)} names an axis twice")
+    return tuple(sorted(out))
+
+
+def reduced_shape(shape: Sequence[int], dims: Dims, keepdim: bool = False) -> Shape:
+    """Shape after reducing ``dims`` (``None``: all) with or without ``keepdim``."""
+    axes = set(normalize_dims(dims, len(shape)))
+    if keepdim:
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+# The closed set of helper names a rule may call, with their implementations.
+HELPERS = {
+    "numel": numel,
+    "prod": prod,
+    "len": len,
+    "min": min,
+    "max": max,
+    "broadcast_shapes": broadcast_shapes,
+    "reduced_shape": reduced_shape,
+    "normalize_dims": normalize_dims,
+}
+
+
