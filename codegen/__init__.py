@@ -7,9 +7,9 @@ from .errors import Location, ManifestError, ManifestErrors
 from .generate import Plan, check, plan, write
 from .loader import load_files, load_manifest
 from .model import Manifest, OpSpec
-from .render import SLOTS, render_op, render_slot
+from .render import SECTIONS, SLOTS, render_op, render_section, render_slot
 
 __all__ = [
     "Location", "ManifestError", "ManifestErrors", "Manifest", "OpSpec", "Plan", "SLOTS",
-    "check", "load_files", "load_manifest", "plan", "render_op", "render_slot", "write",
+    "SECTIONS", "check", "load_files", "load_manifest", "plan", "render_op", "render_section", "render_slot", "write",
 ]

@@ -17,7 +17,7 @@ import jinja2
 from .model import OpSpec
 from .view import OpView
 
-__all__ = ["SLOTS", "render_slot", "render_op", "TEMPLATE_DIR"]
+__all__ = ["SLOTS", "SECTIONS", "render_slot", "render_section", "render_op", "TEMPLATE_DIR"]
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 
@@ -41,6 +41,10 @@ SLOTS: Dict[str, str] = {
     "S20": "S20_registration",
     "S21": "S21_static_axes",
 }
+
+
+# Parts of an op file that are not numbered slots: the file header and the reference method.
+SECTIONS: Dict[str, str] = {"header": "header", "reference": "reference"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,6 +72,13 @@ def render_slot(op: OpSpec, slot: str) -> str:
     """The text of one slot of ``op``'s generated file (S20: its package import line)."""
     template = _environment().get_template(f"slots/{SLOTS[_normalize_slot_id(slot)]}.py.j2")
     return template.render(v=OpView(op))
+
+
+def render_section(op: OpSpec, section: str) -> str:
+    """The text of a non-slot section (``header`` or ``reference``)."""
+    if section not in SECTIONS:
+        raise KeyError(f"unknown section {section!r}; sections are {', '.join(SECTIONS)}")
+    return _environment().get_template(f"{SECTIONS[section]}.py.j2").render(v=OpView(op))
 
 
 def render_op(op: OpSpec) -> str:
