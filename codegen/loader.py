@@ -117,7 +117,7 @@ def _schema_errors(data: Any, locate: _Locator) -> List[ManifestError]:
     by_entry: Dict[Any, List[jsonschema.ValidationError]] = {}
     for error in validator.iter_errors(data):
         entry = error.absolute_path[0] if error.absolute_path else None
-        if error.validator == "propertyNames":
+        if _is_name_error(error):
             entry = error.instance
         by_entry.setdefault(entry, []).append(error)
     found = []
@@ -127,8 +127,16 @@ def _schema_errors(data: Any, locate: _Locator) -> List[ManifestError]:
     return found
 
 
+def _is_name_error(error: jsonschema.ValidationError) -> bool:
+    """True when the error is about a mapping key (a ``propertyNames`` rule), not a value."""
+    return "propertyNames" in error.absolute_schema_path
+
+
 def _explain(error: jsonschema.ValidationError, locate: _Locator) -> ManifestError:
     path = tuple(error.absolute_path)
+    if _is_name_error(error):
+        key = error.instance
+        return ManifestError(locate(*path, key), f"name {key!r} does not match {error.validator_value!r}")
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = set(error.schema.get("properties", {}))
         extra = sorted(k for k in error.instance if k not in allowed)
@@ -136,12 +144,6 @@ def _explain(error: jsonschema.ValidationError, locate: _Locator) -> ManifestErr
             expected = ", ".join(sorted(allowed))
             return ManifestError(locate(*path, extra[0]),
                                  f"unknown key {extra[0]!r}; expected one of: {expected}")
-    if error.validator == "propertyNames":
-        key = error.instance
-        where = locate(*path, key)
-        return ManifestError(where, f"name {key!r} does not match {error.validator_value['pattern']!r}"
-                             if isinstance(error.validator_value, dict) and "pattern" in error.validator_value
-                             else f"bad name {key!r}: {error.message}")
     if error.validator == "required":
         return ManifestError(locate(*path), f"missing required key: {error.message}")
     if error.validator == "type":

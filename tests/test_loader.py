@@ -1,0 +1,154 @@
+"""Manifest loading: every defect is one located message, and nothing is built."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from codegen import ManifestErrors, load_files, load_manifest
+from codegen.loader import SCHEMA_COMMENT
+
+GOOD = """@COMMENT@
+AddOneFwdOp:
+  family: demo
+  status: spec-only
+  summary: "y = x + 1"
+  signature:
+    inputs:
+      x: {dtype: "float16 | bfloat16 | float32"}
+      w: {dtype: "same_as(x)", shape: [N]}
+    outputs:
+      y: {dtype: "same_as(x)"}
+    params:
+      dim: {type: int, default: -1}
+  static_dims:
+    N: "x.shape[dim]"
+  shape_rules:
+    - "-x.ndim <= dim < x.ndim"
+    - "y.shape == x.shape"
+  reference: "x + 1"
+  roofline:
+    flops: "numel(x)"
+    bytes: "2 * numel(x) * elem_bytes"
+  kernel_map:
+    add_one: AddOneFwdKernel
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "demo.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text.replace("@COMMENT@", SCHEMA_COMMENT))
+    return path
+
+
+def errors_of(tmp_path: Path, *paths: Path) -> list:
+    with pytest.raises(ManifestErrors) as info:
+        load_files(paths, root=tmp_path)
+    return info.value.errors
+
+
+def line_of(text: str, needle: str) -> int:
+    for number, line in enumerate(text.replace("@COMMENT@", SCHEMA_COMMENT).splitlines(), start=1):
+        if needle in line:
+            return number
+    raise AssertionError(needle)
+
+
+def test_good_manifest_builds_a_located_model(tmp_path: Path) -> None:
+    manifest = load_files([write(tmp_path, GOOD)], root=tmp_path)
+    op = manifest.op("AddOneFwdOp")
+    assert op.location.file == "demo.yaml" and op.location.line == 2
+    assert op.static_dims[0].axis_param == "dim"
+    assert [r.text for r in op.shape_rules if r.implied] == ["w.ndim == 1", "w.shape[0] == N"]
+    assert op.resolved_dtype_names("y") == ("float16", "bfloat16", "float32")
+    with pytest.raises(Exception):
+        op.name = "other"  # frozen
+
+
+@pytest.mark.parametrize("edit, needle, message", [
+    (lambda t: t.replace('  summary: "y = x + 1"\n', '  summary: "y = x + 1"\n  colour: red\n'),
+     "colour: red", "unknown key 'colour'"),
+    (lambda t: t.replace("default: -1", "default: minus-one"), "default: minus-one", "is not a int"),
+    (lambda t: t.replace('"-x.ndim <= dim < x.ndim"', '"x.ndim ** 2 > 1"'), "x.ndim ** 2", "operator `Pow`"),
+    (lambda t: t.replace('"same_as(x)", shape', '"same_as(q)", shape'), "same_as(q)", "same_as(q) names no input"),
+    (lambda t: t.replace('N: "x.shape[dim]"', 'N: "z.shape[dim]"'), "z.shape[dim]", "not an input"),
+    (lambda t: t.replace('N: "x.shape[dim]"', 'N: "x.shape[axis]"'), "x.shape[axis]", "neither an integer nor an int param"),
+    (lambda t: t.replace("status: spec-only", "status: done"), "status: done", "expected one of ['spec-only', 'implemented']"),
+    (lambda t: t.replace('reference: "x + 1"', 'reference: "x + bias"'), "reference:", "unknown name 'bias'"),
+    (lambda t: t.replace('    - "y.shape == x.shape"\n', ''), "shape_rules:", "no `y.shape == ...` rule"),
+    (lambda t: t.replace("family: demo", "family: demo\n  family: other"), "family: other", "duplicate key 'family'"),
+    (lambda t: t.replace("AddOneFwdOp:", "AddOne:"), "AddOne:", "does not match"),
+    (lambda t: t.replace("    flops: \"numel(x)\"", "    flops: \"numel(q)\""), "numel(q)", "unknown name `q`"),
+    (lambda t: t.replace("inputs:\n", "inputs:\n      x: {dtype: float16}\n", 1), "x: {dtype: \"float16 | bfloat16", "duplicate key 'x'"),
+    (lambda t: t.replace("  kernel_map:\n    add_one: AddOneFwdKernel\n", ""), "AddOneFwdOp:", "'kernel_map' is a required property"),
+    (lambda t: t.replace('x: {dtype: "float16 | bfloat16 | float32"}', 'x: {dtype: "float16 | half"}'), "float16 | half", "does not match"),
+])
+def test_each_defect_is_one_located_error(tmp_path: Path, edit, needle: str, message: str) -> None:
+    text = edit(GOOD)
+    errors = errors_of(tmp_path, write(tmp_path, text))
+    assert len(errors) == 1, [str(e) for e in errors]
+    error = errors[0]
+    assert message in str(error)
+    assert error.location.file == "demo.yaml"
+    assert error.location.line == line_of(text, needle), str(error)
+
+
+def test_error_names_the_key_path(tmp_path: Path) -> None:
+    text = GOOD.replace("default: -1", "default: minus-one")
+    (error,) = errors_of(tmp_path, write(tmp_path, text))
+    assert str(error).startswith(f"demo.yaml:{line_of(text, 'minus-one')} AddOneFwdOp.signature.params.dim.default:")
+
+
+def test_yaml_syntax_error_is_located(tmp_path: Path) -> None:
+    text = GOOD.replace("  family: demo\n", "  family: [demo\n")
+    (error,) = errors_of(tmp_path, write(tmp_path, text))
+    assert "YAML syntax error" in str(error) and error.location.file == "demo.yaml"
+
+
+def test_duplicate_op_across_files_names_both_places(tmp_path: Path) -> None:
+    first = write(tmp_path, GOOD, "a.yaml")
+    second = write(tmp_path, GOOD, "b.yaml")
+    (error,) = errors_of(tmp_path, first, second)
+    assert str(error).startswith("b.yaml:2 AddOneFwdOp:")
+    assert "first defined at a.yaml:2" in str(error)
+
+
+def test_missing_schema_comment_is_an_error(tmp_path: Path) -> None:
+    (error,) = errors_of(tmp_path, write(tmp_path, GOOD.replace("@COMMENT@\n", "")))
+    assert "must start with" in str(error) and error.location.line == 1
+
+
+def test_backward_must_name_a_manifest_op(tmp_path: Path) -> None:
+    text = GOOD + "  backward: {op: AddOneBwdOp, saves: [x]}\n"
+    (error,) = errors_of(tmp_path, write(tmp_path, text))
+    assert "backward op 'AddOneBwdOp' is not in the manifest" in str(error)
+
+
+def test_real_manifest_loads_and_every_file_declares_the_schema() -> None:
+    manifest = load_manifest()
+    assert {"RMSNormFwdOp", "CumsumFwdOp"} <= set(manifest.by_name())
+    for file in manifest.files:
+        assert (Path(__file__).parent.parent / file).read_text().startswith(SCHEMA_COMMENT)
+
+
+def test_schema_describes_every_field() -> None:
+    import json
+
+    schema = json.loads((Path(__file__).parent.parent / "manifest" / "schema.json").read_text())
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for key, value in node.get("properties", {}).items():
+                assert "description" in value, f"{path}.{key} has no description"
+            if node.get("type") == "object" and "properties" in node:
+                assert node.get("additionalProperties") is False or "$ref" in str(node.get("additionalProperties")), path
+            for key, value in node.items():
+                walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{path}[{index}]")
+
+    walk(schema, "schema")
+    assert re.search("2020-12", schema["$schema"])
