@@ -10,12 +10,13 @@ from typing import List, Optional
 
 from .errors import ManifestErrors
 from .generate import check, plan, write
-from .loader import MANIFEST_DIR, ROOT, load_manifest
+from .loader import ROOT, load_manifest
 from .newop import add_manifest_stub
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m codegen", description=__doc__)
+    parser.add_argument("--root", type=Path, default=ROOT, help="project root (default: this checkout)")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("gen", help="render the manifest into op files, registrations and scaffolds")
     gen.add_argument("--op", action="append", help="only this op (repeatable)")
@@ -30,20 +31,21 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     started = time.perf_counter()
+    root = args.root.resolve()
     try:
         if args.command == "new-op":
-            path = add_manifest_stub(args.name, args.family, MANIFEST_DIR)
-            print(f"added {args.name} to {path.relative_to(ROOT)}; fill it in, then run `make gen`")
+            path = add_manifest_stub(args.name, args.family, root / "manifest")
+            print(f"added {args.name} to {path.relative_to(root)}; fill it in, then run `make gen`")
             return 0
-        manifest = load_manifest()
+        manifest = load_manifest(root / "manifest", root)
         if args.command == "gen":
-            changed = write(plan(manifest, ROOT, args.op, args.family), ROOT)
+            changed = write(plan(manifest, root, args.op, args.family), root)
             for rel in changed:
                 print(f"wrote {rel}")
             elapsed = time.perf_counter() - started
             print(f"{len(manifest.ops)} ops, {len(changed)} files changed in {elapsed:.2f} s")
             return 0
-        diffs = check(plan(manifest, ROOT), ROOT)
+        diffs = check(plan(manifest, root), root)
         for diff in diffs:
             sys.stdout.write(diff)
         if diffs:

@@ -1,0 +1,201 @@
+"""Test cases built from the manifest, and the check of an op against its reference.
+
+``manifest_cases`` turns an op's manifest entry into concrete cases: its
+workloads plus awkward shapes (sizes 1, 3, 127, 4097, ranks 1-4, every valid
+``dim``, empty tensors, non-contiguous views).  ``check_against_reference``
+runs the op on random inputs and compares with the manifest reference computed
+in float64.  CPU tests and GPU tests share both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from codegen import load_manifest, rules
+from codegen.model import OpSpec
+
+Shape = Tuple[int, ...]
+
+# Relative tolerance per dtype, stated once; the absolute part scales with the output's magnitude.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float64: 1e-10}
+ODD_SIZES = (1, 3, 127, 4097)
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str
+    shapes: Tuple[Tuple[str, Shape], ...]
+    dtype: torch.dtype
+    params: Tuple[Tuple[str, Any], ...] = ()
+    layout: str = "contiguous"  # or "strided": every input a non-contiguous view
+    label: str = ""
+    extra: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __str__(self) -> str:
+        shapes = ",".join(f"{n}{list(s)}" for n, s in self.shapes)
+        params = ",".join(f"{k}={v}" for k, v in self.params)
+        dtype = str(self.dtype).replace("torch.", "")
+        return "-".join(p for p in (self.label, shapes, dtype, params, self.layout) if p)
+
+
+def _spec(op_name: str) -> OpSpec:
+    return load_manifest().op(op_name)
+
+
+def _values(op: OpSpec, shapes: Dict[str, Shape], params: Dict[str, Any]) -> Dict[str, Any]:
+    """Params (with defaults) and the static dims they imply for these shapes."""
+    values = {p.name: p.default for p in op.params if p.has_default}
+    values.update(params)
+    for dim in op.static_dims:
+        axis = rules.evaluate(dim.axis, shapes, values)
+        values[dim.name] = shapes[dim.tensor][axis]
+    return values
+
+
+def accepted(op: OpSpec, shapes: Dict[str, Shape], params: Dict[str, Any]) -> bool:
+    """Whether the manifest's preconditions accept these shapes and params."""
+    try:
+        values = _values(op, shapes, params)
+        return all(rules.evaluate(rule.expr, shapes, values) for rule in op.shape_rules)
+    except (IndexError, KeyError, ValueError):
+        return False
+
+
+def _derived_shapes(op: OpSpec, free_shape: Shape, params: Dict[str, Any]) -> Optional[Dict[str, Shape]]:
+    """Give every input without a declared shape ``free_shape``; resolve declared shapes by name."""
+    shapes = {t.name: free_shape for t in op.inputs if t.shape is None}
+    try:
+        values = _values(op, shapes, params)
+    except (IndexError, KeyError):
+        return None
+    for t in op.inputs:
+        if t.shape is not None:
+            if not all(isinstance(d, int) or d in values for d in t.shape):
+                return None
+            shapes[t.name] = tuple(d if isinstance(d, int) else values[d] for d in t.shape)
+    return shapes
+
+
+def _int_param_values(op: OpSpec, rank: int) -> List[Dict[str, Any]]:
+    """Every valid value of axis-like int params (named dim) for this rank, else the default."""
+    choices = []
+    for p in op.params:
+        if p.type == "int" and p.name == "dim":
+            choices.append([(p.name, d) for d in range(-rank, rank)])
+    return [dict(row) for row in itertools.product(*choices)] or [{}]
+
+
+def manifest_cases(op_name: str, dtypes: Optional[Sequence[str]] = None, max_numel: int = 1 << 22,
+                   seed: int = 0) -> List[Case]:
+    """Workloads plus awkward shapes for ``op_name``, each accepted by its shape rules."""
+    op = _spec(op_name)
+    rng = random.Random(seed)
+    union = op.resolved_dtype_names(op.primary_input.name)
+    names = [d for d in (dtypes or union) if d in DTYPES and d in union]
+    cases: List[Case] = []
+    for workload in op.workloads:
+        for dtype in workload.dtypes:
+            if dtype in names:
+                cases.append(Case(op.name, workload.shapes, DTYPES[dtype], workload.params, label=workload.label))
+    for rank in (1, 2, 3, 4):
+        for size in ODD_SIZES:
+            for params in _int_param_values(op, rank):
+                shape = [rng.choice((1, 2, 3, 5)) for _ in range(rank)]
+                axis = params.get("dim", -1) % rank
+                shape[axis] = size
+                shapes = _derived_shapes(op, tuple(shape), params)
+                if shapes is None or not accepted(op, shapes, params):
+                    continue
+                if max(torch.Size(s).numel() for s in shapes.values()) > max_numel:
+                    continue
+                dtype = DTYPES[names[(rank + size) % len(names)]]
+                layout = "strided" if (rank + size) % 3 == 0 else "contiguous"
+                cases.append(Case(op.name, tuple(shapes.items()), dtype, tuple(params.items()), layout, f"r{rank}"))
+    empty = _derived_shapes(op, (0, 7), {})
+    if empty is not None and accepted(op, empty, {}):
+        cases.append(Case(op.name, tuple(empty.items()), DTYPES[names[0]], (), "contiguous", "empty"))
+    return cases
+
+
+def make_inputs(op: OpSpec, case: Case, device: str, generator: torch.Generator) -> List[torch.Tensor]:
+    """Random inputs (never zeros); ``strided`` cases get non-contiguous views of the same shapes."""
+    tensors = []
+    shapes = dict(case.shapes)
+    for t in op.inputs:
+        shape = shapes[t.name]
+        if case.layout == "strided" and len(shape) >= 1:
+            # Every other element of a twice-as-wide buffer: same shape, not contiguous.
+            base = torch.randn(*shape[:-1], 2 * shape[-1], generator=generator, dtype=torch.float32)
+            value = base[..., ::2]
+        else:
+            value = torch.randn(*shape, generator=generator, dtype=torch.float32)
+        tensors.append(value.to(device=device, dtype=case.dtype))
+    return tensors
+
+
+def build_op(case: Case):
+    import tileops.ops
+
+    op = _spec(case.op)
+    shapes = dict(case.shapes)
+    values = _values(op, shapes, dict(case.params))
+    static = {d.name: values[d.name] for d in op.static_dims}
+    cls = getattr(tileops.ops, case.op)
+    return cls(**static, dtype=case.dtype, **dict(case.params))
+
+
+def _poison_allocator(nbytes: int, device: str) -> None:
+    """Leave NaN-filled blocks in the caching allocator, so an unwritten output shows as NaN."""
+    if device != "cuda" or nbytes == 0:
+        return
+    blocks = [torch.full((max(nbytes // 4, 1),), float("nan"), device=device) for _ in range(4)]
+    del blocks
+
+
+def check_against_reference(case: Case, device: str = "cuda", seed: int = 0) -> None:
+    """Run the op on random inputs and compare every output with the float64 reference."""
+    spec = _spec(case.op)
+    generator = torch.Generator().manual_seed(seed)
+    inputs = make_inputs(spec, case, device, generator)
+    op = build_op(case)
+    expected_shapes = op._infer_output_shapes(*(tuple(t.shape) for t in inputs))
+    _poison_allocator(max((torch.Size(s).numel() for s in expected_shapes.values()), default=0) * 4, device)
+    outputs = op(*inputs)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    wide = [t.double() if t.is_floating_point() else t for t in inputs]
+    references = op.reference(*wide)
+    references = references if isinstance(references, tuple) else (references,)
+    assert len(outputs) == len(spec.outputs)
+    for tensor, out, ref in zip(spec.outputs, outputs, references):
+        assert tuple(out.shape) == expected_shapes[tensor.name], (tensor.name, out.shape)
+        assert out.device.type == torch.device(device).type
+        assert out.dtype == _expected_dtype(spec, tensor.name, inputs), (tensor.name, out.dtype)
+        assert_close(out, ref, case.dtype)
+
+
+def _expected_dtype(spec: OpSpec, name: str, inputs: Sequence[torch.Tensor]) -> torch.dtype:
+    """Follow ``same_as`` links to an input's actual dtype, or take the declared one."""
+    by_input = dict(zip(spec.input_names, inputs))
+    while spec.tensor(name).dtype.same_as is not None and name not in by_input:
+        name = spec.tensor(name).dtype.same_as
+    if name in by_input:
+        return by_input[name].dtype
+    return getattr(torch, spec.tensor(name).dtype.names[0])
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    """Per-dtype relative tolerance; the absolute floor scales with the result's magnitude."""
+    actual = actual.double().cpu()
+    expected = expected.double().cpu()
+    assert not torch.isnan(actual).any(), "output has NaN (unwritten or wrong)"
+    if expected.numel() == 0:
+        return
+    rtol = TOLERANCE[dtype]
+    scale = expected.abs().max().item()
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=rtol * max(scale, 1.0))
