@@ -1,0 +1,56 @@
+"""Helpers shared by kernels and the op bases that launch them.
+
+Kept apart from ``kernel_base`` so that ops can prepare tensors without
+importing TileLang.
+"""
+
+import contextlib
+from typing import Any, Callable, ContextManager
+
+import torch
+
+__all__ = ["ALIGNMENT", "aligned_contiguous", "direct_launcher", "on_device"]
+
+# Kernels read and write their tensors with 16-byte vector accesses.
+ALIGNMENT = 16
+
+_NO_SWITCH = contextlib.nullcontext()
+
+
+def aligned_contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` if it is contiguous and 16-byte aligned, else an aligned contiguous copy."""
+    if not tensor.is_contiguous():
+        return tensor.contiguous()
+    if tensor.data_ptr() % ALIGNMENT:
+        # A view at an odd offset into its storage: a fresh allocation is aligned.
+        return tensor.clone()
+    return tensor
+
+
+def on_device(device: torch.device) -> ContextManager[Any]:
+    """Make ``device`` current for a launch, restoring the previous device afterwards.
+
+    Compiled programs switch to their tensors' device themselves but leave it
+    current; the guard keeps the caller's current device unchanged.
+    """
+    if device.index is None or device.index == torch.cuda.current_device():
+        return _NO_SWITCH
+    return torch.cuda.device(device)
+
+
+def direct_launcher(compiled: Any) -> Callable[..., Any]:
+    """The fastest callable that launches a compiled TileLang program on preallocated tensors.
+
+    With the TVM-FFI backend and no TileLang-allocated outputs, the packed
+    function checks shapes, dtypes, strides and devices itself; calling it
+    directly skips a Python wrapper that only matters when TileLang allocates
+    outputs.  Any other backend gets the compiled program as is.
+    """
+    adapter = getattr(compiled, "adapter", None)
+    get_executable = getattr(adapter, "_get_executable", None)
+    if get_executable is None or getattr(adapter, "result_idx", None):
+        return compiled
+    try:
+        return get_executable()
+    except Exception:  # noqa: BLE001 - an unknown backend layout: the wrapper still works
+        return compiled

@@ -1,0 +1,611 @@
+"""Inclusive prefix sum (cumsum) forward along one axis of length ``N``.
+
+The input is seen as ``(outer, N, inner)`` row-major, so a scan over any
+axis of a contiguous tensor needs no transpose copy.  Sums accumulate in
+float32; the output has the input dtype.  ``N`` is fixed at construction;
+the other extents are TileLang symbolic dimensions.  Three programs:
+
+* **row scan** (``inner == 1``, given as ``(rows, N)``): ``row_threads``
+  threads share a row and walk it in chunks of ``row_threads * items``
+  elements.  Each thread scans its ``items`` consecutive elements in
+  registers, a shuffle scan combines the threads of a warp, a shared-memory
+  pass combines the warps of a row, and a running carry links the chunks.
+  Short rows are packed several to a block.
+* **split row scan**, for few long rows that would leave SMs idle: a first
+  program sums each of ``segments`` slices of every row, a second scans each
+  slice in its own block, starting from the sum of the slices before it
+  (reduce-then-scan: the second read of the input is mostly an L2 hit).
+* **column scan** (``inner > 1``): one thread per ``(outer, inner)`` column
+  walks the axis; neighbouring threads read neighbouring addresses.
+
+Global indices are computed in 64-bit by TileLang.
+"""
+
+# No ``from __future__ import annotations``: TileLang evaluates the
+# ``T.Tensor`` annotations of its programs against the enclosing scope.
+import logging
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.launch import direct_launcher
+
+__all__ = ["CumsumFwdKernel", "cumsum_default_config", "cumsum_autotune_configs"]
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+ACCUM = "float32"
+MAX_THREADS = 1024
+MIN_BLOCK_THREADS = 128
+WARP = 32
+
+# Program names, besides the row scan that ``program`` returns.
+SEGMENT_SUMS = "segment_sums"
+SPLIT_ROW_SCAN = "split_row_scan"
+COLUMN_SCAN = "column_scan"  # one program per tile width: "column_scan_<tile>"
+ROW_SCAN = "row_scan"
+COLUMN_TILES = (1, 2, 4, 8, 16, 32)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _largest_pow2_divisor(n: int, cap: int) -> int:
+    width = 1
+    while width * 2 <= cap and n % (width * 2) == 0:
+        width *= 2
+    return width
+
+
+def _elem_bytes(dtype: torch.dtype) -> int:
+    return dtype.itemsize
+
+
+def _row_layout(N: int, items: int, row_threads: int) -> Tuple[int, int, int]:
+    """(chunk, full chunks, tail elements) of a row walked ``row_threads * items`` at a time."""
+    chunk = row_threads * items
+    full_chunks = N // chunk
+    return chunk, full_chunks, N - full_chunks * chunk
+
+
+def _row_config(N: int, elem_bytes: int, items: int, threads_cap: int) -> Dict[str, int]:
+    items = min(items, _next_pow2(N))
+    row_threads = min(threads_cap, _next_pow2(-(-N // items)))
+    return {"threads": max(row_threads, MIN_BLOCK_THREADS), "items": items, "row_threads": row_threads}
+
+
+def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
+    """Heuristic config for scan length ``N`` and ``dtype``.
+
+    Two 16-byte vectors per thread and chunk; a row gets as many threads as
+    cover it in one chunk, up to 512 (longer rows loop).  Rows of four or more
+    chunks also get a split into ``segments`` slices of two chunks each (up to
+    32), used when at most ``split_max_rows`` rows come.
+    """
+    elem_bytes = _elem_bytes(dtype)
+    config = _row_config(N, elem_bytes, 2 * (16 // elem_bytes), 512)
+    chunk, full_chunks, tail = _row_layout(N, config["items"], config["row_threads"])
+    total_chunks = full_chunks + (tail > 0)
+    config["segments"] = min(32, total_chunks // 2) if total_chunks >= 4 else 1
+    config["split_max_rows"] = 128
+    config["column_threads"] = 256
+    config["column_items"] = 8
+    # Scans over a middle axis with fewer column blocks than this, and at
+    # least ``4 * column_threads`` long, transpose to rows instead (the
+    # column program would leave most SMs idle).
+    config["column_min_blocks"] = 128
+    return config
+
+
+def cumsum_autotune_configs(N: int, dtype: torch.dtype) -> List[Dict[str, int]]:
+    """Valid candidate configs around the heuristic (the heuristic first).
+
+    Candidates vary the row layout (items per thread, threads per row); each
+    keeps the split heuristic of its own layout.
+    """
+    elem_bytes = _elem_bytes(dtype)
+    vector = 16 // elem_bytes
+    default = cumsum_default_config(N, dtype)
+    candidates = [default]
+    for items in (vector, 2 * vector, 4 * vector):
+        for threads_cap in (256, 512, 1024):
+            config = {**default, **_row_config(N, elem_bytes, items, threads_cap)}
+            chunk, full_chunks, tail = _row_layout(N, config["items"], config["row_threads"])
+            total_chunks = full_chunks + (tail > 0)
+            config["segments"] = min(32, total_chunks // 2) if total_chunks >= 4 else 1
+            candidates.append(config)
+    unique: List[Dict[str, int]] = []
+    for config in candidates:
+        if config not in unique:
+            unique.append(config)
+    return unique
+
+
+def _validate_row_config(N: int, threads: int, items: int, row_threads: int, segments: int) -> None:
+    def pow2(n: int) -> bool:
+        return n >= 1 and n & (n - 1) == 0
+
+    if not (WARP <= threads <= MAX_THREADS and pow2(threads)):
+        raise ValueError(f"CumsumFwdKernel: threads must be a power of two in [32, 1024], got {threads}")
+    if not (pow2(row_threads) and row_threads <= threads):
+        raise ValueError(f"CumsumFwdKernel: row_threads must be a power of two <= threads, got {row_threads}")
+    if items < 1 or segments < 1:
+        raise ValueError(f"CumsumFwdKernel: items and segments must be positive, got {items}, {segments}")
+
+
+def _segment_layout(N: int, items: int, row_threads: int, segments: int) -> Tuple[int, int]:
+    """(chunks per segment, segments actually used) when a row is split."""
+    chunk, full_chunks, tail = _row_layout(N, items, row_threads)
+    total_chunks = full_chunks + (tail > 0)
+    per_segment = -(-total_chunks // segments)
+    return per_segment, -(-total_chunks // per_segment)
+
+
+def _load_vector(N: int, items: int, dtype: str) -> int:
+    """Elements per vectorized access: divides ``items`` and ``N`` (aligned rows), <= 16 bytes."""
+    elem_bytes = 4 if dtype == "float32" else 2
+    return _largest_pow2_divisor(N, _largest_pow2_divisor(items, 16 // elem_bytes))
+
+
+def row_scan_program(
+    N: int, dtype: str, *, threads: int, items: int, row_threads: int, segments: int = 1, **_: Any
+) -> Any:
+    """Row scan of ``(R, N)``; with ``segments > 1`` the second step of the split scan.
+
+    The split form also takes ``Partial: (R, S)`` float32 segment sums and
+    scans segment ``s`` of each row in block ``(row block, s)``, starting from
+    ``sum(Partial[row, :s])``.
+    """
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    _validate_row_config(N, threads, items, row_threads, segments)
+    rows_per_block = threads // row_threads
+    chunk, full_chunks, tail = _row_layout(N, items, row_threads)
+    group = min(row_threads, WARP)  # lanes of one row inside a warp
+    warps_per_row = max(1, row_threads // WARP)
+    vector = _load_vector(N, items, dtype)
+    split = segments > 1
+    per_segment, used_segments = _segment_layout(N, items, row_threads, segments) if split else (0, 1)
+    R = T.dynamic("R")
+
+    @T.macro
+    def load_chunk(X, raw, row, lane, chunk_index, guarded):
+        if guarded:
+            for k in T.unroll(items):
+                raw[k] = T.if_then_else(
+                    (row < R) and (chunk_index * chunk + lane * items + k < N),
+                    X[row, chunk_index * chunk + lane * items + k],
+                    T.cast(0, dtype),
+                )
+        else:
+            if row < R:
+                for v in T.unroll(items // vector):
+                    for k in T.vectorized(vector):
+                        raw[v * vector + k] = X[row, chunk_index * chunk + lane * items + v * vector + k]
+            else:
+                for k in T.unroll(items):
+                    raw[k] = T.cast(0, dtype)
+
+    @T.macro
+    def scan_chunk(raw, vals, totals, state, tx, buffer):
+        """Scan the chunk in ``raw`` into ``vals``, offset by the carry ``state[0]``; advance the carry.
+
+        ``state`` holds [carry, inclusive, exclusive, warp prefix, chunk total] in float32.
+        """
+        lane_in_group = tx % group
+        vals[0] = T.cast(raw[0], ACCUM)
+        for k in T.unroll(1, items):
+            vals[k] = vals[k - 1] + T.cast(raw[k], ACCUM)
+        state[1] = vals[items - 1]
+        for step in T.unroll(max(1, group.bit_length() - 1)):
+            if (1 << step) < group:
+                neighbour = T.shfl_up(state[1], 1 << step, group)
+                if lane_in_group >= (1 << step):
+                    state[1] = state[1] + neighbour
+        state[2] = T.shfl_up(state[1], 1, group)
+        if lane_in_group == 0:
+            state[2] = T.cast(0, ACCUM)
+        if warps_per_row > 1:
+            row_in_block = tx // row_threads
+            warp_in_row = (tx % row_threads) // WARP
+            if lane_in_group == WARP - 1:
+                totals[buffer, row_in_block, warp_in_row] = state[1]
+            # One barrier a chunk: the totals alternate between two buffers, so a
+            # warp that runs ahead cannot overwrite totals another is still reading.
+            T.sync_threads()
+            state[3] = T.cast(0, ACCUM)
+            state[4] = T.cast(0, ACCUM)
+            for w in T.unroll(warps_per_row):
+                if w < warp_in_row:
+                    state[3] = state[3] + totals[buffer, row_in_block, w]
+                state[4] = state[4] + totals[buffer, row_in_block, w]
+            state[2] = state[2] + state[3]
+        else:
+            state[4] = T.shfl_sync(state[1], group - 1, group)
+        for k in T.unroll(items):
+            vals[k] = vals[k] + (state[0] + state[2])
+        state[0] = state[0] + state[4]
+
+    @T.macro
+    def store_chunk(Y, vals, row, lane, chunk_index, guarded):
+        if guarded:
+            for k in T.unroll(items):
+                if (row < R) and (chunk_index * chunk + lane * items + k < N):
+                    Y[row, chunk_index * chunk + lane * items + k] = T.cast(vals[k], dtype)
+        else:
+            if row < R:
+                for v in T.unroll(items // vector):
+                    for k in T.vectorized(vector):
+                        Y[row, chunk_index * chunk + lane * items + v * vector + k] = T.cast(
+                            vals[v * vector + k], dtype
+                        )
+
+    if not split:
+
+        @T.prim_func
+        def cumsum_row_scan(X: T.Tensor((R, N), dtype), Y: T.Tensor((R, N), dtype)):
+            with T.Kernel(T.ceildiv(R, rows_per_block), threads=threads) as bx:
+                tx = T.get_thread_binding()
+                raw = T.alloc_local((items,), dtype)
+                vals = T.alloc_local((items,), ACCUM)
+                state = T.alloc_local((5,), ACCUM)
+                totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
+                row = bx * rows_per_block + tx // row_threads
+                lane = tx % row_threads
+                state[0] = T.cast(0, ACCUM)
+                for c in T.serial(full_chunks):
+                    load_chunk(X, raw, row, lane, c, False)
+                    scan_chunk(raw, vals, totals, state, tx, c % 2)
+                    store_chunk(Y, vals, row, lane, c, False)
+                if tail > 0:
+                    load_chunk(X, raw, row, lane, full_chunks, True)
+                    scan_chunk(raw, vals, totals, state, tx, full_chunks % 2)
+                    store_chunk(Y, vals, row, lane, full_chunks, True)
+
+        return cumsum_row_scan
+
+    @T.prim_func
+    def cumsum_split_row_scan(
+        X: T.Tensor((R, N), dtype),
+        Partial: T.Tensor((R, used_segments), ACCUM),
+        Y: T.Tensor((R, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, segment):
+            tx = T.get_thread_binding()
+            raw = T.alloc_local((items,), dtype)
+            vals = T.alloc_local((items,), ACCUM)
+            state = T.alloc_local((5,), ACCUM)
+            totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
+            row = bx * rows_per_block + tx // row_threads
+            lane = tx % row_threads
+            state[0] = T.cast(0, ACCUM)
+            if row < R:
+                for s in T.serial(used_segments):
+                    if s < segment:
+                        state[0] = state[0] + Partial[row, s]
+            for c in T.serial(per_segment):
+                chunk_index = segment * per_segment + c
+                if chunk_index < full_chunks:
+                    load_chunk(X, raw, row, lane, chunk_index, False)
+                    scan_chunk(raw, vals, totals, state, tx, c % 2)
+                    store_chunk(Y, vals, row, lane, chunk_index, False)
+                elif chunk_index == full_chunks and tail > 0:
+                    load_chunk(X, raw, row, lane, chunk_index, True)
+                    scan_chunk(raw, vals, totals, state, tx, c % 2)
+                    store_chunk(Y, vals, row, lane, chunk_index, True)
+
+    return cumsum_split_row_scan
+
+
+def segment_sums_program(
+    N: int, dtype: str, *, threads: int, items: int, row_threads: int, segments: int, **_: Any
+) -> Any:
+    """First step of the split scan: ``Partial[r, s]`` = float32 sum of segment ``s`` of row ``r``."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    _validate_row_config(N, threads, items, row_threads, segments)
+    rows_per_block = threads // row_threads
+    chunk, full_chunks, tail = _row_layout(N, items, row_threads)
+    group = min(row_threads, WARP)
+    warps_per_row = max(1, row_threads // WARP)
+    vector = _load_vector(N, items, dtype)
+    per_segment, used_segments = _segment_layout(N, items, row_threads, segments)
+    R = T.dynamic("R")
+
+    @T.prim_func
+    def cumsum_segment_sums(X: T.Tensor((R, N), dtype), Partial: T.Tensor((R, used_segments), ACCUM)):
+        with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, segment):
+            tx = T.get_thread_binding()
+            raw = T.alloc_local((items,), dtype)
+            acc = T.alloc_local((1,), ACCUM)
+            warp_sums = T.alloc_shared((rows_per_block, warps_per_row), ACCUM)
+            row = bx * rows_per_block + tx // row_threads
+            lane = tx % row_threads
+            acc[0] = T.cast(0, ACCUM)
+            if row < R:
+                for c in T.serial(per_segment):
+                    chunk_index = segment * per_segment + c
+                    if chunk_index < full_chunks:
+                        for v in T.unroll(items // vector):
+                            for k in T.vectorized(vector):
+                                raw[v * vector + k] = X[row, chunk_index * chunk + lane * items + v * vector + k]
+                        for k in T.unroll(items):
+                            acc[0] = acc[0] + T.cast(raw[k], ACCUM)
+                    elif chunk_index == full_chunks and tail > 0:
+                        for k in T.unroll(items):
+                            if chunk_index * chunk + lane * items + k < N:
+                                acc[0] = acc[0] + T.cast(X[row, chunk_index * chunk + lane * items + k], ACCUM)
+            for step in T.unroll(max(1, group.bit_length() - 1)):
+                if (1 << step) < group:
+                    acc[0] = acc[0] + T.shfl_xor(acc[0], 1 << step, group)
+            if warps_per_row > 1:
+                if tx % WARP == 0:
+                    warp_sums[tx // row_threads, (tx % row_threads) // WARP] = acc[0]
+                T.sync_threads()
+                if lane == 0:
+                    acc[0] = T.cast(0, ACCUM)
+                    for w in T.unroll(warps_per_row):
+                        acc[0] = acc[0] + warp_sums[tx // row_threads, w]
+            if lane == 0 and row < R:
+                Partial[row, segment] = acc[0]
+
+    return cumsum_segment_sums
+
+
+def column_scan_program(
+    N: int, dtype: str, *, column_threads: int, column_items: int, column_tile: int, **_: Any
+) -> Any:
+    """Scan of ``(O, N, I)`` along ``N``, a block per ``column_tile`` neighbouring columns.
+
+    Thread ``tx = tn * column_tile + ti`` owns column ``ti`` of its tile and
+    ``column_items`` consecutive positions along ``N`` of each chunk of
+    ``(column_threads // column_tile) * column_items`` positions: the
+    threads of one position read neighbouring addresses.  A thread scans its
+    items in registers; the threads of one column combine through shuffles
+    within a warp and shared memory across warps; a per-column carry links
+    the chunks.
+    """
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    tile = column_tile
+    threads = column_threads
+    items = column_items
+    if tile not in COLUMN_TILES or threads % WARP or not (WARP <= threads <= MAX_THREADS) or items < 1:
+        raise ValueError(
+            f"CumsumFwdKernel: bad column config threads={threads} items={items} tile={tile}"
+        )
+    positions = threads // tile  # threads that share one column
+    chunk = positions * items
+    full_chunks = N // chunk
+    tail = N - full_chunks * chunk
+    warps = threads // WARP
+    lanes_per_column = WARP // tile  # threads of one column inside a warp
+    O = T.dynamic("O")
+    I = T.dynamic("I")
+
+    @T.macro
+    def scan_chunk(X, Y, raw, vals, totals, state, outer, column, tx, chunk_index, guarded):
+        position = tx // tile
+        lane_position = (tx % WARP) // tile
+        first = chunk_index * chunk + position * items
+        for k in T.unroll(items):
+            if guarded:
+                raw[k] = T.if_then_else(
+                    (column < I) and (first + k < N), X[outer, first + k, column], T.cast(0, dtype)
+                )
+            else:
+                raw[k] = T.if_then_else(column < I, X[outer, first + k, column], T.cast(0, dtype))
+        vals[0] = T.cast(raw[0], ACCUM)
+        for k in T.unroll(1, items):
+            vals[k] = vals[k - 1] + T.cast(raw[k], ACCUM)
+        state[1] = vals[items - 1]
+        for step in T.unroll(max(1, lanes_per_column.bit_length() - 1)):
+            if (1 << step) < lanes_per_column:
+                neighbour = T.shfl_up(state[1], (1 << step) * tile)
+                if lane_position >= (1 << step):
+                    state[1] = state[1] + neighbour
+        state[2] = T.shfl_up(state[1], tile)
+        if lane_position == 0:
+            state[2] = T.cast(0, ACCUM)
+        if warps > 1:
+            if lane_position == lanes_per_column - 1:
+                totals[chunk_index % 2, tx // WARP, tx % tile] = state[1]
+            T.sync_threads()
+            state[3] = T.cast(0, ACCUM)
+            for w in T.unroll(warps):
+                if w < tx // WARP:
+                    state[2] = state[2] + totals[chunk_index % 2, w, tx % tile]
+                state[3] = state[3] + totals[chunk_index % 2, w, tx % tile]
+        else:
+            state[3] = T.shfl_sync(state[1], (lanes_per_column - 1) * tile + tx % tile)
+        for k in T.unroll(items):
+            if guarded:
+                if (column < I) and (first + k < N):
+                    Y[outer, first + k, column] = T.cast(vals[k] + (state[0] + state[2]), dtype)
+            else:
+                if column < I:
+                    Y[outer, first + k, column] = T.cast(vals[k] + (state[0] + state[2]), dtype)
+        state[0] = state[0] + state[3]
+
+    @T.prim_func
+    def cumsum_column_scan(X: T.Tensor((O, N, I), dtype), Y: T.Tensor((O, N, I), dtype)):
+        with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
+            tx = T.get_thread_binding()
+            raw = T.alloc_local((items,), dtype)
+            vals = T.alloc_local((items,), ACCUM)
+            # [carry, inclusive, exclusive, chunk total] of this thread's column
+            state = T.alloc_local((4,), ACCUM)
+            totals = T.alloc_shared((2, warps, tile), ACCUM)
+            # Truncating division: block indices are non-negative, and it spares
+            # the sign fix-ups of floor division.
+            outer = T.truncdiv(bx, T.ceildiv(I, tile))
+            column = (bx - outer * T.ceildiv(I, tile)) * tile + tx % tile
+            state[0] = T.cast(0, ACCUM)
+            for c in T.serial(full_chunks):
+                scan_chunk(X, Y, raw, vals, totals, state, outer, column, tx, c, False)
+            if tail > 0:
+                scan_chunk(X, Y, raw, vals, totals, state, outer, column, tx, full_chunks, True)
+
+    return cumsum_column_scan
+
+
+def _build_program(name: str, N: int, dtype: str, config: Dict[str, Any]) -> Any:
+    if name == ROW_SCAN:
+        return row_scan_program(N, dtype, **{**config, "segments": 1})
+    if name == SPLIT_ROW_SCAN:
+        return row_scan_program(N, dtype, **config)
+    if name == SEGMENT_SUMS:
+        return segment_sums_program(N, dtype, **config)
+    if name.startswith(COLUMN_SCAN):
+        return column_scan_program(N, dtype, column_tile=int(name[len(COLUMN_SCAN) + 1 :]), **config)
+    raise ValueError(f"CumsumFwdKernel: unknown program {name!r}")
+
+
+def column_program_name(inner: int) -> str:
+    """The column-scan program for ``inner`` columns: tiles as wide as the columns, up to a warp."""
+    tile = min(WARP, _next_pow2(inner))
+    return f"{COLUMN_SCAN}_{tile}"
+
+
+class CumsumFwdKernel(Kernel):
+    """Inclusive cumsum along an axis of length ``N`` (float32 accumulation).
+
+    ``forward(x, out)`` takes ``x`` as ``(rows, N)`` (a scan over the last
+    axis) or ``(outer, N, inner)``, contiguous and 16-byte aligned, and writes
+    ``out`` (same shape and dtype, preallocated).  Few long rows (at most
+    ``config["split_max_rows"]``) take the split scan when
+    ``config["segments"] > 1``.
+
+    Args:
+        N: length of the scanned axis, fixed at construction.
+        dtype: dtype of ``x`` and ``out`` (float16, bfloat16, float32).
+        config: explicit config (keys of ``default_config``; may be partial).
+        tune: pick the fastest of ``autotune_configs`` on the current GPU.
+    """
+
+    def __init__(
+        self,
+        N: int,
+        dtype: torch.dtype,
+        *,
+        config: Optional[Dict[str, Any]] = None,
+        tune: bool = False,
+    ) -> None:
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"CumsumFwdKernel: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+        if N < 1:
+            raise ValueError(f"CumsumFwdKernel: N must be positive, got {N}")
+        self.N = int(N)
+        # (config object, {program name: compiled}) of the current config.
+        self._bound: Tuple[Optional[Dict[str, Any]], Dict[str, Any]] = (None, {})
+        super().__init__(dtype, config=config, tune=tune)
+
+    @property
+    def default_config(self) -> Dict[str, Any]:
+        return cumsum_default_config(self.N, self.dtype)
+
+    @property
+    def autotune_configs(self) -> List[Dict[str, Any]]:
+        return cumsum_autotune_configs(self.N, self.dtype)
+
+    @property
+    def split_segments(self) -> int:
+        """Segments a row is cut into on the split path (1: no split path)."""
+        config = self.config
+        if config["segments"] <= 1:
+            return 1
+        return _segment_layout(self.N, config["items"], config["row_threads"], config["segments"])[1]
+
+    def program(self, **config: Any) -> Any:
+        """The row-scan program (the one every row count can use)."""
+        return _build_program(ROW_SCAN, self.N, torch_dtype_to_tl(self.dtype), config)
+
+    def program_names(self, inner: int = 1) -> List[str]:
+        """The programs ``forward`` may launch with the current config (``inner``: columns per position)."""
+        names = [ROW_SCAN]
+        if inner > 1:
+            names.append(column_program_name(inner))
+        if self.split_segments > 1:
+            names += [SEGMENT_SUMS, SPLIT_ROW_SCAN]
+        return names
+
+    def compile_program(self, name: str, config: Optional[Dict[str, Any]] = None, target: Any = "auto") -> Any:
+        """The compiled program ``name`` for ``config`` (default: ``self.config``), cached."""
+        if name == ROW_SCAN:
+            return self.compile(config, target)
+        import tilelang  # deferred: importing tilelang costs seconds
+
+        config = dict(self.config if config is None else config)
+        key = (name, repr(target)) + tuple(sorted(config.items()))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._compile_lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    logger.info("compiling %s.%s config=%s target=%s", type(self).__name__, name, config, target)
+                    program = _build_program(name, self.N, torch_dtype_to_tl(self.dtype), config)
+                    compiled = tilelang.compile(program, target=target)
+                    self._compiled[key] = compiled
+        return compiled
+
+    def build_all_for_sm90(self, inner: int = 1) -> Dict[str, Any]:
+        """Compile every program of the current config for sm_90 (no GPU needed)."""
+        return {name: self.compile_program(name, target=SM90_BUILD_TARGET) for name in self.program_names(inner)}
+
+    def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
+        """Random ``(x, out)`` rows on the current GPU to time a candidate on."""
+        x = torch.randn(self.tuning_rows if rows is None else rows, self.N, device="cuda", dtype=self.dtype)
+        return x, torch.empty_like(x)
+
+    def _launcher(self, name: str) -> Any:
+        config, launchers = self._bound
+        if config is not self.config:
+            # Compiled programs are cached per config object: looking them up
+            # through ``compile`` builds a key per call, which costs microseconds.
+            config, launchers = self.config, {}
+            self._bound = (config, launchers)
+        launcher = launchers.get(name)
+        if launcher is None:
+            launcher = launchers[name] = direct_launcher(self.compile_program(name))
+        return launcher
+
+    def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Write the inclusive cumsum of ``x`` along its axis of length ``N`` into ``out``.
+
+        ``x``: ``(rows, N)`` or ``(outer, N, inner)``, contiguous, 16-byte
+        aligned, at least one element; ``out`` alike.
+        """
+        if x.dim() == 2:
+            return self._scan_rows(x, out)
+        outer, _, inner = x.shape
+        if inner == 1:
+            self._scan_rows(x.view(outer, self.N), out.view(outer, self.N))
+            return out
+        config = self.config
+        tile = min(WARP, _next_pow2(inner))
+        blocks = outer * -(-inner // tile)
+        if blocks < config["column_min_blocks"] and self.N >= 4 * config["column_threads"]:
+            # Too few columns to fill the GPU: scanning transposed rows is faster
+            # than leaving most SMs idle, even with the two extra copies.
+            rows = x.transpose(1, 2).contiguous()
+            scanned = torch.empty_like(rows)
+            self._scan_rows(rows.view(-1, self.N), scanned.view(-1, self.N))
+            out.copy_(scanned.transpose(1, 2))
+            return out
+        self._launcher(f"{COLUMN_SCAN}_{tile}")(x, out)
+        return out
+
+    def _scan_rows(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
+        if rows <= self.config["split_max_rows"]:
+            segments = self.split_segments
+            if segments > 1:
+                partial = torch.empty((rows, segments), dtype=torch.float32, device=x.device)
+                self._launcher(SEGMENT_SUMS)(x, partial)
+                self._launcher(SPLIT_ROW_SCAN)(x, partial, out)
+                return out
+        self._launcher(ROW_SCAN)(x, out)
+        return out

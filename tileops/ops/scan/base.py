@@ -1,0 +1,93 @@
+"""L2 base of the scan family: the CUDA path of scans along one axis.
+
+A scan op commits the length ``N`` of its axis ``dim`` at construction.  A
+contiguous input is seen as ``(outer, N, inner)`` without copying; the kernels
+take ``outer`` and ``inner`` as TileLang symbolic dimensions, so one kernel per
+device serves every input shape.
+"""
+
+from typing import Hashable, Tuple
+
+import torch
+
+from tileops.kernels.kernel_base import Kernel
+from tileops.kernels.launch import aligned_contiguous, on_device
+from tileops.ops.op_base import Op
+
+__all__ = ["ScanOp"]
+
+# Kernels take extents as int32.
+MAX_EXTENT = 2**31 - 1
+
+
+class ScanOp(Op):
+    """Shared forward flow of the scan family (``CumsumFwdOp`` and kin).
+
+    L3 ops set ``N``, ``dim``, ``dtype``, ``tune`` and ``kernel_map``, and call
+    ``_run_kernel`` once every check has passed with CUDA tensors.
+    """
+
+    N: int
+    dim: int
+    tune: bool
+
+    # The kernel_map entry this family's forward launches.
+    kernel_key = "cumsum_fwd"
+
+    def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
+        return self.kernel_map[key](self.N, self.dtype, tune=self.tune)
+
+    def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
+        # outer and inner are symbolic in the kernels, so only the device decides
+        # which kernel serves a call; ``_run_kernel`` passes ``(device index,)``.
+        return input_shapes[0]
+
+    def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        """``y`` shaped like ``x``: the scan of ``x`` along ``self.dim``."""
+        shape = x.shape
+        y = torch.empty(shape, dtype=x.dtype, device=x.device)
+        numel = y.numel()
+        if numel == 0:
+            return y
+        N = self.N
+        inner = 1
+        for size in shape[self.dim % x.ndim + 1 :]:
+            inner *= size
+        outer = numel // (N * inner)
+        x = aligned_contiguous(x)
+        device = x.device
+        kernel = self._kernel(self.kernel_key, (device.index,))
+        with on_device(device):
+            if inner == 1:
+                self._launch_rows(kernel, x.view(outer, N), y.view(outer, N))
+            else:
+                self._launch_columns(kernel, x.view(outer, N, inner), y.view(outer, N, inner))
+        return y
+
+    @staticmethod
+    def _launch_rows(kernel: Kernel, x: torch.Tensor, y: torch.Tensor) -> None:
+        rows = x.shape[0]
+        if rows <= MAX_EXTENT:
+            kernel(x, y)
+            return
+        # Slices start at a multiple of N elements: as aligned as the kernel needs.
+        for start in range(0, rows, MAX_EXTENT):
+            stop = min(rows, start + MAX_EXTENT)
+            kernel(x[start:stop], y[start:stop])
+
+    @staticmethod
+    def _launch_columns(kernel: Kernel, x: torch.Tensor, y: torch.Tensor) -> None:
+        outer, _, inner = x.shape
+        if inner > MAX_EXTENT:
+            raise ValueError(
+                f"{type(kernel).__name__}: {inner} elements after the scanned axis exceed "
+                f"{MAX_EXTENT}; reshape the input"
+            )
+        # The column program numbers its blocks outer * ceil(inner / 32) in int32.
+        outer_per_launch = max(1, MAX_EXTENT // -(-inner // 32))
+        if outer <= outer_per_launch:
+            kernel(x, y)
+            return
+        for start in range(0, outer, outer_per_launch):
+            stop = min(outer, start + outer_per_launch)
+            kernel(x[start:stop], y[start:stop])
