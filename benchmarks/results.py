@@ -1,0 +1,231 @@
+"""Results as CSV rows (one per op x workload x dtype x variant) and Markdown tables.
+
+The CSV is the record: appended run after run, each row carrying its run's date,
+device, software versions and the ceilings it was measured against, so SOL % can be
+recomputed from the file alone. The Markdown summary and the README block are both
+rendered from rows read back from it, never typed.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from .ceilings import Ceilings
+from .metrics import achieved_gbps, achieved_tflops, sol_percent, speedup
+from .runner import CaseResult
+
+__all__ = [
+    "CSV_COLUMNS", "RunInfo", "gpu_slug", "result_rows", "append_csv", "read_csv", "latest_run",
+    "render_table", "render_markdown", "VARIANTS",
+]
+
+logger = logging.getLogger(__name__)
+
+CSV_COLUMNS: Tuple[str, ...] = (
+    "run", "date", "gpu", "tileops", "torch", "tilelang", "triton",
+    "op", "workload", "dtype", "shapes", "params", "variant", "status",
+    "median_us", "gbps", "tflops", "sol_pct", "speedup_vs_eager", "speedup_vs_compile",
+    "peak_mem_mib", "rel_err", "flops", "bytes", "copy_gbps", "peak_tflops", "note",
+)
+VARIANTS = ("tileops", "eager", "compile")
+VERSION_KEYS = ("tileops", "torch", "tilelang", "triton")
+
+Row = Dict[str, str]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What every row of one run shares."""
+
+    run: str  # UTC timestamp, e.g. 2026-11-22T05:01:02Z; identifies the run in the CSV
+    gpu: str
+    ceilings: Ceilings
+    versions: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def date(self) -> str:
+        return self.run[:10]
+
+
+def gpu_slug(name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``NVIDIA-H100-80GB-HBM3`` (the results file stem)."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", name).strip("-") or "unknown-gpu"
+
+
+def _number(value: Optional[float], digits: int) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _shape_text(shapes: Sequence[Optional[Tuple[int, ...]]]) -> str:
+    return " ".join("-" if s is None else "x".join(str(d) for d in s) or "scalar" for s in shapes)
+
+
+def result_rows(result: CaseResult, info: RunInfo) -> List[Row]:
+    """CSV rows of one case: metrics from ``eval_roofline`` against this run's ceilings."""
+    case = result.case
+    peak = info.ceilings.peak_tflops(case.dtype)
+    timed = {o.variant: o.median_us for o in result.outcomes if o.median_us is not None}
+    rows = []
+    for outcome in result.outcomes:
+        micros = outcome.median_us
+        row: Row = {
+            "run": info.run, "date": info.date, "gpu": info.gpu,
+            **{key: str(info.versions.get(key, "")) for key in VERSION_KEYS},
+            "op": case.spec.name, "workload": case.workload.label, "dtype": case.dtype,
+            "shapes": _shape_text(result.shapes),
+            "params": " ".join(f"{k}={v}" for k, v in case.workload.params),
+            "variant": outcome.variant, "status": outcome.status,
+            "median_us": _number(micros, 3),
+            "flops": "" if result.flops is None else str(result.flops),
+            "bytes": "" if result.bytes is None else str(result.bytes),
+            "copy_gbps": _number(info.ceilings.copy_gbps, 1), "peak_tflops": _number(peak, 1),
+            "peak_mem_mib": _number(None if outcome.peak_bytes is None else outcome.peak_bytes / 2**20, 2),
+            "rel_err": "" if outcome.error is None else f"{outcome.error:.2e}",
+            "note": outcome.note,
+        }
+        if micros is not None and result.flops is not None and result.bytes is not None:
+            row["gbps"] = _number(achieved_gbps(result.bytes, micros), 1)
+            row["tflops"] = _number(achieved_tflops(result.flops, micros), 3)
+            row["sol_pct"] = _number(sol_percent(result.flops, result.bytes, micros,
+                                                 info.ceilings.copy_gbps, peak), 1)
+        row["speedup_vs_eager"] = _number(speedup(timed.get("eager"), micros), 3)
+        row["speedup_vs_compile"] = _number(speedup(timed.get("compile"), micros), 3)
+        rows.append({column: row.get(column, "") for column in CSV_COLUMNS})
+    return rows
+
+
+# ---- CSV ------------------------------------------------------------------------------------
+def read_csv(path: Path) -> List[Row]:
+    """Every row of a results CSV (empty when the file does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        return [dict(row) for row in csv.DictReader(handle)]
+
+
+def _header(path: Path) -> Optional[List[str]]:
+    with path.open(newline="") as handle:
+        return next(csv.reader(handle), None)
+
+
+def append_csv(path: Path, rows: Iterable[Row]) -> None:
+    """Append rows; a file written with other columns is rewritten once with the current ones.
+
+    Old columns that no longer exist are kept at the end, so no recorded number is lost.
+    """
+    path = Path(path)
+    rows = list(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = _header(path) if path.exists() and path.stat().st_size else None
+    if header is not None and header != list(CSV_COLUMNS):
+        old = read_csv(path)
+        columns = list(CSV_COLUMNS) + [c for c in header if c not in CSV_COLUMNS]
+        logger.warning("%s has other columns; rewriting it with the current header", path)
+        temporary = path.with_suffix(path.suffix + ".tmp")
+        with temporary.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+            writer.writeheader()
+            writer.writerows(old)
+            writer.writerows(rows)
+        os.replace(temporary, path)
+        return
+    with path.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(CSV_COLUMNS), restval="", extrasaction="ignore")
+        if header is None:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+def latest_run(rows: Sequence[Row]) -> List[Row]:
+    """The rows of the most recent run (runs are ISO timestamps, so they sort by time)."""
+    if not rows:
+        return []
+    last = max(row.get("run", "") for row in rows)
+    return [row for row in rows if row.get("run", "") == last]
+
+
+# ---- Markdown -------------------------------------------------------------------------------
+def _cases(rows: Sequence[Row]) -> "OrderedDict[Tuple[str, str, str], Dict[str, Row]]":
+    grouped: "OrderedDict[Tuple[str, str, str], Dict[str, Row]]" = OrderedDict()
+    for row in rows:
+        grouped.setdefault((row["op"], row["workload"], row["dtype"]), {})[row["variant"]] = row
+    return grouped
+
+
+def _time_cell(row: Optional[Row]) -> str:
+    if row is None:
+        return "—"
+    if row.get("status") != "ok":
+        err = f" ({row['rel_err']})" if row.get("rel_err") and row.get("status") == "wrong" else ""
+        return f"**{row.get('status', '?')}**{err}"
+    return f"{float(row['median_us']):.2f}"
+
+
+def _cell(row: Optional[Row], column: str, suffix: str = "") -> str:
+    value = (row or {}).get(column, "")
+    return f"{value}{suffix}" if value and (row or {}).get("status") == "ok" else "—"
+
+
+def _memory_cell(variants: Mapping[str, Row]) -> str:
+    values = [variants.get(name, {}).get("peak_mem_mib", "") for name in VARIANTS if name in variants]
+    return " / ".join(v if v else "—" for v in values) or "—"
+
+
+TABLE_HEADER = ("| op | workload | dtype | µs | GB/s | TFLOP/s | SOL % | eager µs | eager SOL % "
+                "| compile µs | compile SOL % | vs eager | vs compile | peak MiB (ours / eager / compile) |")
+
+
+def render_table(rows: Sequence[Row]) -> str:
+    """One line per op x workload x dtype: ours, then the eager and compiled baselines."""
+    lines = [TABLE_HEADER, "|" + "---|" * TABLE_HEADER.count(" | ") + "---|"]
+    for (op, workload, dtype), variants in _cases(rows).items():
+        ours, eager, compiled = (variants.get(name) for name in VARIANTS)
+        lines.append("| " + " | ".join([
+            op, workload, dtype, _time_cell(ours), _cell(ours, "gbps"), _cell(ours, "tflops"),
+            _cell(ours, "sol_pct"), _time_cell(eager), _cell(eager, "sol_pct"),
+            _time_cell(compiled), _cell(compiled, "sol_pct"),
+            _cell(ours, "speedup_vs_eager", "×"), _cell(ours, "speedup_vs_compile", "×"),
+            _memory_cell(variants),
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def _notes(rows: Sequence[Row]) -> List[str]:
+    return [f"- {row['op']} {row['workload']} {row['dtype']} {row['variant']}: "
+            f"{row['status']}{(' — ' + row['note']) if row.get('note') else ''}"
+            for row in rows if row.get("status") != "ok" or row.get("note")]
+
+
+def describe_run(rows: Sequence[Row]) -> str:
+    """One line: device, date, versions and ceilings of a run's rows."""
+    first = rows[0]
+    versions = ", ".join(f"{key} {first[key]}" for key in VERSION_KEYS if first.get(key))
+    peaks = sorted({(row["dtype"], row["peak_tflops"]) for row in rows if row.get("peak_tflops")})
+    rates = ", ".join(f"{dtype} {rate} TFLOP/s" for dtype, rate in peaks)
+    return (f"{first['gpu']}, {first['date']} ({versions}). Ceilings measured in the run: "
+            f"copy {first['copy_gbps']} GB/s; matmul {rates}.")
+
+
+def render_markdown(rows: Sequence[Row], source: str = "") -> str:
+    """The summary page of one run: what was measured, the table, and every failure."""
+    if not rows:
+        return "No benchmark results.\n"
+    parts = [f"# Benchmarks: {rows[0]['gpu']}", "", describe_run(rows), "",
+             "Times are medians of CUDA-event timings with L2 flushed before each call. SOL % is the "
+             "roofline floor (max of bytes / copy bandwidth and flops / matmul rate, from the op's "
+             "`eval_roofline`) over the time; speedups are baseline time over ours; peak memory is "
+             "what one call allocates above its inputs.", "", render_table(rows), ""]
+    notes = _notes(rows)
+    if notes:
+        parts += ["Notes:", "", *notes, ""]
+    if source:
+        parts += [f"Source: `{source}` (run {rows[0]['run']}).", ""]
+    return "\n".join(parts)

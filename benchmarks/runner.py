@@ -1,0 +1,195 @@
+"""Run one case: build the op and inputs, check every variant, then time the right ones.
+
+A variant whose output disagrees with the oracle is reported as ``wrong`` with its
+error and is never timed; one that raises is reported as ``error``. Nothing here
+prints: results are returned and the caller writes them.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from codegen.model import Manifest, OpSpec
+
+from .checking import Verdict, as_outputs, judge, relative_error, upcast
+from .timing import Backend, rotation_count
+from .variants import (
+    Compiler, Variant, autograd_variants, consistent_inputs, forward_variants, plan_autograd,
+)
+from .workloads import (
+    Case, build_inputs, constructor_kwargs, input_shapes, resolve_op_class, tensor_bytes,
+)
+
+__all__ = ["Outcome", "CaseResult", "RunContext", "run_case", "run_cases"]
+
+logger = logging.getLogger(__name__)
+
+OK, WRONG, ERROR = "ok", "wrong", "error"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One variant of one case."""
+
+    variant: str
+    status: str
+    median_us: Optional[float] = None
+    peak_bytes: Optional[int] = None
+    error: Optional[float] = None  # relative error against the oracle
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: Case
+    shapes: Tuple[Optional[Tuple[int, ...]], ...]
+    flops: Optional[int]
+    bytes: Optional[int]
+    outcomes: Tuple[Outcome, ...]
+    seconds: float = 0.0
+
+    def outcome(self, variant: str) -> Optional[Outcome]:
+        return next((o for o in self.outcomes if o.variant == variant), None)
+
+
+@dataclass
+class RunContext:
+    """Everything a case needs besides itself; tests swap in fakes."""
+
+    manifest: Manifest
+    backend: Backend
+    device: Any = "cuda"
+    compiler: Optional[Compiler] = None  # None: no torch.compile variant
+    resolve: Callable[[OpSpec], type] = resolve_op_class
+    seed: int = 0
+    max_input_sets: int = 64
+    generator: Any = field(default=None, repr=False)
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+def _oracle(op: Any, inputs: Sequence[Any]) -> Tuple[Any, float, List[Any]]:
+    """The reference in float64, the working-dtype reference's own error, its output dtypes."""
+    working = as_outputs(op.reference(*inputs))
+    dtypes = [t.dtype for t in working]
+    try:
+        exact = as_outputs(op.reference(*upcast(inputs)))
+    except Exception as exc:  # noqa: BLE001 - a reference that needs its dtype checks itself
+        logger.warning("%s: reference fails on float64 inputs (%s); checking against the working dtype",
+                       type(op).__name__, _short(exc))
+        return working, 0.0, dtypes
+    own_error = max((relative_error(w, e) for w, e in zip(working, exact)), default=0.0)
+    return exact, own_error, dtypes
+
+
+def _measure(variant: Variant, input_sets: Sequence[Sequence[Any]], oracle: Any, dtype: str,
+             own_error: float, expected_dtypes: Sequence[Any], backend: Backend) -> Outcome:
+    try:
+        calls = [variant.bind(inputs) for inputs in input_sets]
+        result = calls[0]()  # also compiles: kernels, inductor graphs
+        backend.synchronize()
+    except Exception as exc:  # noqa: BLE001 - a failing variant is a result, not a crash
+        logger.error("%s failed: %s", variant.name, _short(exc))
+        return Outcome(variant.name, ERROR, note=_short(exc))
+    verdict: Verdict = judge(result, oracle, dtype, own_error, expected_dtypes)
+    del result
+    if not verdict.ok:
+        logger.error("%s is wrong: %s", variant.name, verdict.reason)
+        return Outcome(variant.name, WRONG, error=verdict.error, note=verdict.reason)
+    try:
+        peak = backend.peak_memory_bytes(calls[0])
+        micros = backend.time_us(calls)
+    except Exception as exc:  # noqa: BLE001
+        logger.error("%s failed while timed: %s", variant.name, _short(exc))
+        return Outcome(variant.name, ERROR, error=verdict.error, note=_short(exc))
+    notes = "; ".join(n for n in (variant.note,) if n)
+    return Outcome(variant.name, OK, micros, peak, verdict.error, notes)
+
+
+def _variants_and_fixer(case: Case, op: Any, ctx: RunContext) -> Tuple[List[Variant], Callable, str]:
+    """The variants of a case, and a function making each input set valid for them."""
+    identity = list
+    if case.spec.direction != "Bwd":
+        return forward_variants(op, ctx.compiler), identity, ""
+    plan, why = plan_autograd(ctx.manifest, case.spec)
+    if plan is None:
+        logger.warning("%s: %s; the baselines use its own reference", case.spec.name, why)
+        return forward_variants(op, ctx.compiler), identity, f"baseline: {case.spec.name}.reference ({why})"
+    fwd_cls = ctx.resolve(plan.forward)
+    fwd_op = fwd_cls(**constructor_kwargs(plan.forward, plan.forward_workload(case.workload),
+                                          _torch_dtype(case.dtype)))
+    fixer = lambda inputs: consistent_inputs(plan, fwd_op, inputs)  # noqa: E731
+    return autograd_variants(op, plan, fwd_op, ctx.compiler), fixer, ""
+
+
+def _input_sets(case: Case, ctx: RunContext, fix: Callable) -> List[List[Any]]:
+    first = fix(build_inputs(case, ctx.device, ctx.generator))
+    count = rotation_count(tensor_bytes(first), ctx.backend.l2_bytes, ctx.max_input_sets)
+    return [first] + [fix(build_inputs(case, ctx.device, ctx.generator)) for _ in range(count - 1)]
+
+
+def run_case(case: Case, ctx: RunContext) -> CaseResult:
+    """Check and time every variant of ``case``; never raises for a broken op."""
+    began = time.perf_counter()
+    shapes = tuple(input_shapes(case.spec, case.workload))
+    try:
+        op_cls = ctx.resolve(case.spec)
+        op = op_cls(**constructor_kwargs(case.spec, case.workload, _torch_dtype(case.dtype)))
+        flops, moved = (int(v) for v in op.eval_roofline(*shapes))
+        variants, fix, case_note = _variants_and_fixer(case, op, ctx)
+        input_sets = _input_sets(case, ctx, fix)
+        oracle, own_error, expected_dtypes = _oracle(op, input_sets[0])
+    except Exception as exc:  # noqa: BLE001 - e.g. an op file not generated yet
+        logger.error("%s: cannot set up: %s", case.label, _short(exc))
+        outcome = Outcome("tileops", ERROR, note=f"setup: {_short(exc)}")
+        return CaseResult(case, shapes, None, None, (outcome,), time.perf_counter() - began)
+    outcomes = []
+    for variant in variants:
+        outcome = _measure(variant, input_sets, oracle, case.dtype, own_error, expected_dtypes, ctx.backend)
+        if case_note:
+            outcome = Outcome(outcome.variant, outcome.status, outcome.median_us, outcome.peak_bytes,
+                              outcome.error, "; ".join(n for n in (outcome.note, case_note) if n))
+        outcomes.append(outcome)
+    del input_sets, oracle, variants, op
+    return CaseResult(case, shapes, flops, moved, tuple(outcomes), time.perf_counter() - began)
+
+
+def _release_memory() -> None:
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        pass
+
+
+def run_cases(cases: Sequence[Case], ctx: RunContext,
+              on_result: Optional[Callable[[CaseResult], None]] = None) -> List[CaseResult]:
+    """Every case in order; ``on_result`` sees each result as soon as it exists."""
+    results = []
+    for index, case in enumerate(cases, 1):
+        logger.info("[%d/%d] %s", index, len(cases), case.label)
+        result = run_case(case, ctx)
+        for outcome in result.outcomes:
+            timing = f"{outcome.median_us:.2f} us" if outcome.median_us is not None else outcome.status
+            logger.info("    %-8s %s", outcome.variant, timing)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+        _release_memory()
+    return results

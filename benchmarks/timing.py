@@ -1,0 +1,126 @@
+"""Device timing and peak-memory probes.
+
+The harness talks to a ``Backend``: ``time_us`` (median device time of a call) and
+``peak_memory_bytes`` (memory one call allocates). ``CudaBackend`` is the real one;
+tests pass fakes, so everything above this module runs on a CPU.
+
+How ``CudaBackend`` times, and why:
+  * CUDA events around each call, median of many: host clocks would include launch
+    queueing, and a mean is pulled by the odd preempted run.
+  * Warm-up first (kernel compilation, allocator growth, cuBLAS handles stay out).
+  * L2 flushed before every call by overwriting a buffer twice the L2 size, and small
+    inputs rotated over several copies that together exceed L2: otherwise repeated
+    runs over one buffer measure the cache, not the memory.
+  * Repetitions sized from a first estimate so each variant takes about ``rep_ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, List, Protocol, Sequence
+
+__all__ = ["Backend", "CudaBackend", "TimingSettings", "rotation_count"]
+
+logger = logging.getLogger(__name__)
+
+Call = Callable[[], Any]
+
+
+class Backend(Protocol):
+    """What the runner needs from a device."""
+
+    #: L2 cache size in bytes; decides how many input copies are rotated.
+    l2_bytes: int
+
+    def time_us(self, calls: Sequence[Call]) -> float:
+        """Median time of one call in microseconds, cycling through ``calls``."""
+
+    def peak_memory_bytes(self, call: Call) -> int:
+        """Bytes allocated at the peak of one call, above what was allocated before it."""
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (so errors surface where they happen)."""
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    warmup_ms: float = 25.0
+    rep_ms: float = 150.0
+    min_reps: int = 20
+    max_reps: int = 2000
+
+
+def rotation_count(input_bytes: int, l2_bytes: int, max_sets: int = 64) -> int:
+    """How many input copies to rotate: enough that they overflow L2 twice, or one.
+
+    Inputs larger than L2 cannot stay cached between calls, so one set suffices.
+    """
+    if input_bytes <= 0 or input_bytes > l2_bytes:
+        return 1
+    return max(2, min(max_sets, math.ceil(2 * l2_bytes / input_bytes)))
+
+
+class CudaBackend:
+    """CUDA events, L2 flush, median; see the module docstring."""
+
+    def __init__(self, device: Any = None, settings: TimingSettings = TimingSettings()) -> None:
+        import torch
+
+        self._torch = torch
+        self.device = torch.device(device if device is not None else "cuda")
+        self.settings = settings
+        props = torch.cuda.get_device_properties(self.device)
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
+        self._flush = torch.empty(2 * self.l2_bytes, dtype=torch.int8, device=self.device)
+
+    def synchronize(self) -> None:
+        self._torch.cuda.synchronize(self.device)
+
+    def _flush_l2(self) -> None:
+        self._flush.zero_()
+
+    def _seconds_per_rep(self, calls: Sequence[Call], probes: int = 5) -> float:
+        self.synchronize()
+        began = time.perf_counter()
+        for index in range(probes):
+            self._flush_l2()
+            calls[index % len(calls)]()
+        self.synchronize()
+        return max((time.perf_counter() - began) / probes, 1e-7)
+
+    def time_us(self, calls: Sequence[Call]) -> float:
+        torch = self._torch
+        per_rep = self._seconds_per_rep(calls)
+        warmups = max(1, int(self.settings.warmup_ms * 1e-3 / per_rep))
+        reps = int(self.settings.rep_ms * 1e-3 / per_rep)
+        reps = max(self.settings.min_reps, min(self.settings.max_reps, reps))
+        for index in range(warmups):
+            self._flush_l2()
+            calls[index % len(calls)]()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for index in range(reps):
+            self._flush_l2()
+            starts[index].record()
+            calls[index % len(calls)]()
+            ends[index].record()
+        self.synchronize()
+        millis: List[float] = [start.elapsed_time(end) for start, end in zip(starts, ends)]
+        logger.debug("%d reps after %d warm-ups: min %.4f median %.4f max %.4f ms",
+                     reps, warmups, min(millis), statistics.median(millis), max(millis))
+        return statistics.median(millis) * 1e3
+
+    def peak_memory_bytes(self, call: Call) -> int:
+        torch = self._torch
+        self.synchronize()
+        before = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        result = call()
+        self.synchronize()
+        peak = torch.cuda.max_memory_allocated(self.device)
+        del result
+        return max(0, peak - before)
