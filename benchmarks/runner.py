@@ -18,7 +18,7 @@ from codegen.model import Manifest, OpSpec
 from .checking import Verdict, as_outputs, judge, relative_error, upcast
 from .timing import Backend, rotation_count
 from .variants import (
-    Compiler, Variant, autograd_variants, consistent_inputs, forward_variants, plan_autograd,
+    Compiler, InputSet, Variant, autograd_variants, backward_inputs, forward_variants, plan_autograd,
 )
 from .workloads import (
     Case, build_inputs, constructor_kwargs, input_shapes, resolve_op_class, tensor_bytes,
@@ -95,7 +95,7 @@ def _oracle(op: Any, inputs: Sequence[Any]) -> Tuple[Any, float, List[Any]]:
     return exact, own_error, dtypes
 
 
-def _measure(variant: Variant, input_sets: Sequence[Sequence[Any]], oracle: Any, dtype: str,
+def _measure(variant: Variant, input_sets: Sequence[InputSet], oracle: Any, dtype: str,
              own_error: float, expected_dtypes: Sequence[Any], backend: Backend) -> Outcome:
     try:
         calls = [variant.bind(inputs) for inputs in input_sets]
@@ -119,26 +119,41 @@ def _measure(variant: Variant, input_sets: Sequence[Sequence[Any]], oracle: Any,
     return Outcome(variant.name, OK, micros, peak, verdict.error, notes)
 
 
-def _variants_and_fixer(case: Case, op: Any, ctx: RunContext) -> Tuple[List[Variant], Callable, str]:
-    """The variants of a case, and a function making each input set valid for them."""
-    identity = list
+def _fallback(case: Case, op: Any, ctx: RunContext, why: str) -> Tuple[List[Variant], Callable[[], InputSet], str]:
+    logger.warning("%s: %s; the baselines use its own reference", case.spec.name, why)
+    make = lambda: InputSet(build_inputs(case, ctx.device, ctx.generator))  # noqa: E731
+    return forward_variants(op, ctx.compiler), make, f"baseline: {case.spec.name}.reference ({why})"
+
+
+def _variants_and_inputs(case: Case, op: Any, ctx: RunContext) -> Tuple[List[Variant], Callable[[], InputSet], str]:
+    """The variants of a case, a maker of its input sets, and a note for every row."""
     if case.spec.direction != "Bwd":
-        return forward_variants(op, ctx.compiler), identity, ""
+        make = lambda: InputSet(build_inputs(case, ctx.device, ctx.generator))  # noqa: E731
+        return forward_variants(op, ctx.compiler), make, ""
     plan, why = plan_autograd(ctx.manifest, case.spec)
     if plan is None:
-        logger.warning("%s: %s; the baselines use its own reference", case.spec.name, why)
-        return forward_variants(op, ctx.compiler), identity, f"baseline: {case.spec.name}.reference ({why})"
-    fwd_cls = ctx.resolve(plan.forward)
-    fwd_op = fwd_cls(**constructor_kwargs(plan.forward, plan.forward_workload(case.workload),
-                                          _torch_dtype(case.dtype)))
-    fixer = lambda inputs: consistent_inputs(plan, fwd_op, inputs)  # noqa: E731
-    return autograd_variants(op, plan, fwd_op, ctx.compiler), fixer, ""
+        return _fallback(case, op, ctx, why)
+    custom = case.entry is not None and case.entry.make_inputs is not None
+    if custom and not plan.carries_forward_inputs:
+        return _fallback(case, op, ctx, f"{case.entry.module}.make_inputs gives no {plan.forward.name} inputs")
+    try:
+        fwd_workload = plan.forward_workload(case.workload)
+        fwd_op = ctx.resolve(plan.forward)(**constructor_kwargs(plan.forward, fwd_workload,
+                                                                _torch_dtype(case.dtype)))
+    except (ValueError, ImportError, AttributeError) as exc:
+        return _fallback(case, op, ctx, _short(exc))
+    if custom:
+        make = lambda: InputSet(build_inputs(case, ctx.device, ctx.generator))  # noqa: E731
+    else:
+        make = lambda: backward_inputs(plan, fwd_op, case.workload, case.dtype,  # noqa: E731
+                                       ctx.device, ctx.generator)
+    return autograd_variants(op, plan, fwd_op, ctx.compiler), make, ""
 
 
-def _input_sets(case: Case, ctx: RunContext, fix: Callable) -> List[List[Any]]:
-    first = fix(build_inputs(case, ctx.device, ctx.generator))
-    count = rotation_count(tensor_bytes(first), ctx.backend.l2_bytes, ctx.max_input_sets)
-    return [first] + [fix(build_inputs(case, ctx.device, ctx.generator)) for _ in range(count - 1)]
+def _input_sets(make: Callable[[], InputSet], ctx: RunContext) -> List[InputSet]:
+    first = make()
+    count = rotation_count(tensor_bytes(first.args), ctx.backend.l2_bytes, ctx.max_input_sets)
+    return [first] + [make() for _ in range(count - 1)]
 
 
 def run_case(case: Case, ctx: RunContext) -> CaseResult:
@@ -149,9 +164,9 @@ def run_case(case: Case, ctx: RunContext) -> CaseResult:
         op_cls = ctx.resolve(case.spec)
         op = op_cls(**constructor_kwargs(case.spec, case.workload, _torch_dtype(case.dtype)))
         flops, moved = (int(v) for v in op.eval_roofline(*shapes))
-        variants, fix, case_note = _variants_and_fixer(case, op, ctx)
-        input_sets = _input_sets(case, ctx, fix)
-        oracle, own_error, expected_dtypes = _oracle(op, input_sets[0])
+        variants, make_inputs, case_note = _variants_and_inputs(case, op, ctx)
+        input_sets = _input_sets(make_inputs, ctx)
+        oracle, own_error, expected_dtypes = _oracle(op, input_sets[0].args)
     except Exception as exc:  # noqa: BLE001 - e.g. an op file not generated yet
         logger.error("%s: cannot set up: %s", case.label, _short(exc))
         outcome = Outcome("tileops", ERROR, note=f"setup: {_short(exc)}")

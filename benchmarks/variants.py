@@ -1,17 +1,20 @@
 """What is timed for a case: our op, and the PyTorch baselines it is compared with.
 
-A ``Variant`` binds one input set to a zero-argument call, so that the timer can
+A ``Variant`` binds one ``InputSet`` to a zero-argument call, so that the timer can
 rotate input sets without knowing what a variant needs (an autograd baseline builds
 its graph once per input set at bind time and replays only the backward).
 
 * Fwd ops: ``tileops`` (the op on CUDA), ``eager`` (its manifest ``reference``) and
   ``compile`` (that reference under ``torch.compile``).
 * Bwd ops: ``tileops`` against autograd of the paired Fwd op's reference, eager and
-  compiled: the backward a PyTorch user gets today. The Bwd op's inputs are matched to
-  the Fwd op's by name: a Fwd input by its own name, the gradient of a Fwd output ``y``
-  as ``grad_y``/``dy``/``y_grad``/``g_y``, and each Bwd output to the Fwd input it is
-  the gradient of. When they cannot be matched, the Bwd op's own reference stands in
-  (logged, and noted in the report).
+  compiled: the backward a PyTorch user gets today. The Bwd op's tensors are matched
+  to the Fwd op's by name: a Fwd input or output by its own name (an output is a saved
+  tensor, e.g. softmax's ``y``), the gradient of a Fwd output ``y`` as
+  ``grad_y``/``dy``/``y_grad``/``g_y``, and each Bwd output to the Fwd input it is the
+  gradient of. Inputs are made by running the Fwd reference on random Fwd inputs (from
+  the Fwd workload of the same label, or the Fwd inputs the Bwd op takes by name), so
+  saved tensors are the real ones. When the tensors cannot be matched, the Bwd op's own
+  reference stands in (logged, and noted in the report).
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from codegen.model import Manifest, OpSpec, Workload
 
 from .checking import as_outputs
-from .workloads import param_values
+from .workloads import input_shapes, param_values, random_inputs
 
 __all__ = [
-    "Variant", "Compiler", "default_compiler", "forward_variants", "AutogradPlan",
-    "plan_autograd", "autograd_variants", "consistent_inputs", "gradient_of",
+    "InputSet", "Variant", "Compiler", "default_compiler", "forward_variants", "AutogradPlan",
+    "plan_autograd", "autograd_variants", "backward_inputs", "gradient_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -41,10 +44,22 @@ _GRAD_PREFIXES = ("grad_", "d_", "g_", "d", "g")
 _GRAD_SUFFIXES = ("_grad",)
 
 
+@dataclass
+class InputSet:
+    """The inputs of the op under test, in forward order.
+
+    ``forward_args`` (Bwd cases) are the Fwd op's inputs they were derived from: the
+    autograd baselines differentiate the Fwd reference at exactly those values.
+    """
+
+    args: List[Any]
+    forward_args: Optional[List[Any]] = None
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
-    bind: Callable[[Sequence[Any]], Call]
+    bind: Callable[[InputSet], Call]
     note: str = ""
 
 
@@ -60,8 +75,8 @@ def default_compiler(fn: Callable[..., Any]) -> Callable[..., Any]:
     return torch.compile(fn)
 
 
-def _bind_call(fn: Callable[..., Any]) -> Callable[[Sequence[Any]], Call]:
-    return lambda inputs: functools.partial(fn, *inputs)
+def _bind_call(fn: Callable[..., Any]) -> Callable[[InputSet], Call]:
+    return lambda inputs: functools.partial(fn, *inputs.args)
 
 
 def forward_variants(op: Any, compiler: Optional[Compiler]) -> List[Variant]:
@@ -95,13 +110,32 @@ class AutogradPlan:
     saved_outputs: Tuple[Tuple[str, str], ...]  # (fwd output, bwd input carrying its value)
     wrt: Tuple[Tuple[str, str], ...]  # (bwd output, fwd input it is the gradient of)
 
+    @property
+    def carries_forward_inputs(self) -> bool:
+        """Whether the Bwd op takes every required Fwd input by name."""
+        carried = {fwd for fwd, _ in self.fwd_inputs}
+        return all(t.optional or t.name in carried for t in self.forward.inputs)
+
     def forward_workload(self, workload: Workload) -> Workload:
-        """The Fwd op's workload implied by a Bwd workload (shapes and shared params)."""
+        """The Fwd workload a Bwd workload stands for.
+
+        The Fwd workload of the same label when there is one (its shapes are the Fwd
+        inputs'), else the Fwd inputs the Bwd op takes by name; params the two ops share
+        take the Bwd workload's values.
+        """
+        bwd_params = param_values(self.backward, workload)
+        fwd_param_names = {p.name for p in self.forward.params}
+        shared = {k: v for k, v in bwd_params.items() if k in fwd_param_names}
+        same_label = next((w for w in self.forward.workloads if w.label == workload.label), None)
+        if same_label is not None:
+            return Workload(same_label.label, same_label.shapes, workload.dtypes,
+                            tuple({**dict(same_label.params), **shared}.items()), same_label.location)
+        if not self.carries_forward_inputs:
+            raise ValueError(f"{self.forward.name} has no workload {workload.label!r} and "
+                             f"{self.backward.name} does not take all of its inputs")
         shapes = dict(workload.shapes)
         fwd_shapes = tuple((fwd, tuple(shapes[bwd])) for fwd, bwd in self.fwd_inputs if bwd in shapes)
-        fwd_params = {p.name for p in self.forward.params}
-        params = tuple((k, v) for k, v in param_values(self.backward, workload).items() if k in fwd_params)
-        return Workload(workload.label, fwd_shapes, workload.dtypes, params, workload.location)
+        return Workload(workload.label, fwd_shapes, workload.dtypes, tuple(shared.items()), workload.location)
 
 
 def _forward_of(manifest: Manifest, backward: OpSpec) -> Optional[OpSpec]:
@@ -123,10 +157,6 @@ def plan_autograd(manifest: Manifest, backward: OpSpec) -> Tuple[Optional[Autogr
             grad_outputs.append((gradient_of(name, forward.output_names), name))
         else:
             return None, f"{backward.name} input {name!r} matches no tensor of {forward.name}"
-    carried = {fwd for fwd, _ in fwd_inputs}
-    missing = [t.name for t in forward.inputs if not t.optional and t.name not in carried]
-    if missing:
-        return None, f"{backward.name} does not take {forward.name}'s inputs {missing}"
     if not grad_outputs:
         return None, f"{backward.name} takes no gradient of {forward.name}'s outputs"
     wrt = []
@@ -139,29 +169,58 @@ def plan_autograd(manifest: Manifest, backward: OpSpec) -> Tuple[Optional[Autogr
                         tuple(saved_outputs), tuple(wrt)), ""
 
 
-def _forward_leaves(plan: AutogradPlan, named: Dict[str, Any]) -> Dict[str, Any]:
-    """Fwd inputs as fresh leaves; those we differentiate by require grad."""
-    wanted = {fwd for _, fwd in plan.wrt}
-    leaves = {}
-    for fwd, bwd in plan.fwd_inputs:
-        tensor = named[bwd]
-        if tensor is not None:
-            tensor = tensor.detach().requires_grad_(fwd in wanted)
-        leaves[fwd] = tensor
-    return leaves
-
-
-def _autograd_bind(plan: AutogradPlan, reference: Callable[..., Any]) -> Callable[[Sequence[Any]], Call]:
+def backward_inputs(plan: AutogradPlan, forward_op: Any, workload: Workload, dtype: str,
+                    device: Any, generator: Any = None) -> InputSet:
+    """Bwd inputs made by running the Fwd reference: random Fwd inputs, their saved
+    outputs, and random gradients shaped like the outputs."""
     import torch
 
-    def bind(inputs: Sequence[Any]) -> Call:
-        named = dict(zip(plan.backward.input_names, inputs))
-        leaves = _forward_leaves(plan, named)
-        ordered = [leaves.get(t.name) for t in plan.forward.inputs]
-        outputs = dict(zip(plan.forward.output_names, as_outputs(reference(*ordered))))
+    fwd_workload = plan.forward_workload(workload)
+    fwd_args = random_inputs(plan.forward, fwd_workload, dtype, device, generator)
+    with torch.no_grad():
+        outputs = dict(zip(plan.forward.output_names, as_outputs(forward_op.reference(*fwd_args))))
+    named: Dict[str, Any] = {}
+    fwd_named = dict(zip(plan.forward.input_names, fwd_args))
+    for fwd, bwd in plan.fwd_inputs:
+        named[bwd] = fwd_named[fwd]
+    for fwd, bwd in plan.saved_outputs:
+        named[bwd] = outputs[fwd]
+    for fwd, bwd in plan.grad_outputs:
+        out = outputs[fwd]
+        named[bwd] = torch.randn(out.shape, dtype=out.dtype, device=out.device, generator=generator)
+    args = [named[name] for name in plan.backward.input_names]
+    expected = input_shapes(plan.backward, workload)
+    got = [None if t is None else tuple(t.shape) for t in args]
+    if got != expected:
+        raise ValueError(f"{plan.forward.name} workload {fwd_workload.label!r} yields {plan.backward.name} "
+                         f"inputs of shapes {got}, but its workload says {expected}")
+    return InputSet(args, fwd_args)
+
+
+def _forward_leaves(plan: AutogradPlan, inputs: InputSet) -> List[Any]:
+    """Fwd inputs as fresh leaves, in Fwd order; those we differentiate require grad."""
+    if inputs.forward_args is not None:
+        values = list(inputs.forward_args)
+    else:
+        named = dict(zip(plan.backward.input_names, inputs.args))
+        carried = dict(plan.fwd_inputs)
+        values = [named.get(carried.get(t.name, ""), None) for t in plan.forward.inputs]
+    wanted = {fwd for _, fwd in plan.wrt}
+    return [None if value is None else value.detach().requires_grad_(t.name in wanted)
+            for t, value in zip(plan.forward.inputs, values)]
+
+
+def _autograd_bind(plan: AutogradPlan, reference: Callable[..., Any]) -> Callable[[InputSet], Call]:
+    import torch
+
+    def bind(inputs: InputSet) -> Call:
+        leaves = _forward_leaves(plan, inputs)
+        by_name = dict(zip(plan.forward.input_names, leaves))
+        outputs = dict(zip(plan.forward.output_names, as_outputs(reference(*leaves))))
+        named = dict(zip(plan.backward.input_names, inputs.args))
         roots = [outputs[fwd] for fwd, _ in plan.grad_outputs]
         seeds = [named[bwd] for _, bwd in plan.grad_outputs]
-        targets = [leaves[fwd] for _, fwd in plan.wrt]
+        targets = [by_name[fwd] for _, fwd in plan.wrt]
 
         def backward() -> Tuple[Any, ...]:
             # retain_graph: each timed call replays the backward of the same graph.
@@ -170,21 +229,6 @@ def _autograd_bind(plan: AutogradPlan, reference: Callable[..., Any]) -> Callabl
         return backward
 
     return bind
-
-
-def consistent_inputs(plan: AutogradPlan, forward_op: Any, inputs: Sequence[Any]) -> List[Any]:
-    """Replace random values of saved Fwd outputs with what the Fwd reference computes."""
-    if not plan.saved_outputs:
-        return list(inputs)
-    import torch
-
-    named = dict(zip(plan.backward.input_names, inputs))
-    ordered = [named.get(bwd) for fwd, bwd in plan.fwd_inputs]
-    with torch.no_grad():
-        outputs = dict(zip(plan.forward.output_names, as_outputs(forward_op.reference(*ordered))))
-    for fwd, bwd in plan.saved_outputs:
-        named[bwd] = outputs[fwd]
-    return [named[name] for name in plan.backward.input_names]
 
 
 def autograd_variants(op: Any, plan: AutogradPlan, forward_op: Any,

@@ -161,6 +161,38 @@ ScaleBwdOp:
   kernel_map: {{scale_bwd: ScaleBwdKernel}}
   workloads:
     - {{label: small, shapes: {{dy: [8, 16], x: [8, 16], weight: [16]}}, dtypes: [float32]}}
+ExpFwdOp:
+  family: scale
+  status: implemented
+  summary: "y = exp(x)"
+  signature:
+    inputs:
+      x: {{dtype: "float16 | bfloat16 | float32"}}
+    outputs:
+      y: {{dtype: "same_as(x)"}}
+  shape_rules: ["y.shape == x.shape"]
+  reference: "torch.exp(x)"
+  roofline: {{flops: "numel(x)", bytes: "2 * numel(x) * elem_bytes"}}
+  kernel_map: {{exp_fwd: ExpFwdKernel}}
+  backward: {{op: ExpBwdOp, saves: [y]}}
+  workloads:
+    - {{label: rows, shapes: {{x: [4, 32]}}, dtypes: [float32]}}
+ExpBwdOp:
+  family: scale
+  status: implemented
+  summary: "grad_x = grad_y * y"
+  signature:
+    inputs:
+      grad_y: {{dtype: "float16 | bfloat16 | float32"}}
+      y: {{dtype: "same_as(grad_y)"}}
+    outputs:
+      grad_x: {{dtype: "same_as(grad_y)"}}
+  shape_rules: ["grad_x.shape == y.shape"]
+  reference: "grad_y * y"
+  roofline: {{flops: "numel(y)", bytes: "3 * numel(y) * elem_bytes"}}
+  kernel_map: {{exp_bwd: ExpBwdKernel}}
+  workloads:
+    - {{label: rows, shapes: {{grad_y: [4, 32], y: [4, 32]}}, dtypes: [float32]}}
 """
 
 
@@ -236,3 +268,51 @@ def test_a_wrong_bwd_op_is_not_timed(scale_manifest):
     assert result.outcome("tileops").status == "wrong"
     assert bwd.calls == 1
     assert len(backend.timed) == 2
+
+
+class FakeExpFwd:
+    def __init__(self, *, dtype):
+        self.dtype = dtype
+
+    def reference(self, x):
+        return torch.exp(x)
+
+
+class FakeExpBwd:
+    def __init__(self, *, dtype):
+        self.dtype = dtype
+
+    def __call__(self, grad_y, y):
+        return self.reference(grad_y, y)
+
+    def reference(self, grad_y, y):
+        return grad_y * y
+
+    def eval_roofline(self, grad_y_shape, y_shape):
+        return 128, 3 * 128 * 4
+
+
+def test_a_bwd_op_on_saved_outputs_gets_them_from_the_fwd_reference(scale_manifest):
+    spec = scale_manifest.op("ExpBwdOp")
+    plan, _ = plan_autograd(scale_manifest, spec)
+    assert plan.saved_outputs == (("y", "y"),) and plan.grad_outputs == (("y", "grad_y"),)
+    assert not plan.carries_forward_inputs
+    backend = FakeBackend(times=[1.0, 3.0, 2.0])
+    ctx = context(scale_manifest, backend, ExpFwdOp=FakeExpFwd, ExpBwdOp=FakeExpBwd)
+    result = run_case(Case(spec, spec.workloads[0], "float32"), ctx)
+    assert [(o.variant, o.status) for o in result.outcomes] == [("tileops", "ok"), ("eager", "ok"), ("compile", "ok")]
+    # Autograd through exp(x) on the same input set gives our op's result: y was exp(x).
+    grad_y, y = backend.timed[0][0].args
+    (grad_x,) = backend.timed[1][0]()
+    assert torch.allclose(grad_x, grad_y * y)
+
+
+def test_backward_inputs_are_consistent_with_the_forward(scale_manifest):
+    from benchmarks.variants import backward_inputs
+
+    spec = scale_manifest.op("ExpBwdOp")
+    plan, _ = plan_autograd(scale_manifest, spec)
+    made = backward_inputs(plan, FakeExpFwd(dtype=torch.float32), spec.workloads[0], "float32", "cpu")
+    (x,) = made.forward_args
+    grad_y, y = made.args
+    assert torch.equal(y, torch.exp(x)) and grad_y.shape == y.shape and not torch.equal(grad_y, y)
