@@ -1,0 +1,270 @@
+"""The RMSNorm and cumsum kernels launched directly on a GPU, against float64 PyTorch references.
+
+Inputs are random (never zeros) and outputs are filled with NaN before each
+launch, so an element the kernel does not write fails the comparison.
+
+Tolerance: the reference is computed in float64, rounded to the output dtype,
+and the kernel may differ from that by one unit in the last place of the
+output dtype plus a relative error (fp32 1e-5, fp16 1e-3, bf16 1e-2); cumsum
+adds an absolute term that grows with sqrt(N) (float32 accumulation along a
+random walk).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Iterator
+
+import pytest
+import torch
+
+from tileops.kernels.norm.rms_norm import RMSNormFwdKernel
+from tileops.kernels.scan.cumsum import COLUMN_SCAN, ROW_SCAN, SPLIT_ROW_SCAN, CumsumFwdKernel
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+SIZES = (1, 3, 127, 4096, 4097, 65537, 262144)
+ROWS = (1, 3, 1000)
+RTOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+MANTISSA_BITS = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}
+EPS = 1e-6
+
+_kernels: dict = {}
+
+
+def _kernel(cls, N: int, dtype: torch.dtype, **kwargs):
+    """One kernel per (class, N, dtype) for the whole session, as an op would keep it."""
+    key = (cls, N, dtype, tuple(sorted(kwargs.items())))
+    if key not in _kernels:
+        _kernels[key] = cls(N, dtype, **kwargs)
+    return _kernels[key]
+
+
+def _ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """One unit in the last place of ``dtype`` at each of ``values`` (float64)."""
+    magnitude = values.abs().clamp_min(torch.finfo(dtype).tiny)
+    return torch.exp2(torch.floor(torch.log2(magnitude)) - MANTISSA_BITS[dtype])
+
+
+def _assert_matches(out: torch.Tensor, reference64: torch.Tensor, atol: float = 0.0) -> None:
+    dtype = out.dtype
+    assert not torch.isnan(out).any(), f"{int(torch.isnan(out).sum())} outputs left unwritten (NaN)"
+    expected = reference64.to(dtype).double()
+    allowed = _ulp(expected, dtype) + RTOL[dtype] * reference64.abs() + atol
+    error = (out.double() - expected).abs()
+    bad = error > allowed
+    if bad.any():
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(
+            f"{int(bad.sum())} of {out.numel()} elements off; first at {index}: "
+            f"got {out[index].item()}, expected {reference64[index].item()} "
+            f"(allowed {allowed[index].item():.3g}); max error {error.max().item():.3g}"
+        )
+
+
+def _poisoned_like(x: torch.Tensor) -> torch.Tensor:
+    return torch.full_like(x, float("nan"))
+
+
+def _rms_norm_reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    x64 = x.double()
+    return x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS) * weight.double()
+
+
+class _CompileCounter(logging.Handler):
+    """Counts TileLang's "begins to compile" log records."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "compile" in record.getMessage():
+            self.count += 1
+
+
+@pytest.fixture
+def compile_counter() -> Iterator[_CompileCounter]:
+    counter = _CompileCounter()
+    loggers = [logging.getLogger("tilelang"), logging.getLogger("tileops")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(counter)
+        lg.setLevel(logging.INFO)
+    yield counter
+    for lg, level in zip(loggers, levels):
+        lg.removeHandler(counter)
+        lg.setLevel(level)
+
+
+# ---- RMSNorm ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("N", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rms_norm(dtype: torch.dtype, N: int, rows: int) -> None:
+    kernel = _kernel(RMSNormFwdKernel, N, dtype, eps=EPS)
+    x = torch.randn(rows, N, device="cuda", dtype=dtype)
+    weight = torch.randn(N, device="cuda", dtype=dtype)
+    out = _poisoned_like(x)
+    kernel(x, weight, out)
+    torch.cuda.synchronize()
+    _assert_matches(out, _rms_norm_reference(x, weight))
+
+
+@pytest.mark.parametrize("N", [4096, 65537])
+def test_rms_norm_new_row_count_does_not_recompile(N: int, compile_counter: _CompileCounter) -> None:
+    kernel = _kernel(RMSNormFwdKernel, N, torch.bfloat16, eps=EPS)
+    weight = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    warm = torch.randn(1000, N, device="cuda", dtype=torch.bfloat16)
+    kernel(warm, weight, torch.empty_like(warm))
+    compiled, compiles = len(kernel._compiled), compile_counter.count
+    for rows in (7, 513, 2049):
+        x = torch.randn(rows, N, device="cuda", dtype=torch.bfloat16)
+        out = _poisoned_like(x)
+        kernel(x, weight, out)
+        _assert_matches(out, _rms_norm_reference(x, weight))
+    assert len(kernel._compiled) == compiled
+    assert compile_counter.count == compiles
+
+
+def test_rms_norm_over_2_31_elements() -> None:
+    N = 32768
+    rows = 2**31 // N + 1  # 2**31 + N elements
+    kernel = _kernel(RMSNormFwdKernel, N, torch.bfloat16, eps=EPS)
+    x = torch.randn(rows, N, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    out = _poisoned_like(x)
+    kernel(x, weight, out)
+    torch.cuda.synchronize()
+    # Rows on both sides of element 2**31, and the first.
+    for row in (0, rows // 2, rows - 2, rows - 1):
+        _assert_matches(out[row : row + 1], _rms_norm_reference(x[row : row + 1], weight))
+    del x, out
+    torch.cuda.empty_cache()
+
+
+# ---- cumsum --------------------------------------------------------------------------------------
+
+
+def _cumsum_atol(N: int) -> float:
+    # float32 accumulation along a random walk of unit steps.
+    return 1e-5 * math.sqrt(N)
+
+
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("N", SIZES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cumsum_rows(dtype: torch.dtype, N: int, rows: int) -> None:
+    kernel = _kernel(CumsumFwdKernel, N, dtype)
+    x = torch.randn(rows, N, device="cuda", dtype=dtype)
+    out = _poisoned_like(x)
+    kernel(x, out)
+    torch.cuda.synchronize()
+    _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(N))
+
+
+@pytest.mark.parametrize("N", [65537, 262144])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cumsum_split_and_plain_row_scans_agree(dtype: torch.dtype, N: int) -> None:
+    """Few rows take the split scan; the same rows through the plain row scan give the same answer."""
+    kernel = _kernel(CumsumFwdKernel, N, dtype)
+    assert kernel.split_segments > 1
+    x = torch.randn(5, N, device="cuda", dtype=dtype)
+    split_out, plain_out = _poisoned_like(x), _poisoned_like(x)
+    kernel(x, split_out)
+    kernel.compile_program(ROW_SCAN)(x, plain_out)
+    torch.cuda.synchronize()
+    reference = torch.cumsum(x.double(), dim=1)
+    _assert_matches(split_out, reference, atol=_cumsum_atol(N))
+    _assert_matches(plain_out, reference, atol=_cumsum_atol(N))
+    assert any(key[0] == SPLIT_ROW_SCAN for key in kernel._compiled)
+
+
+@pytest.mark.parametrize(
+    "outer, N, inner",
+    [(3, 1, 5), (3, 127, 5), (2, 127, 64), (1, 4097, 2), (300, 4097, 2), (130, 4097, 33), (2, 4096, 1), (300, 3, 7)],
+)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cumsum_outer_n_inner(dtype: torch.dtype, outer: int, N: int, inner: int) -> None:
+    kernel = _kernel(CumsumFwdKernel, N, dtype)
+    x = torch.randn(outer, N, inner, device="cuda", dtype=dtype)
+    out = _poisoned_like(x)
+    kernel(x, out)
+    torch.cuda.synchronize()
+    _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(N))
+
+
+def test_cumsum_few_long_columns_take_the_transposed_path() -> None:
+    N = 65537
+    kernel = _kernel(CumsumFwdKernel, N, torch.float32)
+    x = torch.randn(1, N, 3, device="cuda", dtype=torch.float32)
+    out = _poisoned_like(x)
+    kernel(x, out)
+    torch.cuda.synchronize()
+    _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(N))
+    assert not any(str(k[0]).startswith(COLUMN_SCAN) for k in kernel._compiled)
+
+
+def test_cumsum_new_shapes_do_not_recompile(compile_counter: _CompileCounter) -> None:
+    N = 4097
+    kernel = _kernel(CumsumFwdKernel, N, torch.bfloat16)
+    for shape in [(1000, N), (200, N, 40)]:
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        kernel(x, torch.empty_like(x))
+    compiled, compiles = len(kernel._compiled), compile_counter.count
+    for shape in [(3, N), (77, N), (2, N, 45), (5, N, 64)]:
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        out = _poisoned_like(x)
+        kernel(x, out)
+        _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(N))
+    assert len(kernel._compiled) == compiled
+    assert compile_counter.count == compiles
+
+
+def test_cumsum_over_2_31_elements() -> None:
+    N = 4096
+    rows = 2**31 // N + 1
+    kernel = _kernel(CumsumFwdKernel, N, torch.bfloat16)
+    x = torch.randn(rows, N, device="cuda", dtype=torch.bfloat16)
+    out = _poisoned_like(x)
+    kernel(x, out)
+    torch.cuda.synchronize()
+    for row in (0, rows // 2, rows - 1):
+        _assert_matches(out[row : row + 1], torch.cumsum(x[row : row + 1].double(), dim=1), atol=_cumsum_atol(N))
+    del x, out
+    torch.cuda.empty_cache()
+
+
+# ---- the family bases' CUDA path, through the generated ops ---------------------------------------
+
+
+def test_rms_norm_op_on_gpu_folds_leading_axes() -> None:
+    ops = pytest.importorskip("tileops.ops")
+    op = ops.RMSNormFwdOp(N=4096, dtype=torch.bfloat16, eps=EPS)
+    weight = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    for x in (
+        torch.randn(2, 3, 4096, device="cuda", dtype=torch.bfloat16),
+        torch.randn(4096, 6, device="cuda", dtype=torch.bfloat16).t(),  # not contiguous
+        torch.randn(0, 4096, device="cuda", dtype=torch.bfloat16),
+    ):
+        y = op(x, weight)
+        assert y.shape == x.shape and op.last_backend == "kernel"
+        if x.numel():
+            _assert_matches(y, _rms_norm_reference(x, weight))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cumsum_op_on_gpu_every_dim(dim: int) -> None:
+    ops = pytest.importorskip("tileops.ops")
+    x = torch.randn(6, 127, 5, device="cuda", dtype=torch.float32)
+    op = ops.CumsumFwdOp(N=x.shape[dim], dtype=torch.float32, dim=dim)
+    y = op(x)
+    assert op.last_backend == "kernel"
+    _assert_matches(y, torch.cumsum(x.double(), dim=dim), atol=_cumsum_atol(x.shape[dim]))

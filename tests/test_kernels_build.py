@@ -1,0 +1,294 @@
+"""CPU checks of the RMSNorm and cumsum kernels: builds for sm_90, config heuristics, family bases.
+
+Compiling needs nvcc but no GPU.  TileLang caches compiled programs on disk,
+so only the first run pays the ~3-5 s per program.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import pytest
+import torch
+
+from tileops.kernels.kernel_base import Kernel
+from tileops.kernels.norm.rms_norm import (
+    MAX_ELEMENTS_PER_THREAD,
+    RMSNormFwdKernel,
+    rms_norm_autotune_configs,
+    rms_norm_default_config,
+)
+from tileops.kernels.scan.cumsum import (
+    COLUMN_SCAN,
+    ROW_SCAN,
+    SEGMENT_SUMS,
+    SPLIT_ROW_SCAN,
+    CumsumFwdKernel,
+    column_program_name,
+    cumsum_autotune_configs,
+    cumsum_default_config,
+)
+from tileops.ops.norm.base import NormOp
+from tileops.ops.scan.base import ScanOp
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+SIZES = (1, 2, 3, 7, 8, 127, 128, 1000, 4096, 4097, 8192, 32767, 32768, 32769, 65537, 131072, 262144)
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def _toolchain_available() -> bool:
+    import shutil
+
+    try:
+        import tilelang  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
+        return False
+    return shutil.which("nvcc") is not None
+
+
+needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
+
+
+# ---- builds for sm_90 ------------------------------------------------------------------------
+# A couple of sizes per dtype family, covering both RMSNorm program shapes and
+# every cumsum program, while keeping the (first, uncached) run short.
+
+
+@needs_nvcc
+@pytest.mark.parametrize(
+    "N, dtype",
+    [(4096, torch.bfloat16), (127, torch.float16), (65537, torch.float32)],
+    ids=["4096-bf16-single-pass", "127-fp16-odd", "65537-fp32-chunked"],
+)
+def test_rms_norm_builds_for_sm90(N: int, dtype: torch.dtype) -> None:
+    kernel = RMSNormFwdKernel(N, dtype)
+    compiled = kernel.build_for_sm90()
+    source = compiled.get_kernel_source()
+    assert "__global__" in source
+    # Global offsets are 64-bit, so tensors over 2**31 elements are addressed correctly.
+    assert "(int64_t)" in source
+
+
+@needs_nvcc
+def test_cumsum_builds_every_program_for_sm90() -> None:
+    kernel = CumsumFwdKernel(65537, torch.bfloat16)
+    assert kernel.split_segments > 1
+    built = kernel.build_all_for_sm90(inner=5)
+    assert set(built) == {ROW_SCAN, SEGMENT_SUMS, SPLIT_ROW_SCAN, f"{COLUMN_SCAN}_8"}
+    for compiled in built.values():
+        assert "(int64_t)" in compiled.get_kernel_source()
+
+
+@needs_nvcc
+@pytest.mark.parametrize(
+    "N, dtype", [(3, torch.float32), (4096, torch.float16)], ids=["3-fp32-thread-per-row", "4096-fp16"]
+)
+def test_cumsum_row_scan_builds_for_sm90(N: int, dtype: torch.dtype) -> None:
+    assert "__global__" in CumsumFwdKernel(N, dtype).build_for_sm90().get_kernel_source()
+
+
+# ---- programs of every candidate config (TIR only, no nvcc) --------------------------------------
+
+
+@pytest.mark.parametrize("N", [3, 4097, 65537])
+def test_every_rms_norm_candidate_builds_a_program(N: int) -> None:
+    pytest.importorskip("tilelang")
+    kernel = RMSNormFwdKernel(N, torch.bfloat16, config=rms_norm_default_config(N, torch.bfloat16))
+    for config in kernel.autotune_configs:
+        assert kernel.program(**config) is not None
+
+
+@pytest.mark.parametrize("N", [3, 65537])
+def test_every_cumsum_candidate_builds_its_programs(N: int) -> None:
+    pytest.importorskip("tilelang")
+    from tileops.kernels.scan.cumsum import _build_program
+
+    for config in cumsum_autotune_configs(N, torch.float32):
+        names = [ROW_SCAN, f"{COLUMN_SCAN}_32"]
+        kernel = CumsumFwdKernel(N, torch.float32, config=config)
+        if kernel.split_segments > 1:
+            names += [SEGMENT_SUMS, SPLIT_ROW_SCAN]
+        for name in names:
+            assert _build_program(name, N, "float32", config) is not None
+
+
+# ---- heuristics ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N", SIZES)
+def test_rms_norm_default_config_is_valid(N: int, dtype: torch.dtype) -> None:
+    config = rms_norm_default_config(N, dtype)
+    threads, block_rows, chunk = config["threads"], config["block_rows"], config["chunk"]
+    assert _pow2(threads) and 32 <= threads <= 1024
+    assert block_rows >= 1 and threads % block_rows == 0
+    if N <= 1024 * MAX_ELEMENTS_PER_THREAD:
+        # Single pass: the padded row covers N, each thread holds few elements.
+        assert chunk >= N
+        row_threads = threads // block_rows
+        assert chunk % row_threads == 0
+        assert chunk // row_threads <= MAX_ELEMENTS_PER_THREAD
+        assert threads >= 128
+    else:
+        assert chunk < N and block_rows == 1
+
+
+def test_rms_norm_default_config_uses_full_vectors_for_aligned_rows() -> None:
+    config = rms_norm_default_config(4096, torch.bfloat16)
+    assert config == {"block_rows": 1, "threads": 256, "chunk": 4096}
+    # Short rows share a block instead of idling most of its threads.
+    assert rms_norm_default_config(127, torch.float16)["block_rows"] > 1
+    # Rows past the register budget take the chunked program.
+    assert rms_norm_default_config(262144, torch.bfloat16)["chunk"] < 262144
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N", [1, 127, 4096, 32768, 65537, 262144])
+def test_rms_norm_candidates_start_with_the_heuristic_and_are_unique(N: int, dtype: torch.dtype) -> None:
+    candidates = rms_norm_autotune_configs(N, dtype)
+    assert candidates[0] == rms_norm_default_config(N, dtype)
+    assert len(candidates) == len({tuple(sorted(c.items())) for c in candidates})
+    for config in candidates:
+        assert config["threads"] <= 1024
+        assert config["chunk"] >= N or config["block_rows"] == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N", SIZES)
+def test_cumsum_default_config_is_valid(N: int, dtype: torch.dtype) -> None:
+    config = cumsum_default_config(N, dtype)
+    threads, items, row_threads = config["threads"], config["items"], config["row_threads"]
+    assert _pow2(threads) and 32 <= threads <= 1024
+    assert _pow2(row_threads) and row_threads <= threads
+    assert 1 <= items <= 2 * 16 // dtype.itemsize
+    # A chunk covers the row or the row loops over whole chunks of 512 threads.
+    assert row_threads * items >= N or row_threads == 512
+    if config["segments"] > 1:
+        chunks = -(-N // (row_threads * items))
+        assert chunks >= 4 and config["segments"] <= chunks
+
+
+def test_cumsum_split_applies_to_long_rows_only() -> None:
+    assert CumsumFwdKernel(4096, torch.bfloat16).split_segments == 1
+    long_rows = CumsumFwdKernel(262144, torch.bfloat16)
+    assert long_rows.split_segments > 1
+    assert long_rows.config["split_max_rows"] >= 64
+
+
+def test_column_program_tile_follows_inner_extent() -> None:
+    assert column_program_name(2) == f"{COLUMN_SCAN}_2"
+    assert column_program_name(5) == f"{COLUMN_SCAN}_8"
+    assert column_program_name(4096) == f"{COLUMN_SCAN}_32"
+
+
+def test_unknown_config_keys_are_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown config keys"):
+        RMSNormFwdKernel(4096, torch.float16, config={"bogus": 1})
+    with pytest.raises(TypeError):
+        CumsumFwdKernel(16, torch.int32)
+
+
+# ---- family bases with a stand-in kernel (CPU tensors) ------------------------------------------
+
+
+class _RecordingKernel(Kernel):
+    """Computes with PyTorch and records each launch's argument shapes."""
+
+    launches: List[Tuple[Tuple[int, ...], ...]] = []
+
+    def __init__(self, N: int, dtype: torch.dtype, **params: object) -> None:
+        self.N = N
+        self.params = params
+        super().__init__(dtype, config={})
+
+    @property
+    def default_config(self) -> Dict[str, int]:
+        return {}
+
+    def forward(self, *tensors: torch.Tensor) -> None:
+        type(self).launches.append(tuple(tuple(t.shape) for t in tensors))
+        for tensor in tensors:
+            assert tensor.is_contiguous() and tensor.data_ptr() % 16 == 0
+        if len(tensors) == 3:  # rms norm: x, weight, out
+            x, weight, out = tensors
+            out.copy_(torch.nn.functional.rms_norm(x.float(), (self.N,), weight.float(), self.params["eps"]))
+        else:  # cumsum: x, out as (rows, N) or (outer, N, inner)
+            x, out = tensors
+            out.copy_(torch.cumsum(x.float(), dim=1))
+
+
+class _Norm(NormOp):
+    def __init__(self, N: int) -> None:
+        super().__init__()
+        self.N, self.dtype, self.eps, self.tune = N, torch.float32, 1e-6, False
+        self.kernel_map = {"rms_norm_fwd": _RecordingKernel}
+
+
+class _Scan(ScanOp):
+    def __init__(self, N: int, dim: int) -> None:
+        super().__init__()
+        self.N, self.dim, self.dtype, self.tune = N, dim, torch.float32, False
+        self.kernel_map = {"cumsum_fwd": _RecordingKernel}
+
+
+def test_norm_base_views_rows_and_reuses_one_kernel() -> None:
+    _RecordingKernel.launches = []
+    op = _Norm(8)
+    weight = torch.randn(8)
+    for shape in [(8,), (3, 8), (2, 5, 8)]:
+        x = torch.randn(shape)
+        y = op._run_kernel(x, weight)
+        assert y.shape == x.shape
+        torch.testing.assert_close(y, torch.nn.functional.rms_norm(x, (8,), weight, 1e-6))
+    assert [launch[0] for launch in _RecordingKernel.launches] == [(1, 8), (3, 8), (10, 8)]
+    assert len(op._kernel_cache) == 1
+
+
+def test_norm_base_handles_empty_non_contiguous_and_misaligned_inputs() -> None:
+    _RecordingKernel.launches = []
+    op = _Norm(8)
+    weight = torch.randn(8)
+    assert op._run_kernel(torch.randn(0, 8), weight).shape == (0, 8)
+    assert _RecordingKernel.launches == []
+    wide = torch.randn(4, 16)
+    strided = wide[:, ::2]
+    torch.testing.assert_close(
+        op._run_kernel(strided, weight), torch.nn.functional.rms_norm(strided, (8,), weight, 1e-6)
+    )
+    misaligned = torch.randn(33)[1:].view(4, 8)
+    assert misaligned.data_ptr() % 16
+    torch.testing.assert_close(
+        op._run_kernel(misaligned, weight), torch.nn.functional.rms_norm(misaligned, (8,), weight, 1e-6)
+    )
+
+
+@pytest.mark.parametrize(
+    "shape, dim, launched",
+    [
+        ((7,), 0, (1, 7)),
+        ((3, 7), -1, (3, 7)),
+        ((3, 7), 0, (1, 3, 7)),
+        ((2, 3, 4), 1, (2, 3, 4)),
+        ((2, 3, 4), -3, (1, 2, 12)),
+        ((2, 3, 1), 1, (2, 3)),
+    ],
+)
+def test_scan_base_views_outer_n_inner(shape: Tuple[int, ...], dim: int, launched: Tuple[int, ...]) -> None:
+    _RecordingKernel.launches = []
+    op = _Scan(shape[dim], dim)
+    x = torch.randn(shape)
+    y = op._run_kernel(x)
+    torch.testing.assert_close(y, torch.cumsum(x, dim))
+    assert _RecordingKernel.launches == [(launched, launched)]
+
+
+def test_scan_base_handles_empty_and_non_contiguous_inputs() -> None:
+    _RecordingKernel.launches = []
+    op = _Scan(5, 1)
+    assert op._run_kernel(torch.randn(0, 5)).shape == (0, 5)
+    assert _RecordingKernel.launches == []
+    x = torch.randn(5, 4).t()  # (4, 5), not contiguous
+    torch.testing.assert_close(op._run_kernel(x), torch.cumsum(x, 1))
