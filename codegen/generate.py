@@ -54,7 +54,7 @@ def plan(manifest: Manifest, root: Path = ROOT, ops: Optional[Sequence[str]] = N
     for op in manifest.ops:
         if _selected(op, ops, families):
             result.owned[op.path] = render_op(op)
-    for family in manifest.families:
+    for family in sorted(set(manifest.families) | set(_families_on_disk(root))):
         if families and family not in families and not any(
                 manifest.op(o).family == family for o in (ops or ())):
             continue
@@ -71,6 +71,12 @@ def _family_init(manifest: Manifest, family: str, root: Path) -> Dict[str, str]:
     source = _read(root, rel) or _FAMILY_DOC.format(family=family.capitalize())
     imports = [(f".{op.module}", op.name) for op in manifest.family(family)]
     return {rel: registry.register(source, f"{family} ops", imports)}
+
+
+def _families_on_disk(root: Path) -> List[str]:
+    """Family packages holding a generated block, so a family emptied of ops is unregistered too."""
+    return [path.parent.name for path in sorted((root / "tileops" / "ops").glob("*/__init__.py"))
+            if "(generated) ---" in path.read_text()]
 
 
 def _ops_init(manifest: Manifest, root: Path) -> Dict[str, str]:

@@ -91,7 +91,7 @@ def _int_param_values(op: OpSpec, rank: int) -> List[Dict[str, Any]]:
     return [dict(row) for row in itertools.product(*choices)] or [{}]
 
 
-def manifest_cases(op_name: str, dtypes: Optional[Sequence[str]] = None, max_numel: int = 1 << 22,
+def manifest_cases(op_name: str, dtypes: Optional[Sequence[str]] = None, max_numel: int = 1 << 30,
                    seed: int = 0) -> List[Case]:
     """Workloads plus awkward shapes for ``op_name``, each accepted by its shape rules."""
     op = _spec(op_name)
@@ -100,6 +100,8 @@ def manifest_cases(op_name: str, dtypes: Optional[Sequence[str]] = None, max_num
     names = [d for d in (dtypes or union) if d in DTYPES and d in union]
     cases: List[Case] = []
     for workload in op.workloads:
+        if max(torch.Size(s).numel() for _, s in workload.shapes) > max_numel:
+            continue
         for dtype in workload.dtypes:
             if dtype in names:
                 cases.append(Case(op.name, workload.shapes, DTYPES[dtype], workload.params, label=workload.label))
@@ -112,11 +114,11 @@ def manifest_cases(op_name: str, dtypes: Optional[Sequence[str]] = None, max_num
                 shapes = _derived_shapes(op, tuple(shape), params)
                 if shapes is None or not accepted(op, shapes, params):
                     continue
-                if max(torch.Size(s).numel() for s in shapes.values()) > max_numel:
+                if max(torch.Size(s).numel() for s in shapes.values()) > min(max_numel, 1 << 22):
                     continue
                 dtype = DTYPES[names[(rank + size) % len(names)]]
                 layout = "strided" if (rank + size) % 3 == 0 else "contiguous"
-                cases.append(Case(op.name, tuple(shapes.items()), dtype, tuple(params.items()), layout, f"r{rank}"))
+                cases.append(Case(op.name, tuple(shapes.items()), dtype, tuple(params.items()), layout, f"rank{rank}"))
     empty = _derived_shapes(op, (0, 7), {})
     if empty is not None and accepted(op, empty, {}):
         cases.append(Case(op.name, tuple(empty.items()), DTYPES[names[0]], (), "contiguous", "empty"))
