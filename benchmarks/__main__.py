@@ -11,7 +11,6 @@ when any variant was wrong or failed.
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.metadata
 import logging
 import sys
@@ -99,7 +98,6 @@ def _run(args: argparse.Namespace, manifest, cases) -> int:
     from .variants import default_compiler
 
     began = time.perf_counter()
-    importlib.import_module("tileops.ops")  # so the recorded versions are the loaded modules'
     device = torch.device("cuda")
     gpu = torch.cuda.get_device_name(device)
     backend = CudaBackend(device, TimingSettings(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms))

@@ -219,7 +219,8 @@ def render_markdown(rows: Sequence[Row], source: str = "") -> str:
     if not rows:
         return "No benchmark results.\n"
     parts = [f"# Benchmarks: {rows[0]['gpu']}", "", describe_run(rows), "",
-             "Times are medians of CUDA-event timings with L2 flushed before each call. SOL % is the "
+             "Times are medians of CUDA-event timings with L2 flushed before each call (a call whose "
+             "host cost exceeds the flush, ~35 µs on an H100, shows part of it). SOL % is the "
              "roofline floor (max of bytes / copy bandwidth and flops / matmul rate, from the op's "
              "`eval_roofline`) over the time; speedups are baseline time over ours; peak memory is "
              "what one call allocates above its inputs.", "", render_table(rows), ""]
