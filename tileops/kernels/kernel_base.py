@@ -54,6 +54,13 @@ class Kernel:
     """
 
     supported_archs: Tuple[int, ...] = (90,)
+    # Part of every tuning key: bump it when the meaning of a config changes, so
+    # configs tuned for the old meaning are never reused.
+    version: str = "1"
+    # The row count of the representative workload the tuner times on (the row
+    # axis is symbolic, so one config serves all row counts; this picks which
+    # problem size that config is best for).
+    tuning_rows: int = 4096
 
     def __init__(
         self,
@@ -65,6 +72,7 @@ class Kernel:
         self.dtype = dtype
         self._compiled: Dict[Tuple[Hashable, ...], Any] = {}
         self._compile_lock = threading.Lock()
+        self._config_override: Optional[Dict[str, Any]] = None
         self.config: Dict[str, Any] = {}
         self.init_config(config, tune)
 
@@ -87,6 +95,21 @@ class Kernel:
         """Launch the kernel compiled for ``self.config`` on ``args``."""
         raise NotImplementedError(f"{type(self).__name__}.forward")
 
+    def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
+        """CUDA tensors to time a candidate config on: the inputs, then preallocated outputs.
+
+        ``rows`` defaults to ``self.tuning_rows``.  The tuner calls
+        ``forward(*tensors)`` with each candidate as ``self.config`` (after
+        ``self.compile(candidate)``) and compares everything ``forward`` wrote or
+        returned with what the heuristic config produced.  Use random inputs,
+        never zeros, so that a wrong candidate cannot match by accident.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot be autotuned: it does not implement "
+            "tuning_inputs(rows), which must return the CUDA tensors (inputs plus preallocated "
+            "outputs) that forward(*tensors) is timed on"
+        )
+
     def static_signature(self) -> Dict[str, Any]:
         """The construction-time values that identify this kernel (for tuning keys)."""
         return {
@@ -96,13 +119,30 @@ class Kernel:
 
     # ---- config handling --------------------------------------------------------
     def init_config(self, config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
-        """Choose the config: an explicit one wins, ``tune`` autotunes, else the heuristic."""
+        """Choose the config.
+
+        An explicit ``config`` wins (and is kept as this kernel's override, which
+        ``autotune`` honours too).  Otherwise the tuning layer picks: a config
+        pinned by an ``overlay``, a tuned one cached for this device, a fresh
+        tuning run if ``tune`` is true or the policy (``TILEOPS_AUTOTUNE``,
+        ``policy_override``) allows it, else ``default_config``.  ``tune=False``
+        means "no request", not "forbid": use ``policy_override(autotune=False)``
+        for that.
+        """
         if config is not None:
-            self.config = self._checked_config(config)
-        elif tune:
-            self.config = self.autotune()
-        else:
-            self.config = dict(self.default_config)
+            # Fast path: no key, no cache, no import of the tuning layer.
+            self._config_override = self._checked_config(config)
+            self.config = dict(self._config_override)
+            return
+        self._config_override = None
+        from tileops.tuning.kernels import select_kernel_config  # deferred: keeps kernel import light
+
+        self.config = dict(select_kernel_config(self, tune=True if tune else None).config)
+
+    @property
+    def config_override(self) -> Optional[Dict[str, Any]]:
+        """The explicit config this kernel was built with, if any."""
+        return None if self._config_override is None else dict(self._config_override)
 
     def _checked_config(self, config: Dict[str, Any]) -> Dict[str, Any]:
         known = set(self.default_config)
@@ -113,11 +153,17 @@ class Kernel:
             )
         return {**self.default_config, **config}
 
-    def autotune(self) -> Dict[str, Any]:
-        """Pick the fastest of ``autotune_configs`` on the current device (needs CUDA)."""
-        from tileops.tuning.tuner import autotune_kernel  # deferred: tuning pulls in timing tools
+    def autotune(self, *, force: bool = False) -> Dict[str, Any]:
+        """Tune this kernel on its ``tuning_inputs`` (needs CUDA), adopt and return the winner.
 
-        return autotune_kernel(self)
+        A tuned config already cached for this device is reused unless ``force``.
+        The result is saved to the persistent cache; an explicit config given at
+        construction is kept as is.
+        """
+        from tileops.tuning.kernels import autotune_kernel  # deferred: tuning pulls in timing tools
+
+        self.config = autotune_kernel(self, force=force)
+        return dict(self.config)
 
     # ---- compilation ------------------------------------------------------------
     def compile(self, config: Optional[Dict[str, Any]] = None, target: Any = "auto") -> Any:

@@ -121,6 +121,18 @@ class Op(torch.nn.Module):
                     self._kernel_cache[cache_key] = kernel
         return kernel
 
+    def autotune(self, *examples: Any, force: bool = False) -> Dict[str, Dict[str, Any]]:
+        """Autotune this op's kernels on the current GPU; return ``{kernel key: config}``.
+
+        ``examples`` are forward inputs (tensors or shapes; ``None`` for an absent
+        optional input) whose kernels are built first; with none, the kernels
+        already built are tuned.  Winners are saved per device, so later processes
+        reuse them without tuning; ``force`` retunes cached ones.
+        """
+        from tileops.tuning.ops import autotune_op  # deferred: only tuning needs it
+
+        return autotune_op(self, *examples, force=force)
+
     # ---- routing -------------------------------------------------------------------
     def _route(self, *tensors: Optional[torch.Tensor]) -> str:
         """Choose the kernel or the reference path from the inputs' device."""
