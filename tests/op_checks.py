@@ -9,6 +9,7 @@ in float64.  CPU tests and GPU tests share both.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -142,14 +143,18 @@ def make_inputs(op: OpSpec, case: Case, device: str, generator: torch.Generator)
 
 
 def build_op(case: Case):
+    """The op for a case; instances are shared by cases with one static configuration, as in a model."""
+    op = _spec(case.op)
+    values = _values(op, dict(case.shapes), dict(case.params))
+    static = tuple((d.name, values[d.name]) for d in op.static_dims)
+    return _cached_op(case.op, static, case.dtype, case.params)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_op(name: str, static: Tuple[Tuple[str, int], ...], dtype: torch.dtype, params: Tuple[Tuple[str, Any], ...]):
     import tileops.ops
 
-    op = _spec(case.op)
-    shapes = dict(case.shapes)
-    values = _values(op, shapes, dict(case.params))
-    static = {d.name: values[d.name] for d in op.static_dims}
-    cls = getattr(tileops.ops, case.op)
-    return cls(**static, dtype=case.dtype, **dict(case.params))
+    return getattr(tileops.ops, name)(**dict(static), dtype=dtype, **dict(params))
 
 
 def _poison_allocator(nbytes: int, device: str) -> None:
