@@ -1,0 +1,96 @@
+"""Kernel build: every implemented op's kernels compile for sm_90, no GPU needed.
+
+Each kernel is built through its op, as a call would build it: the op is
+constructed for the first workload (its shapes, first dtype and params) and
+``op._build_kernel(key, *shapes)`` returns the kernel, which is compiled with
+``build_all_for_sm90()`` when the kernel offers it (kernels with several
+programs) or the ``Kernel`` base's ``build_for_sm90()``.  nvcc is enough:
+TileLang accepts an explicit ``sm_90`` target.  Spec-only ops are skipped
+with a warning (their kernel may still be a skeleton).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from codegen.model import KernelRef, OpSpec
+
+from .cases import ACCEPT, Case, workload_case
+from .context import SPEC_ONLY, Context, missing_method, short_error, where
+from .findings import WARNING, Finding
+from .shapes import construct, judged_cases
+
+__all__ = ["check", "LEVEL"]
+
+LEVEL = "kernel"
+MAX_MESSAGE = 400
+
+
+def build_case(ctx: Context, op: OpSpec) -> Optional[Case]:
+    """The first workload as a case (first dtype), else the first accepted generated case."""
+    if op.workloads:
+        workload = op.workloads[0]
+        return workload_case(op, workload, workload.dtypes[0])
+    return next((case for case, verdict in judged_cases(ctx, op) if verdict.kind == ACCEPT), None)
+
+
+def _compile(kernel: Any) -> int:
+    """Compile every program of ``kernel`` for sm_90; returns how many programs were built."""
+    build_all = getattr(kernel, "build_all_for_sm90", None)
+    if callable(build_all):
+        return len(build_all())
+    kernel.build_for_sm90()
+    return 1
+
+
+def build_one(op: OpSpec, cls: type, case: Case, ref: KernelRef) -> Tuple[Optional[Finding], float, int]:
+    started = time.perf_counter()
+    try:
+        # TileLang and nvcc may print; keep stdout for the report (JSON must stay parseable).
+        with contextlib.redirect_stdout(sys.stderr):
+            kernel = construct(cls, case)._build_kernel(ref.key, *case.shapes)
+            programs = _compile(kernel)
+    except Exception as exc:
+        message = short_error(exc)
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE] + " ..."
+        return (Finding(LEVEL, op.name, f"kernel_map.{ref.key}", where(ref.location),
+                        f"{ref.class_name} does not build for sm_90: {message}"),
+                time.perf_counter() - started, 0)
+    return None, time.perf_counter() - started, programs
+
+
+def check(ctx: Context) -> Tuple[List[Finding], str, Dict[str, float]]:
+    findings: List[Finding] = []
+    timings: Dict[str, float] = {}
+    built = programs = 0
+    for op in ctx.selected:
+        if op.status == SPEC_ONLY:
+            findings.append(Finding(LEVEL, op.name, "status", where(op.location),
+                                    "spec-only: its kernels are not built", WARNING))
+            continue
+        cls, problems = ctx.class_or_finding(op, LEVEL)
+        findings += problems
+        if cls is None:
+            continue
+        if missing_method(cls, "_build_kernel"):
+            findings.append(Finding(LEVEL, op.name, "_build_kernel", where(op.location),
+                                    f"{op.op_base} does not implement _build_kernel, so no kernel can be built"))
+            continue
+        case = build_case(ctx, op)
+        if case is None:
+            findings.append(Finding(LEVEL, op.name, "workloads", where(op.location),
+                                    "no workload and no accepted case to build the kernels for"))
+            continue
+        for ref in op.kernels:
+            finding, seconds, count = build_one(op, cls, case, ref)
+            timings[f"{op.name}.{ref.key} ({ref.class_name}, {count} programs)"] = seconds
+            if finding is not None:
+                findings.append(finding)
+            else:
+                built += 1
+                programs += count
+    return findings, f"{built} kernels, {programs} programs for sm_90", timings
