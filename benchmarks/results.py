@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 CSV_COLUMNS: Tuple[str, ...] = (
     "run", "date", "gpu", "tileops", "torch", "tilelang", "triton",
     "op", "workload", "dtype", "shapes", "params", "variant", "status",
-    "median_us", "gbps", "tflops", "sol_pct", "speedup_vs_eager", "speedup_vs_compile",
+    "median_us", "loop_us", "gbps", "tflops", "sol_pct", "speedup_vs_eager", "speedup_vs_compile",
     "peak_mem_mib", "rel_err", "flops", "bytes", "copy_gbps", "peak_tflops", "note",
 )
 VARIANTS = ("tileops", "eager", "compile")
@@ -83,6 +83,7 @@ def result_rows(result: CaseResult, info: RunInfo) -> List[Row]:
             "params": " ".join(f"{k}={v}" for k, v in case.workload.params),
             "variant": outcome.variant, "status": outcome.status,
             "median_us": _number(micros, 3),
+            "loop_us": _number(outcome.loop_us, 3),
             "flops": "" if result.flops is None else str(result.flops),
             "bytes": "" if result.bytes is None else str(result.bytes),
             "copy_gbps": _number(info.ceilings.copy_gbps, 1), "peak_tflops": _number(peak, 1),
@@ -174,13 +175,19 @@ def _cell(row: Optional[Row], column: str, suffix: str = "") -> str:
     return f"{value}{suffix}" if value and (row or {}).get("status") == "ok" else "—"
 
 
-def _memory_cell(variants: Mapping[str, Row]) -> str:
-    values = [variants.get(name, {}).get("peak_mem_mib", "") for name in VARIANTS if name in variants]
-    return " / ".join(v if v else "—" for v in values) or "—"
+def _per_variant_cell(variants: Mapping[str, Row], column: str, digits: int) -> str:
+    """``ours / eager / compile`` values of one column."""
+    values = []
+    for name in VARIANTS:
+        if name in variants:
+            value = variants[name].get(column, "")
+            values.append(f"{float(value):.{digits}f}" if value else "—")
+    return " / ".join(values) or "—"
 
 
 TABLE_HEADER = ("| op | workload | dtype | µs | GB/s | TFLOP/s | SOL % | eager µs | eager SOL % "
-                "| compile µs | compile SOL % | vs eager | vs compile | peak MiB (ours / eager / compile) |")
+                "| compile µs | compile SOL % | vs eager | vs compile | loop µs (ours / eager / compile) "
+                "| peak MiB (ours / eager / compile) |")
 
 
 def render_table(rows: Sequence[Row]) -> str:
@@ -193,7 +200,7 @@ def render_table(rows: Sequence[Row]) -> str:
             _cell(ours, "sol_pct"), _time_cell(eager), _cell(eager, "sol_pct"),
             _time_cell(compiled), _cell(compiled, "sol_pct"),
             _cell(ours, "speedup_vs_eager", "×"), _cell(ours, "speedup_vs_compile", "×"),
-            _memory_cell(variants),
+            _per_variant_cell(variants, "loop_us", 1), _per_variant_cell(variants, "peak_mem_mib", 1),
         ]) + " |")
     return "\n".join(lines)
 
@@ -220,7 +227,9 @@ def render_markdown(rows: Sequence[Row], source: str = "") -> str:
         return "No benchmark results.\n"
     parts = [f"# Benchmarks: {rows[0]['gpu']}", "", describe_run(rows), "",
              "Times are medians of CUDA-event timings with L2 flushed before each call (a call whose "
-             "host cost exceeds the flush, ~35 µs on an H100, shows part of it). SOL % is the "
+             "host cost exceeds the flush, ~35 µs on an H100, shows part of it); loop µs is the "
+             "wall time per call of back-to-back calls, host included (what an eager model pays "
+             "for a tiny call). SOL % is the "
              "roofline floor (max of bytes / copy bandwidth and flops / matmul rate, from the op's "
              "`eval_roofline`) over the time; speedups are baseline time over ours; peak memory is "
              "what one call allocates above its inputs.", "", render_table(rows), ""]

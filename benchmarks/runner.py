@@ -7,6 +7,7 @@ prints: results are returned and the caller writes them.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import time
@@ -38,6 +39,7 @@ class Outcome:
     variant: str
     status: str
     median_us: Optional[float] = None
+    loop_us: Optional[float] = None  # per call, back to back, host included
     peak_bytes: Optional[int] = None
     error: Optional[float] = None  # relative error against the oracle
     note: str = ""
@@ -112,11 +114,13 @@ def _measure(variant: Variant, input_sets: Sequence[InputSet], oracle: Any, dtyp
     try:
         peak = backend.peak_memory_bytes(calls[0])
         micros = backend.time_us(calls)
+        loop = backend.loop_us(calls)
     except Exception as exc:  # noqa: BLE001
         logger.error("%s failed while timed: %s", variant.name, _short(exc))
         return Outcome(variant.name, ERROR, error=verdict.error, note=_short(exc))
     notes = "; ".join(n for n in (variant.note,) if n)
-    return Outcome(variant.name, OK, micros, peak, verdict.error, notes)
+    return Outcome(variant.name, OK, median_us=micros, loop_us=loop, peak_bytes=peak, error=verdict.error,
+                   note=notes)
 
 
 def _fallback(case: Case, op: Any, ctx: RunContext, why: str) -> Tuple[List[Variant], Callable[[], InputSet], str]:
@@ -175,8 +179,7 @@ def run_case(case: Case, ctx: RunContext) -> CaseResult:
     for variant in variants:
         outcome = _measure(variant, input_sets, oracle, case.dtype, own_error, expected_dtypes, ctx.backend)
         if case_note:
-            outcome = Outcome(outcome.variant, outcome.status, outcome.median_us, outcome.peak_bytes,
-                              outcome.error, "; ".join(n for n in (outcome.note, case_note) if n))
+            outcome = dataclasses.replace(outcome, note="; ".join(n for n in (outcome.note, case_note) if n))
         outcomes.append(outcome)
     del input_sets, oracle, variants, op
     return CaseResult(case, shapes, flops, moved, tuple(outcomes), time.perf_counter() - began)

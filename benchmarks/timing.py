@@ -1,7 +1,8 @@
 """Device timing and peak-memory probes.
 
-The harness talks to a ``Backend``: ``time_us`` (median device time of a call) and
-``peak_memory_bytes`` (memory one call allocates). ``CudaBackend`` is the real one;
+The harness talks to a ``Backend``: ``time_us`` (median device time of a call),
+``loop_us`` (time per call back to back, host included) and ``peak_memory_bytes``
+(memory one call allocates). ``CudaBackend`` is the real one;
 tests pass fakes, so everything above this module runs on a CPU.
 
 How ``CudaBackend`` times, and why:
@@ -12,6 +13,12 @@ How ``CudaBackend`` times, and why:
     inputs rotated over several copies that together exceed L2: otherwise repeated
     runs over one buffer measure the cache, not the memory.
   * Repetitions sized from a first estimate so each variant takes about ``rep_ms``.
+
+``loop_us`` answers another question: what one call costs in a model's eager loop,
+where the host launches call after call. It is the wall time of many back-to-back
+calls over their count (median of three loops). For large inputs it matches the
+device time; for tiny ones it is the host's cost per call, which the device time
+hides behind the L2 flush.
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ class Backend(Protocol):
     def time_us(self, calls: Sequence[Call]) -> float:
         """Median time of one call in microseconds, cycling through ``calls``."""
 
+    def loop_us(self, calls: Sequence[Call]) -> float:
+        """Wall time per call of many back-to-back calls, in microseconds."""
+
     def peak_memory_bytes(self, call: Call) -> int:
         """Bytes allocated at the peak of one call, above what was allocated before it."""
 
@@ -52,6 +62,8 @@ class TimingSettings:
     rep_ms: float = 150.0
     min_reps: int = 20
     max_reps: int = 2000
+    loop_ms: float = 30.0
+    loops: int = 3
 
 
 def rotation_count(input_bytes: int, l2_bytes: int, max_sets: int = 64) -> int:
@@ -113,6 +125,20 @@ class CudaBackend:
         logger.debug("%d reps after %d warm-ups: min %.4f median %.4f max %.4f ms",
                      reps, warmups, min(millis), statistics.median(millis), max(millis))
         return statistics.median(millis) * 1e3
+
+    def _loop_seconds(self, calls: Sequence[Call], count: int) -> float:
+        self.synchronize()
+        began = time.perf_counter()
+        for index in range(count):
+            calls[index % len(calls)]()
+        self.synchronize()
+        return time.perf_counter() - began
+
+    def loop_us(self, calls: Sequence[Call]) -> float:
+        per_call = self._loop_seconds(calls, 10) / 10
+        count = max(10, min(100_000, int(self.settings.loop_ms * 1e-3 / max(per_call, 1e-7))))
+        samples = [self._loop_seconds(calls, count) / count for _ in range(self.settings.loops)]
+        return statistics.median(samples) * 1e6
 
     def peak_memory_bytes(self, call: Call) -> int:
         torch = self._torch

@@ -9,9 +9,8 @@ its graph once per input set at bind time and replays only the backward).
 * Bwd ops: ``tileops`` against autograd of the paired Fwd op's reference, eager and
   compiled: the backward a PyTorch user gets today. The Bwd op's tensors are matched
   to the Fwd op's by name: a Fwd input or output by its own name (an output is a saved
-  tensor, e.g. softmax's ``y``), the gradient of a Fwd output ``y`` as
-  ``grad_y``/``dy``/``y_grad``/``g_y``, and each Bwd output to the Fwd input it is the
-  gradient of. Inputs are made by running the Fwd reference on random Fwd inputs (from
+  tensor, e.g. softmax's ``y``), the gradient of a Fwd output ``y`` as ``grad_y``, and
+  each Bwd output ``grad_x`` to the Fwd input ``x`` (the manifest's naming rule). Inputs are made by running the Fwd reference on random Fwd inputs (from
   the Fwd workload of the same label, or the Fwd inputs the Bwd op takes by name), so
   saved tensors are the real ones. When the tensors cannot be matched, the Bwd op's own
   reference stands in (logged, and noted in the report).
@@ -40,8 +39,7 @@ Call = Callable[[], Any]
 Compiler = Callable[[Callable[..., Any]], Callable[..., Any]]
 OURS, EAGER, COMPILE = "tileops", "eager", "compile"
 
-_GRAD_PREFIXES = ("grad_", "d_", "g_", "d", "g")
-_GRAD_SUFFIXES = ("_grad",)
+GRAD_PREFIX = "grad_"  # the manifest's convention: grad_<output> in, grad_<input> out
 
 
 @dataclass
@@ -89,13 +87,9 @@ def forward_variants(op: Any, compiler: Optional[Compiler]) -> List[Variant]:
 
 # ---- Bwd ops: autograd of the Fwd reference --------------------------------------------------
 def gradient_of(name: str, candidates: Sequence[str]) -> Optional[str]:
-    """The tensor among ``candidates`` whose gradient ``name`` is (``dy`` -> ``y``), or None."""
-    for prefix in _GRAD_PREFIXES:
-        if name.startswith(prefix) and name[len(prefix):] in candidates:
-            return name[len(prefix):]
-    for suffix in _GRAD_SUFFIXES:
-        if name.endswith(suffix) and name[: -len(suffix)] in candidates:
-            return name[: -len(suffix)]
+    """The tensor among ``candidates`` whose gradient ``name`` is (``grad_y`` -> ``y``), or None."""
+    if name.startswith(GRAD_PREFIX) and name[len(GRAD_PREFIX):] in candidates:
+        return name[len(GRAD_PREFIX):]
     return None
 
 

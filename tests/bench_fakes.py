@@ -16,12 +16,17 @@ class FakeBackend:
         self.peak = peak
         self.timed: List[Sequence[Callable[[], Any]]] = []
         self.probed = 0
+        self.looped = 0
 
     def time_us(self, calls: Sequence[Callable[[], Any]]) -> float:
         for call in calls:
             call()
         self.timed.append(calls)
         return self.times[(len(self.timed) - 1) % len(self.times)]
+
+    def loop_us(self, calls: Sequence[Callable[[], Any]]) -> float:
+        self.looped += 1
+        return 2 * self.times[(len(self.timed) - 1) % len(self.times)]
 
     def peak_memory_bytes(self, call: Callable[[], Any]) -> int:
         call()

@@ -26,9 +26,12 @@ def manifest():
     return load_manifest()
 
 
-def llama_result(manifest, ours=Outcome("tileops", "ok", 100.0, 2 << 20, 1e-3),
-                 eager=Outcome("eager", "ok", 200.0, 4 << 20, 0.0),
-                 compiled=Outcome("compile", "ok", 125.0, 2 << 20, 1e-3)):
+def ok(variant, micros, mib, error):
+    return Outcome(variant, "ok", median_us=micros, loop_us=micros + 5, peak_bytes=mib << 20, error=error)
+
+
+def llama_result(manifest, ours=ok("tileops", 100.0, 2, 1e-3), eager=ok("eager", 200.0, 4, 0.0),
+                 compiled=ok("compile", 125.0, 2, 1e-3)):
     spec = manifest.op("RMSNormFwdOp")
     workload = spec.workloads[0]  # llama-4k: x [32768, 4096] bf16
     flops, moved = 4 * 32768 * 4096, (2 * 32768 * 4096 + 4096) * 2
@@ -44,7 +47,7 @@ def test_rows_carry_metrics_against_the_run_ceilings(manifest):
     rows = {r["variant"]: r for r in result_rows(llama_result(manifest), info())}
     ours = rows["tileops"]
     moved = (2 * 32768 * 4096 + 4096) * 2
-    assert ours["median_us"] == "100.000"
+    assert ours["median_us"] == "100.000" and ours["loop_us"] == "105.000"
     assert float(ours["gbps"]) == pytest.approx(moved / 100e-6 / 1e9, abs=0.05)
     assert float(ours["sol_pct"]) == pytest.approx(100 * moved / 3000e9 / 100e-6, abs=0.05)
     assert ours["speedup_vs_eager"] == "2.000" and ours["speedup_vs_compile"] == "1.250"
@@ -99,7 +102,7 @@ def test_markdown_table_has_one_line_per_case(manifest):
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
     assert cells[:4] == ["RMSNormFwdOp", "llama-4k", "bfloat16", "100.00"]
     assert cells[11:13] == ["2.000×", "1.250×"]
-    assert cells[-1] == "2.00 / 4.00 / 2.00"
+    assert cells[-2:] == ["105.0 / 205.0 / 130.0", "2.0 / 4.0 / 2.0"]
 
 
 def test_markdown_reports_wrong_results_and_notes(manifest):
@@ -133,7 +136,7 @@ def test_bad_markers_are_refused(text):
 def test_readme_block_is_the_csv_content(manifest, tmp_path):
     csv_path = tmp_path / "gpu.csv"
     append_csv(csv_path, result_rows(llama_result(manifest), info("2026-11-22T05:00:00Z")))
-    append_csv(csv_path, result_rows(llama_result(manifest, ours=Outcome("tileops", "ok", 50.0, 1, 0.0)),
+    append_csv(csv_path, result_rows(llama_result(manifest, ours=ok("tileops", 50.0, 1, 0.0)),
                                      info("2026-11-23T05:00:00Z")))
     readme_path = tmp_path / "README.md"
     readme_path.write_text(f"intro\n{BEGIN}\n{END}\nrest\n")

@@ -41,6 +41,7 @@ def test_a_right_op_is_checked_then_timed(manifest):
     assert [o.variant for o in result.outcomes] == ["tileops", "eager", "compile"]
     assert [o.status for o in result.outcomes] == ["ok", "ok", "ok"]
     assert [o.median_us for o in result.outcomes] == [5.0, 20.0, 10.0]
+    assert [o.loop_us for o in result.outcomes] == [10.0, 40.0, 20.0]
     assert result.outcome("tileops").peak_bytes == 3 << 20
     assert result.outcome("tileops").error < 1e-6
     assert (result.flops, result.bytes) == (4 * 4096, (2 * 4096 + 4096) * 4)
@@ -55,7 +56,7 @@ def test_a_wrong_op_is_reported_and_never_timed(manifest):
     assert ours.median_us is None and ours.peak_bytes is None
     assert ours.error > 1e-2 and "over limit" in ours.note
     assert op.calls == 1  # the checking call, nothing after it
-    assert len(backend.timed) == 2  # only eager and compile were timed
+    assert len(backend.timed) == 2 and backend.looped == 2  # only eager and compile were timed
     assert result.outcome("eager").status == "ok"
 
 
@@ -144,23 +145,23 @@ ScaleFwdOp:
 ScaleBwdOp:
   family: scale
   status: implemented
-  summary: "dx = dy * weight, dweight = sum(dy * x)"
+  summary: "grad_x = grad_y * weight, grad_weight = sum(grad_y * x)"
   signature:
     inputs:
-      dy: {{dtype: "float16 | bfloat16 | float32"}}
-      x: {{dtype: "same_as(dy)"}}
-      weight: {{dtype: "same_as(dy)", shape: [N]}}
+      grad_y: {{dtype: "float16 | bfloat16 | float32"}}
+      x: {{dtype: "same_as(grad_y)"}}
+      weight: {{dtype: "same_as(grad_y)", shape: [N]}}
     outputs:
-      dx: {{dtype: "same_as(dy)"}}
-      dweight: {{dtype: "same_as(dy)"}}
+      grad_x: {{dtype: "same_as(grad_y)"}}
+      grad_weight: {{dtype: "same_as(grad_y)"}}
   static_dims:
     N: "x.shape[-1]"
-  shape_rules: ["dx.shape == x.shape", "dweight.shape == weight.shape"]
-  reference: "(dy * weight, (dy * x).reshape(-1, N).sum(0))"
+  shape_rules: ["grad_x.shape == x.shape", "grad_weight.shape == weight.shape"]
+  reference: "(grad_y * weight, (grad_y * x).reshape(-1, N).sum(0))"
   roofline: {{flops: "2 * numel(x)", bytes: "4 * numel(x) * elem_bytes"}}
   kernel_map: {{scale_bwd: ScaleBwdKernel}}
   workloads:
-    - {{label: small, shapes: {{dy: [8, 16], x: [8, 16], weight: [16]}}, dtypes: [float32]}}
+    - {{label: small, shapes: {{grad_y: [8, 16], x: [8, 16], weight: [16]}}, dtypes: [float32]}}
 ExpFwdOp:
   family: scale
   status: implemented
@@ -211,15 +212,15 @@ class FakeScaleBwd:
     def __init__(self, *, N, dtype):
         self.N, self.dtype = N, dtype
 
-    def __call__(self, dy, x, weight):
+    def __call__(self, grad_y, x, weight):
         type(self).calls += 1
-        dx, dweight = self.reference(dy, x, weight)
-        return (dx, dweight * 2) if self.swap else (dx, dweight)
+        grad_x, grad_weight = self.reference(grad_y, x, weight)
+        return (grad_x, grad_weight * 2) if self.swap else (grad_x, grad_weight)
 
-    def reference(self, dy, x, weight):
-        return dy * weight, (dy * x).reshape(-1, self.N).sum(0)
+    def reference(self, grad_y, x, weight):
+        return grad_y * weight, (grad_y * x).reshape(-1, self.N).sum(0)
 
-    def eval_roofline(self, dy_shape, x_shape, weight_shape):
+    def eval_roofline(self, grad_y_shape, x_shape, weight_shape):
         return 2 * 8 * 16, 4 * 8 * 16 * 4
 
 
@@ -231,19 +232,18 @@ def scale_manifest(tmp_path):
 
 
 def test_gradient_names_are_matched():
-    assert gradient_of("dy", ("y",)) == "y"
     assert gradient_of("grad_y", ("y",)) == "y"
-    assert gradient_of("y_grad", ("y",)) == "y"
-    assert gradient_of("dweight", ("x", "weight")) == "weight"
-    assert gradient_of("dim", ("y",)) is None
+    assert gradient_of("grad_weight", ("x", "weight")) == "weight"
+    assert gradient_of("grad_z", ("y",)) is None
+    assert gradient_of("y", ("y",)) is None
 
 
 def test_a_bwd_op_maps_onto_autograd_of_its_fwd_reference(scale_manifest):
     plan, why = plan_autograd(scale_manifest, scale_manifest.op("ScaleBwdOp"))
     assert why == ""
     assert plan.fwd_inputs == (("x", "x"), ("weight", "weight"))
-    assert plan.grad_outputs == (("y", "dy"),)
-    assert plan.wrt == (("dx", "x"), ("dweight", "weight"))
+    assert plan.grad_outputs == (("y", "grad_y"),)
+    assert plan.wrt == (("grad_x", "x"), ("grad_weight", "weight"))
 
 
 def test_a_bwd_op_is_timed_against_autograd(scale_manifest):
