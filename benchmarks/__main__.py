@@ -19,16 +19,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "run", "build_parser", "add_arguments"]
 
 logger = logging.getLogger("benchmarks")
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks",
-                                     description="Time tileops ops against PyTorch eager and torch.compile.")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark options, on any parser (``python -m benchmarks`` and ``tileops bench``)."""
     parser.add_argument("--ops", nargs="+", metavar="OP", help="op class names (default: every implemented op)")
     parser.add_argument("--workloads", nargs="+", metavar="LABEL", help="workload labels (default: all)")
     parser.add_argument("--dtypes", nargs="+", metavar="DTYPE", help="dtypes (default: each workload's)")
@@ -39,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="warm-up per variant")
     parser.add_argument("--rep-ms", type=float, default=150.0, help="timed repetitions per variant, in ms")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks",
+                                     description="Time tileops ops against PyTorch eager and torch.compile.")
+    add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -66,12 +71,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Select the cases and, unless only listing them, benchmark them on the GPU."""
     from codegen.loader import load_manifest
 
     from .workloads import load_entries, select_cases
 
     manifest = load_manifest()
-    cases = select_cases(manifest, load_entries(), args.ops, args.workloads, args.dtypes)
+    try:
+        cases = select_cases(manifest, load_entries(), args.ops, args.workloads, args.dtypes)
+    except ValueError as exc:
+        print(f"benchmarks: {exc}", file=sys.stderr)
+        return 2
     if args.list:
         for case in cases:
             print(case.label)

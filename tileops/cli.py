@@ -3,6 +3,7 @@
     tileops cache show [--json]          list tuned configs per device fingerprint
     tileops cache clear [--current]      delete the persistent tuning cache
     tileops tune OP --shape 4096x4096 --shape 4096 --dtype bfloat16 --arg N=4096
+    tileops bench [--ops OP ...] [--workloads LABEL ...]   `make bench` (source checkout only)
 
 Each subcommand is registered by one ``_add_*`` function in ``_SUBCOMMANDS``;
 adding a command means adding one such function.
@@ -222,9 +223,39 @@ def _add_tune(subparsers: Any) -> None:
     tune.set_defaults(handler=_tune)
 
 
+# ---- bench ---------------------------------------------------------------------------
+
+
+def _benchmarks_main() -> Optional[Any]:
+    """``benchmarks.__main__`` of the source checkout (the wheel does not ship it), or None."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "benchmarks" / "__main__.py").is_file():
+        return None
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module("benchmarks.__main__")
+
+
+def _no_benchmarks(args: argparse.Namespace) -> int:
+    print("tileops bench: benchmarks/ is part of the source checkout; run it there", file=sys.stderr)
+    return 2
+
+
+def _add_bench(subparsers: Any) -> None:
+    bench = subparsers.add_parser("bench", help="time ops against torch eager and torch.compile (make bench)")
+    benchmarks = _benchmarks_main()
+    if benchmarks is None:
+        bench.set_defaults(handler=_no_benchmarks)
+        return
+    benchmarks.add_arguments(bench)
+    bench.set_defaults(handler=benchmarks.run)
+
+
 # ---- entry point -----------------------------------------------------------------------
 
-_SUBCOMMANDS: Sequence[Callable[[Any], None]] = (_add_cache, _add_tune)
+_SUBCOMMANDS: Sequence[Callable[[Any], None]] = (_add_cache, _add_tune, _add_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
