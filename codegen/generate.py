@@ -18,7 +18,7 @@ from . import registry
 from .errors import ManifestError, ManifestErrors
 from .loader import ROOT
 from .model import Manifest, OpSpec, snake_case
-from .render import TEMPLATE_DIR, _environment, render_op
+from .render import TEMPLATE_DIR, _environment, render_functional, render_op
 
 __all__ = ["Plan", "plan", "write", "check", "GENERATED_MARKER", "SKELETON_MARKER"]
 
@@ -60,6 +60,7 @@ def plan(manifest: Manifest, root: Path = ROOT, ops: Optional[Sequence[str]] = N
             continue
         result.owned.update(_family_init(manifest, family, root))
     result.owned.update(_ops_init(manifest, root))
+    result.owned["tileops/functional.py"] = render_functional(manifest)
     result.scaffolds.update(_scaffolds(manifest, root, ops, families))
     expected = {op.path for op in manifest.ops}
     result.stale = [p for p in _generated_files(root) if p not in expected]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
@@ -250,8 +251,14 @@ class _EntryBuilder:
 
     def _params(self, spec: Dict[str, Any]) -> Tuple[ParamSpec, ...]:
         out = []
+        seen_default = False
         for name, p in spec.items():
             has_default = "default" in p
+            if seen_default and not has_default:
+                raise self.fail("a param without a default follows one with a default; list required "
+                                "params first (they become positional arguments of the functional form)",
+                                "signature", "params", name)
+            seen_default = seen_default or has_default
             default = p.get("default")
             if has_default and not isinstance(default, _PARAM_TYPES[p["type"]]) or (
                     has_default and p["type"] in ("int", "Optional[int]") and isinstance(default, bool)):
@@ -448,13 +455,49 @@ def _group_of(tensor: TensorSpec, tensors: Sequence[TensorSpec], entry: Dict[str
 
 
 # ---- whole-manifest checks -----------------------------------------------------------------
-def _check_links(ops: Sequence[OpSpec]) -> List[ManifestError]:
+def _resolve_backward(op: OpSpec, bwd: OpSpec) -> OpSpec:
+    """Check that ``bwd`` can differentiate ``op`` and record how to call it."""
+    link = op.backward
+    assert link is not None
+    where = link.location
+    grads_of_outputs = {f"grad_{name}" for name in op.output_names}
+    for name in bwd.input_names:
+        if name not in grads_of_outputs and name not in link.saves:
+            raise ManifestError(where.child("saves"), f"{bwd.name} takes {name!r}, which is neither "
+                                f"grad_<output> ({sorted(grads_of_outputs)}) nor a saved tensor {list(link.saves)}")
+    for name in link.saves:
+        if name not in bwd.input_names:
+            raise ManifestError(where.child("saves"), f"saves {name!r}, which {bwd.name} does not take")
+    grads_of_inputs = {f"grad_{name}" for name in op.input_names}
+    for name in bwd.output_names:
+        if name not in grads_of_inputs:
+            raise ManifestError(bwd.location.child("signature.outputs"),
+                                f"{name!r} is not grad_<input> of {op.name} ({sorted(grads_of_inputs)})")
+    for dim in bwd.static_dim_names:
+        if dim not in op.static_dim_names:
+            raise ManifestError(bwd.location.child("static_dims"), f"static dim {dim} is not one of {op.name}'s")
+    for param in bwd.param_names:
+        if param not in op.param_names:
+            raise ManifestError(bwd.location.child("signature.params"), f"param {param} is not one of {op.name}'s")
+    module = f".{bwd.module}" if bwd.family == op.family else f"{bwd.package}.{bwd.module}"
+    resolved = replace(link, bwd_inputs=bwd.input_names, bwd_outputs=bwd.output_names,
+                       bwd_import=f"from {module} import {bwd.name}",
+                       bwd_static_dims=bwd.static_dim_names, bwd_params=bwd.param_names)
+    return replace(op, backward=resolved)
+
+
+def _check_links(ops: List[OpSpec]) -> List[ManifestError]:
     by_name = {op.name: op for op in ops}
     errors = []
-    for op in ops:
+    for index, op in enumerate(ops):
         if op.backward is not None and op.backward.op not in by_name:
             errors.append(ManifestError(op.backward.location.child("op"),
                                         f"backward op {op.backward.op!r} is not in the manifest"))
+        elif op.backward is not None:
+            try:
+                ops[index] = _resolve_backward(op, by_name[op.backward.op])
+            except ManifestError as exc:
+                errors.append(exc)
         for workload in op.workloads:
             for dtype in workload.dtypes:
                 allowed = op.resolved_dtype_names(op.primary_input.name)

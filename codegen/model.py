@@ -135,9 +135,16 @@ class KernelRef:
 
 @dataclass(frozen=True)
 class Backward:
+    """The Bwd op of a Fwd op, resolved against the Bwd entry when the manifest is loaded."""
+
     op: str
     saves: Tuple[str, ...]
     location: Location
+    bwd_inputs: Tuple[str, ...] = ()   # in the Bwd op's forward order: grad_<output> or saved names
+    bwd_outputs: Tuple[str, ...] = ()  # grad_<input> names
+    bwd_import: str = ""               # import statement of the Bwd class, from the Fwd module
+    bwd_static_dims: Tuple[str, ...] = ()
+    bwd_params: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

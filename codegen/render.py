@@ -14,10 +14,10 @@ from typing import Dict
 
 import jinja2
 
-from .model import OpSpec
-from .view import OpView
+from .model import Manifest, OpSpec, snake_case
+from .view import FunctionView, OpView
 
-__all__ = ["SLOTS", "SECTIONS", "render_slot", "render_section", "render_op", "TEMPLATE_DIR"]
+__all__ = ["SLOTS", "SECTIONS", "render_slot", "render_section", "render_op", "render_functional", "TEMPLATE_DIR"]
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 
@@ -44,7 +44,13 @@ SLOTS: Dict[str, str] = {
 
 
 # Parts of an op file that are not numbered slots: the file header and the reference method.
-SECTIONS: Dict[str, str] = {"header": "header", "reference": "reference"}
+SECTIONS: Dict[str, str] = {
+    "header": "header",            # the generated-file notice
+    "checks": "checks",            # _check_inputs: the manifest's rules on the inputs
+    "reference": "reference",      # the manifest's PyTorch reference
+    "library": "library",          # _library_call, _fake_outputs, backward_op
+    "registration": "registration",  # the torch.library custom op, its fake and its autograd
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -75,7 +81,7 @@ def render_slot(op: OpSpec, slot: str) -> str:
 
 
 def render_section(op: OpSpec, section: str) -> str:
-    """The text of a non-slot section (``header`` or ``reference``)."""
+    """The text of a non-slot section (see ``SECTIONS``)."""
     if section not in SECTIONS:
         raise KeyError(f"unknown section {section!r}; sections are {', '.join(SECTIONS)}")
     return _environment().get_template(f"{SECTIONS[section]}.py.j2").render(v=OpView(op))
@@ -89,4 +95,12 @@ def render_op(op: OpSpec) -> str:
         ast.parse(text)
     except SyntaxError as exc:  # a template defect, not a manifest one
         raise RuntimeError(f"rendering {op.name} produced invalid Python at line {exc.lineno}: {exc.msg}") from exc
+    return text
+
+
+def render_functional(manifest: Manifest) -> str:
+    """``tileops/functional.py``: one function per Fwd op, named after it (``rms_norm``)."""
+    functions = [FunctionView(op) for op in manifest.ops if op.direction == "Fwd"]
+    text = _environment().get_template("functional.py.j2").render(functions=functions)
+    ast.parse(text)
     return text

@@ -12,12 +12,20 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from . import rules
-from .model import OpSpec, ParamSpec, TensorSpec
+from .model import OpSpec, ParamSpec, TensorSpec, snake_case
 
-__all__ = ["OpView", "forward_naming", "shapes_naming"]
+__all__ = ["OpView", "FunctionView", "forward_naming", "shapes_naming"]
 
 _TORCH_DTYPE = {name: f"torch.{name}" for name in (
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")}
+
+
+# Manifest param types as custom-op schema annotations.
+_LIBRARY_TYPES = {
+    "int": "int", "float": "float", "bool": "bool", "str": "str", "Optional[int]": "Optional[int]",
+    "Optional[float]": "Optional[float]", "Optional[str]": "Optional[str]", "Sequence[int]": "List[int]",
+    "Optional[Sequence[int]]": "Optional[List[int]]",
+}
 
 
 def _helper(name: str) -> str:
@@ -298,6 +306,95 @@ class OpView:
             items.append(f"({index}, {axis})")
         return items
 
+    # ---- torch integration (checks, library and registration sections) ---------------
+    @property
+    def library_name(self) -> str:
+        return snake_case(self.op.stem)
+
+    @property
+    def library_params(self) -> List[str]:
+        """Custom-op schema: tensors, then params, then the instance handle."""
+        tensors = [f"{t.name}: {'Optional[torch.Tensor]' if t.optional else 'torch.Tensor'}" for t in self.op.inputs]
+        params = [f"{p.name}: {_LIBRARY_TYPES[p.type]}" for p in self.op.params]
+        return tensors + params + ["handle: int"]
+
+    @property
+    def library_call_args(self) -> str:
+        return ", ".join(list(self.op.input_names) + [f"self.{p}" for p in self.op.param_names] + ["self._handle"])
+
+    @property
+    def instance_args(self) -> str:
+        return ", ".join(list(self.op.input_names) + list(self.op.param_names) + ["handle"])
+
+    @property
+    def shared_config(self) -> str:
+        """Keyword arguments that build the op for given inputs and params (static dims from shapes)."""
+        local = rules.Naming(name=lambda n: f"{n}.shape" if n in self.op.input_names else n,
+                             tensor_attr=lambda t, a: f"{t}.{a}", helper=_helper)
+        items = [f"{d.name}=int(rules.axis_size({d.tensor}.shape, {rules.render(d.axis, local)}))"
+                 for d in self.op.static_dims]
+        items.append(f"dtype={self.op.primary_input.name}.dtype")
+        items += [f"{p}={p}" for p in self.op.param_names]
+        return ", ".join(items)
+
+    @property
+    def fake_outputs(self) -> List[str]:
+        """Expressions of empty outputs with the inferred shapes, dtypes and device."""
+        device_of = self.op.primary_input.name
+        out = []
+        for t in self.op.outputs:
+            out.append(f'{device_of}.new_empty(shapes["{t.name}"], dtype={self._dtype_expr(t.name)})')
+        return out
+
+    def _dtype_expr(self, tensor: str) -> str:
+        spec = self.op.tensor(tensor)
+        seen = {tensor}
+        while spec.dtype.same_as is not None and spec.name not in self.op.input_names:
+            if spec.dtype.same_as in seen:
+                break
+            seen.add(spec.dtype.same_as)
+            spec = self.op.tensor(spec.dtype.same_as)
+        if spec.name in self.op.input_names:
+            return f"{spec.name}.dtype"
+        if len(spec.dtype.names) == 1:
+            return _TORCH_DTYPE[spec.dtype.names[0]]
+        return f"{self.op.primary_input.name}.dtype"
+
+    @property
+    def shape_args(self) -> str:
+        return ", ".join(f"None if {t.name} is None else tuple({t.name}.shape)" if t.optional
+                         else f"tuple({t.name}.shape)" for t in self.op.inputs)
+
+    @property
+    def backward_construction(self) -> str:
+        link = self.op.backward
+        assert link is not None
+        items = [f"{d}=self.{d}" for d in link.bwd_static_dims] + ["dtype=self.dtype"]
+        items += [f"{p}=self.{p}" for p in link.bwd_params] + ["tune=self.tune"]
+        return f"{link.op}({', '.join(items)})"
+
+    @property
+    def grad_names(self) -> List[str]:
+        return [f"grad_{name}" for name in self.op.output_names]
+
+    @property
+    def backward_returns(self) -> str:
+        link = self.op.backward
+        assert link is not None
+        grads = [f"grad_{n}" if f"grad_{n}" in link.bwd_outputs else "None" for n in self.op.input_names]
+        grads += ["None"] * (len(self.op.params) + 1)
+        return ", ".join(grads)
+
+    @property
+    def trailing_nones(self) -> str:
+        """Gradients of the custom op's non-tensor arguments (params and handle): none."""
+        return "(" + ", ".join(["None"] * (len(self.op.params) + 1)) + ",)"
+
+    @staticmethod
+    def unpack(names: Sequence[str]) -> str:
+        """Left-hand side that unpacks a tuple of ``names`` (a trailing comma for one)."""
+        return ", ".join(names) + ("," if len(names) == 1 else "")
+
     # ---- S20 -----------------------------------------------------------------------
     @property
     def registration_import(self) -> str:
@@ -305,3 +402,24 @@ class OpView:
 
     def tensor(self, name: str) -> TensorSpec:
         return self.op.tensor(name)
+
+
+class FunctionView:
+    """Template-facing view of one function of ``tileops.functional``."""
+
+    def __init__(self, op: OpSpec) -> None:
+        self.op = op
+        self.view = OpView(op)
+        self.name = snake_case(op.base_name)
+
+    @property
+    def params(self) -> List[str]:
+        out = [p.split(" = ")[0] + (" = None" if "Optional" in p else "") for p in self.view.forward_params]
+        for p in self.op.params:
+            default = f" = {_literal(p.default)}" if p.has_default else ""
+            out.append(f"{p.name}: {_py_type(p)}{default}")
+        return out
+
+    @property
+    def library_args(self) -> str:
+        return ", ".join(list(self.op.input_names) + list(self.op.param_names) + ["SHARED_INSTANCE"])

@@ -12,7 +12,7 @@ from typing import Iterable, Sequence, Tuple, Union
 Shape = Tuple[int, ...]
 Dims = Union[None, int, Sequence[int]]
 
-__all__ = ["numel", "prod", "broadcast_shapes", "reduced_shape", "normalize_dims", "HELPERS"]
+__all__ = ["numel", "prod", "broadcast_shapes", "reduced_shape", "normalize_dims", "axis_size", "HELPERS"]
 
 
 def prod(values: Iterable[int]) -> int:
@@ -63,6 +63,11 @@ def reduced_shape(shape: Sequence[int], dims: Dims, keepdim: bool = False) -> Sh
     if keepdim:
         return tuple(1 if i in axes else s for i, s in enumerate(shape))
     return tuple(s for i, s in enumerate(shape) if i not in axes)
+
+
+def axis_size(shape: Sequence[int], axis: int) -> int:
+    """``shape[axis]``, or -1 when the axis does not exist (the op's own checks then explain why)."""
+    return shape[axis] if -len(shape) <= axis < len(shape) else -1
 
 
 # The closed set of helper names a rule may call, with their implementations.

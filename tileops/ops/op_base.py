@@ -10,10 +10,13 @@ dispatch, the kernel cache, device routing and the wording of errors.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import logging
 import os
 import threading
-from typing import Any, Dict, Hashable, Mapping, Optional, Tuple, Type
+import weakref
+from typing import Any, Callable, Dict, Hashable, Mapping, Optional, Tuple, Type, TypeVar
 
 import torch
 
@@ -28,6 +31,48 @@ STRICT_DEVICE_ENV = "TILEOPS_STRICT_DEVICE"
 # Backends a call can take; ``last_backend`` reports the most recent one.
 KERNEL = "kernel"
 REFERENCE = "reference"
+
+# Custom ops find the instance that called them through an integer handle: the
+# dispatcher passes only tensors and plain values.  Handles are never reused, and
+# the table holds instances weakly, so it never keeps an op alive.
+_HANDLES = itertools.count(1)
+_LIVE_OPS: "weakref.WeakValueDictionary[int, Op]" = weakref.WeakValueDictionary()
+# A custom op called with this handle (the functional API under torch.compile) uses
+# the shared instance for its static configuration.
+SHARED_INSTANCE = -1
+_SHARED_CAPACITY = 256
+
+OpT = TypeVar("OpT", bound="Op")
+
+
+class _SharedInstances:
+    """Bounded, thread-safe LRU of op instances keyed by class and static configuration."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._entries: "collections.OrderedDict[Hashable, Op]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, build: Callable[[], OpT]) -> OpT:
+        with self._lock:
+            op = self._entries.get(key)
+            if op is not None:
+                self._entries.move_to_end(key)
+                return op  # type: ignore[return-value]
+        op = build()  # outside the lock: construction may be slow, and a duplicate is harmless
+        with self._lock:
+            op = self._entries.setdefault(key, op)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+        return op  # type: ignore[return-value]
+
+
+_SHARED = _SharedInstances(_SHARED_CAPACITY)
+
+
+def _hashable(value: Any) -> Hashable:
+    return tuple(value) if isinstance(value, list) else value
 
 
 class Op(torch.nn.Module):
@@ -51,6 +96,24 @@ class Op(torch.nn.Module):
         self._kernel_cache_lock = threading.Lock()
         # Diagnostics only: which path the latest call took ("kernel" or "reference").
         self.last_backend: Optional[str] = None
+        self._handle = next(_HANDLES)
+        _LIVE_OPS[self._handle] = self
+        self._backward_op: Optional[Op] = None
+
+    # ---- instances ------------------------------------------------------------------
+    @classmethod
+    def shared(cls: Type[OpT], **config: Any) -> OpT:
+        """The process-wide instance for this static configuration (used by ``tileops.functional``)."""
+        key = (cls, tuple(sorted((k, _hashable(v)) for k, v in config.items())))
+        return _SHARED.get(key, lambda: cls(**config))
+
+    @classmethod
+    def from_handle(cls: Type[OpT], handle: int) -> OpT:
+        op = _LIVE_OPS.get(handle)
+        if not isinstance(op, cls):
+            raise RuntimeError(f"{cls.__name__}: no live instance has handle {handle} "
+                               "(was the op deleted while a compiled graph still uses it?)")
+        return op
 
     # ---- manifest-driven contract (generated in every L3 op) ----------------------
     @property
@@ -133,6 +196,36 @@ class Op(torch.nn.Module):
 
         return autotune_op(self, *examples, force=force)
 
+    # ---- calling -------------------------------------------------------------------
+    def _dispatch(self, *inputs: Optional[torch.Tensor]) -> Any:
+        """Run a validated call.
+
+        Compiled graphs and calls that autograd must record go through the
+        registered custom op (``_library_call``); plain eager calls skip the
+        dispatcher and its per-call cost.
+        """
+        if torch.compiler.is_compiling() or _needs_grad(inputs):
+            return self._library_call(*inputs)
+        return self._eager(*inputs)
+
+    def _eager(self, *inputs: Optional[torch.Tensor]) -> Any:
+        """The computation itself: the kernel for CUDA tensors, else the reference."""
+        if self._route(*inputs) == REFERENCE:
+            return self.reference(*inputs)
+        return self._run_kernel(*inputs)
+
+    def _library_call(self, *inputs: Optional[torch.Tensor]) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}._library_call")
+
+    def reference(self, *inputs: Optional[torch.Tensor]) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.reference")
+
+    def _cached_backward_op(self, build: Callable[[], "Op"]) -> "Op":
+        # A benign race: two threads may both build; either instance is equivalent.
+        if self._backward_op is None:
+            self._backward_op = build()
+        return self._backward_op
+
     # ---- routing -------------------------------------------------------------------
     def _route(self, *tensors: Optional[torch.Tensor]) -> str:
         """Choose the kernel or the reference path from the inputs' device."""
@@ -190,7 +283,35 @@ class Op(torch.nn.Module):
                 f"(the dtype given at construction), got {tensor.dtype}"
             )
 
+    def _refuse_backward(self, needs_input_grad: Tuple[bool, ...], grad: torch.Tensor,
+                         inputs: Tuple[Optional[torch.Tensor], ...]) -> Tuple[Optional[torch.Tensor], ...]:
+        """Gradients of an op with no Bwd op: each one raises when it is computed.
+
+        The refusal is an op of its own, so a compiled backward graph still traces
+        (inference under torch.compile keeps working) and raises only if it runs.
+        """
+        return tuple(
+            torch.ops.tileops.no_backward(grad, tensor, type(self).__name__)
+            if tensor is not None and needed else None
+            for tensor, needed in zip(inputs, needs_input_grad)
+        )
+
     def extra_repr(self) -> str:
         fields = {k: v for k, v in vars(self).items() if not k.startswith("_") and k not in (
             "training", "kernel_map", "last_backend")}
         return ", ".join(f"{k}={v}" for k, v in fields.items())
+
+
+@torch.library.custom_op("tileops::no_backward", mutates_args=())
+def _no_backward(grad: torch.Tensor, like: torch.Tensor, op_name: str) -> torch.Tensor:
+    raise RuntimeError(f"{op_name} has no backward: the manifest names no Bwd op for it, so it cannot "
+                       "be differentiated")
+
+
+@_no_backward.register_fake
+def _no_backward_fake(grad: torch.Tensor, like: torch.Tensor, op_name: str) -> torch.Tensor:
+    return torch.empty_like(like)
+
+
+def _needs_grad(inputs: Tuple[Optional[torch.Tensor], ...]) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)

@@ -6,7 +6,7 @@ Provides:
   - RMSNormFwdOp: y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight
 """
 
-from typing import Dict, Optional, Tuple, Type
+from typing import Dict, List, Optional, Tuple, Type
 
 import torch
 
@@ -15,6 +15,7 @@ from tileops.kernels.norm.rms_norm import RMSNormFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import NormOp
+from ..op_base import SHARED_INSTANCE
 
 __all__ = ["RMSNormFwdOp"]
 
@@ -56,6 +57,11 @@ class RMSNormFwdOp(NormOp):
         return {"rms_norm_fwd": RMSNormFwdKernel}
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        self._check_inputs(x, weight)
+        return self._dispatch(x, weight)
+
+    def _check_inputs(self, x: torch.Tensor, weight: torch.Tensor) -> None:
+        """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(x, weight)
         self._check_committed_dtype("x", x)
         if not (weight.ndim == 1):
@@ -66,13 +72,19 @@ class RMSNormFwdOp(NormOp):
             raise self._rule_violation("x.ndim >= 1", x=x, weight=weight)
         if x.shape[-1] != self.N:
             raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
-        if self._route(x, weight) == "reference":
-            return self.reference(x, weight)
-        return self._run_kernel(x, weight)
 
     def reference(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.nn.functional.rms_norm(x, (self.N,), weight, self.eps)
+
+    def _library_call(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd)."""
+        return torch.ops.tileops.rms_norm_fwd(x, weight, self.eps, self._handle)
+
+    def _fake_outputs(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Empty outputs of the right shapes, dtypes and device, for tracing."""
+        shapes = self._infer_output_shapes(tuple(x.shape), tuple(weight.shape))
+        return x.new_empty(shapes["y"], dtype=x.dtype)
 
     def _infer_output_shapes(self, x_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"y": tuple(x_shape)}
@@ -92,3 +104,36 @@ class RMSNormFwdOp(NormOp):
 
     def _static_axes(self, x_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> frozenset:
         return frozenset({(0, -1 % len(x_shape))})
+
+
+def _instance(x, weight, eps, handle) -> RMSNormFwdOp:
+    """The instance a custom-op call belongs to: the caller's, or the shared one for its configuration."""
+    if handle != SHARED_INSTANCE:
+        return RMSNormFwdOp.from_handle(handle)
+    return RMSNormFwdOp.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)
+
+
+@torch.library.custom_op("tileops::rms_norm_fwd", mutates_args=())
+def _library_op(x: torch.Tensor, weight: torch.Tensor, eps: float, handle: int) -> torch.Tensor:
+    return _instance(x, weight, eps, handle)._eager(x, weight)
+
+
+@_library_op.register_fake
+def _library_op_fake(x, weight, eps, handle):
+    op = _instance(x, weight, eps, handle)
+    op._check_inputs(x, weight)
+    return op._fake_outputs(x, weight)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, weight, eps, handle = inputs
+    ctx.op = _instance(x, weight, eps, handle)
+    ctx.save_for_backward(x, weight)
+
+
+def _backward(ctx, grad_y):
+    refused = ctx.op._refuse_backward(ctx.needs_input_grad, grad_y, ctx.saved_tensors)
+    return refused + (None, None,)
+
+
+_library_op.register_autograd(_backward, setup_context=_setup_context)

@@ -6,7 +6,7 @@ Provides:
   - CumsumFwdOp: y = cumsum(x, dim)
 """
 
-from typing import Dict, Optional, Tuple, Type
+from typing import Dict, List, Optional, Tuple, Type
 
 import torch
 
@@ -15,6 +15,7 @@ from tileops.kernels.scan.cumsum import CumsumFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import ScanOp
+from ..op_base import SHARED_INSTANCE
 
 __all__ = ["CumsumFwdOp"]
 
@@ -55,6 +56,11 @@ class CumsumFwdOp(ScanOp):
         return {"cumsum_fwd": CumsumFwdKernel}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_inputs(x)
+        return self._dispatch(x)
+
+    def _check_inputs(self, x: torch.Tensor) -> None:
+        """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(x)
         self._check_committed_dtype("x", x)
         if not (x.ndim >= 1):
@@ -63,13 +69,19 @@ class CumsumFwdOp(ScanOp):
             raise self._rule_violation("-x.ndim <= dim < x.ndim", x=x)
         if x.shape[self.dim] != self.N:
             raise self._static_dim_mismatch("N", "x.shape[dim]", self.N, x.shape[self.dim])
-        if self._route(x) == "reference":
-            return self.reference(x)
-        return self._run_kernel(x)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.cumsum(x, self.dim)
+
+    def _library_call(self, x: torch.Tensor) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd)."""
+        return torch.ops.tileops.cumsum_fwd(x, self.dim, self._handle)
+
+    def _fake_outputs(self, x: torch.Tensor) -> torch.Tensor:
+        """Empty outputs of the right shapes, dtypes and device, for tracing."""
+        shapes = self._infer_output_shapes(tuple(x.shape))
+        return x.new_empty(shapes["y"], dtype=x.dtype)
 
     def _infer_output_shapes(self, x_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"y": tuple(x_shape)}
@@ -87,3 +99,36 @@ class CumsumFwdOp(ScanOp):
 
     def _static_axes(self, x_shape: Tuple[int, ...]) -> frozenset:
         return frozenset({(0, self.dim % len(x_shape))})
+
+
+def _instance(x, dim, handle) -> CumsumFwdOp:
+    """The instance a custom-op call belongs to: the caller's, or the shared one for its configuration."""
+    if handle != SHARED_INSTANCE:
+        return CumsumFwdOp.from_handle(handle)
+    return CumsumFwdOp.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)
+
+
+@torch.library.custom_op("tileops::cumsum_fwd", mutates_args=())
+def _library_op(x: torch.Tensor, dim: int, handle: int) -> torch.Tensor:
+    return _instance(x, dim, handle)._eager(x)
+
+
+@_library_op.register_fake
+def _library_op_fake(x, dim, handle):
+    op = _instance(x, dim, handle)
+    op._check_inputs(x)
+    return op._fake_outputs(x)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, dim, handle = inputs
+    ctx.op = _instance(x, dim, handle)
+    ctx.save_for_backward(x)
+
+
+def _backward(ctx, grad_y):
+    refused = ctx.op._refuse_backward(ctx.needs_input_grad, grad_y, ctx.saved_tensors)
+    return refused + (None, None,)
+
+
+_library_op.register_autograd(_backward, setup_context=_setup_context)
