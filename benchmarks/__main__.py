@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace, manifest, cases) -> int:
     csv_path = args.results_dir / f"{gpu_slug(gpu)}.csv"
     ctx = RunContext(manifest, backend, device,
                      compiler=None if args.no_compile else default_compiler,
-                     seed=args.seed, generator=torch.Generator(device).manual_seed(args.seed))
+                     generator=torch.Generator(device).manual_seed(args.seed))
     results = run_cases(cases, ctx, on_result=lambda r: append_csv(csv_path, result_rows(r, info)))
     rows = [row for row in read_csv(csv_path) if row.get("run") == info.run]
     md_path = csv_path.with_suffix(".md")

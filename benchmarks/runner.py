@@ -67,9 +67,8 @@ class RunContext:
     device: Any = "cuda"
     compiler: Optional[Compiler] = None  # None: no torch.compile variant
     resolve: Callable[[OpSpec], type] = resolve_op_class
-    seed: int = 0
     max_input_sets: int = 64
-    generator: Any = field(default=None, repr=False)
+    generator: Any = field(default=None, repr=False)  # seeds the random inputs
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
@@ -118,22 +117,24 @@ def _measure(variant: Variant, input_sets: Sequence[InputSet], oracle: Any, dtyp
     except Exception as exc:  # noqa: BLE001
         logger.error("%s failed while timed: %s", variant.name, _short(exc))
         return Outcome(variant.name, ERROR, error=verdict.error, note=_short(exc))
-    notes = "; ".join(n for n in (variant.note,) if n)
     return Outcome(variant.name, OK, median_us=micros, loop_us=loop, peak_bytes=peak, error=verdict.error,
-                   note=notes)
+                   note=variant.note)
+
+
+def _case_inputs(case: Case, ctx: RunContext) -> Callable[[], InputSet]:
+    """A maker of input sets from the workload (random, or the entry's ``make_inputs``)."""
+    return lambda: InputSet(build_inputs(case, ctx.device, ctx.generator))
 
 
 def _fallback(case: Case, op: Any, ctx: RunContext, why: str) -> Tuple[List[Variant], Callable[[], InputSet], str]:
     logger.warning("%s: %s; the baselines use its own reference", case.spec.name, why)
-    make = lambda: InputSet(build_inputs(case, ctx.device, ctx.generator))  # noqa: E731
-    return forward_variants(op, ctx.compiler), make, f"baseline: {case.spec.name}.reference ({why})"
+    return forward_variants(op, ctx.compiler), _case_inputs(case, ctx), f"baseline: {case.spec.name}.reference ({why})"
 
 
 def _variants_and_inputs(case: Case, op: Any, ctx: RunContext) -> Tuple[List[Variant], Callable[[], InputSet], str]:
     """The variants of a case, a maker of its input sets, and a note for every row."""
     if case.spec.direction != "Bwd":
-        make = lambda: InputSet(build_inputs(case, ctx.device, ctx.generator))  # noqa: E731
-        return forward_variants(op, ctx.compiler), make, ""
+        return forward_variants(op, ctx.compiler), _case_inputs(case, ctx), ""
     plan, why = plan_autograd(ctx.manifest, case.spec)
     if plan is None:
         return _fallback(case, op, ctx, why)
@@ -147,10 +148,10 @@ def _variants_and_inputs(case: Case, op: Any, ctx: RunContext) -> Tuple[List[Var
     except (ValueError, ImportError, AttributeError) as exc:
         return _fallback(case, op, ctx, _short(exc))
     if custom:
-        make = lambda: InputSet(build_inputs(case, ctx.device, ctx.generator))  # noqa: E731
+        make = _case_inputs(case, ctx)
     else:
-        make = lambda: backward_inputs(plan, fwd_op, case.workload, case.dtype,  # noqa: E731
-                                       ctx.device, ctx.generator)
+        def make() -> InputSet:  # Bwd inputs from a Fwd run, so saved tensors are real
+            return backward_inputs(plan, fwd_op, case.workload, case.dtype, ctx.device, ctx.generator)
     return autograd_variants(op, plan, fwd_op, ctx.compiler), make, ""
 
 
