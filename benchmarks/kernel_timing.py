@@ -110,6 +110,11 @@ def precompile_jobs() -> List[tuple]:
         inners = [shape[2]] if len(shape) == 3 else []
         for config in cumsum_candidates(shape, DTYPE_NAMES[dtype_name]):
             jobs += _cumsum_jobs(N, dtype_name, config, inners)
+    for N in (65537, 262144):  # the split scan the GPU tests compare with
+        for dtype_name, dtype in DTYPE_NAMES.items():
+            jobs += _cumsum_jobs(N, dtype_name, {**cumsum_default_config(N, dtype), "lookback": 0})
+    lookback_stress = {**cumsum_default_config(262144, torch.float32), "threads": 256, "items": 4, "row_threads": 256}
+    jobs += _cumsum_jobs(262144, "float32", lookback_stress)
     unique = {}
     for job in jobs:
         unique[(job[0], job[1], job[2], job[3], tuple(sorted(job[4].items())))] = job
@@ -212,7 +217,11 @@ def cumsum_candidates(shape: Tuple[int, ...], dtype: torch.dtype) -> List[Dict[s
 
     N = shape[1]
     if len(shape) == 2:
-        return cumsum_autotune_configs(N, dtype)
+        candidates = cumsum_autotune_configs(N, dtype)
+        if shape[0] <= candidates[0]["split_max_rows"]:
+            # Few rows: compare the look-back and split scans of every layout.
+            candidates = candidates + [{**config, "lookback": 0} for config in candidates]
+        return candidates
     default = cumsum_default_config(N, dtype)
     candidates = [default]
     for threads in (128, 256, 512):

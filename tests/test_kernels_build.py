@@ -20,6 +20,7 @@ from tileops.kernels.norm.rms_norm import (
 )
 from tileops.kernels.scan.cumsum import (
     COLUMN_SCAN,
+    LOOKBACK_ROW_SCAN,
     ROW_SCAN,
     SEGMENT_SUMS,
     SPLIT_ROW_SCAN,
@@ -75,9 +76,12 @@ def test_rms_norm_builds_for_sm90(N: int, dtype: torch.dtype) -> None:
 @needs_nvcc
 def test_cumsum_builds_every_program_for_sm90() -> None:
     kernel = CumsumFwdKernel(65537, torch.bfloat16)
-    assert kernel.split_segments > 1
     built = kernel.build_all_for_sm90(inner=5)
-    assert set(built) == {ROW_SCAN, SEGMENT_SUMS, SPLIT_ROW_SCAN, f"{COLUMN_SCAN}_8"}
+    assert set(built) == {ROW_SCAN, LOOKBACK_ROW_SCAN, f"{COLUMN_SCAN}_8"}
+    split = CumsumFwdKernel(65537, torch.float16, config={"lookback": 0})
+    assert split.split_segments > 1
+    built.update({f"split {name}": program for name, program in split.build_all_for_sm90().items()})
+    assert {f"split {SEGMENT_SUMS}", f"split {SPLIT_ROW_SCAN}"} <= set(built)
     for compiled in built.values():
         assert "(int64_t)" in compiled.get_kernel_source()
 
@@ -107,10 +111,8 @@ def test_every_cumsum_candidate_builds_its_programs(N: int) -> None:
     from tileops.kernels.scan.cumsum import _build_program
 
     for config in cumsum_autotune_configs(N, torch.float32):
-        names = [ROW_SCAN, f"{COLUMN_SCAN}_32"]
-        kernel = CumsumFwdKernel(N, torch.float32, config=config)
-        if kernel.split_segments > 1:
-            names += [SEGMENT_SUMS, SPLIT_ROW_SCAN]
+        names = set(CumsumFwdKernel(N, torch.float32, config=config).program_names(inner=33))
+        names |= set(CumsumFwdKernel(N, torch.float32, config={**config, "lookback": 0}).program_names())
         for name in names:
             assert _build_program(name, N, "float32", config) is not None
 
@@ -171,11 +173,14 @@ def test_cumsum_default_config_is_valid(N: int, dtype: torch.dtype) -> None:
         assert chunks >= 4 and config["segments"] <= chunks
 
 
-def test_cumsum_split_applies_to_long_rows_only() -> None:
-    assert CumsumFwdKernel(4096, torch.bfloat16).split_segments == 1
+def test_cumsum_cuts_long_rows_only() -> None:
+    short = CumsumFwdKernel(4096, torch.bfloat16)
+    assert short.program_names() == [ROW_SCAN]
+    assert CumsumFwdKernel(4096, torch.bfloat16, config={"lookback": 0}).split_segments == 1
     long_rows = CumsumFwdKernel(262144, torch.bfloat16)
-    assert long_rows.split_segments > 1
+    assert LOOKBACK_ROW_SCAN in long_rows.program_names()
     assert long_rows.config["split_max_rows"] >= 64
+    assert CumsumFwdKernel(262144, torch.bfloat16, config={"lookback": 0}).split_segments > 1
 
 
 def test_column_program_tile_follows_inner_extent() -> None:

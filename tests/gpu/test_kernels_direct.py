@@ -20,7 +20,13 @@ import pytest
 import torch
 
 from tileops.kernels.norm.rms_norm import RMSNormFwdKernel
-from tileops.kernels.scan.cumsum import COLUMN_SCAN, ROW_SCAN, SPLIT_ROW_SCAN, CumsumFwdKernel
+from tileops.kernels.scan.cumsum import (
+    COLUMN_SCAN,
+    LOOKBACK_ROW_SCAN,
+    ROW_SCAN,
+    SPLIT_ROW_SCAN,
+    CumsumFwdKernel,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -39,7 +45,7 @@ _kernels: dict = {}
 
 def _kernel(cls, N: int, dtype: torch.dtype, **kwargs):
     """One kernel per (class, N, dtype) for the whole session, as an op would keep it."""
-    key = (cls, N, dtype, tuple(sorted(kwargs.items())))
+    key = (cls, N, dtype, repr(sorted(kwargs.items())))
     if key not in _kernels:
         _kernels[key] = cls(N, dtype, **kwargs)
     return _kernels[key]
@@ -172,19 +178,35 @@ def test_cumsum_rows(dtype: torch.dtype, N: int, rows: int) -> None:
 
 @pytest.mark.parametrize("N", [65537, 262144])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_cumsum_split_and_plain_row_scans_agree(dtype: torch.dtype, N: int) -> None:
-    """Few rows take the split scan; the same rows through the plain row scan give the same answer."""
-    kernel = _kernel(CumsumFwdKernel, N, dtype)
-    assert kernel.split_segments > 1
+def test_cumsum_few_long_rows_every_path_agrees(dtype: torch.dtype, N: int) -> None:
+    """Few long rows take the look-back scan (default) or the split scan; the plain row scan agrees."""
+    lookback = _kernel(CumsumFwdKernel, N, dtype)
+    split = _kernel(CumsumFwdKernel, N, dtype, config={"lookback": 0})
+    assert LOOKBACK_ROW_SCAN in lookback.program_names() and split.split_segments > 1
     x = torch.randn(5, N, device="cuda", dtype=dtype)
-    split_out, plain_out = _poisoned_like(x), _poisoned_like(x)
-    kernel(x, split_out)
-    kernel.compile_program(ROW_SCAN)(x, plain_out)
+    outs = [_poisoned_like(x) for _ in range(3)]
+    lookback(x, outs[0])
+    split(x, outs[1])
+    lookback.compile_program(ROW_SCAN)(x, outs[2])
     torch.cuda.synchronize()
     reference = torch.cumsum(x.double(), dim=1)
-    _assert_matches(split_out, reference, atol=_cumsum_atol(N))
-    _assert_matches(plain_out, reference, atol=_cumsum_atol(N))
-    assert any(key[0] == SPLIT_ROW_SCAN for key in kernel._compiled)
+    for out in outs:
+        _assert_matches(out, reference, atol=_cumsum_atol(N))
+    assert any(key[0] == LOOKBACK_ROW_SCAN for key in lookback._compiled)
+    assert any(key[0] == SPLIT_ROW_SCAN for key in split._compiled)
+
+
+def test_cumsum_lookback_across_many_windows_is_race_free() -> None:
+    """256 tiles a row: the look-back crosses several 32-tile windows; repeated on fresh inputs."""
+    N = 262144
+    kernel = _kernel(CumsumFwdKernel, N, torch.float32, config={"threads": 256, "items": 4, "row_threads": 256})
+    assert LOOKBACK_ROW_SCAN in kernel.program_names()
+    for _ in range(5):
+        x = torch.randn(64, N, device="cuda", dtype=torch.float32)
+        out = _poisoned_like(x)
+        kernel(x, out)
+        torch.cuda.synchronize()
+        _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(N))
 
 
 @pytest.mark.parametrize(

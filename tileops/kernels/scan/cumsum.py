@@ -40,10 +40,12 @@ ACCUM = "float32"
 MAX_THREADS = 1024
 MIN_BLOCK_THREADS = 128
 WARP = 32
+MAX_GRID_Y = 65535
 
 # Program names, besides the row scan that ``program`` returns.
 SEGMENT_SUMS = "segment_sums"
 SPLIT_ROW_SCAN = "split_row_scan"
+LOOKBACK_ROW_SCAN = "lookback_row_scan"
 COLUMN_SCAN = "column_scan"  # one program per tile width: "column_scan_<tile>"
 ROW_SCAN = "row_scan"
 COLUMN_TILES = (1, 2, 4, 8, 16, 32)
@@ -90,7 +92,10 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     chunk, full_chunks, tail = _row_layout(N, config["items"], config["row_threads"])
     total_chunks = full_chunks + (tail > 0)
     config["segments"] = min(32, total_chunks // 2) if total_chunks >= 4 else 1
+    # Few long rows (at most ``split_max_rows``) are cut across blocks: by the
+    # single-pass look-back scan (``lookback``), else by the split scan.
     config["split_max_rows"] = 128
+    config["lookback"] = 1
     config["column_threads"] = 256
     config["column_items"] = 8
     # Scans over a middle axis with fewer column blocks than this, and at
@@ -150,25 +155,52 @@ def _load_vector(N: int, items: int, dtype: str) -> int:
     return _largest_pow2_divisor(N, _largest_pow2_divisor(items, 16 // elem_bytes))
 
 
-def row_scan_program(
-    N: int, dtype: str, *, threads: int, items: int, row_threads: int, segments: int = 1, **_: Any
-) -> Any:
-    """Row scan of ``(R, N)``; with ``segments > 1`` the second step of the split scan.
+# Status of a tile in the single-pass (look-back) scan; also the index of the
+# word that holds the published value.
+STATUS_EMPTY = 0  # not published yet
+STATUS_AGGREGATE = 1  # the sum of the tile alone
+STATUS_PREFIX = 2  # the sum of the row up to and including the tile
 
-    The split form also takes ``Partial: (R, S)`` float32 segment sums and
-    scans segment ``s`` of each row in block ``(row block, s)``, starting from
-    ``sum(Partial[row, :s])``.
+
+def row_scan_program(
+    N: int,
+    dtype: str,
+    *,
+    threads: int,
+    items: int,
+    row_threads: int,
+    segments: int = 1,
+    mode: str = "plain",
+    **_: Any,
+) -> Any:
+    """A row scan of ``(R, N)`` in one of three modes.
+
+    * ``plain``: one row group walks its row chunk by chunk (loads of the next
+      chunk are issued before the current one is scanned).
+    * ``split`` (``segments > 1``): the second step of the split scan; takes
+      ``Partial: (R, S)`` float32 segment sums and scans segment ``s`` of each
+      row in block ``(row block, s)`` from ``sum(Partial[row, :s])``.
+    * ``lookback``: a single pass over rows of ``tiles = ceil(N / (threads *
+      items))`` tiles, one block per tile.  A block scans its tile, publishes
+      its sum in ``Status: (R, tiles, 3)`` int32 (zeroed by the caller:
+      [status, tile sum bits, inclusive prefix bits]), and its first warp
+      looks back over the predecessors, 32 at a time, until it meets an
+      inclusive prefix; then it publishes its own.  The two sums live in
+      separate words, so a reader never mixes one status with the other's
+      value.  Blocks start in index order, so every block waited for runs.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     _validate_row_config(N, threads, items, row_threads, segments)
+    if mode == "lookback":
+        row_threads = threads
     rows_per_block = threads // row_threads
     chunk, full_chunks, tail = _row_layout(N, items, row_threads)
+    total_chunks = full_chunks + (tail > 0)
     group = min(row_threads, WARP)  # lanes of one row inside a warp
     warps_per_row = max(1, row_threads // WARP)
     vector = _load_vector(N, items, dtype)
-    split = segments > 1
-    per_segment, used_segments = _segment_layout(N, items, row_threads, segments) if split else (0, 1)
+    per_segment, used_segments = _segment_layout(N, items, row_threads, segments) if mode == "split" else (0, 1)
     R = T.dynamic("R")
 
     @T.macro
@@ -190,15 +222,19 @@ def row_scan_program(
                     raw[k] = T.cast(0, dtype)
 
     @T.macro
-    def scan_chunk(raw, vals, totals, state, tx, buffer):
-        """Scan the chunk in ``raw`` into ``vals``, offset by the carry ``state[0]``; advance the carry.
+    def widen(raw, vals):
+        for k in T.unroll(items):
+            vals[k] = T.cast(raw[k], ACCUM)
+
+    @T.macro
+    def scan_chunk(vals, totals, state, tx, buffer):
+        """Scan the chunk in ``vals`` in place, offset by the carry ``state[0]``; advance the carry.
 
         ``state`` holds [carry, inclusive, exclusive, warp prefix, chunk total] in float32.
         """
         lane_in_group = tx % group
-        vals[0] = T.cast(raw[0], ACCUM)
         for k in T.unroll(1, items):
-            vals[k] = vals[k - 1] + T.cast(raw[k], ACCUM)
+            vals[k] = vals[k - 1] + vals[k]
         state[1] = vals[items - 1]
         for step in T.unroll(max(1, group.bit_length() - 1)):
             if (1 << step) < group:
@@ -243,7 +279,7 @@ def row_scan_program(
                             vals[v * vector + k], dtype
                         )
 
-    if not split:
+    if mode == "plain":
 
         @T.prim_func
         def cumsum_row_scan(X: T.Tensor((R, N), dtype), Y: T.Tensor((R, N), dtype)):
@@ -256,48 +292,139 @@ def row_scan_program(
                 row = bx * rows_per_block + tx // row_threads
                 lane = tx % row_threads
                 state[0] = T.cast(0, ACCUM)
+                if full_chunks > 0:
+                    load_chunk(X, raw, row, lane, 0, False)
                 for c in T.serial(full_chunks):
-                    load_chunk(X, raw, row, lane, c, False)
-                    scan_chunk(raw, vals, totals, state, tx, c % 2)
+                    widen(raw, vals)
+                    # Issue the next chunk's loads now: they are in flight while this one is scanned.
+                    if c + 1 < full_chunks:
+                        load_chunk(X, raw, row, lane, c + 1, False)
+                    scan_chunk(vals, totals, state, tx, c % 2)
                     store_chunk(Y, vals, row, lane, c, False)
                 if tail > 0:
                     load_chunk(X, raw, row, lane, full_chunks, True)
-                    scan_chunk(raw, vals, totals, state, tx, full_chunks % 2)
+                    widen(raw, vals)
+                    scan_chunk(vals, totals, state, tx, full_chunks % 2)
                     store_chunk(Y, vals, row, lane, full_chunks, True)
 
         return cumsum_row_scan
 
+    if mode == "split":
+
+        @T.prim_func
+        def cumsum_split_row_scan(
+            X: T.Tensor((R, N), dtype),
+            Partial: T.Tensor((R, used_segments), ACCUM),
+            Y: T.Tensor((R, N), dtype),
+        ):
+            with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, segment):
+                tx = T.get_thread_binding()
+                raw = T.alloc_local((items,), dtype)
+                vals = T.alloc_local((items,), ACCUM)
+                state = T.alloc_local((5,), ACCUM)
+                totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
+                row = bx * rows_per_block + tx // row_threads
+                lane = tx % row_threads
+                state[0] = T.cast(0, ACCUM)
+                if row < R:
+                    for s in T.serial(used_segments):
+                        if s < segment:
+                            state[0] = state[0] + Partial[row, s]
+                for c in T.serial(per_segment):
+                    chunk_index = segment * per_segment + c
+                    if chunk_index < full_chunks:
+                        load_chunk(X, raw, row, lane, chunk_index, False)
+                        widen(raw, vals)
+                        scan_chunk(vals, totals, state, tx, c % 2)
+                        store_chunk(Y, vals, row, lane, chunk_index, False)
+                    elif chunk_index == full_chunks and tail > 0:
+                        load_chunk(X, raw, row, lane, chunk_index, True)
+                        widen(raw, vals)
+                        scan_chunk(vals, totals, state, tx, c % 2)
+                        store_chunk(Y, vals, row, lane, chunk_index, True)
+
+        return cumsum_split_row_scan
+
+    if mode != "lookback":
+        raise ValueError(f"CumsumFwdKernel: unknown row scan mode {mode!r}")
+    tiles = total_chunks
+
+    @T.macro
+    def publish(Status, row, tile, status, value):
+        # The value first, then (release) the status that says which value is valid.
+        T.atomic_store(Status[row, tile, status], T.reinterpret(value, "int32"), memory_order="relaxed")
+        T.atomic_store(Status[row, tile, 0], status, memory_order="release")
+
     @T.prim_func
-    def cumsum_split_row_scan(
+    def cumsum_lookback_row_scan(
         X: T.Tensor((R, N), dtype),
-        Partial: T.Tensor((R, used_segments), ACCUM),
+        Status: T.Tensor((R, tiles, 3), "int32"),
         Y: T.Tensor((R, N), dtype),
     ):
-        with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, segment):
+        with T.Kernel(tiles, R, threads=threads) as (tile, row):
             tx = T.get_thread_binding()
             raw = T.alloc_local((items,), dtype)
             vals = T.alloc_local((items,), ACCUM)
             state = T.alloc_local((5,), ACCUM)
-            totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
-            row = bx * rows_per_block + tx // row_threads
-            lane = tx % row_threads
+            totals = T.alloc_shared((2, 1, warps_per_row), ACCUM)
+            tile_offset = T.alloc_shared((1,), ACCUM)
+            # [sum of predecessors found so far, this lane's contribution]
+            found = T.alloc_local((2,), ACCUM)
+            # [nearest predecessor of the window, look-back done, this lane's status]
+            window = T.alloc_local((3,), "int32")
             state[0] = T.cast(0, ACCUM)
-            if row < R:
-                for s in T.serial(used_segments):
-                    if s < segment:
-                        state[0] = state[0] + Partial[row, s]
-            for c in T.serial(per_segment):
-                chunk_index = segment * per_segment + c
-                if chunk_index < full_chunks:
-                    load_chunk(X, raw, row, lane, chunk_index, False)
-                    scan_chunk(raw, vals, totals, state, tx, c % 2)
-                    store_chunk(Y, vals, row, lane, chunk_index, False)
-                elif chunk_index == full_chunks and tail > 0:
-                    load_chunk(X, raw, row, lane, chunk_index, True)
-                    scan_chunk(raw, vals, totals, state, tx, c % 2)
-                    store_chunk(Y, vals, row, lane, chunk_index, True)
+            if tile < full_chunks:
+                load_chunk(X, raw, row, tx, tile, False)
+            else:
+                load_chunk(X, raw, row, tx, tile, True)
+            widen(raw, vals)
+            scan_chunk(vals, totals, state, tx, 0)
+            # state[0] is now the tile's sum.
+            if tx < WARP:
+                if tx == 0:
+                    if tile == 0:
+                        publish(Status, row, tile, STATUS_PREFIX, state[0])
+                    else:
+                        publish(Status, row, tile, STATUS_AGGREGATE, state[0])
+                found[0] = T.cast(0, ACCUM)
+                window[0] = tile - 1
+                window[1] = 0
+                while window[1] == 0:
+                    # Lane j looks at predecessor window[0] - j; lanes before the
+                    # row start see an inclusive prefix of 0.
+                    window[2] = STATUS_PREFIX
+                    if window[0] - tx >= 0:
+                        window[2] = T.atomic_load(Status[row, window[0] - tx, 0], memory_order="acquire")
+                    if T.ballot_sync(window[2] == STATUS_EMPTY) == T.uint64(0):
+                        prefixes = T.ballot_sync(window[2] == STATUS_PREFIX)
+                        found[1] = T.cast(0, ACCUM)
+                        if window[0] - tx >= 0:
+                            found[1] = T.reinterpret(
+                                T.atomic_load(Status[row, window[0] - tx, window[2]], memory_order="relaxed"), ACCUM
+                            )
+                        if prefixes != T.uint64(0):
+                            # The nearest inclusive prefix ends the look-back.
+                            if tx > T.__ffs(prefixes) - 1:
+                                found[1] = T.cast(0, ACCUM)
+                            window[1] = 1
+                        else:
+                            window[0] = window[0] - WARP
+                        for step in T.unroll(5):
+                            found[1] = found[1] + T.shfl_xor(found[1], 1 << step)
+                        found[0] = found[0] + found[1]
+                if tx == 0:
+                    if tile > 0:
+                        publish(Status, row, tile, STATUS_PREFIX, found[0] + state[0])
+                    tile_offset[0] = found[0]
+            T.sync_threads()
+            for k in T.unroll(items):
+                vals[k] = vals[k] + tile_offset[0]
+            if tile < full_chunks:
+                store_chunk(Y, vals, row, tx, tile, False)
+            else:
+                store_chunk(Y, vals, row, tx, tile, True)
 
-    return cumsum_split_row_scan
+    return cumsum_lookback_row_scan
 
 
 def segment_sums_program(
@@ -387,10 +514,8 @@ def column_scan_program(
     I = T.dynamic("I")
 
     @T.macro
-    def scan_chunk(X, Y, raw, vals, totals, state, outer, column, tx, chunk_index, guarded):
-        position = tx // tile
-        lane_position = (tx % WARP) // tile
-        first = chunk_index * chunk + position * items
+    def load_chunk(X, raw, outer, column, tx, chunk_index, guarded):
+        first = chunk_index * chunk + (tx // tile) * items
         for k in T.unroll(items):
             if guarded:
                 raw[k] = T.if_then_else(
@@ -398,9 +523,18 @@ def column_scan_program(
                 )
             else:
                 raw[k] = T.if_then_else(column < I, X[outer, first + k, column], T.cast(0, dtype))
-        vals[0] = T.cast(raw[0], ACCUM)
+
+    @T.macro
+    def widen(raw, vals):
+        for k in T.unroll(items):
+            vals[k] = T.cast(raw[k], ACCUM)
+
+    @T.macro
+    def scan_chunk(Y, vals, totals, state, outer, column, tx, chunk_index, guarded):
+        first = chunk_index * chunk + (tx // tile) * items
+        lane_position = (tx % WARP) // tile
         for k in T.unroll(1, items):
-            vals[k] = vals[k - 1] + T.cast(raw[k], ACCUM)
+            vals[k] = vals[k - 1] + vals[k]
         state[1] = vals[items - 1]
         for step in T.unroll(max(1, lanes_per_column.bit_length() - 1)):
             if (1 << step) < lanes_per_column:
@@ -444,24 +578,39 @@ def column_scan_program(
             outer = T.truncdiv(bx, T.ceildiv(I, tile))
             column = (bx - outer * T.ceildiv(I, tile)) * tile + tx % tile
             state[0] = T.cast(0, ACCUM)
+            if full_chunks > 0:
+                load_chunk(X, raw, outer, column, tx, 0, False)
             for c in T.serial(full_chunks):
-                scan_chunk(X, Y, raw, vals, totals, state, outer, column, tx, c, False)
+                widen(raw, vals)
+                # Issue the next chunk's loads now: they are in flight while this one is scanned.
+                if c + 1 < full_chunks:
+                    load_chunk(X, raw, outer, column, tx, c + 1, False)
+                scan_chunk(Y, vals, totals, state, outer, column, tx, c, False)
             if tail > 0:
-                scan_chunk(X, Y, raw, vals, totals, state, outer, column, tx, full_chunks, True)
+                load_chunk(X, raw, outer, column, tx, full_chunks, True)
+                widen(raw, vals)
+                scan_chunk(Y, vals, totals, state, outer, column, tx, full_chunks, True)
 
     return cumsum_column_scan
 
 
 def _build_program(name: str, N: int, dtype: str, config: Dict[str, Any]) -> Any:
     if name == ROW_SCAN:
-        return row_scan_program(N, dtype, **{**config, "segments": 1})
+        return row_scan_program(N, dtype, **{**config, "segments": 1, "mode": "plain"})
     if name == SPLIT_ROW_SCAN:
-        return row_scan_program(N, dtype, **config)
+        return row_scan_program(N, dtype, **{**config, "mode": "split"})
+    if name == LOOKBACK_ROW_SCAN:
+        return row_scan_program(N, dtype, **{**config, "segments": 1, "mode": "lookback"})
     if name == SEGMENT_SUMS:
         return segment_sums_program(N, dtype, **config)
     if name.startswith(COLUMN_SCAN):
         return column_scan_program(N, dtype, column_tile=int(name[len(COLUMN_SCAN) + 1 :]), **config)
     raise ValueError(f"CumsumFwdKernel: unknown program {name!r}")
+
+
+def lookback_tiles(N: int, threads: int, items: int) -> int:
+    """Tiles (blocks) per row of the single-pass scan: one ``threads * items`` chunk each."""
+    return -(-N // (threads * items))
 
 
 def column_program_name(inner: int) -> str:
@@ -515,7 +664,7 @@ class CumsumFwdKernel(Kernel):
     def split_segments(self) -> int:
         """Segments a row is cut into on the split path (1: no split path)."""
         config = self.config
-        if config["segments"] <= 1:
+        if config["segments"] <= 1 or config["lookback"]:
             return 1
         return _segment_layout(self.N, config["items"], config["row_threads"], config["segments"])[1]
 
@@ -528,7 +677,11 @@ class CumsumFwdKernel(Kernel):
         names = [ROW_SCAN]
         if inner > 1:
             names.append(column_program_name(inner))
-        if self.split_segments > 1:
+        config = self.config
+        if config["lookback"]:
+            if lookback_tiles(self.N, config["threads"], config["items"]) > 1:
+                names.append(LOOKBACK_ROW_SCAN)
+        elif self.split_segments > 1:
             names += [SEGMENT_SUMS, SPLIT_ROW_SCAN]
         return names
 
@@ -600,12 +753,21 @@ class CumsumFwdKernel(Kernel):
 
     def _scan_rows(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
-        if rows <= self.config["split_max_rows"]:
-            segments = self.split_segments
-            if segments > 1:
-                partial = torch.empty((rows, segments), dtype=torch.float32, device=x.device)
-                self._launcher(SEGMENT_SUMS)(x, partial)
-                self._launcher(SPLIT_ROW_SCAN)(x, partial, out)
-                return out
+        config = self.config
+        # Split programs put rows on the grid's y axis (at most 65535 blocks).
+        if rows <= min(config["split_max_rows"], MAX_GRID_Y):
+            if config["lookback"]:
+                tiles = lookback_tiles(self.N, config["threads"], config["items"])
+                if tiles > 1:
+                    status = torch.zeros((rows, tiles, 3), dtype=torch.int32, device=x.device)
+                    self._launcher(LOOKBACK_ROW_SCAN)(x, status, out)
+                    return out
+            else:
+                segments = self.split_segments
+                if segments > 1:
+                    partial = torch.empty((rows, segments), dtype=torch.float32, device=x.device)
+                    self._launcher(SEGMENT_SUMS)(x, partial)
+                    self._launcher(SPLIT_ROW_SCAN)(x, partial, out)
+                    return out
         self._launcher(ROW_SCAN)(x, out)
         return out
