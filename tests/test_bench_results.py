@@ -179,3 +179,19 @@ def test_the_plot_is_skipped_with_a_reason_without_matplotlib(manifest, tmp_path
     assert plot_sol(rows, tmp_path / "gpu.png") is None
     assert "matplotlib is not installed" in caplog.text
     assert not (tmp_path / "gpu.png").exists()
+
+
+def test_compare_flags_large_cases_beyond_tolerance(manifest, tmp_path, capsys):
+    from benchmarks import compare
+
+    csv_path = tmp_path / "gpu.csv"
+    append_csv(csv_path, result_rows(llama_result(manifest), info("2026-11-22T05:00:00Z")))
+    append_csv(csv_path, result_rows(llama_result(manifest, ours=ok("tileops", 103.0, 2, 1e-3)),
+                                     info("2026-11-22T06:00:00Z")))
+    rows = read_csv(csv_path)
+    differences = compare.compare_runs(rows, "2026-11-22T05:00:00Z", "2026-11-22T06:00:00Z")
+    assert [round(d.percent, 3) for d in differences] == [3.0, 0.0, 0.0]
+    assert compare.main([str(csv_path)]) == 0  # 3 % is within 5 %
+    assert compare.main([str(csv_path), "--tolerance", "2"]) == 1
+    assert compare.main([str(csv_path), "--tolerance", "2", "--large-mib", "1024"]) == 0  # 256 MiB is small then
+    assert "over tolerance" in capsys.readouterr().out
