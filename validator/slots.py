@@ -1,18 +1,27 @@
 """Slot conformance: each generated op file equals its rendering, slot by slot.
 
 The file is parsed with libcst and cut into the regions the slot templates
-render (S1 module docstring ... S21 ``_static_axes``, plus the ``header``
-comment and the ``reference`` method).  Each region is compared with
-``codegen.render_slot`` / ``render_section``, so a finding names the slot
-that differs and the first differing line.  Lines outside every slot
-(the fixed imports, blank lines aside) are compared with the same cut of the
-whole rendered file, so an edit anywhere is attributed somewhere.  S20 (the
-package registration) is checked by the registration level.
+render (S1 module docstring ... S21 ``_static_axes``) and the sections of
+``codegen.render.SECTIONS`` (header comment, reference method, ...).  Each
+region is compared with ``render_slot`` / ``render_section``, so a finding
+names the slot that differs and its first differing line.
+
+A slot made of whole statements is found by what its rendering defines: the
+methods or functions it names, the modules it imports, the names it assigns,
+the calls it makes; so new sections need no change here.  The slots that are
+pieces of a statement (S6 class line, S12/S15 signatures, S13/S16 bodies) are
+cut by hand.  Lines outside every slot (fixed imports; blank lines aside) are
+compared with the same cut of the whole rendered file, so an edit anywhere is
+attributed somewhere.  S20 (the package registration) belongs to the
+registration level.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -25,9 +34,9 @@ from codegen.model import OpSpec
 from codegen.render import SECTIONS, SLOTS, render_op, render_section, render_slot
 
 from .context import Context, where
-from .findings import WARNING, Finding
+from .findings import Finding
 
-__all__ = ["check", "cut", "LEVEL", "SLOT_NAMES"]
+__all__ = ["check", "check_file", "check_source", "cut", "label", "statement_key", "LEVEL", "SLOT_NAMES"]
 
 LEVEL = "slots"
 
@@ -35,11 +44,14 @@ SLOT_NAMES: Dict[str, str] = {
     "header": "header", "S1": "module docstring", "S2": "Kernel import", "S3": "kernel imports",
     "S4": "Op base import", "S5": "__all__", "S6": "class name", "S7": "class docstring",
     "S12": "__init__ signature", "S13": "__init__ body", "S14": "default_kernel_map",
-    "S15": "forward signature", "S16": "forward body", "reference": "reference method",
-    "S17": "_infer_output_shapes", "S18": "_validate_dtypes", "S19": "eval_roofline", "S21": "_static_axes",
+    "S15": "forward signature", "S16": "forward body", "S17": "_infer_output_shapes",
+    "S18": "_validate_dtypes", "S19": "eval_roofline", "S21": "_static_axes",
 }
 NOT_IN_OP_FILE = frozenset({"S20"})  # lives in the package __init__.py
-KERNEL_BASE_MODULE = "tileops.kernels.kernel_base"
+# Slots that are pieces of a statement, not whole statements: located by hand.
+CLASS_HEADER, CLASS_DOCSTRING = "S6", "S7"
+SIGNATURE_BODY = {"S12": "S13", "S15": "S16"}  # def header slot -> body slot of the same method
+Key = Tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -53,17 +65,58 @@ class Cut:
         return [n for n in range(1, line_count + 1) if n not in inside]
 
 
+def statement_key(statement: cst.CSTNode) -> Key:
+    """What a statement defines or does, stable under edits to its details."""
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return ("def", statement.name.value)
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        node = statement.body[0]
+        if isinstance(node, cst.ImportFrom):
+            module = get_full_name_for_node(node.module) if node.module is not None else ""
+            return ("from", "." * len(node.relative) + (module or ""))
+        if isinstance(node, (cst.Assign, cst.AnnAssign)):
+            targets = node.targets if isinstance(node, cst.Assign) else [node]
+            return ("assign",) + tuple(_code(t.target) for t in targets)
+        if isinstance(node, cst.Expr) and isinstance(node.value, (cst.SimpleString, cst.ConcatenatedString)):
+            return ("docstring",)
+        if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+            return ("call", _code(node.value.func))
+    return ("code", _code(statement))
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node).strip()
+
+
+@functools.lru_cache(maxsize=512)
+def _statements(text: str) -> Tuple[bool, Tuple[Tuple[Key, str], ...]]:
+    """(indented, (key, code) of each statement) of a rendered slot made of whole statements.
+
+    Raises ``libcst.ParserSyntaxError`` when the slot is a piece of a statement.
+    """
+    indented = next((line for line in text.splitlines() if line.strip()), "").startswith(" ")
+    body = cst.parse_module(textwrap.dedent(text)).body
+    return indented, tuple((statement_key(s), _code(s)) for s in body)
+
+
 class _Cutter:
-    def __init__(self, source: str, class_name: str) -> None:
+    """Finds each slot of one op file by what its rendering defines (names, imports, calls)."""
+
+    def __init__(self, source: str, class_name: str, rendered: Dict[str, str]) -> None:
         wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
         self.module = wrapper.module
         self.positions = wrapper.resolve(PositionProvider)
         self.lines = source.splitlines()
         self.class_name = class_name
+        self.rendered = rendered
+        self.claimed: set = set()
 
     def span(self, node: cst.CSTNode) -> Tuple[int, ...]:
-        position = self.positions[node]
-        return tuple(range(position.start.line, position.end.line + 1))
+        """Lines of a statement, its decorators included."""
+        start = self.positions[node].start.line
+        for decorator in getattr(node, "decorators", ()):
+            start = min(start, self.positions[decorator].start.line)
+        return tuple(range(start, self.positions[node].end.line + 1))
 
     def colon_line(self, node: cst.CSTNode) -> int:
         """The line of the ``:`` that ends a def/class header."""
@@ -77,91 +130,71 @@ class _Cutter:
             if not line.startswith("#"):
                 break
             header.append(number)
-        if header:
+        if header and "header" in self.rendered:
             regions["header"] = tuple(header)
-        body = self.module.body
-        if body and _is_docstring(body[0]):
-            regions["S1"] = self.span(body[0])
-        kernels: List[int] = []
-        for statement in body:
-            imported = _import_from(statement)
-            if imported is not None:
-                relative, module = imported
-                if relative:
-                    regions.setdefault("S4", self.span(statement))
-                elif module == KERNEL_BASE_MODULE:
-                    regions.setdefault("S2", self.span(statement))
-                elif module.startswith("tileops.kernels."):
-                    kernels += self.span(statement)
-            elif _assigns(statement, "__all__"):
-                regions.setdefault("S5", self.span(statement))
-        if kernels:
-            regions["S3"] = tuple(kernels)
-        classes = [s for s in body if isinstance(s, cst.ClassDef)]
+        classes = [s for s in self.module.body if isinstance(s, cst.ClassDef)]
         named = [c for c in classes if c.name.value == self.class_name]
-        if named or classes:
-            regions.update(self.cut_class((named or classes)[0]))
+        op_class = (named or classes or [None])[0]
+        if op_class is not None:
+            self.claimed.add(id(op_class))
+            regions.update(self.cut_class_fragments(op_class))
+        for slot, text in self.rendered.items():
+            if slot in regions or slot == "header" or slot == CLASS_HEADER or slot in SIGNATURE_BODY.values() \
+                    or slot in SIGNATURE_BODY:
+                continue
+            lines = self.locate_statements(text, op_class)
+            if lines:
+                regions[slot] = lines
         return Cut(regions)
 
-    def cut_class(self, node: cst.ClassDef) -> Dict[str, Tuple[int, ...]]:
-        start = self.positions[node].start.line
-        regions = {"S6": tuple(range(start, self.colon_line(node) + 1))}
-        statements = node.body.body
-        if statements and _is_docstring(statements[0]):
-            regions["S7"] = self.span(statements[0])
-        methods: Dict[str, cst.FunctionDef] = {}
-        for statement in statements:
-            if isinstance(statement, cst.FunctionDef):
-                methods.setdefault(statement.name.value, statement)
-        for name, (header_slot, body_slot) in {"__init__": ("S12", "S13"), "forward": ("S15", "S16")}.items():
-            if name in methods:
-                header, rest = self.split_function(methods[name])
-                regions[header_slot], regions[body_slot] = header, rest
-        for name, slot in (("default_kernel_map", "S14"), ("reference", "reference"),
-                           ("_infer_output_shapes", "S17"), ("_validate_dtypes", "S18"),
-                           ("eval_roofline", "S19"), ("_static_axes", "S21")):
-            if name in methods:
-                regions[slot] = self.whole_function(methods[name])
+    def cut_class_fragments(self, node: cst.ClassDef) -> Dict[str, Tuple[int, ...]]:
+        """S6 (the class line) and the signature/body halves of the methods S12-S16 split."""
+        regions = {CLASS_HEADER: tuple(range(self.positions[node].start.line, self.colon_line(node) + 1))}
+        methods = {s.name.value: s for s in reversed(node.body.body) if isinstance(s, cst.FunctionDef)}
+        for header_slot, body_slot in SIGNATURE_BODY.items():
+            match = re.search(r"def\s+(\w+)\s*\(", self.rendered.get(header_slot, ""))
+            method = methods.get(match.group(1)) if match else None
+            if method is None:
+                continue
+            self.claimed.add(id(method))
+            colon = self.colon_line(method)
+            regions[header_slot] = tuple(range(self.span(method)[0], colon + 1))
+            regions[body_slot] = tuple(range(colon + 1, self.positions[method].end.line + 1))
         return regions
 
-    def split_function(self, node: cst.FunctionDef) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
-        start = self.positions[node].start.line
-        colon = self.colon_line(node)
-        end = self.positions[node].end.line
-        return tuple(range(start, colon + 1)), tuple(range(colon + 1, end + 1))
+    def locate_statements(self, text: str, op_class: Optional[cst.ClassDef]) -> Tuple[int, ...]:
+        """Lines of the file statements that match, one by one, the statements ``text`` renders."""
+        try:
+            indented, wanted = _statements(text)
+        except cst.ParserSyntaxError:
+            return ()
+        scope = list(op_class.body.body) if indented and op_class is not None else list(self.module.body)
+        lines: List[int] = []
+        for key, code in wanted:
+            candidates = [s for s in scope if id(s) not in self.claimed and statement_key(s) == key]
+            exact = [s for s in candidates if _code(s) == code]
+            if exact or candidates:
+                found = (exact or candidates)[0]
+                self.claimed.add(id(found))
+                lines += self.span(found)
+        return self.bridge_blank_gaps(sorted(lines))
 
-    def whole_function(self, node: cst.FunctionDef) -> Tuple[int, ...]:
-        start = min([self.positions[node].start.line] + [self.positions[d].start.line for d in node.decorators])
-        return tuple(range(start, self.positions[node].end.line + 1))
-
-
-def _is_docstring(statement: cst.CSTNode) -> bool:
-    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.Expr)
-            and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
-
-
-def _import_from(statement: cst.CSTNode) -> Optional[Tuple[bool, str]]:
-    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-            and isinstance(statement.body[0], cst.ImportFrom)):
-        return None
-    node = statement.body[0]
-    module = get_full_name_for_node(node.module) if node.module is not None else ""
-    return len(node.relative) > 0, module or ""
-
-
-def _assigns(statement: cst.CSTNode, name: str) -> bool:
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return False
-    node = statement.body[0]
-    if isinstance(node, cst.Assign):
-        return any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
-    return isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.target.value == name
+    def bridge_blank_gaps(self, lines: List[int]) -> Tuple[int, ...]:
+        """Adjacent statements of one slot are separated by blank lines only: those belong to it."""
+        out: List[int] = []
+        for line in lines:
+            if out and line > out[-1] + 1 and all(not self.lines[n - 1].strip() for n in range(out[-1] + 1, line)):
+                out += range(out[-1] + 1, line)
+            out.append(line)
+        return tuple(out)
 
 
-def cut(source: str, class_name: str) -> Cut:
-    """Where each slot of an op file is (raises ``libcst.ParserSyntaxError`` on invalid Python)."""
-    return _Cutter(source, class_name).cut()
+def cut(source: str, class_name: str, rendered: Dict[str, str]) -> Cut:
+    """Where each slot of ``rendered`` (slot -> its rendering) is in ``source``.
+
+    Raises ``libcst.ParserSyntaxError`` when ``source`` is not valid Python.
+    """
+    return _Cutter(source, class_name, rendered).cut()
 
 
 def _trimmed(lines: Sequence[str]) -> List[str]:
@@ -210,47 +243,59 @@ def _file_order() -> List[str]:
     return ["header"] + [s for s in SLOTS if s not in NOT_IN_OP_FILE] + sections
 
 
+def label(slot: str) -> str:
+    """``S16 forward body`` for a slot, the section's name for a section."""
+    return f"{slot} {SLOT_NAMES[slot]}" if slot in SLOT_NAMES and slot.startswith("S") else slot
+
+
 def check_file(op: OpSpec, root: Path) -> List[Finding]:
     path = root / op.path
     if not path.exists():
         return [Finding(LEVEL, op.name, "file", where(op.location), f"{op.path} is missing (run `make gen`)")]
-    source = path.read_text()
+    return check_source(op, path.read_text())
+
+
+def check_source(op: OpSpec, source: str) -> List[Finding]:
+    """Slot-by-slot findings for ``source`` as the content of ``op``'s file."""
     lines = source.splitlines()
+    rendered = {slot: _rendered(op, slot) for slot in _file_order()}
     try:
-        found = cut(source, op.name)
+        found = cut(source, op.name, rendered)
     except cst.ParserSyntaxError as exc:
         return [Finding(LEVEL, op.name, "file", where(op.location),
                         f"{op.path}:{exc.raw_line} is not valid Python: {exc.message}")]
     findings: List[Finding] = []
-    for slot in _file_order():
-        label = f"{slot} {SLOT_NAMES.get(slot, slot)}" if slot.startswith("S") else SLOT_NAMES.get(slot, slot)
-        if slot not in SLOT_NAMES:
-            findings.append(Finding(LEVEL, op.name, label, _manifest_location(op, slot),
-                                    f"the validator does not know where slot {slot} lives", WARNING))
+    for slot, text in rendered.items():
+        expected = _trimmed(text.splitlines())
+        if not expected:
             continue
-        expected = _trimmed(_rendered(op, slot).splitlines())
         if slot not in found.regions:
-            if expected:
-                findings.append(Finding(LEVEL, op.name, label, _manifest_location(op, slot),
-                                        f"missing from {op.path}: expected `{expected[0].strip()}`"))
+            findings.append(Finding(LEVEL, op.name, label(slot), _manifest_location(op, slot),
+                                    f"missing from {op.path}: expected `{expected[0].strip()}`"))
             continue
         numbers = found.regions[slot]
         actual = _trimmed(lines[n - 1] for n in numbers)
         if actual != expected:
             index, what = first_difference(expected, actual)
-            offset = next(i for i, n in enumerate(numbers) if lines[n - 1].strip())
+            offset = next((i for i, n in enumerate(numbers) if lines[n - 1].strip()), 0)
             line = numbers[min(offset + index, len(numbers) - 1)]
-            findings.append(Finding(LEVEL, op.name, label, _manifest_location(op, slot),
+            findings.append(Finding(LEVEL, op.name, label(slot), _manifest_location(op, slot),
                                     f"differs at {op.path}:{line}: {what}"))
-    findings += _check_outside(op, lines, found)
+    findings += _check_outside(op, lines, found, rendered)
     return findings
 
 
-def _check_outside(op: OpSpec, lines: List[str], found: Cut) -> List[Finding]:
+@functools.lru_cache(maxsize=64)
+def _rendered_outside(whole: str, class_name: str, rendered: Tuple[Tuple[str, str], ...]) -> Tuple[str, ...]:
+    """Non-blank lines of the rendered file that belong to no slot."""
+    whole_lines = whole.splitlines()
+    return tuple(whole_lines[n - 1].rstrip() for n in cut(whole, class_name, dict(rendered)).outside(len(whole_lines))
+                 if whole_lines[n - 1].strip())
+
+
+def _check_outside(op: OpSpec, lines: List[str], found: Cut, rendered: Dict[str, str]) -> List[Finding]:
     """Lines outside every slot, blank lines aside, must be those of the rendered file."""
-    rendered = render_op(op).splitlines()
-    expected = [rendered[n - 1].rstrip() for n in cut("\n".join(rendered), op.name).outside(len(rendered))
-                if rendered[n - 1].strip()]
+    expected = list(_rendered_outside(render_op(op), op.name, tuple(rendered.items())))
     numbers = [n for n in found.outside(len(lines)) if lines[n - 1].strip()]
     actual = [lines[n - 1].rstrip() for n in numbers]
     if actual == expected:
@@ -264,4 +309,5 @@ def check(ctx: Context) -> Tuple[List[Finding], str]:
     findings: List[Finding] = []
     for op in ctx.selected:
         findings += check_file(op, ctx.root)
-    return findings, f"{len(ctx.selected)} files, {len(SLOT_NAMES)} slots each"
+    parts = len(_file_order())
+    return findings, f"{len(ctx.selected)} files, {parts} slots and sections each"

@@ -26,9 +26,9 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-__all__ = ["ROOT", "scratch_project", "regenerate", "replace_in", "run_validator", "Run"]
+__all__ = ["ROOT", "scratch_project", "regenerate", "replace_in", "slot_containing", "run_validator", "Run"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT_PARTS = ("codegen", "templates", "manifest", "tileops", "validator", "pyproject.toml")
@@ -134,6 +134,27 @@ def replace_in(path: Path, old: str, new: str, count: int = 1) -> None:
     path.write_text(text.replace(old, new, count))
 
 
+def slot_containing(root: Path, op_name: str, needle: str) -> str:
+    """The label (``S16 forward body``, ``checks``) of the slot whose rendering contains ``needle``.
+
+    Tests plant a defect in a line and ask which slot must report it, so they
+    keep working when templates move a line from one slot to another.
+    """
+    from codegen.loader import load_manifest
+    from codegen.render import SECTIONS, render_section, render_slot
+
+    from .slots import label
+
+    op = load_manifest(root / "manifest", root).op(op_name)
+    rendered = {slot: render_slot(op, slot) for slot in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S12", "S13",
+                                                         "S14", "S15", "S16", "S17", "S18", "S19", "S21")}
+    rendered.update({section: render_section(op, section) for section in SECTIONS})
+    found = [label(slot) for slot, text in rendered.items() if needle in text]
+    if len(found) != 1:
+        raise AssertionError(f"{needle!r} is in {len(found)} slots of {op_name}: {found}")
+    return found[0]
+
+
 @dataclass
 class Run:
     """One validator run: exit status, output, and the findings when the format was JSON."""
@@ -149,6 +170,16 @@ class Run:
 
     def errors(self) -> List[Dict[str, Any]]:
         return [f for f in self.findings if f["severity"] == "error"]
+
+    def error_keys(self) -> Set[Tuple[str, str, str]]:
+        """(level, op, rule) of every error."""
+        return {(f["level"], f["op"], f["rule"]) for f in self.errors()}
+
+    def message(self, level: str, op: str, rule: str) -> str:
+        """The message of the one error at (level, op, rule)."""
+        found = [f["message"] for f in self.errors() if (f["level"], f["op"], f["rule"]) == (level, op, rule)]
+        assert len(found) == 1, f"expected one error at {(level, op, rule)}, found {found}"
+        return found[0]
 
 
 _CONTEXT: Optional[Any] = None

@@ -1,0 +1,55 @@
+"""Kernel build: a real kernel compiles for sm_90 without a GPU; a broken one is reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from codegen.loader import load_manifest
+from validator.testing import run_validator, scratch_project
+
+OP = "RMSNormFwdOp"
+BROKEN_PROGRAM = '''
+
+
+def _program_that_does_not_compile(self, **config):
+    import tilelang.language as T
+
+    @T.prim_func
+    def broken(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            T.copy(A[0:8], B[0:4, 0:2])
+
+    return broken
+
+
+{kernel}.program = _program_that_does_not_compile
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = scratch_project(tmp_path / "project")
+    if load_manifest(root / "manifest", root).op(OP).status != "implemented":
+        pytest.skip(f"{OP} is not implemented in this tree")
+    return root
+
+
+def test_a_real_kernel_builds_for_sm90(project: Path) -> None:
+    run = run_validator(project, "--levels", "kernel", "--op", OP)
+    assert run.returncode == 0, run.stdout + run.stderr[-2000:]
+    assert run.findings == []
+    timings = run.report["levels"][0]["timings"]
+    assert len(timings) == 1 and next(iter(timings)).startswith(f"{OP}.rms_norm_fwd")
+
+
+def test_a_kernel_that_does_not_compile(project: Path) -> None:
+    kernel = load_manifest(project / "manifest", project).op(OP).kernels[0]
+    with (project / kernel.path).open("a") as handle:
+        handle.write(BROKEN_PROGRAM.format(kernel=kernel.class_name))
+    run = run_validator(project, "--levels", "kernel", "--op", OP)
+    rule = f"kernel_map.{kernel.key}"
+    assert run.error_keys() == {("kernel", OP, rule)}
+    assert "does not build for sm_90" in run.message("kernel", OP, rule)
+    assert run.returncode == 1

@@ -1,0 +1,96 @@
+"""L2: generated cases cover what they must, and planted shape defects are reported at L2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from codegen.loader import load_files
+from validator.cases import ACCEPT, RULE, STATIC_DIM, expect, generate_cases
+from validator.testing import regenerate, replace_in, run_validator, scratch_project, slot_containing
+
+SCAN_LIKE = """# yaml-language-server: $schema=schema.json
+
+ScanLikeFwdOp:
+  family: toy
+  status: spec-only
+  summary: "y = scan(x, dim)"
+  signature:
+    inputs:
+      x: {dtype: "float16 | float32"}
+      w: {dtype: "same_as(x)", shape: [N]}
+    outputs:
+      y: {dtype: "same_as(x)"}
+    params:
+      dim: {type: int, default: -1}
+  static_dims:
+    N: "x.shape[dim]"
+  shape_rules:
+    - "x.ndim >= 1"
+    - "-x.ndim <= dim < x.ndim"
+    - "y.shape == x.shape"
+  reference: "x"
+  roofline: {flops: "numel(x)", bytes: "2 * numel(x) * elem_bytes"}
+  kernel_map: {scan_like_fwd: ScanLikeFwdKernel}
+"""
+
+
+@pytest.fixture(scope="module")
+def scan_like(tmp_path_factory: pytest.TempPathFactory):
+    path = tmp_path_factory.mktemp("manifest") / "toy.yaml"
+    path.write_text(SCAN_LIKE)
+    return load_files([path], path.parent).op("ScanLikeFwdOp")
+
+
+def test_cases_are_many_deterministic_and_cover_every_dim(scan_like) -> None:
+    cases = generate_cases(scan_like, 200)
+    assert len(cases) >= 200
+    assert cases == generate_cases(scan_like, 200)
+    judged = [(case, expect(scan_like, case)) for case in cases]
+    accepted = {(len(c.shapes[0]), dict(c.params)["dim"]) for c, v in judged if v.kind == ACCEPT}
+    for rank in range(1, 5):
+        assert {dim for r, dim in accepted if r == rank} == set(range(-rank, rank))
+    sizes = {size for case in cases for shape in case.shapes for size in shape}
+    assert {1, 3, 5, 127} <= sizes
+
+
+def test_cases_probe_invalid_ranks_dims_shapes_and_commitments(scan_like) -> None:
+    verdicts = [expect(scan_like, case) for case in generate_cases(scan_like, 200)]
+    violated = {v.rule.text for v in verdicts if v.kind == RULE}
+    assert {"x.ndim >= 1", "-x.ndim <= dim < x.ndim", "w.ndim == 1", "w.shape[0] == N"} <= violated
+    assert any(v.kind == STATIC_DIM for v in verdicts)
+    assert sum(v.kind == ACCEPT for v in verdicts) >= 100
+
+
+def test_wrong_inferred_shape_is_an_l2_finding_on_the_output_rule(tmp_path: Path) -> None:
+    root = scratch_project(tmp_path / "project")
+    replace_in(root / "tileops/ops/norm/rms_norm_fwd.py", 'return {"y": tuple(x_shape)}',
+               'return {"y": tuple(x_shape[:-1]) + (1,)}')
+    run = run_validator(root, "--levels", "-kernel", "--op", "RMSNormFwdOp")
+    assert run.error_keys() == {("L2", "RMSNormFwdOp", "y.shape == x.shape"),
+                                ("slots", "RMSNormFwdOp", "S17 _infer_output_shapes")}
+    message = run.message("L2", "RMSNormFwdOp", "y.shape == x.shape")
+    assert "_infer_output_shapes gives" in message and "cases)" in message
+
+
+def test_weakened_forward_check_is_an_l2_finding_quoting_the_rule(tmp_path: Path) -> None:
+    root = scratch_project(tmp_path / "project")
+    check = "if not (-x.ndim <= self.dim < x.ndim):"
+    replace_in(root / "tileops/ops/scan/cumsum_fwd.py", check, "if not (-x.ndim <= self.dim <= x.ndim):")
+    run = run_validator(root, "--levels", "-kernel", "--op", "CumsumFwdOp")
+    assert run.error_keys() == {("L2", "CumsumFwdOp", "-x.ndim <= dim < x.ndim"),
+                                ("slots", "CumsumFwdOp", slot_containing(root, "CumsumFwdOp", check))}
+    assert "expected a ValueError quoting `-x.ndim <= dim < x.ndim`" in run.message(
+        "L2", "CumsumFwdOp", "-x.ndim <= dim < x.ndim")
+
+
+def test_shape_template_defect_fails_l2_for_every_op_without_slot_findings(tmp_path: Path) -> None:
+    root = scratch_project(tmp_path / "project")
+    replace_in(root / "templates/slots/S17_infer_output_shapes.py.j2", '"{{ name }}": {{ expr }}',
+               '"{{ name }}": {{ expr }}[::-1]')
+    regenerate(root)
+    run = run_validator(root, "--levels", "L2,slots")
+    levels = {level for level, _, _ in run.error_keys()}
+    ops = {op for _, op, _ in run.error_keys()}
+    assert levels == {"L2"} and len(ops) >= 2

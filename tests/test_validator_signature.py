@@ -1,0 +1,110 @@
+"""L1: a planted signature defect is reported at L1, for that op and parameter, and nowhere else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from validator.testing import regenerate, replace_in, run_validator, scratch_project
+
+RMS = "tileops/ops/norm/rms_norm_fwd.py"
+
+TOY_PAIR = """# yaml-language-server: $schema=schema.json
+
+ToyScaleFwdOp:
+  family: toy
+  status: spec-only
+  summary: "y = x * alpha"
+  signature:
+    inputs:
+      x: {dtype: "float16 | float32"}
+    outputs:
+      y: {dtype: "same_as(x)"}
+    params:
+      alpha: {type: float, default: 2.0}
+  shape_rules:
+    - "y.shape == x.shape"
+  reference: "x * alpha"
+  roofline: {flops: "numel(x)", bytes: "2 * numel(x) * elem_bytes"}
+  kernel_map: {toy_scale_fwd: ToyScaleFwdKernel}
+  backward: {op: ToyScaleBwdOp, saves: [x]}
+
+ToyScaleBwdOp:
+  family: toy
+  status: spec-only
+  summary: "grad_x = grad_y * alpha"
+  signature:
+    inputs:
+      grad_y: {dtype: "BWD_DTYPES"}
+      x: {dtype: "same_as(grad_y)"}
+    outputs:
+      grad_x: {dtype: "same_as(grad_y)"}
+    params:
+      alpha: {type: float, default: BWD_ALPHA}
+  shape_rules:
+    - "x.shape == grad_y.shape"
+    - "grad_x.shape == grad_y.shape"
+  reference: "grad_y * alpha"
+  roofline: {flops: "numel(grad_y)", bytes: "2 * numel(grad_y) * elem_bytes"}
+  kernel_map: {toy_scale_bwd: ToyScaleBwdKernel}
+"""
+
+
+def test_hand_edited_default_is_an_l1_and_s12_finding_only(tmp_path: Path) -> None:
+    root = scratch_project(tmp_path / "project")
+    replace_in(root / RMS, "eps: float = 1e-06,", "eps: float = 1e-05,")
+    run = run_validator(root, "--levels", "-kernel")
+    assert run.error_keys() == {("L1", "RMSNormFwdOp", "signature.params.eps"),
+                                ("slots", "RMSNormFwdOp", "S12 __init__ signature")}
+    assert "defaults to 1e-05; the manifest's default is 1e-06" in run.message(
+        "L1", "RMSNormFwdOp", "signature.params.eps")
+    assert run.returncode == 1
+
+
+def test_extra_keyword_argument_is_an_error(tmp_path: Path) -> None:
+    root = scratch_project(tmp_path / "project")
+    replace_in(root / RMS, "        tune: bool = False,\n", "        tune: bool = False,\n        **kwargs,\n")
+    run = run_validator(root, "--levels", "L1", "--op", "RMSNormFwdOp")
+    assert run.error_keys() == {("L1", "RMSNormFwdOp", "__init__ extra")}
+    assert "**kwargs" in run.message("L1", "RMSNormFwdOp", "__init__ extra")
+
+
+def test_forward_input_made_keyword_only(tmp_path: Path) -> None:
+    root = scratch_project(tmp_path / "project")
+    replace_in(root / RMS, "def forward(self, x: torch.Tensor,", "def forward(self, *, x: torch.Tensor,")
+    run = run_validator(root, "--levels", "L1", "--op", "RMSNormFwdOp")
+    assert run.error_keys() == {("L1", "RMSNormFwdOp", "forward kinds")}
+
+
+def test_template_without_keyword_only_marker_fails_l1_for_every_op(tmp_path: Path) -> None:
+    """A generator defect: files equal their rendering (no slot finding), but break the contract."""
+    root = scratch_project(tmp_path / "project")
+    replace_in(root / "templates/slots/S12_init_signature.py.j2", "        *,\n", "")
+    regenerate(root)
+    run = run_validator(root, "--levels", "L1,slots")
+    ops = {op for _, op, _ in run.error_keys()}
+    assert len(ops) >= 2
+    assert run.error_keys() == {("L1", op, "__init__ kinds") for op in ops}
+
+
+def _toy_pair(root: Path, bwd_dtypes: str, bwd_alpha: str) -> None:
+    text = TOY_PAIR.replace("BWD_DTYPES", bwd_dtypes).replace("BWD_ALPHA", bwd_alpha)
+    (root / "manifest" / "toy.yaml").write_text(text)
+    regenerate(root)
+
+
+def test_matching_fwd_bwd_pair_passes(tmp_path: Path) -> None:
+    root = scratch_project(tmp_path / "project")
+    _toy_pair(root, "float16 | float32", "2.0")
+    run = run_validator(root, "--levels", "L1", "--op", "ToyScaleFwdOp")
+    assert run.errors() == []
+    assert "1 Fwd/Bwd pairs" in run.report["levels"][-1]["checked"]
+
+
+def test_fwd_bwd_pair_disagreeing_on_dtypes_and_defaults(tmp_path: Path) -> None:
+    root = scratch_project(tmp_path / "project")
+    _toy_pair(root, "float16 | bfloat16 | float32", "3.0")
+    run = run_validator(root, "--levels", "-kernel", "--op", "ToyScaleFwdOp", "--op", "ToyScaleBwdOp")
+    assert run.error_keys() == {("L1", "ToyScaleFwdOp", "backward dtype"),
+                                ("L1", "ToyScaleFwdOp", "backward params.alpha")}
+    assert "3.0" in run.message("L1", "ToyScaleFwdOp", "backward params.alpha")
+    assert "bfloat16" in run.message("L1", "ToyScaleFwdOp", "backward dtype")
