@@ -1,0 +1,265 @@
+"""CPU checks of the softmax family: sm_90 builds, config heuristics and the family base's views.
+
+Compiling needs nvcc but no GPU.  TileLang caches compiled programs on disk,
+so only the first run pays ~3-5 s per program (ten programs here).
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Dict, List, Tuple
+
+import pytest
+import torch
+
+from tileops.kernels.kernel_base import Kernel
+from tileops.kernels.softmax.log_softmax import LogSoftmaxBwdKernel, LogSoftmaxFwdKernel
+from tileops.kernels.softmax.softmax import (
+    COLUMN_APPLY,
+    COLUMN_STATS,
+    ROW_APPLY,
+    ROW_FUSED,
+    ROW_STATS,
+    SoftmaxBwdKernel,
+    SoftmaxFamilyKernel,
+    SoftmaxFwdKernel,
+    build_program,
+    column_tile,
+    fused_elements_cap,
+    row_vector,
+    softmax_autotune_configs,
+    softmax_default_config,
+)
+from tileops.ops.softmax.base import SoftmaxFamilyOp, axis_view, kernel_view
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+SIZES = (1, 2, 3, 7, 8, 127, 128, 1000, 4096, 4097, 8192, 32768, 32769, 65536, 65537, 262144)
+KERNELS = (SoftmaxFwdKernel, SoftmaxBwdKernel, LogSoftmaxFwdKernel, LogSoftmaxBwdKernel)
+
+
+def _toolchain_available() -> bool:
+    try:
+        import tilelang  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
+        return False
+    return shutil.which("nvcc") is not None
+
+
+needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
+
+
+# ---- builds for sm_90: every program of every variant at least once --------------------------
+
+
+@needs_nvcc
+@pytest.mark.parametrize(
+    "kernel_cls, N, dtype, inner, expected",
+    [
+        (SoftmaxFwdKernel, 4096, torch.bfloat16, 64, {ROW_FUSED, COLUMN_STATS, COLUMN_APPLY}),
+        (LogSoftmaxBwdKernel, 127, torch.float16, 5, {ROW_FUSED, COLUMN_STATS, COLUMN_APPLY}),
+        (LogSoftmaxFwdKernel, 65537, torch.float32, 1, {ROW_STATS, ROW_APPLY}),
+        (SoftmaxBwdKernel, 262144, torch.bfloat16, 1, {ROW_STATS, ROW_APPLY}),
+    ],
+    ids=["softmax-fwd-4096-bf16", "log-bwd-127-fp16", "log-fwd-65537-fp32-split", "softmax-bwd-256k-bf16-split"],
+)
+def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, inner: int, expected) -> None:
+    kernel = kernel_cls(N, dtype)
+    specs = kernel.program_specs(1) + (kernel.program_specs(inner) if inner > 1 else [])
+    assert {name for name, _ in specs} == expected
+    for name, params in specs:
+        source = kernel.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
+        assert "__global__" in source
+        # Global offsets are 64-bit, so tensors over 2**31 elements are addressed correctly.
+        assert "(int64_t)" in source
+        width = dict(params).get("vector", dict(params).get("cvec"))
+        if width * dtype.itemsize == 16:
+            # Aligned inputs get 16-byte accesses.
+            assert "uint4" in source or "float4" in source
+
+
+# ---- every candidate config builds its programs (TIR only, no nvcc) ---------------------------
+
+
+@pytest.mark.parametrize("N", [3, 4096, 65537])
+def test_every_candidate_builds_its_programs(N: int) -> None:
+    pytest.importorskip("tilelang")
+    for kernel_cls in (SoftmaxFwdKernel, SoftmaxBwdKernel):
+        for config in softmax_autotune_configs(N, torch.bfloat16, kernel_cls.variant.backward)[:4]:
+            kernel = kernel_cls(N, torch.bfloat16, config=config)
+            for name, params in kernel.program_specs(1):
+                assert build_program(name, N, torch.bfloat16, kernel.variant, kernel.config, params) is not None
+
+
+# ---- heuristics ----------------------------------------------------------------------------------
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N", SIZES)
+def test_default_config_is_valid(N: int, dtype: torch.dtype, backward: bool) -> None:
+    config = softmax_default_config(N, dtype, backward)
+    for key in ("row_threads", "block_threads", "split_threads", "column_threads"):
+        assert _pow2(config[key]) and config[key] <= 1024
+    assert config["block_threads"] >= max(config["row_threads"], 128)
+    assert N % row_vector(N, dtype) == 0 and row_vector(N, dtype) * dtype.itemsize <= 16
+
+
+def test_rows_fuse_while_they_fit_in_registers() -> None:
+    # The benchmark shapes stay in registers: one read, one write.
+    assert SoftmaxFwdKernel(4096, torch.bfloat16, config=softmax_default_config(4096, torch.bfloat16)).fused()
+    assert SoftmaxFwdKernel(32768, torch.bfloat16, config=softmax_default_config(32768, torch.bfloat16)).fused()
+    assert SoftmaxBwdKernel(32768, torch.bfloat16,
+                            config=softmax_default_config(32768, torch.bfloat16, True)).fused()
+    assert SoftmaxFwdKernel(65536, torch.float16, config=softmax_default_config(65536, torch.float16)).fused()
+    # Longer rows take the two-step programs.
+    assert not SoftmaxFwdKernel(65537, torch.bfloat16, config=softmax_default_config(65537, torch.bfloat16)).fused()
+    assert not SoftmaxBwdKernel(65536, torch.float32,
+                                config=softmax_default_config(65536, torch.float32, True)).fused()
+    assert fused_elements_cap(torch.bfloat16, False) == 64 and fused_elements_cap(torch.float32, True) == 16
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N", [1, 127, 4096, 32768, 65537, 262144])
+def test_candidates_start_with_the_heuristic_and_are_unique(N: int, dtype: torch.dtype) -> None:
+    for backward in (False, True):
+        candidates = softmax_autotune_configs(N, dtype, backward)
+        assert candidates[0] == softmax_default_config(N, dtype, backward)
+        assert len(candidates) == len({tuple(sorted(c.items())) for c in candidates})
+
+
+def test_column_tile_follows_inner_extent() -> None:
+    assert column_tile(2, 2) == 1
+    assert column_tile(5, 1) == 8
+    assert column_tile(64, 8) == 8
+    assert column_tile(4096, 8) == 32
+
+
+def test_bad_configs_and_dtypes_are_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown config keys"):
+        SoftmaxFwdKernel(4096, torch.float16, config={"bogus": 1})
+    with pytest.raises(ValueError, match="row_threads must be a power of two"):
+        build_program(ROW_FUSED, 16, torch.float16, SoftmaxFwdKernel.variant,
+                      {**softmax_default_config(16, torch.float16), "row_threads": 48}, (("vector", 8),))
+    with pytest.raises(TypeError):
+        SoftmaxFwdKernel(16, torch.int32)
+    with pytest.raises(ValueError):
+        LogSoftmaxFwdKernel(0, torch.float32)
+
+
+# ---- the family base: views instead of copies (CPU tensors, stand-in kernel) ----------------------
+
+
+class _RecordingKernel(Kernel):
+    """Computes with PyTorch on the views it is given and records each launch."""
+
+    launches: List[Tuple[Tuple[Tuple[int, ...], Tuple[int, ...]], ...]] = []
+
+    def __init__(self, N: int, dtype: torch.dtype, **params: object) -> None:
+        self.N = N
+        super().__init__(dtype, config={})
+
+    @property
+    def default_config(self) -> Dict[str, int]:
+        return {}
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        type(self).launches.append(tuple((tuple(t.shape), tuple(t.stride())) for t in tensors))
+        *inputs, out = tensors
+        for tensor in tensors:
+            assert tensor.stride(-1) == 1 and tensor.dim() in (2, 3)
+        assert out.is_contiguous()
+        out.copy_(torch.softmax(inputs[0].double(), dim=1))
+        return out
+
+
+class _Softmax(SoftmaxFamilyOp):
+    def __init__(self, N: int, dim: int) -> None:
+        super().__init__()
+        self.N, self.dim, self.dtype, self.tune = N, dim, torch.float64, False
+        self.kernel_map = {"softmax_fwd": _RecordingKernel}
+
+
+def _run(x: torch.Tensor, dim: int):
+    _RecordingKernel.launches = []
+    op = _Softmax(x.shape[dim], dim)
+    y = op._run_kernel(x)
+    torch.testing.assert_close(y, torch.softmax(x, dim))
+    assert y.shape == x.shape and y.is_contiguous()
+    return _RecordingKernel.launches, op
+
+
+@pytest.mark.parametrize(
+    "shape, dim, launched",
+    [
+        ((7,), 0, (1, 7)),
+        ((3, 7), -1, (3, 7)),
+        ((3, 7), 0, (1, 3, 7)),
+        ((2, 3, 4), 1, (2, 3, 4)),
+        ((2, 3, 4), -3, (1, 2, 12)),
+        ((2, 3, 1), 1, (2, 3)),
+        ((2, 1, 5, 1), 2, (2, 5)),
+    ],
+)
+def test_base_views_rows_or_outer_n_inner(shape: Tuple[int, ...], dim: int, launched: Tuple[int, ...]) -> None:
+    launches, op = _run(torch.randn(shape, dtype=torch.float64), dim)
+    assert [launch[0][0] for launch in launches] == [launched]
+    assert len(op._kernel_cache) == 1
+
+
+def test_row_slices_and_column_slices_are_not_copied() -> None:
+    wide = torch.randn(6, 40, dtype=torch.float64)
+    launches, _ = _run(wide[:, 3:35], -1)  # rows of 32 with a row stride of 40
+    assert launches[0][0] == ((6, 32), (40, 1))
+    block = torch.randn(4, 9, 16, dtype=torch.float64)
+    launches, _ = _run(block[:, 1:8, :10], 1)  # (outer, N, inner) = (4, 7, 10), strides (144, 16, 1)
+    assert launches[0][0] == ((4, 7, 10), (144, 16, 1))
+    expanded = torch.randn(1, 12, dtype=torch.float64).expand(5, 12)
+    launches, _ = _run(expanded, -1)  # broadcast rows: stride 0, still no copy
+    assert launches[0][0] == ((5, 12), (0, 1))
+
+
+def test_layouts_without_a_unit_stride_view_are_copied() -> None:
+    every_other = torch.randn(4, 16, dtype=torch.float64)[:, ::2]
+    launches, _ = _run(every_other, -1)
+    assert launches[0][0] == ((4, 8), (8, 1))
+    padded = torch.randn(3, 4, 2, dtype=torch.float64)[..., 0]  # (3, 4) with strides (8, 2): no unit stride
+    launches, _ = _run(padded, 0)
+    assert launches[0][0] == ((1, 3, 4), (12, 4, 1))
+
+
+def test_transposes_are_copied_and_outputs_are_contiguous() -> None:
+    transposed = torch.randn(5, 4, dtype=torch.float64).t()  # (4, 5), strides (1, 4)
+    launches, _ = _run(transposed, 0)
+    assert launches[0][0] == ((1, 4, 5), (20, 5, 1))
+    _RecordingKernel.launches = []
+    assert _Softmax(5, 1)._run_kernel(transposed).is_contiguous()
+
+
+def test_backward_inputs_get_their_own_views() -> None:
+    g = torch.randn(3, 20, dtype=torch.float64)[:, :16]
+    y = torch.randn(3, 16, dtype=torch.float64)
+    view_g, view_y = kernel_view(g, 1, 16), kernel_view(y, 1, 16)
+    assert view_g.stride() == (20, 1) and view_y.stride() == (16, 1)
+    assert view_g.data_ptr() == g.data_ptr()
+    assert axis_view(torch.randn(4, 6, dtype=torch.float64)[:, ::2], 1, 3) is None
+    assert kernel_view(torch.randn(4, 6, dtype=torch.float64)[:, ::2], 1, 3).stride() == (3, 1)
+
+
+def test_empty_inputs_launch_nothing() -> None:
+    launches, _ = _run(torch.randn(0, 7, dtype=torch.float64), -1)
+    assert launches == []
+    launches, _ = _run(torch.randn(3, 0, 5, dtype=torch.float64)[:, :, :0], 0)
+    assert launches == []
+
+
+def test_launch_ranges_respect_int32_extents() -> None:
+    rows = torch.empty((2**31 + 5, 4), device="meta")
+    ranges = SoftmaxFamilyOp._launch_ranges(rows)
+    assert ranges == [(0, 2**31 - 1), (2**31 - 1, 2**31 + 5)]
+    columns = torch.empty((10, 3, 2**30), device="meta")
+    assert SoftmaxFamilyOp._launch_ranges(columns) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7),
+                                                       (7, 8), (8, 9), (9, 10)]

@@ -1,0 +1,1 @@
+"""Softmax kernels."""

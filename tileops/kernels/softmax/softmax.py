@@ -1,0 +1,1224 @@
+"""Softmax and log-softmax along one axis of length ``N``, forward and backward.
+
+Every program reduces along the axis in float32 whatever the input dtype, then
+applies an elementwise formula that uses the reduced values:
+
+=================  ============================  ======================================
+kernel             reduction per slice           output
+=================  ============================  ======================================
+softmax fwd        ``M = max x``, ``S = sum e``  ``exp(x - M) / S``
+log-softmax fwd    ``M = max x``, ``S = sum e``  ``x - M - log S``
+softmax bwd        ``D = sum(g * y)``            ``y * (g - D)``
+log-softmax bwd    ``G = sum g``                 ``g - exp(y) * G``
+=================  ============================  ======================================
+
+(``e = exp(x - M)``.)  Inputs are seen as ``(rows, N)`` when the axis is the
+innermost one, else as ``(outer, N, inner)``; both may be strided views (a
+row stride, or outer and axis strides) as long as the innermost extent has
+unit stride, so slices of a larger tensor need no copy.  Outputs are
+contiguous.  ``N`` is fixed at construction; rows, outer, inner, the strides
+and the number of segments are TileLang symbolic values, so the programs of
+one kernel serve every input shape.  Global offsets are 64-bit.
+
+Programs:
+
+* **row fused** (rows that fit in registers: up to 64K half-precision or
+  32K float32 elements for the forward, half that for the backward): a row
+  is read once into registers by ``row_threads`` threads, reduced with warp
+  shuffles and shared memory, and written once.  Short rows share a block.
+* **row stats + row apply** (longer rows): a row is cut into ``S`` segments,
+  one block each.  The first program writes each segment's partial
+  reduction (for the forward, a running max and a sum of exponentials
+  rescaled on the fly, i.e. online softmax); the second combines the ``S``
+  partials of its row and re-reads its segment to write the output.
+* **column stats + column apply** (``inner > 1``): the same two steps with
+  the axis split into ``S`` segments; ``col_threads`` threads cover
+  ``col_threads * cvec`` neighbouring inner positions (16-byte accesses when
+  alignment allows) and the rest of the block walks the axis.
+
+A slice whose maximum is ``-inf`` (all ``-inf``) gives NaN, as PyTorch does.
+"""
+
+# No ``from __future__ import annotations``: TileLang evaluates the
+# ``T.Tensor`` annotations of its programs against the enclosing scope.
+import logging
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.launch import direct_launcher
+
+__all__ = [
+    "SoftmaxFwdKernel",
+    "SoftmaxBwdKernel",
+    "SoftmaxVariant",
+    "SoftmaxFamilyKernel",
+    "softmax_default_config",
+    "softmax_autotune_configs",
+    "build_program",
+    "ROW_FUSED",
+    "ROW_STATS",
+    "ROW_APPLY",
+    "COLUMN_STATS",
+    "COLUMN_APPLY",
+]
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+ACCUM = "float32"
+WARP = 32
+MAX_THREADS = 1024
+MIN_BLOCK_THREADS = 128
+VECTOR_BYTES = 16
+# Input bytes a thread of the fused program keeps in registers (32 registers):
+# with 1024 threads a block may use at most 64 registers per thread.
+FUSED_REGISTER_BYTES = 128
+# Blocks per SM the two-step programs aim for when sizing their segments.
+BLOCKS_PER_SM = 4
+# Column tiles span at most this many threads across the inner extent.
+MAX_COL_THREADS = 32
+LOG2E = 1.4426950408889634
+
+ROW_FUSED = "row_fused"
+ROW_STATS = "row_stats"
+ROW_APPLY = "row_apply"
+COLUMN_STATS = "column_stats"
+COLUMN_APPLY = "column_apply"
+PROGRAMS = (ROW_FUSED, ROW_STATS, ROW_APPLY, COLUMN_STATS, COLUMN_APPLY)
+
+
+@dataclass(frozen=True)
+class SoftmaxVariant:
+    """Which member of the family a kernel computes."""
+
+    backward: bool
+    log: bool
+
+    @property
+    def inputs(self) -> int:
+        """Tensor inputs of the kernel: ``x``, or ``grad_y`` and ``y``."""
+        return 2 if self.backward else 1
+
+    @property
+    def partials(self) -> int:
+        """float32 values a segment's partial reduction holds (forward: max and sum)."""
+        return 1 if self.backward else 2
+
+    @property
+    def name(self) -> str:
+        return ("log_softmax" if self.log else "softmax") + ("_bwd" if self.backward else "_fwd")
+
+
+# ---- sizes and configs ------------------------------------------------------------------------
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def _largest_pow2_divisor(n: int, cap: int) -> int:
+    """The largest power of two that divides ``n`` (0 counts as divisible) and is at most ``cap``."""
+    width = 1
+    while width * 2 <= cap and n % (width * 2) == 0:
+        width *= 2
+    return width
+
+
+def _elem_bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def max_vector(dtype: torch.dtype) -> int:
+    """Elements of one 16-byte access."""
+    return VECTOR_BYTES // _elem_bytes(dtype)
+
+
+def row_vector(N: int, dtype: torch.dtype) -> int:
+    """Elements per access along a row: divides ``N`` so that every row start stays aligned."""
+    return _largest_pow2_divisor(N, max_vector(dtype))
+
+
+def fused_elements_cap(dtype: torch.dtype, backward: bool) -> int:
+    """Row elements one thread may hold in registers in the fused program."""
+    return FUSED_REGISTER_BYTES // (_elem_bytes(dtype) * (2 if backward else 1))
+
+
+def _fused_row_config(N: int, per_thread: int) -> Dict[str, int]:
+    row_threads = min(MAX_THREADS, _next_pow2(-(-N // per_thread)))
+    return {"row_threads": row_threads, "block_threads": max(row_threads, MIN_BLOCK_THREADS)}
+
+
+def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -> Dict[str, int]:
+    """Heuristic config for axis length ``N`` and ``dtype``.
+
+    Fused rows: two 16-byte vectors per thread, or more for long rows (a row
+    gets at most 1024 threads), so a 4096-wide half-precision row takes 256
+    threads.  Rows too long for registers take the two-step programs with 512
+    threads and four vectors in flight per thread.  Columns: 256 threads.
+    """
+    vector = max_vector(dtype)
+    per_thread = max(2 * vector, -(-N // MAX_THREADS))
+    return {
+        **_fused_row_config(N, per_thread),
+        "split_threads": 512,
+        "split_unroll": 4,
+        "column_threads": 256,
+        "column_unroll": 4,
+    }
+
+
+def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False) -> List[Dict[str, int]]:
+    """Valid candidate configs around the heuristic (the heuristic first, no duplicates)."""
+    default = softmax_default_config(N, dtype, backward)
+    vector = max_vector(dtype)
+    cap = fused_elements_cap(dtype, backward)
+    candidates = [default]
+    for per_thread in (vector, 2 * vector, 4 * vector, cap):
+        candidates.append({**default, **_fused_row_config(N, max(per_thread, -(-N // MAX_THREADS)))})
+    if -(-N // default["row_threads"]) > cap:  # rows take the two-step programs
+        for threads in (256, 512, 1024):
+            for unroll in (2, 4, 8):
+                candidates.append({**default, "split_threads": threads, "split_unroll": unroll})
+    unique: List[Dict[str, int]] = []
+    for config in candidates:
+        if config not in unique:
+            unique.append(config)
+    return unique
+
+
+def _check_config(config: Dict[str, int]) -> None:
+    for key in ("row_threads", "block_threads", "split_threads", "column_threads"):
+        value = config[key]
+        if not (_pow2(value) and value <= MAX_THREADS):
+            raise ValueError(f"softmax kernels: {key} must be a power of two <= {MAX_THREADS}, got {value}")
+    if config["block_threads"] < config["row_threads"] or config["block_threads"] < WARP:
+        raise ValueError("softmax kernels: block_threads must be >= row_threads and >= 32")
+    for key in ("split_threads", "column_threads"):
+        if config[key] < WARP:
+            raise ValueError(f"softmax kernels: {key} must be >= 32")
+    for key in ("split_unroll", "column_unroll"):
+        if config[key] < 1:
+            raise ValueError(f"softmax kernels: {key} must be positive")
+
+
+def fused_fits(N: int, dtype: torch.dtype, backward: bool, row_threads: int) -> bool:
+    """Whether a row fits in the registers of ``row_threads`` threads."""
+    return -(-N // row_threads) <= fused_elements_cap(dtype, backward)
+
+
+def column_tile(inner: int, cvec: int) -> int:
+    """Threads across the inner extent in a column block (a power of two, at most 32)."""
+    return min(MAX_COL_THREADS, _next_pow2(-(-inner // cvec)))
+
+
+# ---- TileLang building blocks -------------------------------------------------------------------
+
+
+def _group_reduce(T: Any, stride: int, count: int) -> Callable[..., Any]:
+    """Macro: combine a float32 value over ``count`` threads spaced ``stride`` apart.
+
+    Threads ``tx`` with equal ``tx // (stride * count)`` and ``tx % stride``
+    form a group (a row's threads have stride 1; a column's threads have the
+    column tile width as stride).  Every thread of a group ends with the
+    group's result.  Warps combine with xor shuffles, then through
+    ``scratch[slot, group, warp, tx % stride]``; each slot serves one
+    reduction per program, so no barrier is needed between reductions.
+    """
+    span = stride * count
+    in_warp = min(span, WARP)
+    shuffle_steps = max(0, (in_warp // stride).bit_length() - 1)
+    warps = max(1, span // WARP)
+
+    @T.macro
+    def reduce(values, index, scratch, slot, tx, use_max):
+        for step in T.unroll(shuffle_steps):
+            if use_max:
+                values[index] = T.max(values[index], T.shfl_xor(values[index], stride * (1 << step)))
+            else:
+                values[index] = values[index] + T.shfl_xor(values[index], stride * (1 << step))
+        if warps > 1:
+            if tx % WARP < stride:
+                scratch[slot, tx // span, (tx % span) // WARP, tx % stride] = values[index]
+            T.sync_threads()
+            values[index] = scratch[slot, tx // span, 0, tx % stride]
+            for w in T.unroll(1, warps):
+                if use_max:
+                    values[index] = T.max(values[index], scratch[slot, tx // span, w, tx % stride])
+                else:
+                    values[index] = values[index] + scratch[slot, tx // span, w, tx % stride]
+
+    return reduce
+
+
+def _scratch_shape(threads: int, stride: int, count: int, slots: int) -> Tuple[int, int, int, int]:
+    span = stride * count
+    return (slots, threads // span, max(1, span // WARP), stride)
+
+
+def _online_macros(T: Any) -> Dict[str, Callable[..., Any]]:
+    """Macros on a float32 state ``st`` for the forward's online max/sum.
+
+    ``st[m]`` is a running maximum and ``st[s]`` the sum of ``exp(v - st[m])``
+    so far.  The exponent offset is the maximum, or 0 while the maximum is
+    still ``-inf``, so a slice that starts with ``-inf`` contributes zeros
+    instead of NaN.
+    """
+
+    @T.macro
+    def safe_scaled(st, dst, src):
+        # log2(e) * (the maximum, or 0 while it is -inf): the exponent offset.
+        st[dst] = T.if_then_else(st[src] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[src]) * LOG2E
+
+    @T.macro
+    def rescale(st, m, s, new_max, t):
+        """Move the sum ``st[s]`` from offset ``st[m]`` to ``st[new_max]``; ``st[t]`` gets the new offset."""
+        safe_scaled(st, t, new_max)
+        st[s] = st[s] * T.exp2(st[m] * LOG2E - st[t])
+        st[m] = st[new_max]
+
+    @T.macro
+    def merge(st, m, s, other_m, other_s, offset, new_max):
+        """Fold the pair (``other_m``, ``other_s``) into (``st[m]``, ``st[s]``); two scratch slots."""
+        st[new_max] = T.max(st[m], other_m)
+        safe_scaled(st, offset, new_max)
+        st[s] = st[s] * T.exp2(st[m] * LOG2E - st[offset]) + other_s * T.exp2(other_m * LOG2E - st[offset])
+        st[m] = st[new_max]
+
+    return {"safe_scaled": safe_scaled, "rescale": rescale, "merge": merge}
+
+
+# State slots of the programs below (float32 locals).
+_MAX, _SUM, _OFFSET, _FINAL, _T0, _T1, _T2 = 0, 1, 2, 3, 4, 5, 6
+_STATE = 7
+
+
+def _finalize_forward(T: Any, variant: SoftmaxVariant, width: int = 1) -> Callable[..., Any]:
+    """Macro: from a slice's max and sum, set its exponent offset and final factor.
+
+    State slots are slot-major, ``st[slot * width + k]`` for the ``k``-th of
+    ``width`` slices a thread serves.  ``_OFFSET`` gets log2(e) times the
+    exponent offset; ``_FINAL`` gets ``1 / sum`` (softmax) or ``offset + log(sum)``
+    in natural units (log-softmax).
+    """
+    macros = _online_macros(T)
+
+    @T.macro
+    def finalize(st, k):
+        macros["safe_scaled"](st, _OFFSET * width + k, _MAX * width + k)
+        if variant.log:
+            st[_FINAL * width + k] = T.if_then_else(
+                st[_MAX * width + k] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_MAX * width + k]
+            ) + T.log(st[_SUM * width + k])
+        else:
+            st[_FINAL * width + k] = T.cast(1, ACCUM) / st[_SUM * width + k]
+
+    return finalize
+
+
+def _output_value(T: Any, variant: SoftmaxVariant, dtype: str, width: int = 1) -> Callable[..., Any]:
+    """The output element from the input element(s) and the reduced state of slice ``k``."""
+
+    def value(a, b, st, k):
+        if variant.backward:
+            g = T.cast(a, ACCUM)
+            y = T.cast(b, ACCUM)
+            if variant.log:
+                return T.cast(g - T.exp2(y * LOG2E) * st[_SUM * width + k], dtype)
+            return T.cast(y * (g - st[_SUM * width + k]), dtype)
+        x = T.cast(a, ACCUM)
+        if variant.log:
+            return T.cast(x - st[_FINAL * width + k], dtype)
+        return T.cast(T.exp2(x * LOG2E - st[_OFFSET * width + k]) * st[_FINAL * width + k], dtype)
+
+    return value
+
+
+def _backward_term(T: Any, variant: SoftmaxVariant) -> Callable[..., Any]:
+    """What the backward sums: ``g * y`` (softmax) or ``g`` (log-softmax)."""
+
+    def term(a, b):
+        if variant.log:
+            return T.cast(a, ACCUM)
+        return T.cast(a, ACCUM) * T.cast(b, ACCUM)
+
+    return term
+
+
+# ---- row fused program ----------------------------------------------------------------------------
+
+
+def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, row_threads: int,
+                      block_threads: int, **_: Any) -> Any:
+    """Rows of ``(R, N)`` held in registers: one read, one write."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    rows_per_block = block_threads // row_threads
+    chunk = row_threads * vector
+    full_vecs = N // chunk
+    has_tail = N % chunk > 0
+    vecs = full_vecs + int(has_tail)
+    reduce = _group_reduce(T, 1, row_threads)
+    scratch_shape = _scratch_shape(block_threads, 1, row_threads, 2)
+    finalize = _finalize_forward(T, variant)
+    safe_scaled = _online_macros(T)["safe_scaled"]
+    output = _output_value(T, variant, dtype)
+    term = _backward_term(T, variant)
+    R = T.dynamic("R")
+
+    @T.macro
+    def load_row(src, buf, row, lane):
+        if row < R:
+            for j in T.unroll(full_vecs):
+                for k in T.vectorized(vector):
+                    buf[j * vector + k] = src[row, (j * row_threads + lane) * vector + k]
+            if has_tail:
+                if (full_vecs * row_threads + lane) * vector < N:
+                    for k in T.vectorized(vector):
+                        buf[full_vecs * vector + k] = src[row, (full_vecs * row_threads + lane) * vector + k]
+
+    @T.macro
+    def fold_row(st, slot, a, b, lane, use_max):
+        """``st[slot]`` combined over this thread's elements: max of ``a``, or sum of exps / backward terms."""
+        for j in T.unroll(full_vecs):
+            for k in T.unroll(vector):
+                if use_max:
+                    st[slot] = T.max(st[slot], T.cast(a[j * vector + k], ACCUM))
+                elif variant.backward:
+                    st[slot] = st[slot] + term(a[j * vector + k], b[j * vector + k])
+                else:
+                    st[slot] = st[slot] + T.exp2(T.cast(a[j * vector + k], ACCUM) * LOG2E - st[_OFFSET])
+        if has_tail:
+            if (full_vecs * row_threads + lane) * vector < N:
+                for k in T.unroll(vector):
+                    if use_max:
+                        st[slot] = T.max(st[slot], T.cast(a[full_vecs * vector + k], ACCUM))
+                    elif variant.backward:
+                        st[slot] = st[slot] + term(a[full_vecs * vector + k], b[full_vecs * vector + k])
+                    else:
+                        st[slot] = st[slot] + T.exp2(
+                            T.cast(a[full_vecs * vector + k], ACCUM) * LOG2E - st[_OFFSET]
+                        )
+
+    @T.macro
+    def store_row(dst, a, b, st, row, lane):
+        if row < R:
+            for j in T.unroll(full_vecs):
+                for k in T.vectorized(vector):
+                    dst[row, (j * row_threads + lane) * vector + k] = output(
+                        a[j * vector + k], b[j * vector + k], st, 0
+                    )
+            if has_tail:
+                if (full_vecs * row_threads + lane) * vector < N:
+                    for k in T.vectorized(vector):
+                        dst[row, (full_vecs * row_threads + lane) * vector + k] = output(
+                            a[full_vecs * vector + k], b[full_vecs * vector + k], st, 0
+                        )
+
+    if not variant.backward:
+        LDX = T.dynamic("LDX", "int64")
+
+        @T.prim_func
+        def softmax_row_fused(X: T.StridedTensor((R, N), (LDX, 1), dtype), Y: T.Tensor((R, N), dtype)):
+            with T.Kernel(T.ceildiv(R, rows_per_block), threads=block_threads) as bx:
+                tx = T.get_thread_binding()
+                a = T.alloc_local((vecs * vector,), dtype)
+                st = T.alloc_local((_STATE,), ACCUM)
+                scratch = T.alloc_shared(scratch_shape, ACCUM)
+                T.assume(LDX % vector == 0)
+                row = bx * rows_per_block + tx // row_threads
+                lane = tx % row_threads
+                load_row(X, a, row, lane)
+                st[_MAX] = -T.infinity(ACCUM)
+                fold_row(st, _MAX, a, a, lane, True)
+                reduce(st, _MAX, scratch, 0, tx, True)
+                safe_scaled(st, _OFFSET, _MAX)
+                st[_SUM] = T.cast(0, ACCUM)
+                fold_row(st, _SUM, a, a, lane, False)
+                reduce(st, _SUM, scratch, 1, tx, False)
+                finalize(st, 0)
+                store_row(Y, a, a, st, row, lane)
+
+        return softmax_row_fused
+
+    LDG = T.dynamic("LDG", "int64")
+    LDY = T.dynamic("LDY", "int64")
+
+    @T.prim_func
+    def softmax_bwd_row_fused(
+        G: T.StridedTensor((R, N), (LDG, 1), dtype),
+        Yv: T.StridedTensor((R, N), (LDY, 1), dtype),
+        DX: T.Tensor((R, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(R, rows_per_block), threads=block_threads) as bx:
+            tx = T.get_thread_binding()
+            a = T.alloc_local((vecs * vector,), dtype)
+            b = T.alloc_local((vecs * vector,), dtype)
+            st = T.alloc_local((_STATE,), ACCUM)
+            scratch = T.alloc_shared(scratch_shape, ACCUM)
+            T.assume(LDG % vector == 0)
+            T.assume(LDY % vector == 0)
+            row = bx * rows_per_block + tx // row_threads
+            lane = tx % row_threads
+            load_row(G, a, row, lane)
+            load_row(Yv, b, row, lane)
+            st[_SUM] = T.cast(0, ACCUM)
+            fold_row(st, _SUM, a, b, lane, False)
+            reduce(st, _SUM, scratch, 0, tx, False)
+            store_row(DX, a, b, st, row, lane)
+
+    return softmax_bwd_row_fused
+
+
+# ---- row stats / row apply (long rows) ------------------------------------------------------------
+
+
+def _row_segment_macros(T: Any, N: int, vector: int, threads: int, unroll: int) -> Dict[str, Any]:
+    """Loads of one step of a segment walk: ``unroll`` chunks of ``threads * vector`` elements.
+
+    Segment ``seg`` of ``S`` covers chunks ``[seg * per, min((seg + 1) * per, chunks))``
+    with ``per = ceil(chunks / S)``; a vector is valid when its chunk is in
+    the segment and it starts inside the row (``vector`` divides ``N``).
+    """
+    chunk = threads * vector
+    chunks = -(-N // chunk)
+
+    def valid(c0, u, last, tx):
+        return T.And(c0 + u < last, (c0 + u) * chunk + tx * vector < N)
+
+    @T.macro
+    def load_step(src, buf, row, c0, last, tx):
+        for u in T.unroll(unroll):
+            if valid(c0, u, last, tx):
+                for k in T.vectorized(vector):
+                    buf[u * vector + k] = src[row, (c0 + u) * chunk + tx * vector + k]
+
+    @T.macro
+    def segment_bounds(bounds, seg, segments):
+        # [first, last) chunks of this segment; computed once (S > 0, so truncating division is exact).
+        bounds[0] = seg * T.truncdiv(chunks + segments - 1, segments)
+        bounds[1] = T.min(bounds[0] + T.truncdiv(chunks + segments - 1, segments), chunks)
+
+    return {"chunk": chunk, "chunks": chunks, "valid": valid, "load_step": load_step,
+            "segment_bounds": segment_bounds}
+
+
+def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, split_threads: int,
+                      split_unroll: int, **_: Any) -> Any:
+    """Partial reductions of the ``S`` segments of every row: ``P*[row, seg]`` (float32)."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    threads, unroll = split_threads, split_unroll
+    walk = _row_segment_macros(T, N, vector, threads, unroll)
+    chunks, valid, load_step = walk["chunks"], walk["valid"], walk["load_step"]
+    segment_bounds = walk["segment_bounds"]
+    reduce = _group_reduce(T, 1, threads)
+    scratch_shape = _scratch_shape(threads, 1, threads, 2)
+    online = _online_macros(T)
+    term = _backward_term(T, variant)
+    R = T.dynamic("R")
+    S = T.dynamic("S")
+
+    @T.macro
+    def fold_step(st, a, b, c0, last, tx):
+        if variant.backward:
+            for u in T.unroll(unroll):
+                if valid(c0, u, last, tx):
+                    for k in T.unroll(vector):
+                        st[_SUM] = st[_SUM] + term(a[u * vector + k], b[u * vector + k])
+        else:
+            st[_T2] = -T.infinity(ACCUM)
+            for u in T.unroll(unroll):
+                if valid(c0, u, last, tx):
+                    for k in T.unroll(vector):
+                        st[_T2] = T.max(st[_T2], T.cast(a[u * vector + k], ACCUM))
+            st[_T2] = T.max(st[_T2], st[_MAX])
+            online["rescale"](st, _MAX, _SUM, _T2, _OFFSET)
+            for u in T.unroll(unroll):
+                if valid(c0, u, last, tx):
+                    for k in T.unroll(vector):
+                        st[_SUM] = st[_SUM] + T.exp2(T.cast(a[u * vector + k], ACCUM) * LOG2E - st[_OFFSET])
+
+    @T.macro
+    def walk_segment(A, B, a, b, st, bounds, row, seg, tx):
+        segment_bounds(bounds, seg, S)
+        st[_MAX] = -T.infinity(ACCUM)
+        st[_SUM] = T.cast(0, ACCUM)
+        for step in T.serial(T.truncdiv(bounds[1] - bounds[0] + unroll - 1, unroll)):
+            load_step(A, a, row, bounds[0] + step * unroll, bounds[1], tx)
+            if variant.backward:
+                load_step(B, b, row, bounds[0] + step * unroll, bounds[1], tx)
+            fold_step(st, a, b, bounds[0] + step * unroll, bounds[1], tx)
+
+    @T.macro
+    def combine_block(st, scratch, tx):
+        """Every thread's (max, sum) or sum folded into the block's, in ``st[_MAX]``/``st[_SUM]``."""
+        if variant.backward:
+            reduce(st, _SUM, scratch, 0, tx, False)
+        else:
+            st[_T2] = st[_MAX]
+            reduce(st, _T2, scratch, 0, tx, True)
+            online["rescale"](st, _MAX, _SUM, _T2, _OFFSET)
+            reduce(st, _SUM, scratch, 1, tx, False)
+
+    if not variant.backward:
+        LDX = T.dynamic("LDX", "int64")
+
+        @T.prim_func
+        def softmax_row_stats(
+            X: T.StridedTensor((R, N), (LDX, 1), dtype),
+            PM: T.Tensor((R, S), ACCUM),
+            PS: T.Tensor((R, S), ACCUM),
+        ):
+            with T.Kernel(R, S, threads=threads) as (row, seg):
+                tx = T.get_thread_binding()
+                a = T.alloc_local((unroll * vector,), dtype)
+                st = T.alloc_local((_STATE,), ACCUM)
+                bounds = T.alloc_local((2,), "int32")
+                scratch = T.alloc_shared(scratch_shape, ACCUM)
+                T.assume(LDX % vector == 0)
+                walk_segment(X, X, a, a, st, bounds, row, seg, tx)
+                combine_block(st, scratch, tx)
+                if tx == 0:
+                    PM[row, seg] = st[_MAX]
+                    PS[row, seg] = st[_SUM]
+
+        return softmax_row_stats
+
+    LDG = T.dynamic("LDG", "int64")
+    LDY = T.dynamic("LDY", "int64")
+
+    @T.prim_func
+    def softmax_bwd_row_stats(
+        G: T.StridedTensor((R, N), (LDG, 1), dtype),
+        Yv: T.StridedTensor((R, N), (LDY, 1), dtype),
+        PS: T.Tensor((R, S), ACCUM),
+    ):
+        with T.Kernel(R, S, threads=threads) as (row, seg):
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * vector,), dtype)
+            b = T.alloc_local((unroll * vector,), dtype)
+            st = T.alloc_local((_STATE,), ACCUM)
+            bounds = T.alloc_local((2,), "int32")
+            scratch = T.alloc_shared(scratch_shape, ACCUM)
+            T.assume(LDG % vector == 0)
+            T.assume(LDY % vector == 0)
+            walk_segment(G, Yv, a, b, st, bounds, row, seg, tx)
+            combine_block(st, scratch, tx)
+            if tx == 0:
+                PS[row, seg] = st[_SUM]
+
+    return softmax_bwd_row_stats
+
+
+def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, split_threads: int,
+                      split_unroll: int, **_: Any) -> Any:
+    """Combine the ``S`` partials of a row, then write the output of one segment per block."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    threads, unroll = split_threads, split_unroll
+    walk = _row_segment_macros(T, N, vector, threads, unroll)
+    chunk, chunks, valid, load_step = walk["chunk"], walk["chunks"], walk["valid"], walk["load_step"]
+    segment_bounds = walk["segment_bounds"]
+    reduce = _group_reduce(T, 1, threads)
+    scratch_shape = _scratch_shape(threads, 1, threads, 2)
+    online = _online_macros(T)
+    finalize = _finalize_forward(T, variant)
+    output = _output_value(T, variant, dtype)
+    R = T.dynamic("R")
+    S = T.dynamic("S")
+
+    @T.macro
+    def gather_partials(PM, PS, st, scratch, row, tx):
+        """The row's reduction from its ``S`` partials, in every thread."""
+        st[_MAX] = -T.infinity(ACCUM)
+        st[_SUM] = T.cast(0, ACCUM)
+        for p in T.serial(T.ceildiv(S, threads)):
+            if p * threads + tx < S:
+                if variant.backward:
+                    st[_SUM] = st[_SUM] + PS[row, p * threads + tx]
+                else:
+                    online["merge"](
+                        st, _MAX, _SUM, PM[row, p * threads + tx], PS[row, p * threads + tx], _T0, _T1
+                    )
+        if variant.backward:
+            reduce(st, _SUM, scratch, 0, tx, False)
+        else:
+            st[_T2] = st[_MAX]
+            reduce(st, _T2, scratch, 0, tx, True)
+            online["rescale"](st, _MAX, _SUM, _T2, _OFFSET)
+            reduce(st, _SUM, scratch, 1, tx, False)
+            finalize(st, 0)
+
+    @T.macro
+    def write_segment(A, B, D, a, b, st, bounds, row, seg, tx):
+        segment_bounds(bounds, seg, S)
+        for step in T.serial(T.truncdiv(bounds[1] - bounds[0] + unroll - 1, unroll)):
+            load_step(A, a, row, bounds[0] + step * unroll, bounds[1], tx)
+            if variant.backward:
+                load_step(B, b, row, bounds[0] + step * unroll, bounds[1], tx)
+            for u in T.unroll(unroll):
+                if valid(bounds[0] + step * unroll, u, bounds[1], tx):
+                    for k in T.vectorized(vector):
+                        D[row, (bounds[0] + step * unroll + u) * chunk + tx * vector + k] = output(
+                            a[u * vector + k], b[u * vector + k], st, 0
+                        )
+
+    if not variant.backward:
+        LDX = T.dynamic("LDX", "int64")
+
+        @T.prim_func
+        def softmax_row_apply(
+            X: T.StridedTensor((R, N), (LDX, 1), dtype),
+            PM: T.Tensor((R, S), ACCUM),
+            PS: T.Tensor((R, S), ACCUM),
+            Y: T.Tensor((R, N), dtype),
+        ):
+            with T.Kernel(R, S, threads=threads) as (row, seg):
+                tx = T.get_thread_binding()
+                a = T.alloc_local((unroll * vector,), dtype)
+                st = T.alloc_local((_STATE,), ACCUM)
+                bounds = T.alloc_local((2,), "int32")
+                scratch = T.alloc_shared(scratch_shape, ACCUM)
+                T.assume(LDX % vector == 0)
+                gather_partials(PM, PS, st, scratch, row, tx)
+                write_segment(X, X, Y, a, a, st, bounds, row, seg, tx)
+
+        return softmax_row_apply
+
+    LDG = T.dynamic("LDG", "int64")
+    LDY = T.dynamic("LDY", "int64")
+
+    @T.prim_func
+    def softmax_bwd_row_apply(
+        G: T.StridedTensor((R, N), (LDG, 1), dtype),
+        Yv: T.StridedTensor((R, N), (LDY, 1), dtype),
+        PS: T.Tensor((R, S), ACCUM),
+        DX: T.Tensor((R, N), dtype),
+    ):
+        with T.Kernel(R, S, threads=threads) as (row, seg):
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * vector,), dtype)
+            b = T.alloc_local((unroll * vector,), dtype)
+            st = T.alloc_local((_STATE,), ACCUM)
+            bounds = T.alloc_local((2,), "int32")
+            scratch = T.alloc_shared(scratch_shape, ACCUM)
+            T.assume(LDG % vector == 0)
+            T.assume(LDY % vector == 0)
+            gather_partials(PS, PS, st, scratch, row, tx)
+            write_segment(G, Yv, DX, a, b, st, bounds, row, seg, tx)
+
+    return softmax_bwd_row_apply
+
+
+# ---- column stats / column apply ((outer, N, inner) with inner > 1) --------------------------------
+
+
+def _column_walk(T: Any, N: int, cvec: int, lanes: int, unroll: int) -> Dict[str, Any]:
+    """Segment bounds along the axis and the loads of one step of a column walk.
+
+    Segment ``seg`` of ``S`` covers ``[seg * per, min((seg + 1) * per, N))``
+    with ``per = ceil(N / S)``.  In a step, lane ``l`` reads positions
+    ``n0 + u * lanes`` (``n0`` includes the lane) for ``u < unroll``.
+    """
+
+    def valid(n, last, i0, inner):
+        return T.And(n < last, i0 < inner)
+
+    @T.macro
+    def segment_bounds(bounds, seg, segments):
+        bounds[0] = seg * T.truncdiv(N + segments - 1, segments)
+        bounds[1] = T.min(bounds[0] + T.truncdiv(N + segments - 1, segments), N)
+
+    @T.macro
+    def load_step(src, buf, o, n0, last, i0, inner):
+        for u in T.unroll(unroll):
+            if valid(n0 + u * lanes, last, i0, inner):
+                for k in T.vectorized(cvec):
+                    buf[u * cvec + k] = src[o, n0 + u * lanes, i0 + k]
+
+    return {"valid": valid, "segment_bounds": segment_bounds, "load_step": load_step}
+
+
+def _column_layout(cvec: int, col_threads: int, column_threads: int) -> Tuple[int, int]:
+    """(lanes along the axis, inner positions per block) of a column block."""
+    if not (_pow2(cvec) and _pow2(col_threads) and col_threads <= MAX_COL_THREADS):
+        raise ValueError(f"softmax column programs: bad tile cvec={cvec} col_threads={col_threads}")
+    return column_threads // col_threads, col_threads * cvec
+
+
+def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
+                         column_threads: int, column_unroll: int, **_: Any) -> Any:
+    """Partial reductions of the ``S`` axis segments of every column: ``P*[o, seg, i]`` (float32)."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    threads, unroll = column_threads, column_unroll
+    lanes, tile = _column_layout(cvec, col_threads, threads)
+    walk = _column_walk(T, N, cvec, lanes, unroll)
+    valid, segment_bounds, load_step = walk["valid"], walk["segment_bounds"], walk["load_step"]
+    reduce = _group_reduce(T, col_threads, lanes)
+    scratch_shape = _scratch_shape(threads, col_threads, lanes, 2 * cvec)
+    online = _online_macros(T)
+    term = _backward_term(T, variant)
+    O = T.dynamic("O")
+    I = T.dynamic("I")
+    S = T.dynamic("S")
+
+    def slot(name, k):
+        return name * cvec + k
+
+    @T.macro
+    def fold_step(st, a, b, n0, last, i0):
+        for k in T.unroll(cvec):
+            if variant.backward:
+                for u in T.unroll(unroll):
+                    if valid(n0 + u * lanes, last, i0, I):
+                        st[slot(_SUM, k)] = st[slot(_SUM, k)] + term(a[u * cvec + k], b[u * cvec + k])
+            else:
+                st[slot(_T2, k)] = st[slot(_MAX, k)]
+                for u in T.unroll(unroll):
+                    if valid(n0 + u * lanes, last, i0, I):
+                        st[slot(_T2, k)] = T.max(st[slot(_T2, k)], T.cast(a[u * cvec + k], ACCUM))
+                online["rescale"](st, slot(_MAX, k), slot(_SUM, k), slot(_T2, k), slot(_OFFSET, k))
+                for u in T.unroll(unroll):
+                    if valid(n0 + u * lanes, last, i0, I):
+                        st[slot(_SUM, k)] = st[slot(_SUM, k)] + T.exp2(
+                            T.cast(a[u * cvec + k], ACCUM) * LOG2E - st[slot(_OFFSET, k)]
+                        )
+
+    @T.macro
+    def walk_segment(A, B, a, b, st, bounds, o, seg, lane, i0):
+        segment_bounds(bounds, seg, S)
+        for k in T.unroll(cvec):
+            st[slot(_MAX, k)] = -T.infinity(ACCUM)
+            st[slot(_SUM, k)] = T.cast(0, ACCUM)
+        for step in T.serial(T.truncdiv(bounds[1] - bounds[0] + lanes * unroll - 1, lanes * unroll)):
+            load_step(A, a, o, bounds[0] + step * lanes * unroll + lane, bounds[1], i0, I)
+            if variant.backward:
+                load_step(B, b, o, bounds[0] + step * lanes * unroll + lane, bounds[1], i0, I)
+            fold_step(st, a, b, bounds[0] + step * lanes * unroll + lane, bounds[1], i0)
+
+    @T.macro
+    def combine_block(st, scratch, tx):
+        for k in T.unroll(cvec):
+            if variant.backward:
+                reduce(st, slot(_SUM, k), scratch, k, tx, False)
+            else:
+                st[slot(_T2, k)] = st[slot(_MAX, k)]
+                reduce(st, slot(_T2, k), scratch, k, tx, True)
+                online["rescale"](st, slot(_MAX, k), slot(_SUM, k), slot(_T2, k), slot(_OFFSET, k))
+                reduce(st, slot(_SUM, k), scratch, cvec + k, tx, False)
+
+    if not variant.backward:
+        SXO = T.dynamic("SXO", "int64")
+        SXN = T.dynamic("SXN", "int64")
+
+        @T.prim_func
+        def softmax_column_stats(
+            X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
+            PM: T.Tensor((O, S, I), ACCUM),
+            PS: T.Tensor((O, S, I), ACCUM),
+        ):
+            with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+                tx = T.get_thread_binding()
+                a = T.alloc_local((unroll * cvec,), dtype)
+                st = T.alloc_local((_STATE * cvec,), ACCUM)
+                bounds = T.alloc_local((2,), "int32")
+                scratch = T.alloc_shared(scratch_shape, ACCUM)
+                T.assume(SXO % cvec == 0)
+                T.assume(SXN % cvec == 0)
+                T.assume(I % cvec == 0)
+                o = T.truncdiv(bx, T.ceildiv(I, tile))
+                i0 = ((bx - o * T.ceildiv(I, tile)) * col_threads + tx % col_threads) * cvec
+                walk_segment(X, X, a, a, st, bounds, o, seg, tx // col_threads, i0)
+                combine_block(st, scratch, tx)
+                if tx < col_threads and i0 < I:
+                    for k in T.vectorized(cvec):
+                        PM[o, seg, i0 + k] = st[slot(_MAX, k)]
+                    for k in T.vectorized(cvec):
+                        PS[o, seg, i0 + k] = st[slot(_SUM, k)]
+
+        return softmax_column_stats
+
+    SGO = T.dynamic("SGO", "int64")
+    SGN = T.dynamic("SGN", "int64")
+    SYO = T.dynamic("SYO", "int64")
+    SYN = T.dynamic("SYN", "int64")
+
+    @T.prim_func
+    def softmax_bwd_column_stats(
+        G: T.StridedTensor((O, N, I), (SGO, SGN, 1), dtype),
+        Yv: T.StridedTensor((O, N, I), (SYO, SYN, 1), dtype),
+        PS: T.Tensor((O, S, I), ACCUM),
+    ):
+        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * cvec,), dtype)
+            b = T.alloc_local((unroll * cvec,), dtype)
+            st = T.alloc_local((_STATE * cvec,), ACCUM)
+            bounds = T.alloc_local((2,), "int32")
+            scratch = T.alloc_shared(scratch_shape, ACCUM)
+            T.assume(SGO % cvec == 0)
+            T.assume(SGN % cvec == 0)
+            T.assume(SYO % cvec == 0)
+            T.assume(SYN % cvec == 0)
+            T.assume(I % cvec == 0)
+            o = T.truncdiv(bx, T.ceildiv(I, tile))
+            i0 = ((bx - o * T.ceildiv(I, tile)) * col_threads + tx % col_threads) * cvec
+            walk_segment(G, Yv, a, b, st, bounds, o, seg, tx // col_threads, i0)
+            combine_block(st, scratch, tx)
+            if tx < col_threads and i0 < I:
+                for k in T.vectorized(cvec):
+                    PS[o, seg, i0 + k] = st[slot(_SUM, k)]
+
+    return softmax_bwd_column_stats
+
+
+def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
+                         column_threads: int, column_unroll: int, **_: Any) -> Any:
+    """Combine the ``S`` partials of each column, then write one axis segment per block."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    threads, unroll = column_threads, column_unroll
+    lanes, tile = _column_layout(cvec, col_threads, threads)
+    walk = _column_walk(T, N, cvec, lanes, unroll)
+    valid, segment_bounds, load_step = walk["valid"], walk["segment_bounds"], walk["load_step"]
+    reduce = _group_reduce(T, col_threads, lanes)
+    scratch_shape = _scratch_shape(threads, col_threads, lanes, 2 * cvec)
+    online = _online_macros(T)
+    finalize = _finalize_forward(T, variant, cvec)
+    output = _output_value(T, variant, dtype, cvec)
+    O = T.dynamic("O")
+    I = T.dynamic("I")
+    S = T.dynamic("S")
+
+    def slot(name, k):
+        return name * cvec + k
+
+    @T.macro
+    def gather_partials(PM, PS, st, scratch, o, lane, i0, tx):
+        for k in T.unroll(cvec):
+            st[slot(_MAX, k)] = -T.infinity(ACCUM)
+            st[slot(_SUM, k)] = T.cast(0, ACCUM)
+        for p in T.serial(T.truncdiv(S + lanes - 1, lanes)):
+            if p * lanes + lane < S and i0 < I:
+                for k in T.unroll(cvec):
+                    if variant.backward:
+                        st[slot(_SUM, k)] = st[slot(_SUM, k)] + PS[o, p * lanes + lane, i0 + k]
+                    else:
+                        online["merge"](
+                            st, slot(_MAX, k), slot(_SUM, k), PM[o, p * lanes + lane, i0 + k],
+                            PS[o, p * lanes + lane, i0 + k], slot(_T0, k), slot(_T1, k),
+                        )
+        for k in T.unroll(cvec):
+            if variant.backward:
+                reduce(st, slot(_SUM, k), scratch, k, tx, False)
+            else:
+                st[slot(_T2, k)] = st[slot(_MAX, k)]
+                reduce(st, slot(_T2, k), scratch, k, tx, True)
+                online["rescale"](st, slot(_MAX, k), slot(_SUM, k), slot(_T2, k), slot(_OFFSET, k))
+                reduce(st, slot(_SUM, k), scratch, cvec + k, tx, False)
+                finalize(st, k)
+
+    @T.macro
+    def write_segment(A, B, D, a, b, st, bounds, o, seg, lane, i0):
+        segment_bounds(bounds, seg, S)
+        for step in T.serial(T.truncdiv(bounds[1] - bounds[0] + lanes * unroll - 1, lanes * unroll)):
+            load_step(A, a, o, bounds[0] + step * lanes * unroll + lane, bounds[1], i0, I)
+            if variant.backward:
+                load_step(B, b, o, bounds[0] + step * lanes * unroll + lane, bounds[1], i0, I)
+            for u in T.unroll(unroll):
+                if valid(bounds[0] + step * lanes * unroll + lane + u * lanes, bounds[1], i0, I):
+                    for k in T.vectorized(cvec):
+                        D[o, bounds[0] + step * lanes * unroll + lane + u * lanes, i0 + k] = output(
+                            a[u * cvec + k], b[u * cvec + k], st, k
+                        )
+
+    if not variant.backward:
+        SXO = T.dynamic("SXO", "int64")
+        SXN = T.dynamic("SXN", "int64")
+
+        @T.prim_func
+        def softmax_column_apply(
+            X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
+            PM: T.Tensor((O, S, I), ACCUM),
+            PS: T.Tensor((O, S, I), ACCUM),
+            Y: T.Tensor((O, N, I), dtype),
+        ):
+            with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+                tx = T.get_thread_binding()
+                a = T.alloc_local((unroll * cvec,), dtype)
+                st = T.alloc_local((_STATE * cvec,), ACCUM)
+                bounds = T.alloc_local((2,), "int32")
+                scratch = T.alloc_shared(scratch_shape, ACCUM)
+                T.assume(SXO % cvec == 0)
+                T.assume(SXN % cvec == 0)
+                T.assume(I % cvec == 0)
+                o = T.truncdiv(bx, T.ceildiv(I, tile))
+                i0 = ((bx - o * T.ceildiv(I, tile)) * col_threads + tx % col_threads) * cvec
+                gather_partials(PM, PS, st, scratch, o, tx // col_threads, i0, tx)
+                write_segment(X, X, Y, a, a, st, bounds, o, seg, tx // col_threads, i0)
+
+        return softmax_column_apply
+
+    SGO = T.dynamic("SGO", "int64")
+    SGN = T.dynamic("SGN", "int64")
+    SYO = T.dynamic("SYO", "int64")
+    SYN = T.dynamic("SYN", "int64")
+
+    @T.prim_func
+    def softmax_bwd_column_apply(
+        G: T.StridedTensor((O, N, I), (SGO, SGN, 1), dtype),
+        Yv: T.StridedTensor((O, N, I), (SYO, SYN, 1), dtype),
+        PS: T.Tensor((O, S, I), ACCUM),
+        DX: T.Tensor((O, N, I), dtype),
+    ):
+        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * cvec,), dtype)
+            b = T.alloc_local((unroll * cvec,), dtype)
+            st = T.alloc_local((_STATE * cvec,), ACCUM)
+            bounds = T.alloc_local((2,), "int32")
+            scratch = T.alloc_shared(scratch_shape, ACCUM)
+            T.assume(SGO % cvec == 0)
+            T.assume(SGN % cvec == 0)
+            T.assume(SYO % cvec == 0)
+            T.assume(SYN % cvec == 0)
+            T.assume(I % cvec == 0)
+            o = T.truncdiv(bx, T.ceildiv(I, tile))
+            i0 = ((bx - o * T.ceildiv(I, tile)) * col_threads + tx % col_threads) * cvec
+            gather_partials(PS, PS, st, scratch, o, tx // col_threads, i0, tx)
+            write_segment(G, Yv, DX, a, b, st, bounds, o, seg, tx // col_threads, i0)
+
+    return softmax_bwd_column_apply
+
+
+# ---- program table and kernels ------------------------------------------------------------------------
+
+# Programs index arrays with conditions they check themselves; TileLang's
+# extra bounds checks would only block their 16-byte accesses.
+PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
+
+_BUILDERS: Dict[str, Callable[..., Any]] = {
+    ROW_FUSED: row_fused_program,
+    ROW_STATS: row_stats_program,
+    ROW_APPLY: row_apply_program,
+    COLUMN_STATS: column_stats_program,
+    COLUMN_APPLY: column_apply_program,
+}
+
+# A program's shape parameters besides the config: ((name, value), ...), e.g.
+# (("vector", 8),) for row programs or (("col_threads", 8), ("cvec", 8)) for columns.
+ProgramParams = Tuple[Tuple[str, int], ...]
+
+
+def build_program(name: str, N: int, dtype: torch.dtype, variant: SoftmaxVariant, config: Dict[str, int],
+                  params: ProgramParams) -> Any:
+    """The TileLang ``prim_func`` of program ``name`` for one config and shape parameters."""
+    if name not in _BUILDERS:
+        raise ValueError(f"softmax kernels: unknown program {name!r}; expected one of {list(_BUILDERS)}")
+    _check_config(config)
+    func = _BUILDERS[name](N, torch_dtype_to_tl(dtype), variant, **config, **dict(params))
+    return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
+
+
+def _alignment_vector(tensor: torch.Tensor, strides: Tuple[int, ...], cap: int) -> int:
+    """The widest access (elements, a power of two <= cap) that the tensor's address and strides keep aligned."""
+    elem = tensor.element_size()
+    vector = cap
+    while vector > 1 and (tensor.data_ptr() % (vector * elem) or any(s % vector for s in strides)):
+        vector //= 2
+    return vector
+
+
+class SoftmaxFamilyKernel(Kernel):
+    """One member of the softmax family (see the module docstring) along an axis of length ``N``.
+
+    ``forward(*inputs, out)`` takes the inputs (``x``, or ``grad_y`` and ``y``)
+    as ``(rows, N)`` views whose rows have unit stride, or as
+    ``(outer, N, inner)`` views whose innermost axis has unit stride, and a
+    contiguous preallocated ``out`` of the same shape.  The access width
+    follows the alignment of each call's tensors, so any such view works.
+
+    Args:
+        N: length of the reduced axis, fixed at construction.
+        dtype: dtype of inputs and output (float16, bfloat16, float32).
+        config: explicit config (keys of ``default_config``; may be partial).
+        tune: pick the fastest of ``autotune_configs`` on the current GPU.
+    """
+
+    variant: SoftmaxVariant = SoftmaxVariant(backward=False, log=False)
+
+    def __init__(
+        self,
+        N: int,
+        dtype: torch.dtype,
+        *,
+        config: Optional[Dict[str, Any]] = None,
+        tune: bool = False,
+    ) -> None:
+        name = type(self).__name__
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+        if N < 1:
+            raise ValueError(f"{name}: N must be positive, got {N}")
+        self.N = int(N)
+        # (config object, {(program, params): launcher}) for the current config.
+        self._bound: Tuple[Optional[Dict[str, Any]], Dict[Tuple[str, ProgramParams], Any]] = (None, {})
+        self._sm_counts: Dict[int, int] = {}
+        self._sm_lock = threading.Lock()
+        super().__init__(dtype, config=config, tune=tune)
+
+    # ---- configs -----------------------------------------------------------------------------
+    @property
+    def default_config(self) -> Dict[str, Any]:
+        return softmax_default_config(self.N, self.dtype, self.variant.backward)
+
+    @property
+    def autotune_configs(self) -> List[Dict[str, Any]]:
+        return softmax_autotune_configs(self.N, self.dtype, self.variant.backward)
+
+    def fused(self, config: Optional[Dict[str, Any]] = None) -> bool:
+        """Whether rows take the fused program under ``config`` (default: the current one)."""
+        config = self.config if config is None else config
+        return fused_fits(self.N, self.dtype, self.variant.backward, config["row_threads"])
+
+    # ---- programs ----------------------------------------------------------------------------
+    def program(self, **config: Any) -> Any:
+        """The first row program of aligned, contiguous rows (fused, or the stats step)."""
+        config = {**self.default_config, **config}
+        name = ROW_FUSED if self.fused(config) else ROW_STATS
+        return build_program(name, self.N, self.dtype, self.variant, config, self.row_params(row_vector(self.N, self.dtype)))
+
+    def row_params(self, vector: int) -> ProgramParams:
+        return (("vector", vector),)
+
+    @staticmethod
+    def column_params(inner: int, cvec: int) -> ProgramParams:
+        return (("col_threads", column_tile(inner, cvec)), ("cvec", cvec))
+
+    def program_specs(self, inner: int = 1, vector: Optional[int] = None) -> List[Tuple[str, ProgramParams]]:
+        """The programs one call launches on aligned contiguous tensors with this inner extent."""
+        if inner == 1:
+            vector = row_vector(self.N, self.dtype) if vector is None else vector
+            names = [ROW_FUSED] if self.fused() else [ROW_STATS, ROW_APPLY]
+            return [(name, self.row_params(vector)) for name in names]
+        cvec = _largest_pow2_divisor(inner, max_vector(self.dtype)) if vector is None else vector
+        return [(name, self.column_params(inner, cvec)) for name in (COLUMN_STATS, COLUMN_APPLY)]
+
+    def compile_program(self, name: str, params: ProgramParams, config: Optional[Dict[str, Any]] = None,
+                        target: Any = "auto") -> Any:
+        """The compiled program ``name`` with shape ``params`` for ``config`` (default: the current one), cached."""
+        import tilelang  # deferred: importing tilelang costs seconds
+
+        config = dict(self.config if config is None else config)
+        key = (name, params, repr(target)) + tuple(sorted(config.items()))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._compile_lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    logger.info("compiling %s.%s %s config=%s target=%s", type(self).__name__, name, params, config, target)
+                    program = build_program(name, self.N, self.dtype, self.variant, config, params)
+                    compiled = tilelang.compile(program, target=target)
+                    self._compiled[key] = compiled
+        return compiled
+
+    def build_all_for_sm90(self, inner: int = 8) -> Dict[str, Any]:
+        """Compile the row programs and the column programs (for ``inner``) for sm_90, without a GPU."""
+        specs = self.program_specs(1) + self.program_specs(inner)
+        return {name: self.compile_program(name, params, target=SM90_BUILD_TARGET) for name, params in specs}
+
+    def tuning_inputs(self, rows: Optional[int] = None) -> tuple:
+        """Random inputs and a preallocated output of ``rows`` rows on the current GPU."""
+        rows = self.tuning_rows if rows is None else rows
+        inputs = [torch.randn(rows, self.N, device="cuda", dtype=self.dtype) for _ in range(self.variant.inputs)]
+        if self.variant.backward:
+            inputs[1] = torch.softmax(inputs[1].float(), -1).to(self.dtype)
+        return (*inputs, torch.empty_like(inputs[0]))
+
+    # ---- launch ------------------------------------------------------------------------------
+    def _launcher(self, name: str, params: ProgramParams) -> Any:
+        config, launchers = self._bound
+        if config is not self.config:
+            # Launchers are cached per config object: building a compile key per call costs microseconds.
+            config, launchers = self.config, {}
+            self._bound = (config, launchers)
+        launcher = launchers.get((name, params))
+        if launcher is None:
+            launcher = launchers[(name, params)] = direct_launcher(self.compile_program(name, params))
+        return launcher
+
+    def _target_blocks(self, device: torch.device) -> int:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        count = self._sm_counts.get(index)
+        if count is None:
+            with self._sm_lock:
+                count = self._sm_counts.setdefault(
+                    index, torch.cuda.get_device_properties(index).multi_processor_count
+                )
+        return BLOCKS_PER_SM * count
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        """Write the result for ``tensors = (*inputs, out)`` into ``out`` and return it."""
+        inputs, out = tensors[:-1], tensors[-1]
+        if len(inputs) != self.variant.inputs:
+            raise TypeError(f"{type(self).__name__}: expected {self.variant.inputs} inputs and out, got {len(tensors)} tensors")
+        if out.dim() == 2:
+            self._forward_rows(inputs, out)
+        else:
+            self._forward_columns(inputs, out)
+        return out
+
+    def _forward_rows(self, inputs: Tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        vector = row_vector(self.N, self.dtype)
+        for tensor in (*inputs, out):
+            vector = min(vector, _alignment_vector(tensor, (tensor.stride(0),), vector))
+        params = self.row_params(vector)
+        if self.fused():
+            self._launcher(ROW_FUSED, params)(*inputs, out)
+            return
+        rows = out.shape[0]
+        chunks = -(-self.N // (self.config["split_threads"] * vector))
+        most = max(1, -(-chunks // self.config["split_unroll"]))
+        segments = max(1, min(-(-self._target_blocks(out.device) // rows), most))
+        partials = [torch.empty((rows, segments), dtype=torch.float32, device=out.device)
+                    for _ in range(self.variant.partials)]
+        self._launcher(ROW_STATS, params)(*inputs, *partials)
+        self._launcher(ROW_APPLY, params)(*inputs, *partials, out)
+
+    def _forward_columns(self, inputs: Tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        outer, _, inner = out.shape
+        cvec = _largest_pow2_divisor(inner, max_vector(self.dtype))
+        for tensor in (*inputs, out):
+            cvec = min(cvec, _alignment_vector(tensor, (tensor.stride(0), tensor.stride(1)), cvec))
+        params = self.column_params(inner, cvec)
+        col_threads = dict(params)["col_threads"]
+        lanes = self.config["column_threads"] // col_threads
+        blocks = outer * -(-inner // (col_threads * cvec))
+        most = max(1, -(-self.N // (lanes * self.config["column_unroll"])))
+        segments = max(1, min(-(-self._target_blocks(out.device) // blocks), most))
+        partials = [torch.empty((outer, segments, inner), dtype=torch.float32, device=out.device)
+                    for _ in range(self.variant.partials)]
+        self._launcher(COLUMN_STATS, params)(*inputs, *partials)
+        self._launcher(COLUMN_APPLY, params)(*inputs, *partials, out)
+
+
+class SoftmaxFwdKernel(SoftmaxFamilyKernel):
+    """``y = softmax(x)`` along the axis of length ``N``; ``forward(x, out)``."""
+
+    variant = SoftmaxVariant(backward=False, log=False)
+
+
+class SoftmaxBwdKernel(SoftmaxFamilyKernel):
+    """``grad_x = y * (grad_y - sum(grad_y * y))`` along the axis; ``forward(grad_y, y, out)``."""
+
+    variant = SoftmaxVariant(backward=True, log=False)

@@ -1,0 +1,134 @@
+"""L2 base of the softmax family: the CUDA path of softmax-like ops along one axis.
+
+An op commits the length ``N`` of its axis ``dim`` at construction.  Each
+input is handed to the kernel as a view whenever its memory allows one:
+``(rows, N)`` with any row stride (including 0, for broadcast rows) when
+``dim`` is the last axis and has unit stride, else ``(outer, N, inner)`` with
+any outer and axis strides when the axes after ``dim`` are contiguous.  So
+row and column slices of a larger tensor need no copy; other layouts (a
+transpose, every other element) are copied once.  The output is contiguous,
+as the traced (fake) output is.  The kernels take every extent and stride as
+TileLang symbolic values, so one kernel per device serves every shape and layout.
+"""
+
+import math
+from typing import Hashable, List, Optional, Sequence, Tuple
+
+import torch
+
+from tileops.kernels.kernel_base import Kernel
+from tileops.kernels.launch import on_device
+from tileops.ops.op_base import Op
+
+__all__ = ["SoftmaxFamilyOp", "axis_view", "kernel_view"]
+
+# Kernels take extents (rows, outer, inner, block counts) as int32.
+MAX_EXTENT = 2**31 - 1
+
+
+def _collapsed_stride(sizes: Sequence[int], strides: Sequence[int]) -> Tuple[bool, Optional[int]]:
+    """Whether axes fold into one, and the folded stride (``None`` when every size is 1)."""
+    stride: Optional[int] = None
+    expected = 0
+    for size, step in zip(reversed(sizes), reversed(strides)):
+        if size == 1:
+            continue
+        if stride is None:
+            stride = step
+        elif step != expected:
+            return False, None
+        expected = step * size
+    return True, stride
+
+
+def _strided_axis_view(tensor: torch.Tensor, dim: int, outer: int, N: int, inner: int) -> Optional[torch.Tensor]:
+    sizes, strides = tensor.shape, tensor.stride()
+    inner_folds, inner_stride = _collapsed_stride(sizes[dim + 1:], strides[dim + 1:])
+    outer_folds, outer_stride = _collapsed_stride(sizes[:dim], strides[:dim])
+    if not (inner_folds and outer_folds) or inner_stride not in (None, 1):
+        return None
+    axis_stride = strides[dim] if N > 1 else inner
+    if outer_stride is None:  # outer == 1: any stride addresses the one slice
+        outer_stride = N * inner
+    if inner == 1:
+        if axis_stride != 1 and N > 1:
+            return None
+        return tensor.as_strided((outer, N), (outer_stride, 1))
+    return tensor.as_strided((outer, N, inner), (outer_stride, axis_stride, 1))
+
+
+def axis_view(tensor: torch.Tensor, dim: int, N: int) -> Optional[torch.Tensor]:
+    """``tensor`` as ``(rows, N)`` (``dim`` innermost) or ``(outer, N, inner)`` without a copy, if it can be.
+
+    ``dim`` is non-negative.  The innermost axis of the view has unit stride;
+    ``None`` when no such view describes the tensor's memory.
+    """
+    outer = math.prod(tensor.shape[:dim])
+    inner = math.prod(tensor.shape[dim + 1:])
+    return _strided_axis_view(tensor, dim, outer, N, inner)
+
+
+def kernel_view(tensor: torch.Tensor, dim: int, N: int) -> torch.Tensor:
+    """``axis_view`` of ``tensor``, or of a contiguous copy when no view describes it."""
+    view = axis_view(tensor, dim, N)
+    if view is None:
+        view = axis_view(tensor.contiguous(), dim, N)
+    assert view is not None  # a contiguous tensor always folds
+    return view
+
+
+class SoftmaxFamilyOp(Op):
+    """Shared forward flow of the softmax family (softmax, log-softmax, forward and backward).
+
+    L3 ops set ``N``, ``dim``, ``dtype``, ``tune`` and a one-entry ``kernel_map``,
+    and call ``_run_kernel(*inputs)`` once every check has passed with CUDA tensors.
+    """
+
+    N: int
+    dim: int
+    tune: bool
+
+    def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
+        return self.kernel_map[key](self.N, self.dtype, tune=self.tune)
+
+    def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
+        # Every extent and stride is symbolic in the kernels, so only the device
+        # decides which kernel serves a call; ``_run_kernel`` passes ``(device index,)``.
+        return input_shapes[0]
+
+    @property
+    def kernel_key(self) -> str:
+        """The family's ops launch exactly one kernel."""
+        return next(iter(self.kernel_map))
+
+    def _run_kernel(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """The contiguous output: the kernel on the inputs' axis views."""
+        first = inputs[0]
+        out = torch.empty(first.shape, dtype=first.dtype, device=first.device)
+        if out.numel() == 0:
+            return out
+        dim = self.dim % first.ndim
+        views = [kernel_view(t, dim, self.N) for t in inputs]
+        out_view = out.view(views[0].shape)
+        device = first.device
+        kernel = self._kernel(self.kernel_key, (device.index,))
+        with on_device(device):
+            for start, stop in self._launch_ranges(out_view):
+                kernel(*(v[start:stop] for v in views), out_view[start:stop])
+        return out
+
+    @staticmethod
+    def _launch_ranges(out_view: torch.Tensor) -> List[Tuple[int, int]]:
+        """Slices of the leading axis small enough for the kernels' int32 extents."""
+        leading = out_view.shape[0]
+        if out_view.dim() == 2:
+            per_launch = MAX_EXTENT
+        else:
+            inner = out_view.shape[2]
+            if inner > MAX_EXTENT:
+                raise ValueError(
+                    f"softmax: {inner} elements after the reduced axis exceed {MAX_EXTENT}; reshape the input"
+                )
+            # Column programs number their blocks outer * (inner tiles) in int32.
+            per_launch = max(1, MAX_EXTENT // inner)
+        return [(start, min(leading, start + per_launch)) for start in range(0, leading, per_launch)]
