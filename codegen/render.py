@@ -46,6 +46,7 @@ SLOTS: Dict[str, str] = {
 # Parts of an op file that are not numbered slots: the file header and the reference method.
 SECTIONS: Dict[str, str] = {
     "header": "header",            # the generated-file notice
+    "workloads": "workloads",      # the manifest workloads as a class attribute
     "checks": "checks",            # _check_inputs: the manifest's rules on the inputs
     "reference": "reference",      # the manifest's PyTorch reference
     "library": "library",          # _library_call, _fake_outputs, backward_op

@@ -395,6 +395,26 @@ class OpView:
         """Left-hand side that unpacks a tuple of ``names`` (a trailing comma for one)."""
         return ", ".join(names) + ("," if len(names) == 1 else "")
 
+    @property
+    def workload_literals(self) -> List[Tuple[str, str]]:
+        """(label, dict literal) per manifest workload: input shapes, first dtype, and the
+        constructor arguments (static dims interpreted from the shapes, then params)."""
+        out = []
+        for workload in self.op.workloads:
+            shapes = dict(workload.shapes)
+            values = {p.name: p.default for p in self.op.params if p.has_default}
+            values.update(dict(workload.params))
+            ctor = {}
+            for dim in self.op.static_dims:
+                ctor[dim.name] = shapes[dim.tensor][rules.evaluate(dim.axis, shapes, values)]
+            ctor.update(dict(workload.params))
+            shape_list = ", ".join(repr(tuple(shapes[t.name])) if t.name in shapes else "None"
+                                   for t in self.op.inputs)
+            literal = (f'{{"shapes": [{shape_list}], "dtype": "{workload.dtypes[0]}", '
+                       f'"params": {ctor!r}}}')
+            out.append((workload.label, literal))
+        return out
+
     # ---- S20 -----------------------------------------------------------------------
     @property
     def registration_import(self) -> str:

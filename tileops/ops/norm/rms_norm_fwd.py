@@ -35,6 +35,14 @@ class RMSNormFwdOp(NormOp):
         weight: same_as(x). Per-channel scale.
     """
 
+    # Manifest workloads (for `tileops tune --workload` and tools): shapes, dtype, constructor args.
+    workloads: Dict[str, dict] = {
+        "llama-4k": {"shapes": [(32768, 4096), (4096,)], "dtype": "bfloat16", "params": {'N': 4096}},
+        "wide-32k": {"shapes": [(8192, 32768), (32768,)], "dtype": "bfloat16", "params": {'N': 32768}},
+        "decode-1x4k": {"shapes": [(1, 4096), (4096,)], "dtype": "bfloat16", "params": {'N': 4096}},
+        "batch-3d": {"shapes": [(8, 2048, 4096), (4096,)], "dtype": "bfloat16", "params": {'N': 4096}},
+    }
+
     def __init__(
         self,
         *,

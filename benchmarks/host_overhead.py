@@ -1,0 +1,119 @@
+"""Host cost per call and recompiles: ``python -m benchmarks.host_overhead`` (needs a GPU).
+
+For small inputs the GPU finishes a launch faster than the host issues the next
+one, so a long loop of calls measures host time per call. Each op is timed
+four ways on the same tensors:
+
+* ``kernel``: the compiled TileLang program launched directly on prepared tensors,
+* ``op``: an eager call of the op (checks, routing, cache lookup, launch),
+* ``custom op``: the same call through ``torch.ops.tileops`` (the dispatcher path
+  that torch.compile and autograd use),
+* ``torch``: the PyTorch eager reference.
+
+Then it calls each op at row counts it has not seen and reports whether any new
+program was compiled and how long the first call took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Callable, Dict, List, Tuple
+
+import torch
+
+CALLS = 20000
+
+
+def per_call_us(fn: Callable[[], object], calls: int = CALLS) -> float:
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - began) / calls * 1e6
+
+
+def compiled_programs(op: torch.nn.Module) -> int:
+    return sum(len(kernel._compiled) for kernel in op._kernel_cache.values())
+
+
+def rms_norm_case(hidden: int, dtype: torch.dtype):
+    from tileops.ops import RMSNormFwdOp
+
+    op = RMSNormFwdOp(N=hidden, dtype=dtype)
+    x = torch.randn(1, hidden, device="cuda", dtype=dtype)
+    w = torch.randn(hidden, device="cuda", dtype=dtype)
+    op(x, w)
+    kernel = next(iter(op._kernel_cache.values()))
+    y = torch.empty_like(x)
+    return {
+        "name": f"RMSNormFwdOp 1x{hidden}",
+        "op": op,
+        "kernel": lambda: kernel(x, w, y),
+        "eager": lambda: op(x, w),
+        "custom": lambda: op._library_call(x, w),
+        "torch": lambda: torch.nn.functional.rms_norm(x, (hidden,), w, 1e-6),
+        "call_rows": lambda rows: op(torch.randn(rows, hidden, device="cuda", dtype=dtype), w),
+    }
+
+
+def cumsum_case(length: int, dtype: torch.dtype):
+    from tileops.ops import CumsumFwdOp
+
+    op = CumsumFwdOp(N=length, dtype=dtype)
+    x = torch.randn(1, length, device="cuda", dtype=dtype)
+    op(x)
+    kernel = next(iter(op._kernel_cache.values()))
+    y = torch.empty_like(x)
+    return {
+        "name": f"CumsumFwdOp 1x{length}",
+        "op": op,
+        "kernel": lambda: kernel(x, y),
+        "eager": lambda: op(x),
+        "custom": lambda: op._library_call(x),
+        "torch": lambda: torch.cumsum(x, -1),
+        "call_rows": lambda rows: op(torch.randn(rows, length, device="cuda", dtype=dtype)),
+    }
+
+
+def measure(case: Dict) -> Tuple[Dict[str, float], List[Tuple[int, float, int]]]:
+    times = {way: per_call_us(case[way]) for way in ("kernel", "eager", "custom", "torch")}
+    recompiles = []
+    case["call_rows"](4096)  # warm-up at one row count
+    torch.cuda.synchronize()
+    for rows in (1, 3, 777, 4097, 65536):
+        before = compiled_programs(case["op"])
+        began = time.perf_counter()
+        case["call_rows"](rows)
+        torch.cuda.synchronize()
+        recompiles.append((rows, (time.perf_counter() - began) * 1e3, compiled_programs(case["op"]) - before))
+    return times, recompiles
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", type=int, default=4096)
+    args = parser.parse_args()
+    cases = [rms_norm_case(args.hidden, torch.bfloat16), cumsum_case(args.hidden, torch.bfloat16)]
+    print(f"device: {torch.cuda.get_device_name()}  calls per figure: {CALLS}")
+    print("| op | kernel launch µs | eager op µs | op - kernel µs | custom op µs | torch eager µs |")
+    print("|---|---|---|---|---|---|")
+    rows_report = []
+    for case in cases:
+        times, recompiles = measure(case)
+        print(f"| {case['name']} | {times['kernel']:.1f} | {times['eager']:.1f} | "
+              f"{times['eager'] - times['kernel']:.1f} | {times['custom']:.1f} | {times['torch']:.1f} |")
+        rows_report.append((case["name"], recompiles))
+    print()
+    print("| op | new row count | first call ms | programs compiled |")
+    print("|---|---|---|---|")
+    for name, recompiles in rows_report:
+        for rows, ms, compiled in recompiles:
+            print(f"| {name} | {rows} | {ms:.2f} | {compiled} |")
+
+
+if __name__ == "__main__":
+    main()
