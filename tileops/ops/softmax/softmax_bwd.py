@@ -35,6 +35,15 @@ class SoftmaxBwdOp(SoftmaxFamilyOp):
         y: same_as(grad_y). The forward output softmax(x, dim).
     """
 
+    # Manifest workloads (for `tileops tune --workload` and tools): shapes, dtype, constructor args.
+    workloads: Dict[str, dict] = {
+        "rows-32k-4k": {"shapes": [(32768, 4096), (32768, 4096)], "dtype": "bfloat16", "params": {'N': 4096}},
+        "rows-8k-32k": {"shapes": [(8192, 32768), (8192, 32768)], "dtype": "bfloat16", "params": {'N': 32768}},
+        "decode-1x4k": {"shapes": [(1, 4096), (1, 4096)], "dtype": "bfloat16", "params": {'N': 4096}},
+        "long-64x256k": {"shapes": [(64, 262144), (64, 262144)], "dtype": "bfloat16", "params": {'N': 262144}},
+        "mid-dim": {"shapes": [(64, 4096, 64), (64, 4096, 64)], "dtype": "bfloat16", "params": {'N': 4096, 'dim': 1}},
+    }
+
     def __init__(
         self,
         *,
