@@ -94,3 +94,43 @@ def test_shape_template_defect_fails_l2_for_every_op_without_slot_findings(tmp_p
     levels = {level for level, _, _ in run.error_keys()}
     ops = {op for _, op, _ in run.error_keys()}
     assert levels == {"L2"} and len(ops) >= 2
+
+
+FIXED_RANK = """# yaml-language-server: $schema=schema.json
+
+ToyMatmulFwdOp:
+  family: toy
+  status: spec-only
+  summary: "c = a @ b + bias"
+  signature:
+    inputs:
+      a: {dtype: "float16 | float32", shape: [M, K]}
+      b: {dtype: "same_as(a)", shape: [K, N]}
+      bias: {dtype: "same_as(a)", shape: [N], optional: true}
+    outputs:
+      c: {dtype: "same_as(a)"}
+  static_dims:
+    K: "a.shape[1]"
+    N: "b.shape[-1]"
+  shape_rules:
+    - "c.shape == (a.shape[0], N)"
+  reference: "a @ b"
+  roofline: {flops: "2 * a.shape[0] * K * N", bytes: "numel(a) * elem_bytes"}
+  kernel_map: {toy_matmul_fwd: ToyMatmulFwdKernel}
+"""
+
+
+def test_fixed_rank_and_optional_inputs(tmp_path: Path) -> None:
+    path = tmp_path / "toy.yaml"
+    path.write_text(FIXED_RANK)
+    op = load_files([path], tmp_path).op("ToyMatmulFwdOp")
+    cases = generate_cases(op, 200)
+    verdicts = [expect(op, case) for case in cases]
+    assert len(cases) >= 200
+    assert {len(case.shapes[0]) for case in cases} >= {1, 2, 3}
+    assert any(case.shapes[2] is None for case in cases) and any(case.shapes[2] is not None for case in cases)
+    accepted = [v for v in verdicts if v.kind == ACCEPT]
+    assert len(accepted) >= 100
+    # A size committed differently from the input breaks the rule its declared shape implies.
+    assert {v.rule.text for v in verdicts if v.kind == RULE} >= {"a.ndim == 2", "a.shape[1] == K", "b.shape[0] == K",
+                                                                 "b.shape[1] == N", "bias.shape[0] == N"}

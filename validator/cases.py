@@ -310,11 +310,10 @@ def _resized_probe(op: OpSpec, case: Case, rng: random.Random) -> Optional[Case]
         return None
     index = rng.choice(present)
     shape = list(case.shapes[index])
-    choice = rng.randrange(3)
-    if shape and choice < 2:
-        axis = rng.randrange(len(shape))
-        shape[axis] += 1
-    elif shape and choice == 2:
+    choice = rng.randrange(4) if shape else 3
+    if choice < 2:
+        shape[rng.randrange(len(shape))] += 1
+    elif choice == 2:
         shape.pop()
     else:
         shape.append(2)
@@ -354,7 +353,7 @@ def generate_cases(op: OpSpec, minimum: int = 200) -> List[Case]:
     while (len(cases) < minimum or step < len(combos)) and step < 50 * max(minimum, len(combos)):
         rank, params = combos[step % len(combos)]
         style = step // len(combos)
-        drop_optional = has_optional and step % 2 == 1
+        drop_optional = has_optional and step % 3 == 1  # a third of the cases, probes included
         base = builder.build(rank, params, style, dtypes[step % len(dtypes)], drop_optional)
         add(base)
         if step % 4 == 3:

@@ -87,7 +87,8 @@ def check(ctx: Context) -> Tuple[List[Finding], str, Dict[str, float]]:
             continue
         for ref in op.kernels:
             finding, seconds, count = build_one(op, cls, case, ref)
-            timings[f"{op.name}.{ref.key} ({ref.class_name}, {count} programs)"] = seconds
+            programs_text = f"{count} program{'s' if count != 1 else ''}"
+            timings[f"{op.name}.{ref.key} ({ref.class_name}, {programs_text})"] = seconds
             if finding is not None:
                 findings.append(finding)
             else:

@@ -16,7 +16,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 from codegen.loader import MANIFEST_DIR, ROOT
 
 from . import dtypes, kernels, registration, roofline, schema, shapes, signature, slots
-from .context import Context
+from .context import Context, restore_op_packages
 from .findings import LevelResult, Report
 
 __all__ = ["LEVELS", "ALIASES", "parse_levels", "validate", "UsageError", "UnknownOp"]
@@ -117,16 +117,22 @@ def validate(levels: Sequence[str] = tuple(LEVELS), ops: Sequence[str] = ()) -> 
     results = [schema_result] if "L0" in levels or context is None else []
     if context is None:
         return Report(results)
-    for key in levels:
-        level = LEVELS[key]
-        if level.check is None:
-            continue
-        started = time.perf_counter()
-        outcome = level.check(context)
-        result = LevelResult(key, level.title, list(outcome[0]), checked=outcome[1])
-        if len(outcome) > 2:
-            result.timings = dict(outcome[2])
-        result.seconds = time.perf_counter() - started
-        logger.info("%s finished in %.2f s", key, result.seconds)
-        results.append(result)
+    try:
+        for key in levels:
+            level = LEVELS[key]
+            if level.check is not None:
+                results.append(_run_level(level, context))
+    finally:
+        restore_op_packages()  # never leave stand-in packages behind for the caller's imports
     return Report(results)
+
+
+def _run_level(level: Level, context: Context) -> LevelResult:
+    started = time.perf_counter()
+    outcome = level.check(context)
+    result = LevelResult(level.key, level.title, list(outcome[0]), checked=outcome[1])
+    if len(outcome) > 2:
+        result.timings = dict(outcome[2])
+    result.seconds = time.perf_counter() - started
+    logger.info("%s finished in %.2f s", level.key, result.seconds)
+    return result

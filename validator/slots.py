@@ -112,10 +112,13 @@ class _Cutter:
         self.claimed: set = set()
 
     def span(self, node: cst.CSTNode) -> Tuple[int, ...]:
-        """Lines of a statement, its decorators included."""
+        """Lines of a statement with its decorators and the comment lines right above it."""
         start = self.positions[node].start.line
         for decorator in getattr(node, "decorators", ()):
             start = min(start, self.positions[decorator].start.line)
+        start -= len(getattr(node, "leading_lines", ()))
+        while not self.lines[start - 1].strip():  # blank lines above belong to no slot
+            start += 1
         return tuple(range(start, self.positions[node].end.line + 1))
 
     def colon_line(self, node: cst.CSTNode) -> int:

@@ -218,7 +218,8 @@ def _child(root: str, args: Sequence[str], out_path: str, err_path: str) -> None
 def run_validator(root: Path, *args: str, timeout: float = 300.0) -> Run:
     """``python -m validator --format json ARGS`` in the copy at ``root``."""
     args = ("--format", "json") + tuple(args) if "--format" not in args else tuple(args)
-    out_path, err_path = root / ".validator.out", root / ".validator.err"
+    output = Path(tempfile.mkdtemp(prefix="validator-run-"))
+    out_path, err_path = output / "stdout", output / "stderr"
     process = _forkserver().Process(target=_child, args=(str(root), args, str(out_path), str(err_path)))
     process.start()
     process.join(timeout)
@@ -227,6 +228,7 @@ def run_validator(root: Path, *args: str, timeout: float = 300.0) -> Run:
         process.join()
         raise TimeoutError(f"the validator ran over {timeout} s on {root}")
     stdout, stderr = out_path.read_text(), err_path.read_text()
+    shutil.rmtree(output, ignore_errors=True)
     report: Dict[str, Any] = {}
     if "json" in args and stdout.strip():
         try:
