@@ -1,0 +1,70 @@
+"""tileops.nn layers are drop-ins for torch.nn's, and swap_modules converts a model (CPU path)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tileops import nn as tnn
+
+
+@pytest.mark.parametrize("shape, eps, affine", [(16, None, True), ((4, 8), 1e-5, True), (32, 1e-6, False)])
+def test_rms_norm_is_a_drop_in(shape, eps, affine) -> None:
+    theirs = torch.nn.RMSNorm(shape, eps=eps, elementwise_affine=affine)
+    ours = tnn.RMSNorm(shape, eps=eps, elementwise_affine=affine)
+    if affine:
+        with torch.no_grad():
+            theirs.weight.normal_()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict(theirs.state_dict())
+    trailing = (shape,) if isinstance(shape, int) else shape
+    x = torch.randn(3, 5, *trailing)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-6)
+
+
+def test_rms_norm_rejects_a_wrong_trailing_shape() -> None:
+    with pytest.raises(ValueError, match=r"RMSNorm: input's last dims \(7,\) do not match normalized_shape \(8,\)"):
+        tnn.RMSNorm(8)(torch.randn(2, 7))
+
+
+class LlamaRMSNorm(torch.nn.Module):
+    """The usual hand-written norm of Llama-style models."""
+
+    def __init__(self, hidden: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden))
+        self.variance_epsilon = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
+
+
+class TinyModel(torch.nn.Module):
+    def __init__(self, hidden: int = 32) -> None:
+        super().__init__()
+        self.input_norm = LlamaRMSNorm(hidden)
+        self.proj = torch.nn.Linear(hidden, hidden)
+        self.final_norm = torch.nn.RMSNorm(hidden, eps=1e-5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.final_norm(self.proj(self.input_norm(x)))
+
+
+def test_swap_keeps_parameters_and_outputs() -> None:
+    torch.manual_seed(0)
+    model = TinyModel()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    x = torch.randn(4, 6, 32)
+    with torch.no_grad():
+        reference_out = model(x)
+    params_before = {n: id(p) for n, p in model.named_parameters()}
+
+    counts = tnn.swap_modules(model)
+    assert counts == {"rms_norm": 2}
+    assert isinstance(model.input_norm, tnn.RMSNorm) and isinstance(model.final_norm, tnn.RMSNorm)
+    assert {n: id(p) for n, p in model.named_parameters()} == params_before
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), reference_out, rtol=1e-5, atol=1e-6)
