@@ -1169,47 +1169,57 @@ class SoftmaxFamilyKernel(Kernel):
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         """Write the result for ``tensors = (*inputs, out)`` into ``out`` and return it."""
-        inputs, out = tensors[:-1], tensors[-1]
-        if len(inputs) != self.variant.inputs:
-            raise TypeError(f"{type(self).__name__}: expected {self.variant.inputs} inputs and out, got {len(tensors)} tensors")
-        if out.dim() == 2:
-            self._forward_rows(inputs, out)
-        else:
-            self._forward_columns(inputs, out)
+        inputs, out = self._split(tensors)
+        plan = self._launch_plan(inputs, out)
+        if len(plan) == 1:  # the fused row program
+            name, params = plan[0]
+            self._launcher(name, params)(*inputs, out)
+            return out
+        (stats, params), (apply, _) = plan
+        shape = (out.shape[0], self._segments(out, params)) + tuple(out.shape[2:])
+        partials = [torch.empty(shape, dtype=torch.float32, device=out.device) for _ in range(self.variant.partials)]
+        self._launcher(stats, params)(*inputs, *partials)
+        self._launcher(apply, params)(*inputs, *partials, out)
         return out
 
-    def _forward_rows(self, inputs: Tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-        vector = row_vector(self.N, self.dtype)
-        for tensor in (*inputs, out):
-            vector = min(vector, _alignment_vector(tensor, (tensor.stride(0),), vector))
-        params = self.row_params(vector)
-        if self.fused():
-            self._launcher(ROW_FUSED, params)(*inputs, out)
-            return
-        rows = out.shape[0]
-        chunks = -(-self.N // (self.config["split_threads"] * vector))
-        most = max(1, -(-chunks // self.config["split_unroll"]))
-        segments = max(1, min(-(-self._target_blocks(out.device) // rows), most))
-        partials = [torch.empty((rows, segments), dtype=torch.float32, device=out.device)
-                    for _ in range(self.variant.partials)]
-        self._launcher(ROW_STATS, params)(*inputs, *partials)
-        self._launcher(ROW_APPLY, params)(*inputs, *partials, out)
+    def programs_for(self, *tensors: torch.Tensor) -> List[Tuple[str, ProgramParams]]:
+        """The programs ``forward(*tensors)`` launches (tensors may live on any device)."""
+        return self._launch_plan(*self._split(tensors))
 
-    def _forward_columns(self, inputs: Tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-        outer, _, inner = out.shape
+    def _split(self, tensors: Tuple[torch.Tensor, ...]) -> Tuple[Tuple[torch.Tensor, ...], torch.Tensor]:
+        if len(tensors) != self.variant.inputs + 1:
+            raise TypeError(
+                f"{type(self).__name__}: expected {self.variant.inputs} inputs and out, got {len(tensors)} tensors"
+            )
+        return tensors[:-1], tensors[-1]
+
+    def _launch_plan(self, inputs: Tuple[torch.Tensor, ...], out: torch.Tensor) -> List[Tuple[str, ProgramParams]]:
+        """Programs and shape parameters for these tensors: the access width follows their alignment."""
+        if out.dim() == 2:
+            vector = row_vector(self.N, self.dtype)
+            for tensor in (*inputs, out):
+                vector = min(vector, _alignment_vector(tensor, (tensor.stride(0),), vector))
+            names = [ROW_FUSED] if self.fused() else [ROW_STATS, ROW_APPLY]
+            return [(name, self.row_params(vector)) for name in names]
+        inner = out.shape[2]
         cvec = _largest_pow2_divisor(inner, max_vector(self.dtype))
         for tensor in (*inputs, out):
             cvec = min(cvec, _alignment_vector(tensor, (tensor.stride(0), tensor.stride(1)), cvec))
-        params = self.column_params(inner, cvec)
-        col_threads = dict(params)["col_threads"]
-        lanes = self.config["column_threads"] // col_threads
-        blocks = outer * -(-inner // (col_threads * cvec))
-        most = max(1, -(-self.N // (lanes * self.config["column_unroll"])))
-        segments = max(1, min(-(-self._target_blocks(out.device) // blocks), most))
-        partials = [torch.empty((outer, segments, inner), dtype=torch.float32, device=out.device)
-                    for _ in range(self.variant.partials)]
-        self._launcher(COLUMN_STATS, params)(*inputs, *partials)
-        self._launcher(COLUMN_APPLY, params)(*inputs, *partials, out)
+        return [(name, self.column_params(inner, cvec)) for name in (COLUMN_STATS, COLUMN_APPLY)]
+
+    def _segments(self, out: torch.Tensor, params: ProgramParams) -> int:
+        """Segments per row or column: enough blocks to fill the GPU, at least one step of work each."""
+        shape = dict(params)
+        if out.dim() == 2:
+            blocks = out.shape[0]
+            chunks = -(-self.N // (self.config["split_threads"] * shape["vector"]))
+            most = -(-chunks // self.config["split_unroll"])
+        else:
+            outer, _, inner = out.shape
+            lanes = self.config["column_threads"] // shape["col_threads"]
+            blocks = outer * -(-inner // (shape["col_threads"] * shape["cvec"]))
+            most = -(-self.N // (lanes * self.config["column_unroll"]))
+        return max(1, min(-(-self._target_blocks(out.device) // blocks), most))
 
 
 class SoftmaxFwdKernel(SoftmaxFamilyKernel):

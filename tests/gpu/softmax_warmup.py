@@ -1,0 +1,128 @@
+"""Compile every program the softmax GPU tests and timings launch, in parallel processes.
+
+    python -m tests.gpu.softmax_warmup [--workers 16]
+
+TileLang keeps compiled programs in its on-disk cache, so the tests that run
+afterwards load them instead of compiling one after another.  The programs are
+found by building each test's ops and inputs on the CPU (same shapes, strides
+and alignments) and asking the kernels which programs those inputs launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Dict, List, Set, Tuple
+
+import torch
+
+logger = logging.getLogger("tests.gpu.softmax_warmup")
+
+# (kernel module, kernel class, N, dtype name, config items, program, program params)
+Task = Tuple[str, str, int, str, Tuple[Tuple[str, Any], ...], str, Tuple[Tuple[str, int], ...]]
+
+
+def _task(kernel: Any, name: str, params: Any) -> Task:
+    cls = type(kernel)
+    return (cls.__module__, cls.__name__, kernel.N, str(kernel.dtype).replace("torch.", ""),
+            tuple(sorted(kernel.config.items())), name, params)
+
+
+def _op_programs(op: Any, inputs: List[torch.Tensor]) -> List[Task]:
+    from tileops.ops.softmax.base import kernel_view
+
+    if inputs[0].numel() == 0:
+        return []
+    kernel = op._build_kernel(op.kernel_key, (0,))
+    dim = op.dim % inputs[0].ndim
+    views = [kernel_view(t, dim, op.N) for t in inputs]
+    out = torch.empty(views[0].shape, dtype=views[0].dtype)
+    return [_task(kernel, name, params) for name, params in kernel.programs_for(*views, out)]
+
+
+def inventory() -> List[Task]:
+    """Every (kernel, program) the GPU tests and the timing script launch."""
+    from benchmarks import softmax_timing
+    from tests.gpu import test_softmax as t
+    from tests.op_checks import _spec, build_op, make_inputs
+
+    tasks: Set[Task] = set()
+    generator = torch.Generator().manual_seed(0)
+    for case in t.MANIFEST_CASES:
+        shapes = dict(case.shapes)
+        if max(math.prod(s) for s in shapes.values()) > 1 << 24:  # workloads: contiguous and aligned
+            op = build_op(case)
+            kernel = op._build_kernel(op.kernel_key, (0,))
+            shape = next(iter(shapes.values()))
+            dim = op.dim % len(shape)
+            tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(math.prod(shape[dim + 1:])))
+            continue
+        tasks.update(_op_programs(build_op(case), make_inputs(_spec(case.op), case, "cpu", generator)))
+    for fwd, bwd, _ in t.PAIRS.values():
+        for shape, dim, dtype in t.GRAD_CASES:
+            x = torch.randn(shape, dtype=dtype)
+            tasks.update(_op_programs(t._op(fwd, shape[dim], dtype, dim), [x]))
+            tasks.update(_op_programs(t._op(bwd, shape[dim], dtype, dim), [x, x]))
+        for shape, dim, dtype in t.MASKED_SHAPES:
+            tasks.update(_op_programs(t._op(fwd, shape[dim], dtype, dim), [torch.randn(shape, dtype=dtype)]))
+    for name in t.OPS:
+        for N, dtype in t.LONG_ROWS:
+            x = torch.randn(1, N, dtype=dtype)
+            tasks.update(_op_programs(t._op(name, N, dtype, -1), [x] * (2 if name.endswith("BwdOp") else 1)))
+        op, kernel = t._two_step_kernel(name, 4096, torch.bfloat16)
+        tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1))
+        for _, x, dim in t.view_cases("cpu"):
+            inputs = [x, torch.randn(x.shape, dtype=x.dtype)] if name.endswith("BwdOp") else [x]
+            tasks.update(_op_programs(t._op(name, x.shape[dim], x.dtype, dim), inputs))
+    for shape, dim in t._big_case_shapes():
+        op = t._op("SoftmaxFwdOp", shape[dim], torch.bfloat16, dim)
+        kernel = op._build_kernel(op.kernel_key, (0,))
+        tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(math.prod(shape[dim % len(shape) + 1:])))
+    for kernel, specs in softmax_timing.inventory():
+        tasks.update(_task(kernel, n, p) for n, p in specs)
+    return sorted(tasks, key=repr)
+
+
+def _compile(task: Task) -> float:
+    import importlib
+
+    module, cls_name, N, dtype, config, name, params = task
+    began = time.perf_counter()
+    cls = getattr(importlib.import_module(module), cls_name)
+    cls(N, getattr(torch, dtype), config=dict(config)).compile_program(name, params)
+    return time.perf_counter() - began
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--list", action="store_true", help="only count the programs")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    began = time.perf_counter()
+    tasks = inventory()
+    logger.info("%d programs to compile (inventory took %.1f s)", len(tasks), time.perf_counter() - began)
+    if args.list:
+        return 0
+    import multiprocessing
+
+    failures: Dict[Task, str] = {}
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_compile, task): task for task in tasks}
+        for future in as_completed(futures):
+            try:
+                future.result()
+            except Exception as error:  # noqa: BLE001 - report every failure, then fail
+                failures[futures[future]] = repr(error)[:500]
+    for task, error in failures.items():
+        logger.error("failed %s: %s", task, error)
+    logger.info("compiled %d programs in %.0f s, %d failures", len(tasks), time.perf_counter() - began, len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,210 @@
+"""The softmax family on the GPU: every op against its manifest reference, and more.
+
+* every manifest case of the four ops (workloads, odd sizes, ranks 1-4, every
+  ``dim``, strided and empty inputs) against the float64 reference;
+* backward through the ops' autograd against ``torch.autograd`` of the
+  float64 forward reference;
+* rows long enough for the two-step programs, and the two-step programs
+  forced on short rows;
+* views that need no copy (row and column slices, broadcast rows, misaligned
+  starts) and views that do (transposes);
+* masked rows (``-inf``), and tensors of more than 2**31 elements.
+
+``python -m tests.gpu.softmax_warmup`` compiles every program these tests
+launch in parallel first, so the tests themselves find them in TileLang's cache.
+"""
+
+import math
+from typing import Callable, Dict, List, Tuple
+
+import pytest
+import torch
+
+from tests.op_checks import assert_close, check_against_reference, manifest_cases
+
+pytestmark = pytest.mark.gpu
+
+OPS = ("SoftmaxFwdOp", "SoftmaxBwdOp", "LogSoftmaxFwdOp", "LogSoftmaxBwdOp")
+# Forward op, its backward op, and the PyTorch function the pair matches.
+PAIRS: Dict[str, Tuple[str, str, Callable[..., torch.Tensor]]] = {
+    "softmax": ("SoftmaxFwdOp", "SoftmaxBwdOp", torch.softmax),
+    "log_softmax": ("LogSoftmaxFwdOp", "LogSoftmaxBwdOp", torch.log_softmax),
+}
+
+MANIFEST_CASES = [case for name in OPS for case in manifest_cases(name)]
+# (shape, dim, dtype) for the backward checks: fused rows, two-step rows, columns, tiny.
+GRAD_CASES = [
+    ((5, 4097), -1, torch.bfloat16),
+    ((3, 65537), -1, torch.float32),
+    ((4, 127, 6), 1, torch.bfloat16),
+    ((2, 3, 3), 0, torch.float16),
+    ((1,), 0, torch.float32),
+    ((2, 262144), -1, torch.bfloat16),
+]
+# (N, dtype) of rows past the fused program's register budget (and one just inside it).
+LONG_ROWS = [(65537, torch.float32), (262144, torch.bfloat16), (32769, torch.float16)]
+# A config that sends 4096-wide rows to the two-step programs.
+TWO_STEP_CONFIG = {"row_threads": 32, "block_threads": 128, "split_threads": 256, "split_unroll": 2}
+
+
+def _op(name: str, N: int, dtype: torch.dtype, dim: int):
+    import tileops.ops
+
+    return getattr(tileops.ops, name)(N=N, dtype=dtype, dim=dim)
+
+
+def _inputs_like(name: str, x: torch.Tensor) -> List[torch.Tensor]:
+    """``x`` for a forward op; ``(x, a valid forward output)`` for a backward op."""
+    if not name.endswith("BwdOp"):
+        return [x]
+    fn = torch.log_softmax if name.startswith("Log") else torch.softmax
+    y = fn(torch.randn(x.shape, device=x.device, dtype=torch.float32), -1).to(x.dtype)
+    return [x, y]
+
+
+def _reference(name: str, op, inputs: List[torch.Tensor]) -> torch.Tensor:
+    return op.reference(*(t.double() for t in inputs))
+
+
+# ---- the manifest's cases ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", MANIFEST_CASES, ids=lambda case: f"{case.op}-{case}")
+def test_matches_manifest_reference(case):
+    check_against_reference(case, device="cuda")
+
+
+# ---- backward against autograd -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", sorted(PAIRS))
+@pytest.mark.parametrize("shape, dim, dtype", GRAD_CASES, ids=str)
+def test_backward_matches_autograd(family, shape, dim, dtype):
+    fwd_name, bwd_name, fn = PAIRS[family]
+    N = shape[dim]
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    grad = torch.randn(shape, device="cuda", dtype=dtype)
+    leaf = x.clone().requires_grad_()
+    y = _op(fwd_name, N, dtype, dim)(leaf)
+    y.backward(grad)
+    wide = x.double().requires_grad_()
+    fn(wide, dim).backward(grad.double())
+    assert_close(leaf.grad, wide.grad, dtype)
+    # The backward op called directly gives what autograd gave.
+    direct = _op(bwd_name, N, dtype, dim)(grad, y.detach())
+    torch.testing.assert_close(direct, leaf.grad, rtol=0, atol=0)
+
+
+# ---- long rows and the two-step programs -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("N, dtype", LONG_ROWS, ids=str)
+def test_long_rows(name, N, dtype):
+    op = _op(name, N, dtype, -1)
+    for rows in (1, 5):
+        inputs = _inputs_like(name, torch.randn(rows, N, device="cuda", dtype=dtype))
+        assert_close(op(*inputs), _reference(name, op, inputs), dtype)
+
+
+def _two_step_kernel(name: str, N: int, dtype: torch.dtype):
+    op = _op(name, N, dtype, -1)
+    kernel = op.kernel_map[op.kernel_key](N, dtype, config=TWO_STEP_CONFIG)
+    return op, kernel
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_two_step_programs_on_short_rows(name):
+    N, dtype = 4096, torch.bfloat16
+    op, kernel = _two_step_kernel(name, N, dtype)
+    assert not kernel.fused()
+    for rows in (1, 3, 700):
+        inputs = _inputs_like(name, torch.randn(rows, N, device="cuda", dtype=dtype))
+        out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
+        kernel(*inputs, out)
+        assert_close(out, _reference(name, op, inputs), dtype)
+
+
+# ---- views -----------------------------------------------------------------------------------------
+
+
+def view_cases(device: str = "cuda") -> List[Tuple[str, torch.Tensor, int]]:
+    """(label, input, dim): layouts the ops take as views, and some they must copy."""
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=device, generator=generator).to(torch.bfloat16)
+
+    return [
+        ("row-slice-aligned", randn(6, 4200)[:, 8:8 + 4096], -1),
+        ("row-slice-misaligned", randn(6, 4200)[:, 3:3 + 4096], -1),
+        ("broadcast-rows", randn(1, 4096).expand(6, 4096), -1),
+        ("offset-start", randn(6 * 4096 + 1)[1:].view(6, 4096), -1),
+        ("column-slice", randn(4, 130, 40)[:, 1:128, :32], 1),
+        ("transposed", randn(4096, 6).t(), -1),
+        ("every-other", randn(6, 8192)[:, ::2], -1),
+    ]
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_views(name):
+    for label, x, dim in view_cases():
+        op = _op(name, x.shape[dim], x.dtype, dim)
+        inputs = [x]
+        if name.endswith("BwdOp"):
+            fn = torch.log_softmax if name.startswith("Log") else torch.softmax
+            inputs.append(fn(torch.randn(x.shape, device="cuda"), dim).to(x.dtype))
+        out = op(*inputs)
+        assert out.is_contiguous(), label
+        ref = op.reference(*(t.double() for t in inputs))
+        try:
+            assert_close(out, ref, x.dtype)
+        except AssertionError as error:
+            raise AssertionError(f"{name} on {label}: {error}") from None
+
+
+# ---- masked rows -------------------------------------------------------------------------------------
+
+
+MASKED_SHAPES = [((6, 4096), -1, torch.bfloat16), ((3, 65537), -1, torch.float32), ((4, 127, 32), 1, torch.bfloat16)]
+
+
+@pytest.mark.parametrize("family", sorted(PAIRS))
+@pytest.mark.parametrize("shape, dim, dtype", MASKED_SHAPES, ids=str)
+def test_masked_rows_match_pytorch(family, shape, dim, dtype):
+    fwd_name, _, fn = PAIRS[family]
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    x = x.masked_fill(torch.rand(shape, device="cuda") < 0.5, float("-inf"))
+    # The first position along the axis is masked everywhere, and one whole slice is.
+    first = [slice(None)] * len(shape)
+    first[dim] = 0
+    x[tuple(first)] = float("-inf")
+    whole = [0] * len(shape)
+    whole[dim] = slice(None)
+    x[tuple(whole)] = float("-inf")
+    out = _op(fwd_name, shape[dim], dtype, dim)(x)
+    expected = fn(x.double(), dim)
+    assert torch.equal(torch.isnan(out), torch.isnan(expected))
+    assert torch.equal(torch.isneginf(out), torch.isneginf(expected))
+    finite = torch.isfinite(expected)
+    torch.testing.assert_close(out.double()[finite], expected[finite], rtol=1e-2, atol=1e-2)
+
+
+# ---- more than 2**31 elements ----------------------------------------------------------------------
+
+
+def _big_case_shapes() -> List[Tuple[Tuple[int, ...], int]]:
+    return [((2**19 + 1, 4096), -1), ((3, 2**20, 2**10), 1)]
+
+
+@pytest.mark.parametrize("shape, dim", _big_case_shapes(), ids=str)
+def test_more_than_2_31_elements(shape, dim):
+    assert math.prod(shape) > 2**31
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    out = _op("SoftmaxFwdOp", shape[dim], torch.bfloat16, dim)(x)
+    # Check the last slices, whose offsets do not fit in 32 bits.
+    tail = x[-2:] if dim == -1 else x[-1:, :, -8:]
+    got = out[-2:] if dim == -1 else out[-1:, :, -8:]
+    assert_close(got, torch.softmax(tail.double(), dim), torch.bfloat16)
+    del x, out
+    torch.cuda.empty_cache()
