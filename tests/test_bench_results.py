@@ -195,3 +195,13 @@ def test_compare_flags_large_cases_beyond_tolerance(manifest, tmp_path, capsys):
     assert compare.main([str(csv_path), "--tolerance", "2"]) == 1
     assert compare.main([str(csv_path), "--tolerance", "2", "--large-mib", "1024"]) == 0  # 256 MiB is small then
     assert "over tolerance" in capsys.readouterr().out
+
+
+def test_the_plot_is_written_with_matplotlib(manifest, tmp_path):
+    pytest.importorskip("matplotlib")
+    from benchmarks.plot import main as plot_main
+
+    csv_path = tmp_path / "gpu.csv"
+    append_csv(csv_path, result_rows(llama_result(manifest), info()))
+    assert plot_main([str(csv_path)]) == 0
+    assert (tmp_path / "gpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
