@@ -12,6 +12,7 @@ import csv
 import logging
 import os
 import re
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,10 +206,17 @@ def render_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+AUTOGRAD_NOTE = "baseline: autograd of "
+BASELINES_TEXT = ("Bwd ops are compared with autograd through their Fwd op's reference "
+                  "(eager and compiled), timing the backward alone.")
+
+
 def _notes(rows: Sequence[Row]) -> List[str]:
+    """Failures, and notes other than the usual autograd baseline (which the page explains)."""
     return [f"- {row['op']} {row['workload']} {row['dtype']} {row['variant']}: "
             f"{row['status']}{(' — ' + row['note']) if row.get('note') else ''}"
-            for row in rows if row.get("status") != "ok" or row.get("note")]
+            for row in rows if row.get("status") != "ok"
+            or (row.get("note") and not row["note"].startswith(AUTOGRAD_NOTE))]
 
 
 def describe_run(rows: Sequence[Row]) -> str:
@@ -232,10 +240,33 @@ def render_markdown(rows: Sequence[Row], source: str = "") -> str:
              "for a tiny call). SOL % is the "
              "roofline floor (max of bytes / copy bandwidth and flops / matmul rate, from the op's "
              "`eval_roofline`) over the time; speedups are baseline time over ours; peak memory is "
-             "what one call allocates above its inputs.", "", render_table(rows), ""]
+             f"what one call allocates above its inputs. {BASELINES_TEXT}", "", render_table(rows), ""]
     notes = _notes(rows)
     if notes:
         parts += ["Notes:", "", *notes, ""]
     if source:
         parts += [f"Source: `{source}` (run {rows[0]['run']}).", ""]
     return "\n".join(parts)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m benchmarks.results CSV [--run RUN]``: re-render ``<csv>.md`` from the CSV."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.results", description=main.__doc__)
+    parser.add_argument("csv", type=Path)
+    parser.add_argument("--run", help="run id (default: the latest)")
+    args = parser.parse_args(argv)
+    rows = read_csv(args.csv)
+    rows = [r for r in rows if r.get("run") == args.run] if args.run else latest_run(rows)
+    if not rows:
+        print(f"{args.csv}: no such run", file=sys.stderr)
+        return 2
+    target = args.csv.with_suffix(".md")
+    target.write_text(render_markdown(rows, source=args.csv.name))
+    print(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

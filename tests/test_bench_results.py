@@ -205,3 +205,17 @@ def test_the_plot_is_written_with_matplotlib(manifest, tmp_path):
     append_csv(csv_path, result_rows(llama_result(manifest), info()))
     assert plot_main([str(csv_path)]) == 0
     assert (tmp_path / "gpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_usual_autograd_note_is_explained_once_not_listed(manifest, tmp_path):
+    from benchmarks import results
+
+    noted = Outcome("eager", "ok", median_us=200.0, error=0.0, note="baseline: autograd of XFwdOp.reference")
+    rows = result_rows(llama_result(manifest, eager=noted), info())
+    page = render_markdown(rows)
+    assert "baseline: autograd of XFwdOp" not in page and "Notes:" not in page
+    assert results.BASELINES_TEXT in page
+    csv_path = tmp_path / "gpu.csv"
+    append_csv(csv_path, rows)
+    assert results.main([str(csv_path)]) == 0
+    assert (tmp_path / "gpu.md").read_text() == render_markdown(read_csv(csv_path), source="gpu.csv")
