@@ -97,7 +97,7 @@ def test_matching_fwd_bwd_pair_passes(tmp_path: Path) -> None:
     _toy_pair(root, "float16 | float32", "2.0")
     run = run_validator(root, "--levels", "L1", "--op", "ToyScaleFwdOp")
     assert run.errors() == []
-    assert "1 Fwd/Bwd pairs" in run.report["levels"][-1]["checked"]
+    assert "1 Fwd/Bwd pair" in run.report["levels"][-1]["checked"]
 
 
 def test_fwd_bwd_pair_disagreeing_on_dtypes_and_defaults(tmp_path: Path) -> None:

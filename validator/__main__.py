@@ -17,8 +17,12 @@ from typing import List, Optional
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m validator", description="Prove that the manifest and the generated ops agree.",
-        epilog="levels: L0 (schema), L1 (signature), L2 (shape), L3 (dtype), roofline, slots, registration, "
-               "kernel (build, slow). Examples: --levels L0,L1   --levels -kernel   --op RMSNormFwdOp")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="levels, in order: L0 (schema), L1 (signature), L2 (shape), L3 (dtype), roofline,\n"
+               "slots, registration, kernel (build for sm_90; slow)\n\n"
+               "examples:\n"
+               "  python -m validator --levels L0,L1\n"
+               "  python -m validator --levels -kernel --op RMSNormFwdOp --format json")
     parser.add_argument("--levels", action="append", default=[], metavar="LIST",
                         help="levels to run, comma-separated and repeatable; -NAME leaves one out (default: all)")
     parser.add_argument("--op", action="append", default=[], metavar="NAME", help="only this op (repeatable)")

@@ -13,12 +13,11 @@ import importlib.machinery
 import importlib.util
 import inspect
 import sys
-import logging
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -27,9 +26,8 @@ from codegen.model import Manifest, OpSpec
 
 from .findings import ERROR, WARNING, Finding
 
-__all__ = ["Context", "TORCH_DTYPES", "torch_dtype", "where", "SPEC_ONLY"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["Context", "TORCH_DTYPES", "torch_dtype", "where", "short_error", "SPEC_ONLY", "missing_method",
+           "missing_method_finding", "isolate_op_packages", "restore_op_packages"]
 
 SPEC_ONLY = "spec-only"
 
@@ -107,12 +105,15 @@ class Context:
     _import_reported: Set[str] = field(default_factory=set)
     _cases: Dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Before anything imports tileops.ops: see isolate_op_packages.
+        isolate_op_packages(self.root, self.manifest.families)
+
     # ---- op classes ----------------------------------------------------------------
     def op_class(self, op: OpSpec) -> Optional[type]:
         """The generated class of ``op``, imported from its own module (not via registration)."""
         if op.name in self._classes:
             return self._classes[op.name]
-        isolate_op_packages(self.root, self.manifest.families)
         module_name = f"{op.package}.{op.module}"
         cls = None
         try:
@@ -139,7 +140,8 @@ class Context:
         return None, [Finding(level, op.name, "import", where(op.location), self._import_errors[op.name])]
 
     # ---- generated cases (L2, reused by roofline) ------------------------------------
-    def cases(self, op: OpSpec, build: Any) -> Any:
+    def cases(self, op: OpSpec, build: Callable[[OpSpec], Any]) -> Any:
+        """``build(op)``, computed once per op and run."""
         if op.name not in self._cases:
             self._cases[op.name] = build(op)
         return self._cases[op.name]
@@ -157,7 +159,3 @@ def missing_method_finding(op: OpSpec, level: str, rule: str, method: str) -> Fi
     severity = WARNING if op.status == SPEC_ONLY else ERROR
     return Finding(level, op.name, rule, where(op.location),
                    f"{op.name} does not define {method} (it inherits the L1 stub)", severity)
-
-
-def selected_names(ops: Sequence[OpSpec]) -> List[str]:
-    return [op.name for op in ops]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -23,7 +23,7 @@ from codegen.model import OpSpec
 
 from .cases import ACCEPT, Case
 from .context import Context, missing_method, missing_method_finding, short_error, where
-from .findings import Finding
+from .findings import Finding, counted
 from .shapes import construct, judged_cases
 
 __all__ = ["check", "PROBE_DTYPES", "LEVEL"]
@@ -219,4 +219,4 @@ def check(ctx: Context) -> Tuple[List[Finding], str]:
         op_findings, rows = check_validate_dtypes(op, instance, case)
         findings += op_findings
         calls += rows
-    return findings, f"{ops} ops, {calls} calls over {len(PROBE_DTYPES)} dtypes"
+    return findings, f"{counted(ops, 'op')}, {counted(calls, 'call')} over {len(PROBE_DTYPES)} dtypes"

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Sequence
+from typing import Dict, List, Tuple
 
-__all__ = ["ERROR", "WARNING", "Finding", "LevelResult", "Report"]
+__all__ = ["ERROR", "WARNING", "Finding", "Tally", "LevelResult", "Report", "counted"]
 
 ERROR = "error"
 WARNING = "warning"
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 op``, ``2 ops``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,26 @@ class Finding:
     def line(self) -> str:
         message = self.message if self.severity == ERROR else f"warning: {self.message}"
         return "  ".join((self.level, self.op, self.rule, self.where, message))
+
+
+class Tally:
+    """One op's disagreements over many cases, one finding per (rule, kind): the first example and a count."""
+
+    def __init__(self, level: str, op: str) -> None:
+        self.level = level
+        self.op = op
+        self.groups: Dict[Tuple[str, str], List[object]] = {}
+
+    def add(self, rule: str, where: str, kind: str, message: str) -> None:
+        group = self.groups.setdefault((rule, kind), [0, where, message])
+        group[0] += 1  # type: ignore[operator]
+
+    def findings(self, total: int) -> List[Finding]:
+        out = []
+        for (rule, _), (count, where, message) in self.groups.items():
+            suffix = f" ({count} of {total} cases)" if count > 1 else ""  # type: ignore[operator]
+            out.append(Finding(self.level, self.op, rule, str(where), f"{message}{suffix}"))
+        return out
 
 
 @dataclass
@@ -99,8 +124,3 @@ def _level_summary(result: LevelResult) -> Dict[str, object]:
     return {"level": result.level, "title": result.title, "errors": result.errors, "warnings": result.warnings,
             "seconds": round(result.seconds, 3), "checked": result.checked,
             "timings": {k: round(v, 3) for k, v in result.timings.items()}}
-
-
-def sort_findings(findings: Sequence[Finding]) -> List[Finding]:
-    """Errors before warnings, otherwise in the order they were found."""
-    return sorted(findings, key=lambda f: f.severity != ERROR)

@@ -20,7 +20,7 @@ from codegen.model import KernelRef, OpSpec
 
 from .cases import ACCEPT, Case, workload_case
 from .context import SPEC_ONLY, Context, missing_method, short_error, where
-from .findings import WARNING, Finding
+from .findings import WARNING, Finding, counted
 from .shapes import construct, judged_cases
 
 __all__ = ["check", "LEVEL"]
@@ -87,11 +87,10 @@ def check(ctx: Context) -> Tuple[List[Finding], str, Dict[str, float]]:
             continue
         for ref in op.kernels:
             finding, seconds, count = build_one(op, cls, case, ref)
-            programs_text = f"{count} program{'s' if count != 1 else ''}"
-            timings[f"{op.name}.{ref.key} ({ref.class_name}, {programs_text})"] = seconds
+            timings[f"{op.name}.{ref.key} ({ref.class_name}, {counted(count, 'program')})"] = seconds
             if finding is not None:
                 findings.append(finding)
             else:
                 built += 1
                 programs += count
-    return findings, f"{built} kernels, {programs} programs for sm_90", timings
+    return findings, f"{counted(built, 'kernel')}, {counted(programs, 'program')} for sm_90", timings

@@ -18,7 +18,7 @@ from codegen.registry import generated_names, group_comment
 from codegen.render import render_slot
 
 from .context import Context, restore_op_packages, short_error, where
-from .findings import Finding
+from .findings import Finding, counted
 
 __all__ = ["check", "LEVEL"]
 
@@ -92,4 +92,4 @@ def check(ctx: Context) -> Tuple[List[Finding], str]:
             problem = _exported(module, package, op, classes[op.name])
             if problem is not None:
                 findings.append(Finding(LEVEL, op.name, package, where(op.location), problem))
-    return findings, f"{len(ctx.selected)} ops, 2 packages each"
+    return findings, f"{counted(len(ctx.selected), 'op')}, 2 packages each"

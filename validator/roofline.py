@@ -9,13 +9,13 @@ result must be a pair of Python ``int`` (not float, bool or a tensor).
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, Dict, List, Tuple
+from typing import Any, List, Tuple
 
 from codegen.model import OpSpec
 
 from .cases import ACCEPT, Case, describe, expected_roofline
 from .context import Context, missing_method, missing_method_finding, short_error, torch_dtype, where
-from .findings import Finding
+from .findings import Finding, Tally, counted
 from .shapes import construct, judged_cases
 
 __all__ = ["check", "LEVEL"]
@@ -34,38 +34,34 @@ def _ratio(got: Any, expected: Any) -> str:
 
 
 def check_op(op: OpSpec, cls: type, cases: List[Case]) -> List[Finding]:
-    groups: Dict[Tuple[str, str], List[Any]] = {}
-
-    def add(rule: str, kind: str, message: str) -> None:
-        groups.setdefault((rule, kind), [0, message])[0] += 1
-
+    tally = Tally(LEVEL, op.name)
+    location = where(op.roofline.location)
     for case in cases:
         try:
             expected = expected_roofline(op, case, torch_dtype(case.dtype).itemsize)
         except Exception as exc:
-            add("roofline", "unevaluable", f"the formulas do not evaluate for {describe(op, case)}: "
-                                           f"{type(exc).__name__}: {exc}")
+            tally.add("roofline", location, "unevaluable", f"the formulas do not evaluate for {describe(op, case)}: "
+                                                           f"{type(exc).__name__}: {exc}")
             continue
         try:
             got = construct(cls, case).eval_roofline(*case.shapes)
         except Exception as exc:
-            add("eval_roofline", "raised", f"eval_roofline raised {short_error(exc)} for {describe(op, case)}")
+            tally.add("eval_roofline", location, "raised",
+                      f"eval_roofline raised {short_error(exc)} for {describe(op, case)}")
             continue
         if not (isinstance(got, tuple) and len(got) == 2):
-            add("eval_roofline", "shape", f"eval_roofline returned {got!r}; expected a (flops, bytes) tuple")
+            tally.add("eval_roofline", location, "shape", f"eval_roofline returned {got!r}; expected (flops, bytes)")
             continue
         for name, value, wanted, text in (("flops", got[0], expected[0], op.roofline.flops_text),
                                           ("bytes", got[1], expected[1], op.roofline.bytes_text)):
             rule = f"roofline.{name}"
             if type(value) is not int:
-                add(rule, "type", f"eval_roofline gives {name} as {type(value).__name__} {value!r}; "
-                                  f"expected a Python int")
+                tally.add(rule, location, "type", f"eval_roofline gives {name} as {type(value).__name__} "
+                                                  f"{value!r}; expected a Python int")
             elif value != wanted:
-                add(rule, "value", f"eval_roofline gives {name}={value}; `{text}` gives {wanted}"
-                                   f"{_ratio(value, wanted)} for {describe(op, case)}")
-    location = where(op.roofline.location)
-    return [Finding(LEVEL, op.name, rule, location, message + (f" ({count} of {len(cases)} cases)" if count > 1 else ""))
-            for (rule, _), (count, message) in groups.items()]
+                tally.add(rule, location, "value", f"eval_roofline gives {name}={value}; `{text}` gives {wanted}"
+                                                   f"{_ratio(value, wanted)} for {describe(op, case)}")
+    return tally.findings(len(cases))
 
 
 def check(ctx: Context) -> Tuple[List[Finding], str]:
@@ -83,4 +79,4 @@ def check(ctx: Context) -> Tuple[List[Finding], str]:
         ops += 1
         evaluated += len(cases)
         findings += check_op(op, cls, cases)
-    return findings, f"{ops} ops, {evaluated} cases"
+    return findings, f"{counted(ops, 'op')}, {counted(evaluated, 'case')}"

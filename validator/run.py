@@ -17,7 +17,7 @@ from codegen.loader import MANIFEST_DIR, ROOT
 
 from . import dtypes, kernels, registration, roofline, schema, shapes, signature, slots
 from .context import Context, restore_op_packages
-from .findings import LevelResult, Report
+from .findings import LevelResult, Report, counted
 
 __all__ = ["LEVELS", "ALIASES", "parse_levels", "validate", "UsageError", "UnknownOp"]
 
@@ -105,7 +105,7 @@ def _schema_level(ops: Sequence[str]) -> Tuple[LevelResult, Optional[Context]]:
         findings += schema.check_workloads(context.selected)
         if ops:
             findings = [f for f in findings if f.op in ops or f.op == "-"]
-        result.checked = f"{len(manifest.files)} manifests, {len(manifest.ops)} ops"
+        result.checked = f"{counted(len(manifest.files), 'manifest')}, {counted(len(manifest.ops), 'op')}"
     result.findings = findings
     result.seconds = time.perf_counter() - started
     return result, context

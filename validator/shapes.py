@@ -12,18 +12,16 @@ a count and the first counter-example.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 
 from codegen import rules
 from codegen.model import OpSpec
 
-from .cases import ACCEPT, RULE, STATIC_DIM, UNEVALUABLE, Case, Expectation, describe, expect, generate_cases, \
-    meta_inputs
+from .cases import ACCEPT, RULE, UNEVALUABLE, Case, Expectation, describe, expect, generate_cases, meta_inputs
 from .context import Context, missing_method, missing_method_finding, short_error, torch_dtype, where
-from .findings import Finding
+from .findings import Finding, Tally, counted
 
 __all__ = ["check", "construct", "judged_cases", "LEVEL", "MIN_CASES"]
 
@@ -41,50 +39,31 @@ def construct(cls: type, case: Case, dtype: Optional[torch.dtype] = None) -> Any
     return cls(**dict(case.committed), dtype=dtype or torch_dtype(case.dtype), **dict(case.params))
 
 
-@dataclass
-class _Tally:
-    """Disagreements grouped by (rule, kind): a count and the first example."""
-
-    op: OpSpec
-    groups: Dict[Tuple[str, str], List[Any]] = field(default_factory=dict)
-
-    def add(self, rule: str, location: Any, kind: str, message: str) -> None:
-        group = self.groups.setdefault((rule, kind), [0, location, message])
-        group[0] += 1
-
-    def findings(self, total: int) -> List[Finding]:
-        out = []
-        for (rule, _), (count, location, message) in self.groups.items():
-            suffix = f" ({count} of {total} cases)" if count > 1 else ""
-            out.append(Finding(LEVEL, self.op.name, rule, where(location), message + suffix))
-        return out
-
-
 def _is_shape(value: Any) -> bool:
     return type(value) is tuple and all(type(v) is int for v in value)
 
 
-def _check_inferred(op: OpSpec, instance: Any, case: Case, verdict: Expectation, tally: _Tally) -> None:
+def _check_inferred(op: OpSpec, instance: Any, case: Case, verdict: Expectation, tally: Tally) -> None:
     rules_by_output = {r.output: r for r in op.output_rules}
     try:
         inferred = instance._infer_output_shapes(*case.shapes)
     except Exception as exc:
-        tally.add("_infer_output_shapes", op.location, "raised",
+        tally.add("_infer_output_shapes", where(op.location), "raised",
                   f"_infer_output_shapes raised {short_error(exc)} for {describe(op, case)}")
         return
     if not isinstance(inferred, dict) or set(inferred) != set(verdict.outputs):
         keys = sorted(inferred) if isinstance(inferred, dict) else type(inferred).__name__
-        tally.add("_infer_output_shapes", op.location, "keys",
+        tally.add("_infer_output_shapes", where(op.location), "keys",
                   f"_infer_output_shapes returned {keys}; expected the outputs {sorted(verdict.outputs)}")
         return
     for output, shape in verdict.outputs.items():
         got = inferred[output]
         rule = rules_by_output[output]
         if got != shape:
-            tally.add(rule.text, rule.location, "infer",
+            tally.add(rule.text, where(rule.location), "infer",
                       f"_infer_output_shapes gives {output}={got}; the rule gives {shape} for {describe(op, case)}")
         elif not _is_shape(got):
-            tally.add(rule.text, rule.location, "type",
+            tally.add(rule.text, where(rule.location), "type",
                       f"_infer_output_shapes gives {output} as {type(got).__name__} "
                       f"{[type(v).__name__ for v in got]}; expected a tuple of int")
 
@@ -93,28 +72,28 @@ def _forward_outputs(result: Any) -> List[Any]:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
-def _check_forward_accepts(op: OpSpec, instance: Any, case: Case, verdict: Expectation, tally: _Tally) -> None:
+def _check_forward_accepts(op: OpSpec, instance: Any, case: Case, verdict: Expectation, tally: Tally) -> None:
     try:
         result = instance.forward(*meta_inputs(op, case))
     except Exception as exc:
-        tally.add("forward", op.location, "raised",
+        tally.add("forward", where(op.location), "raised",
                   f"forward raised {short_error(exc)} for {describe(op, case)}, which the manifest accepts")
         return
     outputs = _forward_outputs(result)
     if len(outputs) != len(op.outputs):
-        tally.add("forward", op.location, "count", f"forward returned {len(outputs)} tensors; "
+        tally.add("forward", where(op.location), "count", f"forward returned {len(outputs)} tensors; "
                                                    f"the manifest declares {len(op.outputs)} outputs")
         return
     for rule in op.output_rules:
         tensor = outputs[op.output_names.index(rule.output)]
         got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else tensor
         if got != verdict.outputs[rule.output]:
-            tally.add(rule.text, rule.location, "forward",
+            tally.add(rule.text, where(rule.location), "forward",
                       f"forward (reference path) returns {rule.output} of shape {got}; the rule gives "
                       f"{verdict.outputs[rule.output]} for {describe(op, case)}")
 
 
-def _check_forward_rejects(op: OpSpec, instance: Any, case: Case, verdict: Expectation, tally: _Tally) -> None:
+def _check_forward_rejects(op: OpSpec, instance: Any, case: Case, verdict: Expectation, tally: Tally) -> None:
     if verdict.kind == RULE:
         rule, location = verdict.rule.text, verdict.rule.location
         quotes = {verdict.rule.text, rules.to_source(verdict.rule.expr)}
@@ -128,19 +107,19 @@ def _check_forward_rejects(op: OpSpec, instance: Any, case: Case, verdict: Expec
         instance.forward(*meta_inputs(op, case))
     except ValueError as exc:
         if not any(q in str(exc) for q in quotes):
-            tally.add(rule, location, "message",
+            tally.add(rule, where(location), "message",
                       f"forward raised ValueError({str(exc)!r}) for {describe(op, case)}; expected {wanted}")
         return
     except Exception as exc:
-        tally.add(rule, location, "type", f"forward raised {short_error(exc)} for {describe(op, case)}; "
+        tally.add(rule, where(location), "type", f"forward raised {short_error(exc)} for {describe(op, case)}; "
                                           f"expected {wanted}")
         return
-    tally.add(rule, location, "accepted", f"forward accepted {describe(op, case)}; expected {wanted}")
+    tally.add(rule, where(location), "accepted", f"forward accepted {describe(op, case)}; expected {wanted}")
 
 
 def check_op(ctx: Context, op: OpSpec, cls: type) -> Tuple[List[Finding], int, int]:
     findings: List[Finding] = []
-    tally = _Tally(op)
+    tally = Tally(LEVEL, op.name)
     infer_missing = missing_method(cls, "_infer_output_shapes")
     if infer_missing:
         findings.append(missing_method_finding(op, LEVEL, "_infer_output_shapes", "_infer_output_shapes"))
@@ -149,13 +128,13 @@ def check_op(ctx: Context, op: OpSpec, cls: type) -> Tuple[List[Finding], int, i
     for case, verdict in judged:
         if verdict.kind == UNEVALUABLE:
             location = (verdict.rule or verdict.static_dim or op).location
-            tally.add(verdict.rule.text if verdict.rule else "manifest", location, "unevaluable",
+            tally.add(verdict.rule.text if verdict.rule else "manifest", where(location), "unevaluable",
                       f"the manifest cannot judge {describe(op, case)}: {verdict.problem}")
             continue
         try:
             instance = construct(cls, case)
         except Exception as exc:
-            tally.add("__init__", op.location, "raised", f"{op.name}(...) raised {short_error(exc)} for "
+            tally.add("__init__", where(op.location), "raised", f"{op.name}(...) raised {short_error(exc)} for "
                                                          f"{describe(op, case)}")
             continue
         if verdict.kind == ACCEPT:
@@ -181,4 +160,4 @@ def check(ctx: Context) -> Tuple[List[Finding], str]:
         ops += 1
         total += op_total
         accepted += op_accepted
-    return findings, f"{ops} ops, {total} cases ({accepted} accepted, {total - accepted} rejected)"
+    return findings, f"{counted(ops, 'op')}, {counted(total, 'case')} ({accepted} accepted, {total - accepted} rejected)"

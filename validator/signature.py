@@ -21,7 +21,7 @@ from codegen.model import Manifest, OpSpec
 
 from .cases import primary_dtypes
 from .context import Context, where
-from .findings import Finding
+from .findings import Finding, counted
 
 __all__ = ["check", "LEVEL"]
 
@@ -136,10 +136,10 @@ def compare_parameters(op: OpSpec, method: str, signature: inspect.Signature,
     if common_actual != common_expected:
         add(f"{method} order", op.location, f"takes ({', '.join(common_actual)}); "
                                              f"the manifest order is ({', '.join(common_expected)})")
-    positional = [p.name for p in actual if p.name in wanted and p.kind is not wanted[p.name].kind]
-    if positional:
-        kind = "keyword-only (after `*`)" if expected[0].kind is KEYWORD_ONLY else "positional"
-        add(f"{method} kinds", op.location, f"({', '.join(positional)}) must be {kind}")
+    wrong_kind = [p.name for p in actual if p.name in wanted and p.kind is not wanted[p.name].kind]
+    if wrong_kind:
+        kind = "keyword-only (after `*`)" if wanted[wrong_kind[0]].kind is KEYWORD_ONLY else "positional"
+        add(f"{method} kinds", op.location, f"({', '.join(wrong_kind)}) must be {kind}")
     for e in expected:
         p = by_name.get(e.name)
         if p is None:
@@ -237,4 +237,4 @@ def check(ctx: Context) -> Tuple[List[Finding], str]:
         if op.backward is not None:
             pairs += 1
             findings += check_pair(ctx, op, ctx.manifest)
-    return findings, f"{checked} ops, {pairs} Fwd/Bwd pairs"
+    return findings, f"{counted(checked, 'op')}, {counted(pairs, 'Fwd/Bwd pair')}"

@@ -34,7 +34,7 @@ from codegen.model import OpSpec
 from codegen.render import SECTIONS, SLOTS, render_op, render_section, render_slot
 
 from .context import Context, where
-from .findings import Finding
+from .findings import Finding, counted
 
 __all__ = ["check", "check_file", "check_source", "cut", "label", "statement_key", "LEVEL", "SLOT_NAMES"]
 
@@ -313,4 +313,4 @@ def check(ctx: Context) -> Tuple[List[Finding], str]:
     for op in ctx.selected:
         findings += check_file(op, ctx.root)
     parts = len(_file_order())
-    return findings, f"{len(ctx.selected)} files, {parts} slots and sections each"
+    return findings, f"{counted(len(ctx.selected), 'file')}, {parts} slots and sections each"
