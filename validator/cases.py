@@ -142,7 +142,7 @@ def workload_case(op: OpSpec, workload: Workload, dtype: str) -> Case:
         try:
             committed.append((dim.name, static_dim_size(dim, shapes, params)))
         except Exception:
-            committed.append((dim.name, 1))
+            committed.append((dim.name, FALLBACK_SIZE))
     return Case(tuple(shapes.get(name) for name in op.input_names),
                 tuple((p.name, params.get(p.name)) for p in op.params), tuple(committed), dtype)
 
@@ -240,10 +240,11 @@ def param_grid(op: OpSpec, rank: Optional[int], rng: random.Random) -> List[Tupl
 
 
 def _sizes(count: int, style: int, rng: random.Random) -> List[int]:
+    """Sizes for ``count`` axes: all 1 (style 0), odd (style 1), then random."""
     if style == 0:
         return [1] * count
     if style == 1:
-        return [ODD_SIZES[(i + rng.randrange(len(ODD_SIZES))) % len(ODD_SIZES)] for i in range(count)]
+        return [rng.choice(ODD_SIZES) for _ in range(count)]
     return [rng.choice(RANDOM_SIZES) for _ in range(count)]
 
 

@@ -12,9 +12,10 @@ with a warning (their kernel may still be a skeleton).
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from codegen.model import KernelRef, OpSpec
 
@@ -46,11 +47,26 @@ def _compile(kernel: Any) -> int:
     return 1
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """TileLang and the CUDA compiler may print; stdout carries the report (JSON must stay parseable)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def build_one(op: OpSpec, cls: type, case: Case, ref: KernelRef) -> Tuple[Optional[Finding], float, int]:
+    """Build one kernel through its op; (finding or None, seconds, programs built)."""
     started = time.perf_counter()
     try:
-        # TileLang and nvcc may print; keep stdout for the report (JSON must stay parseable).
-        with contextlib.redirect_stdout(sys.stderr):
+        with _stdout_to_stderr():
             kernel = construct(cls, case)._build_kernel(ref.key, *case.shapes)
             programs = _compile(kernel)
     except Exception as exc:
