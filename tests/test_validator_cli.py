@@ -50,3 +50,14 @@ def test_unknown_op_exits_2(tmp_path: Path) -> None:
     run = run_validator(root, "--op", "NoSuchFwdOp", "--format", "text")
     assert run.returncode == 2
     assert "no op named 'NoSuchFwdOp'" in run.stderr
+
+
+def test_a_level_that_crashes_is_reported_and_does_not_stop_the_run() -> None:
+    from validator.run import Level, _run_level
+
+    def broken(context):
+        raise KeyError("boom")
+
+    result = _run_level(Level("L9", "broken", broken), context=None)
+    assert [(f.level, f.op, f.rule) for f in result.findings] == [("L9", "-", "validator")]
+    assert "KeyError" in result.findings[0].message and result.errors == 1

@@ -16,8 +16,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 from codegen.loader import MANIFEST_DIR, ROOT
 
 from . import dtypes, kernels, registration, roofline, schema, shapes, signature, slots
-from .context import Context, restore_op_packages
-from .findings import LevelResult, Report, counted
+from .context import Context, restore_op_packages, short_error
+from .findings import Finding, LevelResult, Report, counted
 
 __all__ = ["LEVELS", "ALIASES", "parse_levels", "validate", "UsageError", "UnknownOp"]
 
@@ -129,10 +129,18 @@ def validate(levels: Sequence[str] = tuple(LEVELS), ops: Sequence[str] = ()) -> 
 
 def _run_level(level: Level, context: Context) -> LevelResult:
     started = time.perf_counter()
-    outcome = level.check(context)
-    result = LevelResult(level.key, level.title, list(outcome[0]), checked=outcome[1])
-    if len(outcome) > 2:
-        result.timings = dict(outcome[2])
+    result = LevelResult(level.key, level.title)
+    try:
+        outcome = level.check(context)
+    except Exception as exc:  # a defect of the validator itself: report it, run the other levels
+        logger.exception("level %s stopped", level.key)
+        result.findings = [Finding(level.key, "-", "validator", "-", f"the level stopped: {short_error(exc)}")]
+        result.checked = "stopped early"
+    else:
+        result.findings = list(outcome[0])
+        result.checked = outcome[1]
+        if len(outcome) > 2:
+            result.timings = dict(outcome[2])
     result.seconds = time.perf_counter() - started
     logger.info("%s finished in %.2f s", level.key, result.seconds)
     return result
