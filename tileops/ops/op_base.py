@@ -228,18 +228,24 @@ class Op(torch.nn.Module):
 
     # ---- routing -------------------------------------------------------------------
     def _route(self, *tensors: Optional[torch.Tensor]) -> str:
-        """Choose the kernel or the reference path from the inputs' device."""
-        present = [t for t in tensors if t is not None]
-        devices = {t.device for t in present}
-        if len(devices) > 1:
-            found = ", ".join(sorted(str(d) for d in devices))
-            raise ValueError(f"{type(self).__name__}: inputs must share one device, got {found}")
-        device = next(iter(devices)) if devices else torch.device("cpu")
-        if device.type == "cuda":
+        """Choose the kernel or the reference path from the inputs' device.
+
+        Runs on every eager call, so it avoids building sets and reading the
+        environment unless the inputs are on the CPU.
+        """
+        device = None
+        for tensor in tensors:
+            if tensor is None:
+                continue
+            if device is None:
+                device = tensor.device
+            elif tensor.device != device:
+                found = ", ".join(sorted({str(t.device) for t in tensors if t is not None}))
+                raise ValueError(f"{type(self).__name__}: inputs must share one device, got {found}")
+        kind = "cpu" if device is None else device.type
+        if kind == "cuda":
             backend = KERNEL
-        elif device.type == "meta":
-            backend = REFERENCE
-        elif os.environ.get(STRICT_DEVICE_ENV, "") not in ("", "0"):
+        elif kind != "meta" and os.environ.get(STRICT_DEVICE_ENV, "") not in ("", "0"):
             raise ValueError(
                 f"{type(self).__name__}: inputs are on {device}, but {STRICT_DEVICE_ENV} is set; "
                 "expected CUDA tensors"
@@ -248,7 +254,7 @@ class Op(torch.nn.Module):
             backend = REFERENCE
         if backend != self.last_backend:
             logger.debug("%s runs the %s path on %s", type(self).__name__, backend, device)
-        self.last_backend = backend
+            self.last_backend = backend
         return backend
 
     # ---- error wording ---------------------------------------------------------------
@@ -314,4 +320,9 @@ def _no_backward_fake(grad: torch.Tensor, like: torch.Tensor, op_name: str) -> t
 
 
 def _needs_grad(inputs: Tuple[Optional[torch.Tensor], ...]) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
+    if not torch.is_grad_enabled():
+        return False
+    for tensor in inputs:  # a plain loop: this runs on every eager call
+        if tensor is not None and tensor.requires_grad:
+            return True
+    return False
