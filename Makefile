@@ -8,7 +8,7 @@ GPU_PY ?= python3
 OPS ?=
 WORKLOADS ?=
 
-.PHONY: setup gen gen-check validate test test-gpu bench new-op clean
+.PHONY: setup gen gen-check validate test test-gpu bench bench-readme new-op clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON_BOOT) -m venv $(VENV)
@@ -31,6 +31,7 @@ validate: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m codegen check
+	$(PY) -m benchmarks.readme --check
 	$(PY) -m pytest -q -m "not gpu" tests
 
 test-gpu:
@@ -38,6 +39,10 @@ test-gpu:
 
 bench:
 	$(GPU_PY) -m benchmarks $(if $(OPS),--ops $(OPS)) $(if $(WORKLOADS),--workloads $(WORKLOADS))
+
+# Re-render the README's results table from the committed CSVs after a bench run.
+bench-readme: $(STAMP)
+	$(PY) -m benchmarks.readme
 
 new-op: $(STAMP)
 	@test -n "$(NAME)" -a -n "$(FAMILY)" || { echo "usage: make new-op NAME=FooFwdOp FAMILY=bar"; exit 2; }
