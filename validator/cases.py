@@ -3,8 +3,8 @@
 ``generate_cases`` enumerates ranks (0 up to one past the largest usual rank
 for inputs of free rank, the declared rank otherwise), every value of every
 int param that could be an axis at that rank (valid and one past each end),
-both values of bools, every choice, sizes of 1, odd sizes (3, 5, 7, 127) and
-random ones, then adds probes: one axis of one input resized or a rank
+both values of bools, every choice, sizes of 1, odd sizes (3, 5, 7, 127),
+random ones and empty axes (size 0), then adds probes: one axis of one input resized or a rank
 changed, and a static dim committed with a size the input does not have.
 
 ``expect`` interprets the manifest over a case exactly in the order the
@@ -240,12 +240,15 @@ def param_grid(op: OpSpec, rank: Optional[int], rng: random.Random) -> List[Tupl
 
 
 def _sizes(count: int, style: int, rng: random.Random) -> List[int]:
-    """Sizes for ``count`` axes: all 1 (style 0), odd (style 1), then random."""
+    """Sizes for ``count`` axes: all 1 (style 0), odd (1), random with one empty axis (2), random (3+)."""
     if style == 0:
         return [1] * count
     if style == 1:
         return [rng.choice(ODD_SIZES) for _ in range(count)]
-    return [rng.choice(RANDOM_SIZES) for _ in range(count)]
+    sizes = [rng.choice(RANDOM_SIZES) for _ in range(count)]
+    if style == 2 and sizes:
+        sizes[rng.randrange(count)] = 0  # empty tensors are valid input: the op must handle them
+    return sizes
 
 
 def _free_rank_inputs(op: OpSpec) -> List[str]:

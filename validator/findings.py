@@ -46,15 +46,15 @@ class Tally:
         self.op = op
         self.groups: Dict[Tuple[str, str], List[object]] = {}
 
-    def add(self, rule: str, where: str, kind: str, message: str) -> None:
-        group = self.groups.setdefault((rule, kind), [0, where, message])
+    def add(self, rule: str, where: str, kind: str, message: str, severity: str = ERROR) -> None:
+        group = self.groups.setdefault((rule, kind), [0, where, message, severity])
         group[0] += 1  # type: ignore[operator]
 
     def findings(self, total: int) -> List[Finding]:
         out = []
-        for (rule, _), (count, where, message) in self.groups.items():
+        for (rule, _), (count, where, message, severity) in self.groups.items():
             suffix = f" ({count} of {total} cases)" if count > 1 else ""  # type: ignore[operator]
-            out.append(Finding(self.level, self.op, rule, str(where), f"{message}{suffix}"))
+            out.append(Finding(self.level, self.op, rule, str(where), f"{message}{suffix}", str(severity)))
         return out
 
 

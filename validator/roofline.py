@@ -9,13 +9,13 @@ result must be a pair of Python ``int`` (not float, bool or a tensor).
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from codegen.model import OpSpec
 
 from .cases import ACCEPT, Case, describe, expected_roofline
 from .context import Context, missing_method, missing_method_finding, short_error, torch_dtype, where
-from .findings import Finding, Tally, counted
+from .findings import WARNING, Finding, Tally, counted
 from .shapes import construct, judged_cases
 
 __all__ = ["check", "LEVEL"]
@@ -33,21 +33,45 @@ def _ratio(got: Any, expected: Any) -> str:
     return ""
 
 
+def _attempt(compute: Callable[[], Any]) -> Tuple[Any, Optional[Exception]]:
+    try:
+        return compute(), None
+    except Exception as exc:  # reported by the caller, with the case
+        return None, exc
+
+
+def _formulas_fail(op: OpSpec, case: Case, tally: Tally, location: str, formula_error: Exception,
+                   got: Any, op_error: Optional[Exception]) -> None:
+    """The manifest formulas do not evaluate for an accepted case (e.g. ``// N`` with N = 0).
+
+    When ``eval_roofline`` fails the same way, the two agree and the formula
+    is what needs a guard: a warning.  Anything else is a disagreement.
+    """
+    failure = f"{type(formula_error).__name__}: {formula_error}"
+    if op_error is not None and type(op_error) is type(formula_error):
+        tally.add("roofline", location, "undefined",
+                  f"the formulas raise {failure} for {describe(op, case)}, which the shape rules accept, "
+                  f"and so does eval_roofline; guard them (e.g. `... if N else 0`)", WARNING)
+    elif op_error is not None:
+        tally.add("eval_roofline", location, "raised", f"eval_roofline raised {short_error(op_error)} where the "
+                                                       f"formulas raise {failure}, for {describe(op, case)}")
+    else:
+        tally.add("eval_roofline", location, "defined", f"eval_roofline returns {got!r} where the formulas raise "
+                                                        f"{failure}, for {describe(op, case)}")
+
+
 def check_op(op: OpSpec, cls: type, cases: List[Case]) -> List[Finding]:
     tally = Tally(LEVEL, op.name)
     location = where(op.roofline.location)
     for case in cases:
-        try:
-            expected = expected_roofline(op, case, torch_dtype(case.dtype).itemsize)
-        except Exception as exc:
-            tally.add("roofline", location, "unevaluable", f"the formulas do not evaluate for {describe(op, case)}: "
-                                                           f"{type(exc).__name__}: {exc}")
+        expected, formula_error = _attempt(lambda: expected_roofline(op, case, torch_dtype(case.dtype).itemsize))
+        got, op_error = _attempt(lambda: construct(cls, case).eval_roofline(*case.shapes))
+        if formula_error is not None:
+            _formulas_fail(op, case, tally, location, formula_error, got, op_error)
             continue
-        try:
-            got = construct(cls, case).eval_roofline(*case.shapes)
-        except Exception as exc:
+        if op_error is not None:
             tally.add("eval_roofline", location, "raised",
-                      f"eval_roofline raised {short_error(exc)} for {describe(op, case)}")
+                      f"eval_roofline raised {short_error(op_error)} for {describe(op, case)}")
             continue
         if not (isinstance(got, tuple) and len(got) == 2):
             tally.add("eval_roofline", location, "shape", f"eval_roofline returned {got!r}; expected (flops, bytes)")
