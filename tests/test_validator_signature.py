@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
+from typing import Dict, Optional, Type
 
+import pytest
+import torch
+
+from codegen.loader import load_files
+from tileops.kernels.kernel_base import Kernel
+from validator.signature import compare_parameters, expected_forward, expected_init
 from validator.testing import regenerate, replace_in, run_validator, scratch_project
 
 RMS = "tileops/ops/norm/rms_norm_fwd.py"
@@ -108,3 +116,72 @@ def test_fwd_bwd_pair_disagreeing_on_dtypes_and_defaults(tmp_path: Path) -> None
                                 ("L1", "ToyScaleFwdOp", "backward params.alpha")}
     assert "3.0" in run.message("L1", "ToyScaleFwdOp", "backward params.alpha")
     assert "bfloat16" in run.message("L1", "ToyScaleFwdOp", "backward dtype")
+
+
+SIGNATURE_OP = """# yaml-language-server: $schema=schema.json
+
+SigFwdOp:
+  family: toy
+  status: spec-only
+  summary: "y = x"
+  signature:
+    inputs:
+      x: {dtype: "float32"}
+      bias: {dtype: "float32", optional: true}
+    outputs:
+      y: {dtype: "same_as(x)"}
+    params:
+      dim: {type: int, default: -1}
+      eps: {type: float, default: 1.0}
+  static_dims:
+    N: "x.shape[dim]"
+  shape_rules:
+    - "y.shape == x.shape"
+  reference: "x"
+  roofline: {flops: "numel(x)", bytes: "numel(x) * elem_bytes"}
+  kernel_map: {sig_fwd: SigFwdKernel}
+"""
+
+GOOD_INIT = ("self, *, N: int, dtype: torch.dtype, dim: int = -1, eps: float = 1.0, "
+             "kernel_map: Optional[Dict[str, Type[Kernel]]] = None, tune: bool = False")
+
+
+@pytest.fixture(scope="module")
+def sig_op(tmp_path_factory: pytest.TempPathFactory):
+    path = tmp_path_factory.mktemp("manifest") / "toy.yaml"
+    path.write_text(SIGNATURE_OP)
+    return load_files([path], path.parent).op("SigFwdOp")
+
+
+def _signature(params: str) -> inspect.Signature:
+    namespace = {"torch": torch, "Optional": Optional, "Dict": Dict, "Type": Type, "Kernel": Kernel}
+    exec(f"def f({params}): pass", namespace)  # a signature as source, the way a file would spell it
+    return inspect.signature(namespace["f"])
+
+
+@pytest.mark.parametrize("params, rules", [
+    (GOOD_INIT, set()),
+    (GOOD_INIT.replace("*, ", ""), {"__init__ kinds"}),
+    (GOOD_INIT.replace("eps: float = 1.0", "eps: float = 1"), {"signature.params.eps"}),
+    (GOOD_INIT.replace("eps: float = 1.0", "eps: int = 1.0"), {"signature.params.eps"}),
+    (GOOD_INIT.replace("dim: int = -1, eps: float = 1.0", "eps: float = 1.0, dim: int = -1"), {"__init__ order"}),
+    (GOOD_INIT.replace("N: int", "N: int = 4"), {"static_dims.N"}),
+    (GOOD_INIT.replace(", tune: bool = False", ""), {"tune"}),
+    (GOOD_INIT + ", extra: int = 0", {"__init__ extra"}),
+    (GOOD_INIT + ", **kwargs", {"__init__ extra"}),
+])
+def test_init_signature_departures(sig_op, params: str, rules: set) -> None:
+    found = compare_parameters(sig_op, "__init__", _signature(params), expected_init(sig_op))
+    assert {f.rule for f in found} == rules, [f.message for f in found]
+
+
+@pytest.mark.parametrize("params, rules", [
+    ("self, x: torch.Tensor, bias: Optional[torch.Tensor] = None", set()),
+    ("self, x: torch.Tensor, bias: Optional[torch.Tensor]", {"signature.inputs.bias"}),
+    ("self, x: torch.Tensor, *, bias: Optional[torch.Tensor] = None", {"forward kinds"}),
+    ("self, bias: Optional[torch.Tensor] = None, x: torch.Tensor = None", {"forward order", "signature.inputs.x"}),
+    ("self, x, bias: Optional[torch.Tensor] = None", {"signature.inputs.x"}),
+])
+def test_forward_signature_departures(sig_op, params: str, rules: set) -> None:
+    found = compare_parameters(sig_op, "forward", _signature(params), expected_forward(sig_op))
+    assert {f.rule for f in found} == rules, [f.message for f in found]
