@@ -35,11 +35,12 @@ SWEEPS: Dict[Tuple[str, int, torch.dtype], List[Dict[str, int]]] = {
         {"row_threads": 128, "block_threads": 128},
         {"row_threads": 256, "block_threads": 256},
         {"row_threads": 512, "block_threads": 512},
-        {"row_threads": 128, "block_threads": 256},
+        {"row_threads": 256, "block_threads": 256, "cache_exp": 0},
     ],
     ("SoftmaxFwdOp", 32768, torch.bfloat16): [
-        {"row_threads": 512, "block_threads": 512},
-        {"row_threads": 1024, "block_threads": 1024},
+        {"row_threads": 1024, "block_threads": 1024, "cache_exp": 1},
+        {"row_threads": 1024, "block_threads": 1024, "cache_exp": 0},
+        {"row_threads": 512, "block_threads": 512, "cache_exp": 0},
     ],
     ("SoftmaxBwdOp", 4096, torch.bfloat16): [
         {"row_threads": 128, "block_threads": 128},

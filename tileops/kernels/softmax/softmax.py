@@ -78,6 +78,8 @@ VECTOR_BYTES = 16
 # Input bytes a thread of the fused program keeps in registers (32 registers):
 # with 1024 threads a block may use at most 64 registers per thread.
 FUSED_REGISTER_BYTES = 128
+# float32 exponentials a thread of the fused softmax forward may keep in registers.
+CACHED_EXP_ELEMENTS = 32
 # Blocks per SM the two-step programs aim for when sizing their segments.
 BLOCKS_PER_SM = 4
 # Column tiles span at most this many threads across the inner extent.
@@ -162,13 +164,15 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
 
     Fused rows: two 16-byte vectors per thread, or more for long rows (a row
     gets at most 1024 threads), so a 4096-wide half-precision row takes 256
-    threads.  Rows too long for registers take the two-step programs with 512
+    threads; the softmax forward keeps its exponentials in registers.  Rows too long for registers take the two-step programs with 512
     threads and four vectors in flight per thread.  Columns: 256 threads.
     """
     vector = max_vector(dtype)
     per_thread = max(2 * vector, -(-N // MAX_THREADS))
     return {
         **_fused_row_config(N, per_thread),
+        "cache_exp": 1,
+        "min_blocks": 1,
         "split_threads": 512,
         "split_unroll": 4,
         "column_threads": 256,
@@ -205,9 +209,11 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("split_threads", "column_threads"):
         if config[key] < WARP:
             raise ValueError(f"softmax kernels: {key} must be >= 32")
-    for key in ("split_unroll", "column_unroll"):
+    for key in ("split_unroll", "column_unroll", "min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
+    if config["cache_exp"] not in (0, 1):
+        raise ValueError(f"softmax kernels: cache_exp must be 0 or 1, got {config['cache_exp']}")
 
 
 def fused_fits(N: int, dtype: torch.dtype, backward: bool, row_threads: int) -> bool:
@@ -357,8 +363,14 @@ def _backward_term(T: Any, variant: SoftmaxVariant) -> Callable[..., Any]:
 
 
 def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, row_threads: int,
-                      block_threads: int, **_: Any) -> Any:
-    """Rows of ``(R, N)`` held in registers: one read, one write."""
+                      block_threads: int, cache_exp: int = 0, min_blocks: int = 1, **_: Any) -> Any:
+    """Rows of ``(R, N)`` held in registers: one read, one write.
+
+    ``cache_exp`` (softmax forward, at most ``CACHED_EXP_ELEMENTS`` per thread)
+    keeps each ``exp(x - max)`` in float32 registers between the sum and the
+    output, instead of computing it twice; ``min_blocks`` asks the compiler to
+    fit that many blocks per SM.
+    """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     rows_per_block = block_threads // row_threads
@@ -366,6 +378,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     full_vecs = N // chunk
     has_tail = N % chunk > 0
     vecs = full_vecs + int(has_tail)
+    cached = bool(cache_exp) and not variant.backward and not variant.log and vecs * vector <= CACHED_EXP_ELEMENTS
     reduce = _group_reduce(T, 1, row_threads)
     scratch_shape = _scratch_shape(block_threads, 1, row_threads, 2)
     finalize = _finalize_forward(T, variant)
@@ -409,6 +422,34 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                         )
 
     @T.macro
+    def fold_cached(st, a, e, lane):
+        """``st[_SUM]`` over this thread's elements, keeping each exponential in ``e``."""
+        for j in T.unroll(full_vecs):
+            for k in T.unroll(vector):
+                e[j * vector + k] = T.exp2(T.cast(a[j * vector + k], ACCUM) * LOG2E - st[_OFFSET])
+                st[_SUM] = st[_SUM] + e[j * vector + k]
+        if has_tail:
+            if (full_vecs * row_threads + lane) * vector < N:
+                for k in T.unroll(vector):
+                    e[full_vecs * vector + k] = T.exp2(
+                        T.cast(a[full_vecs * vector + k], ACCUM) * LOG2E - st[_OFFSET]
+                    )
+                    st[_SUM] = st[_SUM] + e[full_vecs * vector + k]
+
+    @T.macro
+    def store_cached(dst, e, st, row, lane):
+        if row < R:
+            for j in T.unroll(full_vecs):
+                for k in T.vectorized(vector):
+                    dst[row, (j * row_threads + lane) * vector + k] = T.cast(e[j * vector + k] * st[_FINAL], dtype)
+            if has_tail:
+                if (full_vecs * row_threads + lane) * vector < N:
+                    for k in T.vectorized(vector):
+                        dst[row, (full_vecs * row_threads + lane) * vector + k] = T.cast(
+                            e[full_vecs * vector + k] * st[_FINAL], dtype
+                        )
+
+    @T.macro
     def store_row(dst, a, b, st, row, lane):
         if row < R:
             for j in T.unroll(full_vecs):
@@ -429,8 +470,12 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         @T.prim_func
         def softmax_row_fused(X: T.StridedTensor((R, N), (LDX, 1), dtype), Y: T.Tensor((R, N), dtype)):
             with T.Kernel(T.ceildiv(R, rows_per_block), threads=block_threads) as bx:
+                if min_blocks > 1:
+                    T.annotate_min_blocks_per_sm(min_blocks)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((vecs * vector,), dtype)
+                if cached:
+                    e = T.alloc_local((vecs * vector,), ACCUM)
                 st = T.alloc_local((_STATE,), ACCUM)
                 scratch = T.alloc_shared(scratch_shape, ACCUM)
                 T.assume(LDX % vector == 0)
@@ -442,10 +487,16 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                 reduce(st, _MAX, scratch, 0, tx, True)
                 safe_scaled(st, _OFFSET, _MAX)
                 st[_SUM] = T.cast(0, ACCUM)
-                fold_row(st, _SUM, a, a, lane, False)
+                if cached:
+                    fold_cached(st, a, e, lane)
+                else:
+                    fold_row(st, _SUM, a, a, lane, False)
                 reduce(st, _SUM, scratch, 1, tx, False)
                 finalize(st, 0)
-                store_row(Y, a, a, st, row, lane)
+                if cached:
+                    store_cached(Y, e, st, row, lane)
+                else:
+                    store_row(Y, a, a, st, row, lane)
 
         return softmax_row_fused
 
@@ -459,6 +510,8 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         DX: T.Tensor((R, N), dtype),
     ):
         with T.Kernel(T.ceildiv(R, rows_per_block), threads=block_threads) as bx:
+            if min_blocks > 1:
+                T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
             a = T.alloc_local((vecs * vector,), dtype)
             b = T.alloc_local((vecs * vector,), dtype)
@@ -1030,15 +1083,6 @@ def build_program(name: str, N: int, dtype: torch.dtype, variant: SoftmaxVariant
     return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
 
 
-def _alignment_vector(tensor: torch.Tensor, strides: Tuple[int, ...], cap: int) -> int:
-    """The widest access (elements, a power of two <= cap) that the tensor's address and strides keep aligned."""
-    elem = tensor.element_size()
-    vector = cap
-    while vector > 1 and (tensor.data_ptr() % (vector * elem) or any(s % vector for s in strides)):
-        vector //= 2
-    return vector
-
-
 class SoftmaxFamilyKernel(Kernel):
     """One member of the softmax family (see the module docstring) along an axis of length ``N``.
 
@@ -1071,8 +1115,12 @@ class SoftmaxFamilyKernel(Kernel):
         if N < 1:
             raise ValueError(f"{name}: N must be positive, got {N}")
         self.N = int(N)
-        # (config object, {(program, params): launcher}) for the current config.
-        self._bound: Tuple[Optional[Dict[str, Any]], Dict[Tuple[str, ProgramParams], Any]] = (None, {})
+        self._elem_bytes = _elem_bytes(dtype)
+        self._row_vector = row_vector(self.N, dtype)
+        self._max_vector = max_vector(dtype)
+        # (config object, whether rows fuse under it, {(program, params): launcher}): what a
+        # call needs from the current config, rebuilt only when the config object changes.
+        self._bound: Tuple[Optional[Dict[str, Any]], bool, Dict[Tuple[str, ProgramParams], Any]] = (None, False, {})
         self._sm_counts: Dict[int, int] = {}
         self._sm_lock = threading.Lock()
         super().__init__(dtype, config=config, tune=tune)
@@ -1146,16 +1194,27 @@ class SoftmaxFamilyKernel(Kernel):
         return (*inputs, torch.empty_like(inputs[0]))
 
     # ---- launch ------------------------------------------------------------------------------
+    def _state(self) -> Tuple[Optional[Dict[str, Any]], bool, Dict[Tuple[str, ProgramParams], Any]]:
+        bound = self._bound
+        if bound[0] is not self.config:
+            # Cached per config object: deriving these per call costs microseconds.
+            bound = (self.config, self.fused(), {})
+            self._bound = bound
+        return bound
+
     def _launcher(self, name: str, params: ProgramParams) -> Any:
-        config, launchers = self._bound
-        if config is not self.config:
-            # Launchers are cached per config object: building a compile key per call costs microseconds.
-            config, launchers = self.config, {}
-            self._bound = (config, launchers)
+        launchers = self._state()[2]
         launcher = launchers.get((name, params))
         if launcher is None:
             launcher = launchers[(name, params)] = direct_launcher(self.compile_program(name, params))
         return launcher
+
+    def _aligned(self, tensor: torch.Tensor, strides: int, cap: int) -> int:
+        """The widest access (a power of two <= ``cap`` elements) that the address and ``strides`` (or-ed) allow."""
+        bits = tensor.data_ptr() // self._elem_bytes | strides
+        while cap > 1 and bits % cap:
+            cap >>= 1
+        return cap
 
     def _target_blocks(self, device: torch.device) -> int:
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -1169,13 +1228,16 @@ class SoftmaxFamilyKernel(Kernel):
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         """Write the result for ``tensors = (*inputs, out)`` into ``out`` and return it."""
-        inputs, out = self._split(tensors)
-        plan = self._launch_plan(inputs, out)
-        if len(plan) == 1:  # the fused row program
-            name, params = plan[0]
-            self._launcher(name, params)(*inputs, out)
+        if len(tensors) != self.variant.inputs + 1:
+            raise TypeError(
+                f"{type(self).__name__}: expected {self.variant.inputs} inputs and out, got {len(tensors)} tensors"
+            )
+        inputs, out = tensors[:-1], tensors[-1]
+        names, params = self._launch_plan(tensors)
+        if len(names) == 1:  # the fused row program
+            self._launcher(names[0], params)(*tensors)
             return out
-        (stats, params), (apply, _) = plan
+        stats, apply = names
         shape = (out.shape[0], self._segments(out, params)) + tuple(out.shape[2:])
         partials = [torch.empty(shape, dtype=torch.float32, device=out.device) for _ in range(self.variant.partials)]
         self._launcher(stats, params)(*inputs, *partials)
@@ -1184,28 +1246,23 @@ class SoftmaxFamilyKernel(Kernel):
 
     def programs_for(self, *tensors: torch.Tensor) -> List[Tuple[str, ProgramParams]]:
         """The programs ``forward(*tensors)`` launches (tensors may live on any device)."""
-        return self._launch_plan(*self._split(tensors))
+        names, params = self._launch_plan(tensors)
+        return [(name, params) for name in names]
 
-    def _split(self, tensors: Tuple[torch.Tensor, ...]) -> Tuple[Tuple[torch.Tensor, ...], torch.Tensor]:
-        if len(tensors) != self.variant.inputs + 1:
-            raise TypeError(
-                f"{type(self).__name__}: expected {self.variant.inputs} inputs and out, got {len(tensors)} tensors"
-            )
-        return tensors[:-1], tensors[-1]
-
-    def _launch_plan(self, inputs: Tuple[torch.Tensor, ...], out: torch.Tensor) -> List[Tuple[str, ProgramParams]]:
-        """Programs and shape parameters for these tensors: the access width follows their alignment."""
+    def _launch_plan(self, tensors: Tuple[torch.Tensor, ...]) -> Tuple[Tuple[str, ...], ProgramParams]:
+        """Programs and shape parameters for ``(*inputs, out)``: the access width follows their alignment."""
+        out = tensors[-1]
         if out.dim() == 2:
-            vector = row_vector(self.N, self.dtype)
-            for tensor in (*inputs, out):
-                vector = min(vector, _alignment_vector(tensor, (tensor.stride(0),), vector))
-            names = [ROW_FUSED] if self.fused() else [ROW_STATS, ROW_APPLY]
-            return [(name, self.row_params(vector)) for name in names]
+            vector = self._row_vector
+            for tensor in tensors:
+                vector = self._aligned(tensor, tensor.stride(0), vector)
+            names = (ROW_FUSED,) if self._state()[1] else (ROW_STATS, ROW_APPLY)
+            return names, (("vector", vector),)
         inner = out.shape[2]
-        cvec = _largest_pow2_divisor(inner, max_vector(self.dtype))
-        for tensor in (*inputs, out):
-            cvec = min(cvec, _alignment_vector(tensor, (tensor.stride(0), tensor.stride(1)), cvec))
-        return [(name, self.column_params(inner, cvec)) for name in (COLUMN_STATS, COLUMN_APPLY)]
+        cvec = _largest_pow2_divisor(inner, self._max_vector)
+        for tensor in tensors:
+            cvec = self._aligned(tensor, tensor.stride(0) | tensor.stride(1), cvec)
+        return (COLUMN_STATS, COLUMN_APPLY), self.column_params(inner, cvec)
 
     def _segments(self, out: torch.Tensor, params: ProgramParams) -> int:
         """Segments per row or column: enough blocks to fill the GPU, at least one step of work each."""

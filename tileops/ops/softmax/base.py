@@ -104,17 +104,26 @@ class SoftmaxFamilyOp(Op):
     def _run_kernel(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The contiguous output: the kernel on the inputs' axis views."""
         first = inputs[0]
-        out = torch.empty(first.shape, dtype=first.dtype, device=first.device)
-        if out.numel() == 0:
+        shape = first.shape
+        out = torch.empty(shape, dtype=first.dtype, device=first.device)
+        numel = out.numel()
+        if numel == 0:
             return out
-        dim = self.dim % first.ndim
-        views = [kernel_view(t, dim, self.N) for t in inputs]
-        out_view = out.view(views[0].shape)
+        N = self.N
+        dim = self.dim % len(shape)
+        inner = math.prod(shape[dim + 1:])
+        kernel_shape = (numel // (N * inner), N) if inner == 1 else (numel // (N * inner), N, inner)
+        # Contiguous inputs (the common case) take the cheap view.
+        views = [t.view(kernel_shape) if t.is_contiguous() else kernel_view(t, dim, N) for t in inputs]
+        out_view = out.view(kernel_shape)
         device = first.device
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
-            for start, stop in self._launch_ranges(out_view):
-                kernel(*(v[start:stop] for v in views), out_view[start:stop])
+            if numel // N <= MAX_EXTENT:  # rows, or outer * inner, fit the int32 extents
+                kernel(*views, out_view)
+            else:
+                for start, stop in self._launch_ranges(out_view):
+                    kernel(*(v[start:stop] for v in views), out_view[start:stop])
         return out
 
     @staticmethod
