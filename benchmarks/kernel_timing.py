@@ -50,7 +50,10 @@ CUMSUM_WORKLOADS = [
 
 # What the GPU tests build (tests/gpu/test_kernels_direct.py).
 TEST_SIZES = (1, 3, 127, 4096, 4097, 65537, 262144)
-TEST_COLUMN_CASES = ((1, 5), (127, 5), (127, 64), (4097, 2), (4097, 33), (3, 7), (4097, 40), (4097, 64))
+TEST_COLUMN_CASES = (
+    (1, 5), (127, 5), (127, 64), (4097, 2), (4097, 33), (3, 7), (4097, 40), (4097, 64),
+    (127, 256), (1000, 264), (4097, 256), (4097, 45),
+)
 
 
 # ---- precompile ----------------------------------------------------------------------------------
@@ -84,7 +87,7 @@ def _cumsum_jobs(N: int, dtype_name: str, config: Dict[str, Any], inners: Sequen
 
     kernel = _make_kernel("cumsum", N, DTYPE_NAMES[dtype_name], config)
     names = kernel.program_names()
-    names += [column_program_name(inner) for inner in inners]
+    names += [column_program_name(inner, DTYPE_NAMES[dtype_name].itemsize) for inner in inners]
     return [("cumsum", N, dtype_name, name, config) for name in dict.fromkeys(names)]
 
 
@@ -113,6 +116,12 @@ def precompile_jobs() -> List[tuple]:
     for N in (65537, 262144):  # the split scan the GPU tests compare with
         for dtype_name, dtype in DTYPE_NAMES.items():
             jobs += _cumsum_jobs(N, dtype_name, {**cumsum_default_config(N, dtype), "lookback": 0})
+    base = cumsum_default_config(262144, torch.bfloat16)
+    for threads, items in ((256, 16), (512, 16), (512, 32)):
+        jobs += _cumsum_jobs(262144, "bfloat16", {**base, "threads": threads, "items": items, "row_threads": threads})
+    for threads, items in ((256, 8), (256, 16)):
+        config = {**base, "threads": threads, "items": items, "row_threads": threads, "lookback": 0, "segments": 32}
+        jobs += _cumsum_jobs(262144, "bfloat16", config)
     lookback_stress = {**cumsum_default_config(262144, torch.float32), "threads": 256, "items": 4, "row_threads": 256}
     jobs += _cumsum_jobs(262144, "float32", lookback_stress)
     unique = {}
@@ -265,6 +274,40 @@ def time_cumsum(name: str, shape: Tuple[int, ...], dtype: torch.dtype) -> Dict[s
     }
 
 
+def long_row_breakdown(rows: int = 64, N: int = 262144, dtype: torch.dtype = torch.bfloat16) -> List[Tuple[str, float]]:
+    """Milliseconds of each launch of the few-long-rows paths (L2 flushed before each)."""
+    from tileops.kernels.scan.cumsum import (
+        LOOKBACK_ROW_SCAN,
+        SEGMENT_SUMS,
+        SPLIT_ROW_SCAN,
+        cumsum_default_config,
+        lookback_tiles,
+    )
+
+    x = torch.randn(rows, N, device="cuda", dtype=dtype)
+    out = torch.empty_like(x)
+    results = []
+    base = cumsum_default_config(N, dtype)
+    for threads, items in ((256, 16), (512, 16), (512, 32)):
+        config = {**base, "threads": threads, "items": items, "row_threads": threads, "lookback": 1}
+        kernel = _make_kernel("cumsum", N, dtype, config)
+        status = torch.zeros((rows, lookback_tiles(N, threads, items), 3), dtype=torch.int32, device="cuda")
+        launch = kernel._launcher(LOOKBACK_ROW_SCAN)
+        zero_ms = _bench(status.zero_)
+        both_ms = _bench(lambda: (status.zero_(), launch(x, status, out)))
+        results.append((f"status zero_ ({threads}x{items})", zero_ms))
+        results.append((f"zero_ + look-back scan ({threads}x{items})", both_ms))
+    for threads, items in ((256, 8), (256, 16)):
+        config = {**base, "threads": threads, "items": items, "row_threads": threads, "lookback": 0, "segments": 32}
+        kernel = _make_kernel("cumsum", N, dtype, config)
+        partial = torch.empty((rows, kernel.split_segments), dtype=torch.float32, device="cuda")
+        sums, scan = kernel._launcher(SEGMENT_SUMS), kernel._launcher(SPLIT_ROW_SCAN)
+        results.append((f"segment sums ({threads}x{items})", _bench(lambda: sums(x, partial))))
+        results.append((f"split scan alone ({threads}x{items})", _bench(lambda: scan(x, partial, out))))
+        results.append((f"both ({threads}x{items})", _bench(lambda: (sums(x, partial), scan(x, partial, out)))))
+    return results
+
+
 def host_overhead() -> List[Tuple[str, float]]:
     """Microseconds of host time per call for a 1 x 4096 bf16 RMSNorm (GPU work is ~2 us)."""
     from tileops.kernels.launch import direct_launcher
@@ -320,6 +363,11 @@ def run_timing(out_dir: Optional[Path]) -> None:
         except Exception as error:  # noqa: BLE001
             print(f"{name} FAILED: {error!r}"[:400], flush=True)
     overhead = host_overhead()
+    try:
+        breakdown = long_row_breakdown()
+    except Exception as error:  # noqa: BLE001
+        print(f"breakdown FAILED: {error!r}"[:400], flush=True)
+        breakdown = []
 
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -333,6 +381,9 @@ def run_timing(out_dir: Optional[Path]) -> None:
     for row in rows:
         for config, ms, error in row["configs"]:
             print(f"  {row['name']:<26} {ms:8.4f} {row['bytes'] / ms / 1e6:8.0f}  err={error:.2g}  {config}")
+    print("\ncumsum 64x262144 bf16, per launch (ms):")
+    for label, ms in breakdown:
+        print(f"  {label:<40} {ms:8.4f}")
     print("\nhost time per call (us):")
     for label, us in overhead:
         print(f"  {label:<40} {us:7.1f}")

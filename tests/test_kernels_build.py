@@ -11,7 +11,7 @@ from typing import Dict, List, Tuple
 import pytest
 import torch
 
-from tileops.kernels.kernel_base import Kernel
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
 from tileops.kernels.norm.rms_norm import (
     MAX_ELEMENTS_PER_THREAD,
     RMSNormFwdKernel,
@@ -78,6 +78,7 @@ def test_cumsum_builds_every_program_for_sm90() -> None:
     kernel = CumsumFwdKernel(65537, torch.bfloat16)
     built = kernel.build_all_for_sm90(inner=5)
     assert set(built) == {ROW_SCAN, LOOKBACK_ROW_SCAN, f"{COLUMN_SCAN}_8"}
+    built[f"{COLUMN_SCAN}_32x8"] = kernel.compile_program(f"{COLUMN_SCAN}_32x8", target=SM90_BUILD_TARGET)
     split = CumsumFwdKernel(65537, torch.float16, config={"lookback": 0})
     assert split.split_segments > 1
     built.update({f"split {name}": program for name, program in split.build_all_for_sm90().items()})
@@ -112,6 +113,7 @@ def test_every_cumsum_candidate_builds_its_programs(N: int) -> None:
 
     for config in cumsum_autotune_configs(N, torch.float32):
         names = set(CumsumFwdKernel(N, torch.float32, config=config).program_names(inner=33))
+        names |= set(CumsumFwdKernel(N, torch.float32, config=config).program_names(inner=128))
         names |= set(CumsumFwdKernel(N, torch.float32, config={**config, "lookback": 0}).program_names())
         for name in names:
             assert _build_program(name, N, "float32", config) is not None
@@ -186,7 +188,11 @@ def test_cumsum_cuts_long_rows_only() -> None:
 def test_column_program_tile_follows_inner_extent() -> None:
     assert column_program_name(2) == f"{COLUMN_SCAN}_2"
     assert column_program_name(5) == f"{COLUMN_SCAN}_8"
-    assert column_program_name(4096) == f"{COLUMN_SCAN}_32"
+    assert column_program_name(33) == f"{COLUMN_SCAN}_32"
+    # Wide rows of whole 16-byte vectors read a vector per thread.
+    assert column_program_name(4096) == f"{COLUMN_SCAN}_32x8"
+    assert column_program_name(4096, elem_bytes=4) == f"{COLUMN_SCAN}_32x4"
+    assert column_program_name(4100) == f"{COLUMN_SCAN}_32"
 
 
 def test_unknown_config_keys_are_rejected() -> None:

@@ -211,7 +211,20 @@ def test_cumsum_lookback_across_many_windows_is_race_free() -> None:
 
 @pytest.mark.parametrize(
     "outer, N, inner",
-    [(3, 1, 5), (3, 127, 5), (2, 127, 64), (1, 4097, 2), (300, 4097, 2), (130, 4097, 33), (2, 4096, 1), (300, 3, 7)],
+    [
+        (3, 1, 5),
+        (3, 127, 5),
+        (2, 127, 64),
+        (1, 4097, 2),
+        (300, 4097, 2),
+        (130, 4097, 33),
+        (2, 4096, 1),
+        (300, 3, 7),
+        # whole 16-byte vectors per thread: a full tile, a ragged one, a long axis with a tail
+        (3, 127, 256),
+        (40, 1000, 264),
+        (128, 4097, 256),
+    ],
 )
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cumsum_outer_n_inner(dtype: torch.dtype, outer: int, N: int, inner: int) -> None:

@@ -83,9 +83,11 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     """Heuristic config for scan length ``N`` and ``dtype``.
 
     Two 16-byte vectors per thread and chunk; a row gets as many threads as
-    cover it in one chunk, up to 512 (longer rows loop).  Rows of four or more
-    chunks also get a split into ``segments`` slices of two chunks each (up to
-    32), used when at most ``split_max_rows`` rows come.
+    cover it in one chunk, up to 512 (longer rows loop).  When at most
+    ``split_max_rows`` rows come, rows of two or more chunks are cut into one
+    block per chunk for the single-pass look-back scan (``lookback=1``), or,
+    with ``lookback=0`` and four or more chunks, into ``segments`` slices of
+    two chunks each for the split scan.
     """
     elem_bytes = _elem_bytes(dtype)
     config = _row_config(N, elem_bytes, 2 * (16 // elem_bytes), 512)
@@ -160,6 +162,7 @@ def _load_vector(N: int, items: int, dtype: str) -> int:
 STATUS_EMPTY = 0  # not published yet
 STATUS_AGGREGATE = 1  # the sum of the tile alone
 STATUS_PREFIX = 2  # the sum of the row up to and including the tile
+LOOKBACK_BACKOFF_NS = 64  # pause before re-reading predecessors that have not published
 
 
 def row_scan_program(
@@ -330,18 +333,23 @@ def row_scan_program(
                     for s in T.serial(used_segments):
                         if s < segment:
                             state[0] = state[0] + Partial[row, s]
-                for c in T.serial(per_segment):
-                    chunk_index = segment * per_segment + c
-                    if chunk_index < full_chunks:
-                        load_chunk(X, raw, row, lane, chunk_index, False)
+                first_chunk = segment * per_segment
+                # Full chunks of this segment: all of them but in the segment that holds the tail.
+                full_here = T.min(per_segment, full_chunks - first_chunk)
+                if full_here > 0:
+                    load_chunk(X, raw, row, lane, first_chunk, False)
+                for c in T.serial(full_here):
+                    widen(raw, vals)
+                    if c + 1 < full_here:
+                        load_chunk(X, raw, row, lane, first_chunk + c + 1, False)
+                    scan_chunk(vals, totals, state, tx, c % 2)
+                    store_chunk(Y, vals, row, lane, first_chunk + c, False)
+                if tail > 0:
+                    if first_chunk + full_here == full_chunks and full_here < per_segment:
+                        load_chunk(X, raw, row, lane, full_chunks, True)
                         widen(raw, vals)
-                        scan_chunk(vals, totals, state, tx, c % 2)
-                        store_chunk(Y, vals, row, lane, chunk_index, False)
-                    elif chunk_index == full_chunks and tail > 0:
-                        load_chunk(X, raw, row, lane, chunk_index, True)
-                        widen(raw, vals)
-                        scan_chunk(vals, totals, state, tx, c % 2)
-                        store_chunk(Y, vals, row, lane, chunk_index, True)
+                        scan_chunk(vals, totals, state, tx, full_here % 2)
+                        store_chunk(Y, vals, row, lane, full_chunks, True)
 
         return cumsum_split_row_scan
 
@@ -394,8 +402,11 @@ def row_scan_program(
                     # row start see an inclusive prefix of 0.
                     window[2] = STATUS_PREFIX
                     if window[0] - tx >= 0:
-                        window[2] = T.atomic_load(Status[row, window[0] - tx, 0], memory_order="acquire")
+                        window[2] = T.atomic_load(Status[row, window[0] - tx, 0], memory_order="relaxed")
                     if T.ballot_sync(window[2] == STATUS_EMPTY) == T.uint64(0):
+                        # Every status seen is published: one fence orders the
+                        # value loads after them (pairs with the release store).
+                        T.call_extern("handle", "__threadfence")
                         prefixes = T.ballot_sync(window[2] == STATUS_PREFIX)
                         found[1] = T.cast(0, ACCUM)
                         if window[0] - tx >= 0:
@@ -412,6 +423,9 @@ def row_scan_program(
                         for step in T.unroll(5):
                             found[1] = found[1] + T.shfl_xor(found[1], 1 << step)
                         found[0] = found[0] + found[1]
+                    else:
+                        # Back off: spinning at full rate steals L2 bandwidth from the loads being waited on.
+                        T.call_extern("handle", "__nanosleep", LOOKBACK_BACKOFF_NS)
                 if tx == 0:
                     if tile > 0:
                         publish(Status, row, tile, STATUS_PREFIX, found[0] + state[0])
@@ -483,26 +497,44 @@ def segment_sums_program(
 
 
 def column_scan_program(
-    N: int, dtype: str, *, column_threads: int, column_items: int, column_tile: int, **_: Any
+    N: int,
+    dtype: str,
+    *,
+    column_threads: int,
+    column_items: int,
+    column_tile: int,
+    column_vector: int = 1,
+    **_: Any,
 ) -> Any:
-    """Scan of ``(O, N, I)`` along ``N``, a block per ``column_tile`` neighbouring columns.
+    """Scan of ``(O, N, I)`` along ``N``, a block per ``column_tile * column_vector`` neighbouring columns.
 
-    Thread ``tx = tn * column_tile + ti`` owns column ``ti`` of its tile and
-    ``column_items`` consecutive positions along ``N`` of each chunk of
-    ``(column_threads // column_tile) * column_items`` positions: the
-    threads of one position read neighbouring addresses.  A thread scans its
-    items in registers; the threads of one column combine through shuffles
-    within a warp and shared memory across warps; a per-column carry links
-    the chunks.
+    Thread ``tx = tn * column_tile + ti`` owns columns ``[ti * V, ti * V + V)``
+    of its tile (``V = column_vector``, read as one vector) and ``items``
+    consecutive positions along ``N`` of each chunk of ``(column_threads //
+    column_tile) * items`` positions: the threads of one position read
+    neighbouring addresses.  A thread scans its items in registers; the
+    threads of one column combine through shuffles within a warp and shared
+    memory across warps; a per-column carry links the chunks.  Tensors come
+    as ``(O, N, I // V, V)`` views, so that a vector never straddles the edge
+    (``I % V == 0``) and its accesses compile to single 16-byte ones.  With
+    ``V > 1`` each thread holds half the items to keep its registers in check.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     tile = column_tile
     threads = column_threads
-    items = column_items
-    if tile not in COLUMN_TILES or threads % WARP or not (WARP <= threads <= MAX_THREADS) or items < 1:
+    vector = column_vector
+    items = column_items if vector == 1 else max(2, column_items // 2)
+    if (
+        tile not in COLUMN_TILES
+        or threads % WARP
+        or not (WARP <= threads <= MAX_THREADS)
+        or column_items < 1
+        or vector not in (1, 2, 4, 8)
+    ):
         raise ValueError(
-            f"CumsumFwdKernel: bad column config threads={threads} items={items} tile={tile}"
+            f"CumsumFwdKernel: bad column config threads={threads} items={column_items} "
+            f"tile={tile} vector={vector}"
         )
     positions = threads // tile  # threads that share one column
     chunk = positions * items
@@ -511,73 +543,91 @@ def column_scan_program(
     warps = threads // WARP
     lanes_per_column = WARP // tile  # threads of one column inside a warp
     O = T.dynamic("O")
-    I = T.dynamic("I")
+    I = T.dynamic("I")  # columns in units of vectors
 
     @T.macro
     def load_chunk(X, raw, outer, column, tx, chunk_index, guarded):
         first = chunk_index * chunk + (tx // tile) * items
         for k in T.unroll(items):
             if guarded:
-                raw[k] = T.if_then_else(
-                    (column < I) and (first + k < N), X[outer, first + k, column], T.cast(0, dtype)
-                )
+                if (column < I) and (first + k < N):
+                    for v in T.vectorized(vector):
+                        raw[k * vector + v] = X[outer, first + k, column, v]
+                else:
+                    for v in T.unroll(vector):
+                        raw[k * vector + v] = T.cast(0, dtype)
             else:
-                raw[k] = T.if_then_else(column < I, X[outer, first + k, column], T.cast(0, dtype))
+                if column < I:
+                    for v in T.vectorized(vector):
+                        raw[k * vector + v] = X[outer, first + k, column, v]
+                else:
+                    for v in T.unroll(vector):
+                        raw[k * vector + v] = T.cast(0, dtype)
 
     @T.macro
     def widen(raw, vals):
-        for k in T.unroll(items):
+        for k in T.unroll(items * vector):
             vals[k] = T.cast(raw[k], ACCUM)
 
     @T.macro
     def scan_chunk(Y, vals, totals, state, outer, column, tx, chunk_index, guarded):
+        """``state[:, v]`` holds [carry, inclusive, exclusive, chunk total] of column ``v``."""
         first = chunk_index * chunk + (tx // tile) * items
         lane_position = (tx % WARP) // tile
-        for k in T.unroll(1, items):
-            vals[k] = vals[k - 1] + vals[k]
-        state[1] = vals[items - 1]
-        for step in T.unroll(max(1, lanes_per_column.bit_length() - 1)):
-            if (1 << step) < lanes_per_column:
-                neighbour = T.shfl_up(state[1], (1 << step) * tile)
-                if lane_position >= (1 << step):
-                    state[1] = state[1] + neighbour
-        state[2] = T.shfl_up(state[1], tile)
-        if lane_position == 0:
-            state[2] = T.cast(0, ACCUM)
+        for v in T.unroll(vector):
+            for k in T.unroll(1, items):
+                vals[k * vector + v] = vals[(k - 1) * vector + v] + vals[k * vector + v]
+            state[1, v] = vals[(items - 1) * vector + v]
+            for step in T.unroll(max(1, lanes_per_column.bit_length() - 1)):
+                if (1 << step) < lanes_per_column:
+                    neighbour = T.shfl_up(state[1, v], (1 << step) * tile)
+                    if lane_position >= (1 << step):
+                        state[1, v] = state[1, v] + neighbour
+            state[2, v] = T.shfl_up(state[1, v], tile)
+            if lane_position == 0:
+                state[2, v] = T.cast(0, ACCUM)
         if warps > 1:
             if lane_position == lanes_per_column - 1:
-                totals[chunk_index % 2, tx // WARP, tx % tile] = state[1]
+                for v in T.unroll(vector):
+                    totals[chunk_index % 2, tx // WARP, (tx % tile) * vector + v] = state[1, v]
             T.sync_threads()
-            state[3] = T.cast(0, ACCUM)
-            for w in T.unroll(warps):
-                if w < tx // WARP:
-                    state[2] = state[2] + totals[chunk_index % 2, w, tx % tile]
-                state[3] = state[3] + totals[chunk_index % 2, w, tx % tile]
+            for v in T.unroll(vector):
+                state[3, v] = T.cast(0, ACCUM)
+                for w in T.unroll(warps):
+                    if w < tx // WARP:
+                        state[2, v] = state[2, v] + totals[chunk_index % 2, w, (tx % tile) * vector + v]
+                    state[3, v] = state[3, v] + totals[chunk_index % 2, w, (tx % tile) * vector + v]
         else:
-            state[3] = T.shfl_sync(state[1], (lanes_per_column - 1) * tile + tx % tile)
+            for v in T.unroll(vector):
+                state[3, v] = T.shfl_sync(state[1, v], (lanes_per_column - 1) * tile + tx % tile)
         for k in T.unroll(items):
+            for v in T.unroll(vector):
+                vals[k * vector + v] = vals[k * vector + v] + (state[0, v] + state[2, v])
             if guarded:
                 if (column < I) and (first + k < N):
-                    Y[outer, first + k, column] = T.cast(vals[k] + (state[0] + state[2]), dtype)
+                    for v in T.vectorized(vector):
+                        Y[outer, first + k, column, v] = T.cast(vals[k * vector + v], dtype)
             else:
                 if column < I:
-                    Y[outer, first + k, column] = T.cast(vals[k] + (state[0] + state[2]), dtype)
-        state[0] = state[0] + state[3]
+                    for v in T.vectorized(vector):
+                        Y[outer, first + k, column, v] = T.cast(vals[k * vector + v], dtype)
+        for v in T.unroll(vector):
+            state[0, v] = state[0, v] + state[3, v]
 
     @T.prim_func
-    def cumsum_column_scan(X: T.Tensor((O, N, I), dtype), Y: T.Tensor((O, N, I), dtype)):
+    def cumsum_column_scan(X: T.Tensor((O, N, I, vector), dtype), Y: T.Tensor((O, N, I, vector), dtype)):
         with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
             tx = T.get_thread_binding()
-            raw = T.alloc_local((items,), dtype)
-            vals = T.alloc_local((items,), ACCUM)
-            # [carry, inclusive, exclusive, chunk total] of this thread's column
-            state = T.alloc_local((4,), ACCUM)
-            totals = T.alloc_shared((2, warps, tile), ACCUM)
+            raw = T.alloc_local((items * vector,), dtype)
+            vals = T.alloc_local((items * vector,), ACCUM)
+            state = T.alloc_local((4, vector), ACCUM)
+            totals = T.alloc_shared((2, warps, tile * vector), ACCUM)
             # Truncating division: block indices are non-negative, and it spares
             # the sign fix-ups of floor division.
             outer = T.truncdiv(bx, T.ceildiv(I, tile))
-            column = (bx - outer * T.ceildiv(I, tile)) * tile + tx % tile
-            state[0] = T.cast(0, ACCUM)
+            column = (bx - outer * T.ceildiv(I, tile)) * tile + tx % tile  # in vectors
+            for v in T.unroll(vector):
+                state[0, v] = T.cast(0, ACCUM)
             if full_chunks > 0:
                 load_chunk(X, raw, outer, column, tx, 0, False)
             for c in T.serial(full_chunks):
@@ -604,7 +654,8 @@ def _build_program(name: str, N: int, dtype: str, config: Dict[str, Any]) -> Any
     if name == SEGMENT_SUMS:
         return segment_sums_program(N, dtype, **config)
     if name.startswith(COLUMN_SCAN):
-        return column_scan_program(N, dtype, column_tile=int(name[len(COLUMN_SCAN) + 1 :]), **config)
+        tile, _, vector = name[len(COLUMN_SCAN) + 1 :].partition("x")
+        return column_scan_program(N, dtype, column_tile=int(tile), column_vector=int(vector or 1), **config)
     raise ValueError(f"CumsumFwdKernel: unknown program {name!r}")
 
 
@@ -613,10 +664,22 @@ def lookback_tiles(N: int, threads: int, items: int) -> int:
     return -(-N // (threads * items))
 
 
-def column_program_name(inner: int) -> str:
-    """The column-scan program for ``inner`` columns: tiles as wide as the columns, up to a warp."""
-    tile = min(WARP, _next_pow2(inner))
-    return f"{COLUMN_SCAN}_{tile}"
+def column_program_name(inner: int, elem_bytes: int = 2) -> str:
+    """The column-scan program for ``inner`` columns.
+
+    Wide rows of whole 16-byte vectors (``inner`` a multiple of the vector
+    and at least a warp of them) get one vector per thread; otherwise one
+    column per thread, tiles as wide as the columns up to a warp.
+    """
+    vector = 16 // elem_bytes
+    if inner % vector == 0 and inner >= WARP * vector:
+        return f"{COLUMN_SCAN}_{WARP}x{vector}"
+    return f"{COLUMN_SCAN}_{min(WARP, _next_pow2(inner))}"
+
+
+def _column_block_count(outer: int, inner: int, name: str) -> int:
+    tile, _, vector = name[len(COLUMN_SCAN) + 1 :].partition("x")
+    return outer * -(-inner // (int(tile) * int(vector or 1)))
 
 
 class CumsumFwdKernel(Kernel):
@@ -625,8 +688,8 @@ class CumsumFwdKernel(Kernel):
     ``forward(x, out)`` takes ``x`` as ``(rows, N)`` (a scan over the last
     axis) or ``(outer, N, inner)``, contiguous and 16-byte aligned, and writes
     ``out`` (same shape and dtype, preallocated).  Few long rows (at most
-    ``config["split_max_rows"]``) take the split scan when
-    ``config["segments"] > 1``.
+    ``config["split_max_rows"]``) are cut across blocks: the look-back scan
+    (``config["lookback"]``) or the split scan (``config["segments"] > 1``).
 
     Args:
         N: length of the scanned axis, fixed at construction.
@@ -676,7 +739,7 @@ class CumsumFwdKernel(Kernel):
         """The programs ``forward`` may launch with the current config (``inner``: columns per position)."""
         names = [ROW_SCAN]
         if inner > 1:
-            names.append(column_program_name(inner))
+            names.append(column_program_name(inner, self.dtype.itemsize))
         config = self.config
         if config["lookback"]:
             if lookback_tiles(self.N, config["threads"], config["items"]) > 1:
@@ -738,9 +801,8 @@ class CumsumFwdKernel(Kernel):
             self._scan_rows(x.view(outer, self.N), out.view(outer, self.N))
             return out
         config = self.config
-        tile = min(WARP, _next_pow2(inner))
-        blocks = outer * -(-inner // tile)
-        if blocks < config["column_min_blocks"] and self.N >= 4 * config["column_threads"]:
+        name = column_program_name(inner, self.dtype.itemsize)
+        if _column_block_count(outer, inner, name) < config["column_min_blocks"] and self.N >= 4 * config["column_threads"]:
             # Too few columns to fill the GPU: scanning transposed rows is faster
             # than leaving most SMs idle, even with the two extra copies.
             rows = x.transpose(1, 2).contiguous()
@@ -748,7 +810,9 @@ class CumsumFwdKernel(Kernel):
             self._scan_rows(rows.view(-1, self.N), scanned.view(-1, self.N))
             out.copy_(scanned.transpose(1, 2))
             return out
-        self._launcher(f"{COLUMN_SCAN}_{tile}")(x, out)
+        vector = int(name.partition("x")[2] or 1)
+        shape = (outer, self.N, inner // vector, vector)
+        self._launcher(name)(x.view(shape), out.view(shape))
         return out
 
     def _scan_rows(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
