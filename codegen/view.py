@@ -20,11 +20,11 @@ _TORCH_DTYPE = {name: f"torch.{name}" for name in (
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")}
 
 
-# Manifest param types as custom-op schema annotations.
-_LIBRARY_TYPES = {
-    "int": "int", "float": "float", "bool": "bool", "str": "str", "Optional[int]": "Optional[int]",
-    "Optional[float]": "Optional[float]", "Optional[str]": "Optional[str]", "Sequence[int]": "List[int]",
-    "Optional[Sequence[int]]": "Optional[List[int]]",
+# Manifest param types in the custom-op schema language.
+_SCHEMA_TYPES = {
+    "int": "int", "float": "float", "bool": "bool", "str": "str", "Optional[int]": "int?",
+    "Optional[float]": "float?", "Optional[str]": "str?", "Sequence[int]": "int[]",
+    "Optional[Sequence[int]]": "int[]?",
 }
 
 
@@ -312,19 +312,25 @@ class OpView:
         return snake_case(self.op.stem)
 
     @property
-    def library_params(self) -> List[str]:
-        """Custom-op schema: tensors, then params, then the instance handle."""
-        tensors = [f"{t.name}: {'Optional[torch.Tensor]' if t.optional else 'torch.Tensor'}" for t in self.op.inputs]
-        params = [f"{p.name}: {_LIBRARY_TYPES[p.type]}" for p in self.op.params]
-        return tensors + params + ["handle: int"]
-
-    @property
     def library_call_args(self) -> str:
         return ", ".join(list(self.op.input_names) + [f"self.{p}" for p in self.op.param_names] + ["self._handle"])
 
     @property
-    def instance_args(self) -> str:
-        return ", ".join(list(self.op.input_names) + list(self.op.param_names) + ["handle"])
+    def instance_args_without_handle(self) -> str:
+        return ", ".join(list(self.op.input_names) + list(self.op.param_names))
+
+    @property
+    def library_schema(self) -> str:
+        """The custom op's schema: tensors, params, then the instance handle."""
+        args = [f"{'Tensor?' if t.optional else 'Tensor'} {t.name}" for t in self.op.inputs]
+        args += [f"{_SCHEMA_TYPES[p.type]} {p.name}" for p in self.op.params]
+        args.append("int handle")
+        returns = "Tensor" if len(self.op.outputs) == 1 else "(" + ", ".join("Tensor" for _ in self.op.outputs) + ")"
+        return f"({', '.join(args)}) -> {returns}"
+
+    @staticmethod
+    def tuple_literal(names: Sequence[str]) -> str:
+        return "(" + ", ".join(f'"{n}"' for n in names) + ("," if len(names) == 1 else "") + ")"
 
     @property
     def shared_config(self) -> str:
@@ -372,28 +378,6 @@ class OpView:
         items = [f"{d}=self.{d}" for d in link.bwd_static_dims] + ["dtype=self.dtype"]
         items += [f"{p}=self.{p}" for p in link.bwd_params] + ["tune=self.tune"]
         return f"{link.op}({', '.join(items)})"
-
-    @property
-    def grad_names(self) -> List[str]:
-        return [f"grad_{name}" for name in self.op.output_names]
-
-    @property
-    def backward_returns(self) -> str:
-        link = self.op.backward
-        assert link is not None
-        grads = [f"grad_{n}" if f"grad_{n}" in link.bwd_outputs else "None" for n in self.op.input_names]
-        grads += ["None"] * (len(self.op.params) + 1)
-        return ", ".join(grads)
-
-    @property
-    def trailing_nones(self) -> str:
-        """Gradients of the custom op's non-tensor arguments (params and handle): none."""
-        return "(" + ", ".join(["None"] * (len(self.op.params) + 1)) + ",)"
-
-    @staticmethod
-    def unpack(names: Sequence[str]) -> str:
-        """Left-hand side that unpacks a tuple of ``names`` (a trailing comma for one)."""
-        return ", ".join(names) + ("," if len(names) == 1 else "")
 
     @property
     def workload_literals(self) -> List[Tuple[str, str]]:

@@ -31,25 +31,25 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> torch
     """RMSNorm forward: y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight. Functional form of ``RMSNormFwdOp``."""
     if torch.compiler.is_compiling():
         return torch.ops.tileops.rms_norm_fwd(x, weight, eps, SHARED_INSTANCE)
-    return RMSNormFwdOp.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)(x, weight)
+    return RMSNormFwdOp._shared_for(x, weight, eps)(x, weight)
 
 
 def cumsum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Cumsum forward: y = cumsum(x, dim). Functional form of ``CumsumFwdOp``."""
     if torch.compiler.is_compiling():
         return torch.ops.tileops.cumsum_fwd(x, dim, SHARED_INSTANCE)
-    return CumsumFwdOp.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)(x)
+    return CumsumFwdOp._shared_for(x, dim)(x)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax forward: y = exp(x - max(x, dim)) / sum(exp(x - max(x, dim)), dim). Functional form of ``SoftmaxFwdOp``."""
     if torch.compiler.is_compiling():
         return torch.ops.tileops.softmax_fwd(x, dim, SHARED_INSTANCE)
-    return SoftmaxFwdOp.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)(x)
+    return SoftmaxFwdOp._shared_for(x, dim)(x)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """LogSoftmax forward: y = x - max(x, dim) - log(sum(exp(x - max(x, dim)), dim)). Functional form of ``LogSoftmaxFwdOp``."""
     if torch.compiler.is_compiling():
         return torch.ops.tileops.log_softmax_fwd(x, dim, SHARED_INSTANCE)
-    return LogSoftmaxFwdOp.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)(x)
+    return LogSoftmaxFwdOp._shared_for(x, dim)(x)

@@ -16,13 +16,13 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Callable, Dict, Hashable, Mapping, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Hashable, Mapping, NamedTuple, Optional, Sequence, Tuple, Type, TypeVar
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
 
-__all__ = ["Op", "STRICT_DEVICE_ENV"]
+__all__ = ["Op", "STRICT_DEVICE_ENV", "SHARED_INSTANCE", "BackwardWiring", "register_library_op"]
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +217,11 @@ class Op(torch.nn.Module):
     def _library_call(self, *inputs: Optional[torch.Tensor]) -> Any:
         raise NotImplementedError(f"{type(self).__name__}._library_call")
 
+    @classmethod
+    def _shared_for(cls: Type[OpT], *inputs_and_params: Any) -> OpT:
+        """The shared instance for the configuration these inputs and params imply."""
+        raise NotImplementedError(f"{cls.__name__}._shared_for")
+
     def reference(self, *inputs: Optional[torch.Tensor]) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.reference")
 
@@ -306,6 +311,71 @@ class Op(torch.nn.Module):
         fields = {k: v for k, v in vars(self).items() if not k.startswith("_") and k not in (
             "training", "kernel_map", "last_backend")}
         return ", ".join(f"{k}={v}" for k, v in fields.items())
+
+
+class BackwardWiring(NamedTuple):
+    """How a Fwd op's custom op is differentiated: what it saves and how its Bwd op is called.
+
+    Names follow the manifest: Bwd inputs are ``grad_<output>`` or saved tensors, and
+    Bwd outputs are ``grad_<input>``.
+    """
+
+    saves: Tuple[str, ...]
+    inputs: Tuple[str, ...]
+    outputs: Tuple[str, ...]
+
+
+def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequence[str],
+                        params: Sequence[str], outputs: Sequence[str],
+                        backward: Optional[BackwardWiring] = None) -> Any:
+    """Register ``cls`` as the custom op ``name``: its kernel, fake function and autograd.
+
+    The custom op takes the op's tensors, its params and an instance handle
+    (``SHARED_INSTANCE`` for the shared instance of the configuration the inputs
+    imply), so compiled graphs and autograd reach the same instance, kernel map
+    and tuned configs as the eager call.
+    """
+    input_names, output_names = tuple(inputs), tuple(outputs)
+    n_inputs, n_params = len(input_names), len(params)
+    no_grads = (None,) * (n_params + 1)
+
+    def instance(args: Tuple[Any, ...]) -> Op:
+        handle = args[-1]
+        if handle != SHARED_INSTANCE:
+            return cls.from_handle(handle)
+        return cls._shared_for(*args[:-1])
+
+    def kernel(*args: Any) -> Any:
+        return instance(args)._eager(*args[:n_inputs])
+
+    def fake(*args: Any) -> Any:
+        op = instance(args)
+        op._check_inputs(*args[:n_inputs])
+        return op._fake_outputs(*args[:n_inputs])
+
+    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:  # names fixed by torch
+        ctx.op = instance(inputs)
+        tensors = inputs[:n_inputs]
+        if backward is None:
+            ctx.save_for_backward(*tensors)
+            return
+        results = output if isinstance(output, tuple) else (output,)
+        named = {**dict(zip(input_names, tensors)), **dict(zip(output_names, results))}
+        ctx.save_for_backward(*(named[n] for n in backward.saves))
+
+    def differentiate(ctx: Any, *grads: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        if backward is None:
+            return ctx.op._refuse_backward(ctx.needs_input_grad, grads[0], ctx.saved_tensors) + no_grads
+        named = {**dict(zip(backward.saves, ctx.saved_tensors)),
+                 **{f"grad_{o}": g for o, g in zip(output_names, grads)}}
+        result = ctx.op.backward_op()._library_call(*(named[n] for n in backward.inputs))
+        by_name = dict(zip(backward.outputs, result if isinstance(result, tuple) else (result,)))
+        return tuple(by_name.get(f"grad_{n}") for n in input_names) + no_grads
+
+    library_op = torch.library.custom_op(name, kernel, mutates_args=(), schema=schema)
+    library_op.register_fake(fake)
+    library_op.register_autograd(differentiate, setup_context=setup_context)
+    return library_op
 
 
 @torch.library.custom_op("tileops::no_backward", mutates_args=())

@@ -15,7 +15,7 @@ from tileops.kernels.norm.rms_norm import RMSNormFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import NormOp
-from ..op_base import SHARED_INSTANCE
+from ..op_base import BackwardWiring, register_library_op
 
 __all__ = ["RMSNormFwdOp"]
 
@@ -89,6 +89,11 @@ class RMSNormFwdOp(NormOp):
         """This call through the registered custom op (for torch.compile and autograd)."""
         return torch.ops.tileops.rms_norm_fwd(x, weight, self.eps, self._handle)
 
+    @classmethod
+    def _shared_for(cls, x, weight, eps) -> "RMSNormFwdOp":
+        """The shared instance for the configuration these inputs and params imply."""
+        return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)
+
     def _fake_outputs(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""
         shapes = self._infer_output_shapes(tuple(x.shape), tuple(weight.shape))
@@ -114,34 +119,11 @@ class RMSNormFwdOp(NormOp):
         return frozenset({(0, -1 % len(x_shape))})
 
 
-def _instance(x, weight, eps, handle) -> RMSNormFwdOp:
-    """The instance a custom-op call belongs to: the caller's, or the shared one for its configuration."""
-    if handle != SHARED_INSTANCE:
-        return RMSNormFwdOp.from_handle(handle)
-    return RMSNormFwdOp.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)
-
-
-@torch.library.custom_op("tileops::rms_norm_fwd", mutates_args=())
-def _library_op(x: torch.Tensor, weight: torch.Tensor, eps: float, handle: int) -> torch.Tensor:
-    return _instance(x, weight, eps, handle)._eager(x, weight)
-
-
-@_library_op.register_fake
-def _library_op_fake(x, weight, eps, handle):
-    op = _instance(x, weight, eps, handle)
-    op._check_inputs(x, weight)
-    return op._fake_outputs(x, weight)
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    x, weight, eps, handle = inputs
-    ctx.op = _instance(x, weight, eps, handle)
-    ctx.save_for_backward(x, weight)
-
-
-def _backward(ctx, grad_y):
-    refused = ctx.op._refuse_backward(ctx.needs_input_grad, grad_y, ctx.saved_tensors)
-    return refused + (None, None,)
-
-
-_library_op.register_autograd(_backward, setup_context=_setup_context)
+register_library_op(
+    RMSNormFwdOp,
+    "tileops::rms_norm_fwd",
+    "(Tensor x, Tensor weight, float eps, int handle) -> Tensor",
+    inputs=("x", "weight"),
+    params=("eps",),
+    outputs=("y",),
+)

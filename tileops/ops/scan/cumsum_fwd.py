@@ -15,7 +15,7 @@ from tileops.kernels.scan.cumsum import CumsumFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import ScanOp
-from ..op_base import SHARED_INSTANCE
+from ..op_base import BackwardWiring, register_library_op
 
 __all__ = ["CumsumFwdOp"]
 
@@ -86,6 +86,11 @@ class CumsumFwdOp(ScanOp):
         """This call through the registered custom op (for torch.compile and autograd)."""
         return torch.ops.tileops.cumsum_fwd(x, self.dim, self._handle)
 
+    @classmethod
+    def _shared_for(cls, x, dim) -> "CumsumFwdOp":
+        """The shared instance for the configuration these inputs and params imply."""
+        return cls.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)
+
     def _fake_outputs(self, x: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""
         shapes = self._infer_output_shapes(tuple(x.shape))
@@ -109,34 +114,11 @@ class CumsumFwdOp(ScanOp):
         return frozenset({(0, self.dim % len(x_shape))})
 
 
-def _instance(x, dim, handle) -> CumsumFwdOp:
-    """The instance a custom-op call belongs to: the caller's, or the shared one for its configuration."""
-    if handle != SHARED_INSTANCE:
-        return CumsumFwdOp.from_handle(handle)
-    return CumsumFwdOp.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)
-
-
-@torch.library.custom_op("tileops::cumsum_fwd", mutates_args=())
-def _library_op(x: torch.Tensor, dim: int, handle: int) -> torch.Tensor:
-    return _instance(x, dim, handle)._eager(x)
-
-
-@_library_op.register_fake
-def _library_op_fake(x, dim, handle):
-    op = _instance(x, dim, handle)
-    op._check_inputs(x)
-    return op._fake_outputs(x)
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    x, dim, handle = inputs
-    ctx.op = _instance(x, dim, handle)
-    ctx.save_for_backward(x)
-
-
-def _backward(ctx, grad_y):
-    refused = ctx.op._refuse_backward(ctx.needs_input_grad, grad_y, ctx.saved_tensors)
-    return refused + (None, None,)
-
-
-_library_op.register_autograd(_backward, setup_context=_setup_context)
+register_library_op(
+    CumsumFwdOp,
+    "tileops::cumsum_fwd",
+    "(Tensor x, int dim, int handle) -> Tensor",
+    inputs=("x",),
+    params=("dim",),
+    outputs=("y",),
+)

@@ -15,7 +15,7 @@ from tileops.kernels.softmax.log_softmax import LogSoftmaxFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import SoftmaxFamilyOp
-from ..op_base import SHARED_INSTANCE
+from ..op_base import BackwardWiring, register_library_op
 
 __all__ = ["LogSoftmaxFwdOp"]
 
@@ -87,6 +87,11 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
         """This call through the registered custom op (for torch.compile and autograd)."""
         return torch.ops.tileops.log_softmax_fwd(x, self.dim, self._handle)
 
+    @classmethod
+    def _shared_for(cls, x, dim) -> "LogSoftmaxFwdOp":
+        """The shared instance for the configuration these inputs and params imply."""
+        return cls.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)
+
     def _fake_outputs(self, x: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""
         shapes = self._infer_output_shapes(tuple(x.shape))
@@ -116,38 +121,16 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
         return frozenset({(0, self.dim % len(x_shape))})
 
 
-def _instance(x, dim, handle) -> LogSoftmaxFwdOp:
-    """The instance a custom-op call belongs to: the caller's, or the shared one for its configuration."""
-    if handle != SHARED_INSTANCE:
-        return LogSoftmaxFwdOp.from_handle(handle)
-    return LogSoftmaxFwdOp.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)
-
-
-@torch.library.custom_op("tileops::log_softmax_fwd", mutates_args=())
-def _library_op(x: torch.Tensor, dim: int, handle: int) -> torch.Tensor:
-    return _instance(x, dim, handle)._eager(x)
-
-
-@_library_op.register_fake
-def _library_op_fake(x, dim, handle):
-    op = _instance(x, dim, handle)
-    op._check_inputs(x)
-    return op._fake_outputs(x)
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    x, dim, handle = inputs
-    ctx.op = _instance(x, dim, handle)
-    y = output
-
-    ctx.save_for_backward(y)
-
-
-def _backward(ctx, grad_y):
-    y, = ctx.saved_tensors
-    grad_x = ctx.op.backward_op()._library_call(grad_y, y)
-
-    return grad_x, None, None
-
-
-_library_op.register_autograd(_backward, setup_context=_setup_context)
+register_library_op(
+    LogSoftmaxFwdOp,
+    "tileops::log_softmax_fwd",
+    "(Tensor x, int dim, int handle) -> Tensor",
+    inputs=("x",),
+    params=("dim",),
+    outputs=("y",),
+    backward=BackwardWiring(
+        saves=("y",),
+        inputs=("grad_y", "y"),
+        outputs=("grad_x",),
+    ),
+)

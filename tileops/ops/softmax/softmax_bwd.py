@@ -15,7 +15,7 @@ from tileops.kernels.softmax.softmax import SoftmaxBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import SoftmaxFamilyOp
-from ..op_base import SHARED_INSTANCE
+from ..op_base import BackwardWiring, register_library_op
 
 __all__ = ["SoftmaxBwdOp"]
 
@@ -90,6 +90,11 @@ class SoftmaxBwdOp(SoftmaxFamilyOp):
         """This call through the registered custom op (for torch.compile and autograd)."""
         return torch.ops.tileops.softmax_bwd(grad_y, y, self.dim, self._handle)
 
+    @classmethod
+    def _shared_for(cls, grad_y, y, dim) -> "SoftmaxBwdOp":
+        """The shared instance for the configuration these inputs and params imply."""
+        return cls.shared(N=int(rules.axis_size(y.shape, dim)), dtype=grad_y.dtype, dim=dim)
+
     def _fake_outputs(self, grad_y: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""
         shapes = self._infer_output_shapes(tuple(grad_y.shape), tuple(y.shape))
@@ -115,34 +120,11 @@ class SoftmaxBwdOp(SoftmaxFamilyOp):
         return frozenset({(1, self.dim % len(y_shape))})
 
 
-def _instance(grad_y, y, dim, handle) -> SoftmaxBwdOp:
-    """The instance a custom-op call belongs to: the caller's, or the shared one for its configuration."""
-    if handle != SHARED_INSTANCE:
-        return SoftmaxBwdOp.from_handle(handle)
-    return SoftmaxBwdOp.shared(N=int(rules.axis_size(y.shape, dim)), dtype=grad_y.dtype, dim=dim)
-
-
-@torch.library.custom_op("tileops::softmax_bwd", mutates_args=())
-def _library_op(grad_y: torch.Tensor, y: torch.Tensor, dim: int, handle: int) -> torch.Tensor:
-    return _instance(grad_y, y, dim, handle)._eager(grad_y, y)
-
-
-@_library_op.register_fake
-def _library_op_fake(grad_y, y, dim, handle):
-    op = _instance(grad_y, y, dim, handle)
-    op._check_inputs(grad_y, y)
-    return op._fake_outputs(grad_y, y)
-
-
-def _setup_context(ctx, inputs, output) -> None:
-    grad_y, y, dim, handle = inputs
-    ctx.op = _instance(grad_y, y, dim, handle)
-    ctx.save_for_backward(grad_y, y)
-
-
-def _backward(ctx, grad_grad_x):
-    refused = ctx.op._refuse_backward(ctx.needs_input_grad, grad_grad_x, ctx.saved_tensors)
-    return refused + (None, None,)
-
-
-_library_op.register_autograd(_backward, setup_context=_setup_context)
+register_library_op(
+    SoftmaxBwdOp,
+    "tileops::softmax_bwd",
+    "(Tensor grad_y, Tensor y, int dim, int handle) -> Tensor",
+    inputs=("grad_y", "y"),
+    params=("dim",),
+    outputs=("grad_x",),
+)
