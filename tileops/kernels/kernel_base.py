@@ -192,6 +192,10 @@ class Kernel:
         """Compile for sm_90 without needing a GPU (used by the kernel-build check)."""
         return self.compile(target=SM90_BUILD_TARGET)
 
+    def build_all_for_sm90(self) -> Dict[str, Any]:
+        """Every program a call may launch, compiled for sm_90 (one, unless a kernel has several)."""
+        return {"main": self.build_for_sm90()}
+
     # ---- device checks ----------------------------------------------------------
     def check_device(self, device: torch.device) -> None:
         """Raise ``UnsupportedArchError`` unless ``device`` is a GPU this kernel supports."""

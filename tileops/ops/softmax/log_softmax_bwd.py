@@ -6,7 +6,7 @@ Provides:
   - LogSoftmaxBwdOp: grad_x = grad_y - exp(y) * sum(grad_y, dim)
 """
 
-from typing import Dict, List, Optional, Tuple, Type
+from typing import Dict, List, Optional, Sequence, Tuple, Type
 
 import torch
 

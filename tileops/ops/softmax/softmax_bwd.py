@@ -6,7 +6,7 @@ Provides:
   - SoftmaxBwdOp: grad_x = y * (grad_y - sum(grad_y * y, dim))
 """
 
-from typing import Dict, List, Optional, Tuple, Type
+from typing import Dict, List, Optional, Sequence, Tuple, Type
 
 import torch
 
