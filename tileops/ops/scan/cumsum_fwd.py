@@ -105,7 +105,7 @@ class CumsumFwdOp(ScanOp):
 
     def eval_roofline(self, x_shape: Tuple[int, ...]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
-        M = rules.numel(x_shape) // self.N
+        M = rules.numel(x_shape) // self.N if self.N else 0
         flops = M * self.N
         moved = 2 * M * self.N * elem_bytes
         return int(flops), int(moved)
