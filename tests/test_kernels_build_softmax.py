@@ -263,3 +263,21 @@ def test_launch_ranges_respect_int32_extents() -> None:
     columns = torch.empty((10, 3, 2**30), device="meta")
     assert SoftmaxFamilyOp._launch_ranges(columns) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7),
                                                        (7, 8), (8, 9), (9, 10)]
+
+
+def test_only_the_softmax_forward_keeps_exponentials_in_registers() -> None:
+    pytest.importorskip("tilelang")
+    from tileops.kernels.softmax.softmax import CACHED_EXP_ELEMENTS
+
+    def script(kernel_cls, N: int, **config: int) -> str:
+        kernel = kernel_cls(N, torch.bfloat16, config={**softmax_default_config(N, torch.bfloat16), **config})
+        return build_program(ROW_FUSED, N, torch.bfloat16, kernel.variant, kernel.config, (("vector", 8),)).script()
+
+    cached = f"e = T.sblock_alloc_buffer(({CACHED_EXP_ELEMENTS},), scope=\"local\")"
+    assert softmax_default_config(32768, torch.bfloat16)["cache_exp"] == 1
+    assert cached in script(SoftmaxFwdKernel, 32768)  # 32 elements a thread
+    assert cached not in script(SoftmaxFwdKernel, 32768, cache_exp=0)
+    assert cached not in script(LogSoftmaxFwdKernel, 32768)
+    # 64 elements a thread exceed the budget: the exponentials are recomputed instead.
+    assert "e = T.sblock_alloc_buffer" not in script(SoftmaxFwdKernel, 65536)
+    assert "T.annotate_min_blocks_per_sm" not in script(SoftmaxFwdKernel, 4096)

@@ -164,7 +164,10 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
 
     Fused rows: two 16-byte vectors per thread, or more for long rows (a row
     gets at most 1024 threads), so a 4096-wide half-precision row takes 256
-    threads; the softmax forward keeps its exponentials in registers.  Rows too long for registers take the two-step programs with 512
+    threads; the softmax forward keeps its exponentials in registers (a
+    1024-thread block runs alone on its SM, so its compute does not overlap
+    another block's loads: on an H100 one exponential per element instead of
+    two took 8192 x 32768 bfloat16 rows from 86% to 96% of copy bandwidth).  Rows too long for registers take the two-step programs with 512
     threads and four vectors in flight per thread.  Columns: 256 threads.
     """
     vector = max_vector(dtype)
