@@ -113,16 +113,19 @@ def precompile_jobs() -> List[tuple]:
         inners = [shape[2]] if len(shape) == 3 else []
         for config in cumsum_candidates(shape, DTYPE_NAMES[dtype_name]):
             jobs += _cumsum_jobs(N, dtype_name, config, inners)
-    for N in (65537, 262144):  # the split scan the GPU tests compare with
+    for N in (65537, 262144):  # the look-back scan the GPU tests compare with
         for dtype_name, dtype in DTYPE_NAMES.items():
-            jobs += _cumsum_jobs(N, dtype_name, {**cumsum_default_config(N, dtype), "lookback": 0})
+            jobs += _cumsum_jobs(N, dtype_name, {**cumsum_default_config(N, dtype), "lookback": 1})
     base = cumsum_default_config(262144, torch.bfloat16)
     for threads, items in ((256, 16), (512, 16), (512, 32)):
-        jobs += _cumsum_jobs(262144, "bfloat16", {**base, "threads": threads, "items": items, "row_threads": threads})
+        config = {**base, "threads": threads, "items": items, "row_threads": threads, "lookback": 1}
+        jobs += _cumsum_jobs(262144, "bfloat16", config)
     for threads, items in ((256, 8), (256, 16)):
         config = {**base, "threads": threads, "items": items, "row_threads": threads, "lookback": 0, "segments": 32}
         jobs += _cumsum_jobs(262144, "bfloat16", config)
-    lookback_stress = {**cumsum_default_config(262144, torch.float32), "threads": 256, "items": 4, "row_threads": 256}
+    lookback_stress = {
+        **cumsum_default_config(262144, torch.float32), "threads": 256, "items": 4, "row_threads": 256, "lookback": 1,
+    }
     jobs += _cumsum_jobs(262144, "float32", lookback_stress)
     unique = {}
     for job in jobs:
@@ -228,8 +231,8 @@ def cumsum_candidates(shape: Tuple[int, ...], dtype: torch.dtype) -> List[Dict[s
     if len(shape) == 2:
         candidates = cumsum_autotune_configs(N, dtype)
         if shape[0] <= candidates[0]["split_max_rows"]:
-            # Few rows: compare the look-back and split scans of every layout.
-            candidates = candidates + [{**config, "lookback": 0} for config in candidates]
+            # Few rows: compare the split and look-back scans of every layout.
+            candidates = candidates + [{**config, "lookback": 1} for config in candidates]
         return candidates
     default = cumsum_default_config(N, dtype)
     candidates = [default]
@@ -347,17 +350,21 @@ def host_overhead() -> List[Tuple[str, float]]:
     return results
 
 
-def run_timing(out_dir: Optional[Path]) -> None:
+def run_timing(out_dir: Optional[Path], only: str = "") -> None:
     torch.manual_seed(0)
     bandwidth = copy_bandwidth()
     print(f"device: {torch.cuda.get_device_name()}  copy bandwidth (read+write): {bandwidth / 1e12:.2f} TB/s")
     rows: List[Dict[str, Any]] = []
     for name, shape, dtype_name in RMS_WORKLOADS:
+        if only not in name:
+            continue
         try:
             rows.append(time_rms(name, shape, DTYPE_NAMES[dtype_name]))
         except Exception as error:  # noqa: BLE001
             print(f"{name} FAILED: {error!r}"[:400], flush=True)
     for name, shape, dtype_name in CUMSUM_WORKLOADS:
+        if only not in name:
+            continue
         try:
             rows.append(time_cumsum(name, shape, DTYPE_NAMES[dtype_name]))
         except Exception as error:  # noqa: BLE001
@@ -406,10 +413,11 @@ def main() -> None:
     parser.add_argument("stage", choices=["precompile", "time"])
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--only", default="", help="time only workloads whose name contains this")
     args = parser.parse_args()
     if args.stage == "precompile":
         sys.exit(1 if precompile(args.workers) else 0)
-    run_timing(args.out)
+    run_timing(args.out, args.only)
 
 
 if __name__ == "__main__":

@@ -76,13 +76,12 @@ def test_rms_norm_builds_for_sm90(N: int, dtype: torch.dtype) -> None:
 @needs_nvcc
 def test_cumsum_builds_every_program_for_sm90() -> None:
     kernel = CumsumFwdKernel(65537, torch.bfloat16)
+    assert kernel.split_segments > 1
     built = kernel.build_all_for_sm90(inner=5)
-    assert set(built) == {ROW_SCAN, LOOKBACK_ROW_SCAN, f"{COLUMN_SCAN}_8"}
+    assert set(built) == {ROW_SCAN, SEGMENT_SUMS, SPLIT_ROW_SCAN, f"{COLUMN_SCAN}_8"}
     built[f"{COLUMN_SCAN}_32x8"] = kernel.compile_program(f"{COLUMN_SCAN}_32x8", target=SM90_BUILD_TARGET)
-    split = CumsumFwdKernel(65537, torch.float16, config={"lookback": 0})
-    assert split.split_segments > 1
-    built.update({f"split {name}": program for name, program in split.build_all_for_sm90().items()})
-    assert {f"split {SEGMENT_SUMS}", f"split {SPLIT_ROW_SCAN}"} <= set(built)
+    lookback = CumsumFwdKernel(65537, torch.float16, config={"lookback": 1})
+    built["lookback"] = lookback.compile_program(LOOKBACK_ROW_SCAN, target=SM90_BUILD_TARGET)
     for compiled in built.values():
         assert "(int64_t)" in compiled.get_kernel_source()
 
@@ -114,7 +113,7 @@ def test_every_cumsum_candidate_builds_its_programs(N: int) -> None:
     for config in cumsum_autotune_configs(N, torch.float32):
         names = set(CumsumFwdKernel(N, torch.float32, config=config).program_names(inner=33))
         names |= set(CumsumFwdKernel(N, torch.float32, config=config).program_names(inner=128))
-        names |= set(CumsumFwdKernel(N, torch.float32, config={**config, "lookback": 0}).program_names())
+        names |= set(CumsumFwdKernel(N, torch.float32, config={**config, "lookback": 1}).program_names())
         for name in names:
             assert _build_program(name, N, "float32", config) is not None
 
@@ -168,8 +167,8 @@ def test_cumsum_default_config_is_valid(N: int, dtype: torch.dtype) -> None:
     assert _pow2(threads) and 32 <= threads <= 1024
     assert _pow2(row_threads) and row_threads <= threads
     assert 1 <= items <= 2 * 16 // dtype.itemsize
-    # A chunk covers the row or the row loops over whole chunks of 512 threads.
-    assert row_threads * items >= N or row_threads == 512
+    # A chunk covers the row or the row loops over whole chunks of 256 threads.
+    assert row_threads * items >= N or row_threads == 256
     if config["segments"] > 1:
         chunks = -(-N // (row_threads * items))
         assert chunks >= 4 and config["segments"] <= chunks
@@ -177,12 +176,13 @@ def test_cumsum_default_config_is_valid(N: int, dtype: torch.dtype) -> None:
 
 def test_cumsum_cuts_long_rows_only() -> None:
     short = CumsumFwdKernel(4096, torch.bfloat16)
-    assert short.program_names() == [ROW_SCAN]
-    assert CumsumFwdKernel(4096, torch.bfloat16, config={"lookback": 0}).split_segments == 1
+    assert short.program_names() == [ROW_SCAN] and short.split_segments == 1
+    assert CumsumFwdKernel(4096, torch.bfloat16, config={"lookback": 1}).program_names() == [ROW_SCAN]
     long_rows = CumsumFwdKernel(262144, torch.bfloat16)
-    assert LOOKBACK_ROW_SCAN in long_rows.program_names()
+    assert long_rows.split_segments > 1
     assert long_rows.config["split_max_rows"] >= 64
-    assert CumsumFwdKernel(262144, torch.bfloat16, config={"lookback": 0}).split_segments > 1
+    lookback = CumsumFwdKernel(262144, torch.bfloat16, config={"lookback": 1})
+    assert LOOKBACK_ROW_SCAN in lookback.program_names()
 
 
 def test_column_program_tile_follows_inner_extent() -> None:

@@ -179,27 +179,28 @@ def test_cumsum_rows(dtype: torch.dtype, N: int, rows: int) -> None:
 @pytest.mark.parametrize("N", [65537, 262144])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cumsum_few_long_rows_every_path_agrees(dtype: torch.dtype, N: int) -> None:
-    """Few long rows take the look-back scan (default) or the split scan; the plain row scan agrees."""
-    lookback = _kernel(CumsumFwdKernel, N, dtype)
-    split = _kernel(CumsumFwdKernel, N, dtype, config={"lookback": 0})
-    assert LOOKBACK_ROW_SCAN in lookback.program_names() and split.split_segments > 1
+    """Few long rows take the split scan (default) or the look-back scan; the plain row scan agrees."""
+    split = _kernel(CumsumFwdKernel, N, dtype)
+    lookback = _kernel(CumsumFwdKernel, N, dtype, config={"lookback": 1})
+    assert split.split_segments > 1 and LOOKBACK_ROW_SCAN in lookback.program_names()
     x = torch.randn(5, N, device="cuda", dtype=dtype)
     outs = [_poisoned_like(x) for _ in range(3)]
-    lookback(x, outs[0])
-    split(x, outs[1])
-    lookback.compile_program(ROW_SCAN)(x, outs[2])
+    split(x, outs[0])
+    lookback(x, outs[1])
+    split.compile_program(ROW_SCAN)(x, outs[2])
     torch.cuda.synchronize()
     reference = torch.cumsum(x.double(), dim=1)
     for out in outs:
         _assert_matches(out, reference, atol=_cumsum_atol(N))
-    assert any(key[0] == LOOKBACK_ROW_SCAN for key in lookback._compiled)
     assert any(key[0] == SPLIT_ROW_SCAN for key in split._compiled)
+    assert any(key[0] == LOOKBACK_ROW_SCAN for key in lookback._compiled)
 
 
 def test_cumsum_lookback_across_many_windows_is_race_free() -> None:
     """256 tiles a row: the look-back crosses several 32-tile windows; repeated on fresh inputs."""
     N = 262144
-    kernel = _kernel(CumsumFwdKernel, N, torch.float32, config={"threads": 256, "items": 4, "row_threads": 256})
+    config = {"threads": 256, "items": 4, "row_threads": 256, "lookback": 1}
+    kernel = _kernel(CumsumFwdKernel, N, torch.float32, config=config)
     assert LOOKBACK_ROW_SCAN in kernel.program_names()
     for _ in range(5):
         x = torch.randn(64, N, device="cuda", dtype=torch.float32)
