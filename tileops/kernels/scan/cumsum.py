@@ -100,7 +100,7 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     # Measured on an H100 at 64 x 262144 bf16: split 44 us, look-back 51 us.
     config["lookback"] = 0
     config["column_threads"] = 256
-    config["column_items"] = 8
+    config["column_items"] = 16  # H100, 8 x 4096 x 4096 bf16 over dim 1: 16 beats 8 by 15%
     # Scans over a middle axis with fewer column blocks than this, and at
     # least ``4 * column_threads`` long, transpose to rows instead (the
     # column program would leave most SMs idle).
