@@ -111,7 +111,7 @@ class LogSoftmaxBwdOp(SoftmaxFamilyOp):
 
     def eval_roofline(self, grad_y_shape: Tuple[int, ...], y_shape: Tuple[int, ...]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
-        M = rules.numel(y_shape) // self.N
+        M = rules.numel(y_shape) // self.N if self.N else 0
         flops = 4 * M * self.N
         moved = 3 * M * self.N * elem_bytes
         return int(flops), int(moved)

@@ -112,7 +112,7 @@ class SoftmaxFwdOp(SoftmaxFamilyOp):
 
     def eval_roofline(self, x_shape: Tuple[int, ...]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
-        M = rules.numel(x_shape) // self.N
+        M = rules.numel(x_shape) // self.N if self.N else 0
         flops = 5 * M * self.N
         moved = 2 * M * self.N * elem_bytes
         return int(flops), int(moved)
