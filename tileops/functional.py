@@ -12,7 +12,18 @@ import torch
 
 from tileops import _shape_rules as rules
 from tileops.ops import (
+    ReluFwdOp,
+    SigmoidFwdOp,
+    SiluFwdOp,
+    GeluFwdOp,
+    ExpFwdOp,
+    AddFwdOp,
+    MulFwdOp,
+    SiluAndMulFwdOp,
+    GeluAndMulFwdOp,
     RMSNormFwdOp,
+    LayerNormFwdOp,
+    FusedAddRMSNormFwdOp,
     CumsumFwdOp,
     SoftmaxFwdOp,
     LogSoftmaxFwdOp,
@@ -20,11 +31,85 @@ from tileops.ops import (
 from tileops.ops.op_base import SHARED_INSTANCE
 
 __all__ = [
+    "add",
     "cumsum",
+    "exp",
+    "fused_add_rms_norm",
+    "gelu",
+    "gelu_and_mul",
+    "layer_norm",
     "log_softmax",
+    "mul",
+    "relu",
     "rms_norm",
+    "sigmoid",
+    "silu",
+    "silu_and_mul",
     "softmax",
 ]
+
+
+def relu(x: torch.Tensor) -> torch.Tensor:
+    """Relu forward: y = max(x, 0). Functional form of ``ReluFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.relu_fwd(x, SHARED_INSTANCE)
+    return ReluFwdOp._shared_for(x)(x)
+
+
+def sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """Sigmoid forward: y = 1 / (1 + exp(-x)). Functional form of ``SigmoidFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.sigmoid_fwd(x, SHARED_INSTANCE)
+    return SigmoidFwdOp._shared_for(x)(x)
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """Silu forward: y = x * sigmoid(x). Functional form of ``SiluFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.silu_fwd(x, SHARED_INSTANCE)
+    return SiluFwdOp._shared_for(x)(x)
+
+
+def gelu(x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
+    """Gelu forward: y = x * Phi(x) (exact, with erf) or its tanh approximation. Functional form of ``GeluFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.gelu_fwd(x, approximate, SHARED_INSTANCE)
+    return GeluFwdOp._shared_for(x, approximate)(x)
+
+
+def exp(x: torch.Tensor) -> torch.Tensor:
+    """Exp forward: y = exp(x). Functional form of ``ExpFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.exp_fwd(x, SHARED_INSTANCE)
+    return ExpFwdOp._shared_for(x)(x)
+
+
+def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Add forward: y = a + b, with PyTorch broadcasting. Functional form of ``AddFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.add_fwd(a, b, SHARED_INSTANCE)
+    return AddFwdOp._shared_for(a, b)(a, b)
+
+
+def mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Mul forward: y = a * b, with PyTorch broadcasting. Functional form of ``MulFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.mul_fwd(a, b, SHARED_INSTANCE)
+    return MulFwdOp._shared_for(a, b)(a, b)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """SiluAndMul forward: y = silu(x[..., :H]) * x[..., H:], H = N / 2. Functional form of ``SiluAndMulFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.silu_and_mul_fwd(x, SHARED_INSTANCE)
+    return SiluAndMulFwdOp._shared_for(x)(x)
+
+
+def gelu_and_mul(x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
+    """GeluAndMul forward: y = gelu(x[..., :H]) * x[..., H:], H = N / 2. Functional form of ``GeluAndMulFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.gelu_and_mul_fwd(x, approximate, SHARED_INSTANCE)
+    return GeluAndMulFwdOp._shared_for(x, approximate)(x)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> torch.Tensor:
@@ -32,6 +117,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> torch
     if torch.compiler.is_compiling():
         return torch.ops.tileops.rms_norm_fwd(x, weight, eps, SHARED_INSTANCE)
     return RMSNormFwdOp._shared_for(x, weight, eps)(x, weight)
+
+
+def layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None, eps: float = 1e-05) -> torch.Tensor:
+    """LayerNorm forward: y = (x - mean(x, -1)) * rsqrt(var(x, -1) + eps) * weight + bias (biased variance; weight and bias optional). Functional form of ``LayerNormFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.layer_norm_fwd(x, weight, bias, eps, SHARED_INSTANCE)
+    return LayerNormFwdOp._shared_for(x, weight, bias, eps)(x, weight, bias)
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> Tuple[torch.Tensor, torch.Tensor]:
+    """FusedAddRMSNorm forward: residual_out = x + residual; y = residual_out * rsqrt(mean(residual_out^2, dim=-1) + eps) * weight. Functional form of ``FusedAddRMSNormFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.fused_add_rms_norm_fwd(x, residual, weight, eps, SHARED_INSTANCE)
+    return FusedAddRMSNormFwdOp._shared_for(x, residual, weight, eps)(x, residual, weight)
 
 
 def cumsum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -1,6 +1,10 @@
 """Every tileops operator class, grouped by family."""
 
 # --- norm (generated) ---
+from .norm import FusedAddRMSNormFwdOp
+from .norm import LayerNormBwdOp
+from .norm import LayerNormFwdOp
+from .norm import RMSNormBwdOp
 from .norm import RMSNormFwdOp
 
 # --- scan (generated) ---
@@ -12,6 +16,21 @@ from .softmax import LogSoftmaxFwdOp
 from .softmax import SoftmaxBwdOp
 from .softmax import SoftmaxFwdOp
 
+# --- elementwise (generated) ---
+from .elementwise import AddFwdOp
+from .elementwise import ExpFwdOp
+from .elementwise import GeluAndMulBwdOp
+from .elementwise import GeluAndMulFwdOp
+from .elementwise import GeluBwdOp
+from .elementwise import GeluFwdOp
+from .elementwise import MulFwdOp
+from .elementwise import ReluFwdOp
+from .elementwise import SigmoidFwdOp
+from .elementwise import SiluAndMulBwdOp
+from .elementwise import SiluAndMulFwdOp
+from .elementwise import SiluBwdOp
+from .elementwise import SiluFwdOp
+
 __all__ = [
     "RMSNormFwdOp",
     "CumsumFwdOp",
@@ -19,4 +38,21 @@ __all__ = [
     "LogSoftmaxFwdOp",
     "SoftmaxBwdOp",
     "SoftmaxFwdOp",
+    "AddFwdOp",
+    "ExpFwdOp",
+    "GeluAndMulBwdOp",
+    "GeluAndMulFwdOp",
+    "GeluBwdOp",
+    "GeluFwdOp",
+    "MulFwdOp",
+    "ReluFwdOp",
+    "SigmoidFwdOp",
+    "SiluAndMulBwdOp",
+    "SiluAndMulFwdOp",
+    "SiluBwdOp",
+    "SiluFwdOp",
+    "FusedAddRMSNormFwdOp",
+    "LayerNormBwdOp",
+    "LayerNormFwdOp",
+    "RMSNormBwdOp",
 ]

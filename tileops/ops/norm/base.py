@@ -3,9 +3,16 @@
 A norm op commits its hidden size ``N`` (the last axis) at construction; all
 leading axes fold into one row axis, which the kernels take as a TileLang
 symbolic dimension, so one kernel per device serves every input shape.
+Inputs that are not contiguous (or not 16-byte aligned) are copied once;
+outputs are contiguous.
+
+* ``NormOp``: RMSNorm forward (and the shared machinery).
+* ``LayerNormOp``: LayerNorm forward with optional weight and bias.
+* ``FusedAddNormOp``: residual add fused with RMSNorm, two outputs.
+* ``NormBwdOp``: RMSNorm and LayerNorm backward (``grad_x`` and the affine gradients).
 """
 
-from typing import Hashable, Tuple
+from typing import Hashable, Optional, Tuple
 
 import torch
 
@@ -13,7 +20,7 @@ from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import aligned_contiguous, on_device
 from tileops.ops.op_base import Op
 
-__all__ = ["NormOp"]
+__all__ = ["NormOp", "LayerNormOp", "FusedAddNormOp", "NormBwdOp"]
 
 # Kernels take the row count as an int32 extent.
 MAX_ROWS_PER_LAUNCH = 2**31 - 1
@@ -69,3 +76,95 @@ class NormOp(Op):
                     stop = min(rows, start + MAX_ROWS_PER_LAUNCH)
                     kernel.forward(x_rows[start:stop], weight, y_rows[start:stop])
         return y
+
+
+def _rows_view(tensor: torch.Tensor, N: int) -> torch.Tensor:
+    """A contiguous tensor seen as ``(rows, N)`` (no view needed for 2-D inputs)."""
+    return tensor if tensor.ndim == 2 else tensor.view(-1, N)
+
+
+def _optional_aligned(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if tensor is None else aligned_contiguous(tensor)
+
+
+class LayerNormOp(NormOp):
+    """LayerNorm forward: ``forward(x, weight=None, bias=None)``."""
+
+    kernel_key = "layer_norm_fwd"
+
+    def _dispatch(self, x: torch.Tensor, weight: Optional[torch.Tensor] = None,
+                  bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if (weight is None or bias is None) and torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in (x, weight, bias)):
+            # The custom op's autograd returns a gradient for every tensor argument,
+            # and autograd refuses one for an argument that was None.  A differentiable
+            # call therefore passes an absent affine as its identity (ones, zeros),
+            # which does not require grad: its gradient is computed and dropped.
+            weight = x.new_ones(self.N) if weight is None else weight
+            bias = x.new_zeros(self.N) if bias is None else bias
+        return super()._dispatch(x, weight, bias)
+
+    def _run_kernel(self, x: torch.Tensor, weight: Optional[torch.Tensor],
+                    bias: Optional[torch.Tensor]) -> torch.Tensor:
+        """``y`` shaped like ``x``."""
+        x = aligned_contiguous(x)
+        y = torch.empty_like(x)
+        if x.numel() == 0:
+            return y
+        device = x.device
+        kernel = self._kernel(self.kernel_key, (device.index,))
+        with on_device(device):
+            kernel.forward(_rows_view(x, self.N), _optional_aligned(weight), _optional_aligned(bias),
+                           _rows_view(y, self.N))
+        return y
+
+
+class FusedAddNormOp(NormOp):
+    """Residual add fused with RMSNorm: ``forward(x, residual, weight) -> (y, residual_out)``."""
+
+    kernel_key = "fused_add_rms_norm_fwd"
+
+    def _run_kernel(self, x: torch.Tensor, residual: torch.Tensor,
+                    weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        x = aligned_contiguous(x)
+        residual = aligned_contiguous(residual)
+        y = torch.empty_like(x)
+        residual_out = torch.empty_like(x)
+        if x.numel() == 0:
+            return y, residual_out
+        device = x.device
+        kernel = self._kernel(self.kernel_key, (device.index,))
+        with on_device(device):
+            kernel.forward(_rows_view(x, self.N), _rows_view(residual, self.N), aligned_contiguous(weight),
+                           _rows_view(y, self.N), _rows_view(residual_out, self.N))
+        return y, residual_out
+
+
+class NormBwdOp(NormOp):
+    """Backward of RMSNorm or LayerNorm: ``forward(grad_y, x, weight)``.
+
+    Returns ``grad_x`` shaped like ``x``, then the gradients of the affine
+    parameters (``grad_weight``; LayerNorm also ``grad_bias``), each ``(N,)``
+    and summed over every row.  A LayerNorm ``weight`` may be ``None``.
+    """
+
+    @property
+    def kernel_key(self) -> str:  # type: ignore[override]
+        """The one kernel of a backward op."""
+        return next(iter(self.kernel_map))
+
+    def _run_kernel(self, grad_y: torch.Tensor, x: torch.Tensor,
+                    weight: Optional[torch.Tensor]) -> Tuple[torch.Tensor, ...]:
+        x = aligned_contiguous(x)
+        grad_y = aligned_contiguous(grad_y)
+        device = x.device
+        grad_x = torch.empty_like(x)
+        accumulators = self.kernel_map[self.kernel_key].accumulators
+        if x.numel() == 0:  # sums over no rows
+            return (grad_x, *(x.new_zeros(self.N) for _ in range(accumulators)))
+        kernel = self._kernel(self.kernel_key, (device.index,))
+        grads = [torch.empty(self.N, dtype=x.dtype, device=device) for _ in range(accumulators)]
+        with on_device(device):
+            kernel.forward(_rows_view(grad_y, self.N), _rows_view(x, self.N), _optional_aligned(weight),
+                           _rows_view(grad_x, self.N), *grads)
+        return (grad_x, *grads)

@@ -99,6 +99,12 @@ class RMSNormFwdOp(NormOp):
         shapes = self._infer_output_shapes(tuple(x.shape), tuple(weight.shape))
         return x.new_empty(shapes["y"], dtype=x.dtype)
 
+    def backward_op(self) -> "RMSNormBwdOp":
+        """The op that computes this op's gradients, built once per instance."""
+        from .rms_norm_bwd import RMSNormBwdOp
+
+        return self._cached_backward_op(lambda: RMSNormBwdOp(N=self.N, dtype=self.dtype, eps=self.eps, tune=self.tune))
+
     def _infer_output_shapes(self, x_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"y": tuple(x_shape)}
 
@@ -126,4 +132,9 @@ register_library_op(
     inputs=("x", "weight"),
     params=("eps",),
     outputs=("y",),
+    backward=BackwardWiring(
+        saves=("x", "weight"),
+        inputs=("grad_y", "x", "weight"),
+        outputs=("grad_x", "grad_weight"),
+    ),
 )

@@ -1,0 +1,502 @@
+"""Backward programs of RMSNorm and LayerNorm over the last axis of an ``(M, N)`` tensor.
+
+With ``g = grad_y`` and ``gw = g * weight`` (``g`` when there is no weight):
+
+* RMSNorm, ``r = rsqrt(mean(x**2) + eps)``::
+
+      grad_x = r * (gw - x * r**2 * mean(gw * x))      grad_weight = sum over rows of g * x * r
+
+* LayerNorm, ``xhat = (x - mean(x)) * rstd``::
+
+      grad_x = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
+      grad_weight = sum over rows of g * xhat          grad_bias = sum over rows of g
+
+The row statistics are recomputed from ``x``.  Two launches per call:
+
+1. **rows** (persistent): ``Q`` row groups (about as many as fit on the GPU at
+   once) each walk rows ``q, q + Q, q + 2Q, ...``, write ``grad_x`` and add
+   their rows' terms of the weight (and bias) gradients to float32 per-column
+   partial sums, which end in row ``q`` of a ``(Q, N)`` partials buffer.
+   Rows that fit in registers are read once (*resident*; the partial sums sit
+   in registers too); longer rows are walked twice (*streamed*; the partial sums
+   sit in shared memory when they fit, else in the block's own row of the
+   partials buffer, which then stays in L2).
+2. **column sum**: the ``Q`` partial rows summed per column into the gradient.
+
+No atomics: every partial sum has one owner and a fixed summation order, so
+results are reproducible.
+"""
+
+# No ``from __future__ import annotations``: TileLang evaluates the
+# ``T.Tensor`` annotations of its programs against the enclosing scope.
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from tileops.kernels.kernel_base import torch_dtype_to_tl
+from tileops.kernels.norm.rows import (
+    ACCUM,
+    MAX_THREADS,
+    THREADS_PER_SM,
+    VECTOR_BYTES,
+    RowLayout,
+    RowNormKernel,
+    StreamLayout,
+    column_sum_program,
+    resident_layout,
+    resident_macros,
+    row_slices,
+    row_sum_macro,
+    scratch_shape,
+    stream_layout,
+    stream_macros,
+)
+
+__all__ = ["NormBwdKernel", "norm_bwd_default_config", "RESIDENT", "STREAMED", "COLUMN_SUM"]
+
+RESIDENT = "norm_bwd_resident"
+STREAMED = "norm_bwd_streamed"
+COLUMN_SUM = "column_sum"
+# Shared memory the streamed program may give to per-column partial sums, and
+# what an SM offers blocks in all (for the number of blocks that fit at once).
+SMEM_ACC_BUDGET = 160 * 1024
+SMEM_PER_SM = 220 * 1024
+
+
+def resident_cap(dtype: torch.dtype, layer: bool) -> int:
+    """Row elements per thread that fit in registers next to their float32 partial sums."""
+    return 4 if layer and dtype == torch.float32 else 8
+
+
+def norm_bwd_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
+    """One 16-byte vector of each tensor per thread; streamed rows: 1024 threads, two vectors in flight."""
+    vector_elems = VECTOR_BYTES // dtype.itemsize
+    return {"per_thread": max(vector_elems, -(-N // MAX_THREADS)), "stream_threads": 1024, "stream_unroll": 2}
+
+
+# ---- resident rows ------------------------------------------------------------------------------
+
+
+def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, layer: bool, has_weight: bool) -> Any:
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    M = T.dynamic("M")
+    Q = T.dynamic("Q")
+    per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
+    full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
+    loads = resident_macros(T, layout, M)
+    column = loads["column"]
+    sum1 = row_sum_macro(T, row_threads, 1)
+    sum2 = row_sum_macro(T, row_threads, 2)
+    sum3 = row_sum_macro(T, row_threads, 3)
+    inv_n = 1.0 / N
+
+    def scaled(g, w):
+        """``g * w`` in float32 (``g`` without a weight)."""
+        return T.cast(g, ACCUM) * T.cast(w, ACCUM) if has_weight else T.cast(g, ACCUM)
+
+    def f32(v):
+        return T.cast(v, ACCUM)
+
+    @T.macro
+    def store_row(DX, row, lane, value, gb, xb, wb, st):
+        if row < M:
+            for j in T.unroll(full_vecs):
+                for k in T.vectorized(vector):
+                    DX[row, column(j, lane) + k] = value(gb[j * vector + k], xb[j * vector + k], wb[j * vector + k], st)
+            if has_tail:
+                if column(full_vecs, lane) < N:
+                    for k in T.vectorized(vector):
+                        DX[row, column(full_vecs, lane) + k] = value(
+                            gb[full_vecs * vector + k], xb[full_vecs * vector + k], wb[full_vecs * vector + k], st)
+
+    def rms_grad(g, x, w, st):
+        return T.cast(st[0] * (scaled(g, w) - f32(x) * st[1]), dtype)
+
+    def layer_grad(g, x, w, st):
+        return T.cast(st[1] * (scaled(g, w) - st[2] - (f32(x) - st[0]) * st[1] * st[3]), dtype)
+
+    @T.macro
+    def rms_row(gb, xb, wb, accw, st, scratch, slot, row, lane, tx, DX):
+        st[0] = T.cast(0, ACCUM)
+        st[1] = T.cast(0, ACCUM)
+        for i in T.unroll(per_thread):  # missing elements are zeros and add nothing
+            st[0] = st[0] + f32(xb[i]) * f32(xb[i])
+            st[1] = st[1] + scaled(gb[i], wb[i]) * f32(xb[i])
+        sum2(st, 0, scratch, slot, tx)
+        st[0] = T.rsqrt(st[0] * inv_n + eps)
+        st[1] = st[1] * st[0] * st[0] * inv_n
+        store_row(DX, row, lane, rms_grad, gb, xb, wb, st)
+        for i in T.unroll(per_thread):
+            accw[i] = accw[i] + f32(gb[i]) * f32(xb[i]) * st[0]
+
+    @T.macro
+    def add_centered(st, gb, xb, wb, j):
+        for k in T.unroll(vector):
+            st[1] = st[1] + (f32(xb[j * vector + k]) - st[0]) * (f32(xb[j * vector + k]) - st[0])
+            st[2] = st[2] + scaled(gb[j * vector + k], wb[j * vector + k])
+            st[3] = st[3] + scaled(gb[j * vector + k], wb[j * vector + k]) * (f32(xb[j * vector + k]) - st[0])
+
+    @T.macro
+    def layer_row(gb, xb, wb, accw, accb, st, scratch, row, lane, tx, DX):
+        st[0] = T.cast(0, ACCUM)
+        for i in T.unroll(per_thread):
+            st[0] = st[0] + f32(xb[i])
+        sum1(st, 0, scratch, 0, tx)
+        st[0] = st[0] * inv_n
+        st[1] = T.cast(0, ACCUM)
+        st[2] = T.cast(0, ACCUM)
+        st[3] = T.cast(0, ACCUM)
+        for j in T.unroll(full_vecs):
+            add_centered(st, gb, xb, wb, j)
+        if has_tail:
+            if column(full_vecs, lane) < N:
+                add_centered(st, gb, xb, wb, full_vecs)
+        sum3(st, 1, scratch, 1, tx)
+        st[1] = T.rsqrt(st[1] * inv_n + eps)
+        st[2] = st[2] * inv_n
+        st[3] = st[3] * st[1] * inv_n
+        store_row(DX, row, lane, layer_grad, gb, xb, wb, st)
+        for i in T.unroll(per_thread):  # rows past the end have g = 0 and add nothing
+            accw[i] = accw[i] + f32(gb[i]) * (f32(xb[i]) - st[0]) * st[1]
+            accb[i] = accb[i] + f32(gb[i])
+
+    @T.macro
+    def store_partials(P, acc, group, lane):
+        for j in T.unroll(full_vecs):
+            for k in T.unroll(vector):
+                P[group, column(j, lane) + k] = acc[j * vector + k]
+        if has_tail:
+            if column(full_vecs, lane) < N:
+                for k in T.unroll(vector):
+                    P[group, column(full_vecs, lane) + k] = acc[full_vecs * vector + k]
+
+    @T.macro
+    def body(G, X, W, DX, PW, PB):
+        with T.Kernel(T.ceildiv(Q, rows_per_block), threads=layout.block_threads) as bx:
+            tx = T.get_thread_binding()
+            gb = T.alloc_local((per_thread,), dtype)
+            xb = T.alloc_local((per_thread,), dtype)
+            wb = T.alloc_local((per_thread,), dtype)
+            accw = T.alloc_local((per_thread,), ACCUM)
+            accb = T.alloc_local((per_thread,), ACCUM)
+            st = T.alloc_local((4,), ACCUM)
+            scratch = T.alloc_shared(scratch_shape(layout.block_threads, 3), ACCUM)
+            group = bx * rows_per_block + tx // row_threads
+            lane = tx % row_threads
+            if has_weight:
+                loads["load_vector"](W, wb, lane)
+            for i in T.unroll(per_thread):
+                accw[i] = T.cast(0, ACCUM)
+                accb[i] = T.cast(0, ACCUM)
+            for it in T.serial(T.ceildiv(M, Q)):
+                loads["load_row"](G, gb, it * Q + group, lane)
+                loads["load_row"](X, xb, it * Q + group, lane)
+                if layer:
+                    layer_row(gb, xb, wb, accw, accb, st, scratch, it * Q + group, lane, tx, DX)
+                else:
+                    rms_row(gb, xb, wb, accw, st, scratch, it % 2, it * Q + group, lane, tx, DX)
+            store_partials(PW, accw, group, lane)
+            if layer:
+                store_partials(PB, accb, group, lane)
+
+    return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body)
+
+
+# ---- streamed rows ------------------------------------------------------------------------------
+
+
+def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, layer: bool, has_weight: bool,
+                          smem_accumulators: int) -> Any:
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    M = T.dynamic("M")
+    Q = T.dynamic("Q")
+    vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
+    walk = stream_macros(T, layout)
+    column, valid = walk["column"], walk["valid"]
+    sums = 4 if layer else 2
+    row_sum = row_sum_macro(T, threads, sums)
+    inv_n = 1.0 / N
+    accumulators = 2 if layer else 1
+
+    def scaled(g, w):
+        return T.cast(g, ACCUM) * T.cast(w, ACCUM) if has_weight else T.cast(g, ACCUM)
+
+    def f32(v):
+        return T.cast(v, ACCUM)
+
+    @T.macro
+    def acc_update(acc_smem, PW, PB, index, block, col, value, reset):
+        """Partial sum ``index`` of column ``col``: add ``value``, or set it to ``value`` when ``reset``."""
+        if index < smem_accumulators:
+            if reset:
+                acc_smem[index, col] = value
+            else:
+                acc_smem[index, col] = acc_smem[index, col] + value
+        elif index == 0:
+            if reset:
+                PW[block, col] = value
+            else:
+                PW[block, col] = PW[block, col] + value
+        else:
+            if reset:
+                PB[block, col] = value
+            else:
+                PB[block, col] = PB[block, col] + value
+
+    @T.macro
+    def reset_partials(acc_smem, PW, PB, block, tx):
+        for step in T.serial(steps):
+            for u in T.unroll(unroll):
+                if valid(step, u, tx):
+                    for k in T.unroll(vector):
+                        acc_update(acc_smem, PW, PB, 0, block, column(step, u, tx) + k, T.cast(0, ACCUM), True)
+                        if accumulators > 1:
+                            acc_update(acc_smem, PW, PB, 1, block, column(step, u, tx) + k, T.cast(0, ACCUM), True)
+
+    @T.macro
+    def flush_partials(acc_smem, PW, PB, block, tx):
+        """Copy the partial sums kept in shared memory to the block's partials rows."""
+        if smem_accumulators > 0:
+            for step in T.serial(steps):
+                for u in T.unroll(unroll):
+                    if valid(step, u, tx):
+                        for k in T.unroll(vector):
+                            PW[block, column(step, u, tx) + k] = acc_smem[0, column(step, u, tx) + k]
+                            if smem_accumulators > 1:
+                                PB[block, column(step, u, tx) + k] = acc_smem[1, column(step, u, tx) + k]
+
+    @T.macro
+    def load_all(G, X, W, gb, xb, wb, row, step, tx):
+        walk["load_step"](G, gb, row, step, tx)
+        walk["load_step"](X, xb, row, step, tx)
+        if has_weight:
+            walk["load_step_vector"](W, wb, step, tx)
+
+    @T.macro
+    def reduce_rms(G, X, W, gb, xb, wb, st, scratch, slot, row, tx):
+        st[0] = T.cast(0, ACCUM)
+        st[1] = T.cast(0, ACCUM)
+        for step in T.serial(steps):
+            load_all(G, X, W, gb, xb, wb, row, step, tx)
+            for i in T.unroll(unroll * vector):  # missing elements are zeros and add nothing
+                st[0] = st[0] + f32(xb[i]) * f32(xb[i])
+                st[1] = st[1] + scaled(gb[i], wb[i]) * f32(xb[i])
+        row_sum(st, 0, scratch, slot, tx)
+        st[0] = T.rsqrt(st[0] * inv_n + eps)
+        st[1] = st[1] * st[0] * st[0] * inv_n
+
+    @T.macro
+    def reduce_layer(G, X, W, gb, xb, wb, first, st, scratch, slot, row, tx):
+        # Sums of x - shift: the row's first element is close enough to the mean to
+        # keep the variance from cancelling.
+        # (A vector load: a scalar access at a row start trips TileLang's pointer-type rewrite for N = 2**15.)
+        for k in T.vectorized(vector):
+            first[k] = X[row, k]
+        st[4] = f32(first[0])
+        for v in T.unroll(4):
+            st[v] = T.cast(0, ACCUM)
+        for step in T.serial(steps):
+            load_all(G, X, W, gb, xb, wb, row, step, tx)
+            for u in T.unroll(unroll):
+                if valid(step, u, tx):
+                    for k in T.unroll(vector):
+                        st[0] = st[0] + (f32(xb[u * vector + k]) - st[4])
+                        st[1] = st[1] + (f32(xb[u * vector + k]) - st[4]) * (f32(xb[u * vector + k]) - st[4])
+                        st[2] = st[2] + scaled(gb[u * vector + k], wb[u * vector + k])
+                        st[3] = st[3] + scaled(gb[u * vector + k], wb[u * vector + k]) * (
+                            f32(xb[u * vector + k]) - st[4])
+        row_sum(st, 0, scratch, slot, tx)
+        st[5] = st[4] + st[0] * inv_n  # mean
+        st[6] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
+        st[3] = st[6] * (st[3] - (st[5] - st[4]) * st[2]) * inv_n  # mean(gw * xhat)
+        st[2] = st[2] * inv_n  # mean(gw)
+
+    def rms_grad(g, x, w, st):
+        return T.cast(st[0] * (scaled(g, w) - f32(x) * st[1]), dtype)
+
+    def layer_grad(g, x, w, st):
+        return T.cast(st[6] * (scaled(g, w) - st[2] - (f32(x) - st[5]) * st[6] * st[3]), dtype)
+
+    @T.macro
+    def write_row(G, X, W, DX, PW, PB, acc_smem, gb, xb, wb, st, row, block, tx):
+        # Reverse order: the chunks read last are the likeliest L2 hits.
+        for back in T.serial(steps):
+            load_all(G, X, W, gb, xb, wb, row, steps - 1 - back, tx)
+            for u in T.unroll(unroll):
+                if valid(steps - 1 - back, u, tx):
+                    if layer:
+                        for k in T.vectorized(vector):
+                            DX[row, column(steps - 1 - back, u, tx) + k] = layer_grad(
+                                gb[u * vector + k], xb[u * vector + k], wb[u * vector + k], st)
+                    else:
+                        for k in T.vectorized(vector):
+                            DX[row, column(steps - 1 - back, u, tx) + k] = rms_grad(
+                                gb[u * vector + k], xb[u * vector + k], wb[u * vector + k], st)
+                    for k in T.unroll(vector):
+                        if layer:
+                            acc_update(acc_smem, PW, PB, 0, block, column(steps - 1 - back, u, tx) + k,
+                                       f32(gb[u * vector + k]) * (f32(xb[u * vector + k]) - st[5]) * st[6], False)
+                            acc_update(acc_smem, PW, PB, 1, block, column(steps - 1 - back, u, tx) + k,
+                                       f32(gb[u * vector + k]), False)
+                        else:
+                            acc_update(acc_smem, PW, PB, 0, block, column(steps - 1 - back, u, tx) + k,
+                                       f32(gb[u * vector + k]) * f32(xb[u * vector + k]) * st[0], False)
+
+    @T.macro
+    def body(G, X, W, DX, PW, PB):
+        with T.Kernel(Q, threads=threads) as block:
+            tx = T.get_thread_binding()
+            gb = T.alloc_local((unroll * vector,), dtype)
+            xb = T.alloc_local((unroll * vector,), dtype)
+            wb = T.alloc_local((unroll * vector,), dtype)
+            first = T.alloc_local((vector,), dtype)
+            st = T.alloc_local((8,), ACCUM)
+            scratch = T.alloc_shared(scratch_shape(threads, sums), ACCUM)
+            acc_smem = T.alloc_shared((max(smem_accumulators, 1), N if smem_accumulators else 1), ACCUM)
+            reset_partials(acc_smem, PW, PB, block, tx)
+            for it in T.serial(T.ceildiv(M, Q)):
+                if it * Q + block < M:  # the same for the whole block
+                    if layer:
+                        reduce_layer(G, X, W, gb, xb, wb, first, st, scratch, it % 2, it * Q + block, tx)
+                    else:
+                        reduce_rms(G, X, W, gb, xb, wb, st, scratch, it % 2, it * Q + block, tx)
+                    write_row(G, X, W, DX, PW, PB, acc_smem, gb, xb, wb, st, it * Q + block, block, tx)
+            flush_partials(acc_smem, PW, PB, block, tx)
+
+    return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body)
+
+
+def _signature_variants(T: Any, M: Any, Q: Any, N: int, dtype: str, layer: bool, has_weight: bool, body: Any) -> Any:
+    """The program whose signature takes the weight only when present, and a bias partials buffer for LayerNorm."""
+    if not layer:
+
+        @T.prim_func
+        def rms_norm_bwd(G: T.Tensor((M, N), dtype), X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype),
+                         DX: T.Tensor((M, N), dtype), PW: T.Tensor((Q, N), ACCUM)):
+            body(G, X, W, DX, PW, None)
+
+        return rms_norm_bwd
+    if has_weight:
+
+        @T.prim_func
+        def layer_norm_bwd(G: T.Tensor((M, N), dtype), X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype),
+                           DX: T.Tensor((M, N), dtype), PW: T.Tensor((Q, N), ACCUM), PB: T.Tensor((Q, N), ACCUM)):
+            body(G, X, W, DX, PW, PB)
+
+        return layer_norm_bwd
+
+    @T.prim_func
+    def layer_norm_bwd_plain(G: T.Tensor((M, N), dtype), X: T.Tensor((M, N), dtype), DX: T.Tensor((M, N), dtype),
+                             PW: T.Tensor((Q, N), ACCUM), PB: T.Tensor((Q, N), ACCUM)):
+        body(G, X, None, DX, PW, PB)
+
+    return layer_norm_bwd_plain
+
+
+# ---- kernel ---------------------------------------------------------------------------------------
+
+
+class NormBwdKernel(RowNormKernel):
+    """Shared host side of the RMSNorm and LayerNorm backward kernels (``layer`` picks the formula).
+
+    ``forward(grad_y, x, weight, grad_x, grad_weight[, grad_bias])`` takes
+    contiguous, 16-byte aligned ``(rows, N)`` row tensors and ``(N,)``
+    vectors on one GPU, and fills the preallocated gradients.
+    """
+
+    layer: bool = False
+    # Per-column gradients summed over rows: the weight's, and the bias's for LayerNorm.
+    accumulators: int = 1
+
+    @property
+    def default_config(self) -> Dict[str, Any]:
+        return norm_bwd_default_config(self.N, self.dtype)
+
+    @property
+    def autotune_configs(self) -> List[Dict[str, Any]]:
+        default = self.default_config
+        vector_elems = VECTOR_BYTES // self.dtype.itemsize
+        candidates = [default]
+        for per_thread in (vector_elems // 2, vector_elems, 2 * vector_elems):
+            candidates.append({**default, "per_thread": max(per_thread, 1, -(-self.N // MAX_THREADS))})
+        for threads, unroll in ((512, 2), (512, 4), (1024, 1), (1024, 4)):
+            candidates.append({**default, "stream_threads": threads, "stream_unroll": unroll})
+        unique: List[Dict[str, Any]] = []
+        for config in candidates:
+            if config not in unique:
+                unique.append(config)
+        return unique
+
+    def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
+        """The resident layout when a row fits in registers under ``config``, else the streamed one."""
+        config = self.config if config is None else config
+        resident = resident_layout(self.N, self.dtype, config["per_thread"])
+        if resident.per_thread <= resident_cap(self.dtype, self.layer):
+            return resident
+        return stream_layout(self.N, self.dtype, config["stream_threads"], config["stream_unroll"])
+
+    def smem_accumulators(self, layout: Any) -> int:
+        """Partial sums a streamed block keeps in shared memory (the rest live in the partials buffer)."""
+        if isinstance(layout, RowLayout):
+            return 0
+        return min(self.accumulators, SMEM_ACC_BUDGET // (4 * self.N))
+
+    def main_program(self) -> str:
+        return RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED
+
+    def build_program(self, name: str, config: Dict[str, Any], *, has_weight: bool = True) -> Any:
+        dtype = torch_dtype_to_tl(self.dtype)
+        if name == COLUMN_SUM:
+            return column_sum_program(self.N, dtype)
+        layout = self.layout(config)
+        if isinstance(layout, RowLayout):
+            return _resident_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight)
+        return _streamed_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight,
+                                     self.smem_accumulators(layout))
+
+    def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
+        return [(self.main_program(), (("has_weight", True),)), (COLUMN_SUM, ())]
+
+    def partial_rows(self, rows: int, device: torch.device) -> int:
+        """Row groups of one launch over ``rows`` rows: as many as run at once, at most one per row."""
+        layout = self.layout()
+        if isinstance(layout, RowLayout):
+            per_sm = max(1, THREADS_PER_SM // layout.block_threads)
+            blocks = min(-(-rows // layout.rows_per_block), per_sm * self.sm_count(device))
+            return blocks * layout.rows_per_block
+        smem = 4 * self.N * self.smem_accumulators(layout)
+        per_sm = max(1, min(THREADS_PER_SM // layout.threads, SMEM_PER_SM // max(smem, 1)))
+        return min(rows, per_sm * self.sm_count(device))
+
+    def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
+        rows = self.tuning_rows if rows is None else rows
+        grad_y, x = (torch.randn(rows, self.N, device="cuda", dtype=self.dtype) for _ in range(2))
+        weight = torch.randn(self.N, device="cuda", dtype=self.dtype)
+        grads = [torch.empty(self.N, device="cuda", dtype=self.dtype) for _ in range(self.accumulators)]
+        return (grad_y, x, weight, torch.empty_like(x), *grads)
+
+    def forward(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], grad_x: torch.Tensor,
+                grad_weight: torch.Tensor, grad_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Fill ``grad_x``, ``grad_weight`` (and ``grad_bias``); return ``grad_x``."""
+        grads = [grad_weight] + ([grad_bias] if self.layer else [])
+        rows = x.shape[0]
+        if rows == 0:
+            for grad in grads:
+                grad.zero_()
+            return grad_x
+        slices = list(row_slices(rows))
+        groups = [self.partial_rows(stop - start, x.device) for start, stop in slices]
+        partials = torch.empty((self.accumulators, sum(groups), self.N), dtype=torch.float32, device=x.device)
+        launch = self.launcher(self.main_program(), has_weight=weight is not None)
+        affine = [] if weight is None else [weight]
+        first = 0
+        for (start, stop), count in zip(slices, groups):
+            launch(grad_y[start:stop], x[start:stop], *affine, grad_x[start:stop],
+                   *(partials[a, first:first + count] for a in range(self.accumulators)))
+            first += count
+        column_sum = self.launcher(COLUMN_SUM)
+        for a, grad in enumerate(grads):
+            column_sum(partials[a], grad)
+        return grad_x

@@ -1,0 +1,216 @@
+"""Fused residual add and RMSNorm: ``residual_out = x + residual``, ``y = rms_norm(residual_out) * weight``.
+
+One pass over the inputs: the sum is formed in float32, stored rounded to the
+dtype as ``residual_out``, and normalised from its float32 value (so ``y`` is
+the normalisation of the exact sum, as the float64 reference computes it).
+Rows that fit in registers keep the float32 sum there (*resident*: each input
+read once); longer rows are walked twice (*streamed*): the first pass writes
+``residual_out`` and sums squares, the second re-reads ``x`` and ``residual``
+(L2 hits, in reverse order) to write ``y``.
+"""
+
+# No ``from __future__ import annotations``: TileLang evaluates the
+# ``T.Tensor`` annotations of its programs against the enclosing scope.
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from tileops.kernels.kernel_base import torch_dtype_to_tl
+from tileops.kernels.norm.rows import (
+    ACCUM,
+    MAX_THREADS,
+    VECTOR_BYTES,
+    RowLayout,
+    RowNormKernel,
+    StreamLayout,
+    resident_layout,
+    resident_macros,
+    row_slices,
+    row_sum_macro,
+    scratch_shape,
+    stream_layout,
+    stream_macros,
+)
+
+__all__ = ["FusedAddRMSNormFwdKernel", "fused_add_rms_norm_default_config"]
+
+# float32 sums a thread may hold in registers in the resident program.
+RESIDENT_CAP = 32
+
+RESIDENT = "fused_add_rms_norm_resident"
+STREAMED = "fused_add_rms_norm_streamed"
+
+
+def fused_add_rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
+    """Two 16-byte vectors of each input per thread (more for long rows, at most 1024 threads a row);
+    streamed rows: 512 threads with two vectors of each input in flight."""
+    vector_elems = VECTOR_BYTES // dtype.itemsize
+    return {"per_thread": max(2 * vector_elems, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 2}
+
+
+def _resident_program(N: int, dtype: str, eps: float, layout: RowLayout) -> Any:
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    M = T.dynamic("M")
+    per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
+    full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
+    loads = resident_macros(T, layout, M)
+    column = loads["column"]
+    row_sum = row_sum_macro(T, row_threads, 1)
+    inv_n = 1.0 / N
+
+    @T.macro
+    def store_group(Y, RO, zb, wb, st, row, lane, j):
+        for k in T.vectorized(vector):
+            RO[row, column(j, lane) + k] = T.cast(zb[j * vector + k], dtype)
+        for k in T.vectorized(vector):
+            Y[row, column(j, lane) + k] = T.cast(zb[j * vector + k] * st[0] * T.cast(wb[j * vector + k], ACCUM), dtype)
+
+    @T.prim_func
+    def fused_add_rms_norm_fwd(
+        X: T.Tensor((M, N), dtype),
+        R: T.Tensor((M, N), dtype),
+        W: T.Tensor((N,), dtype),
+        Y: T.Tensor((M, N), dtype),
+        RO: T.Tensor((M, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads) as bx:
+            tx = T.get_thread_binding()
+            xb = T.alloc_local((per_thread,), dtype)
+            rb = T.alloc_local((per_thread,), dtype)
+            wb = T.alloc_local((per_thread,), dtype)
+            zb = T.alloc_local((per_thread,), ACCUM)
+            st = T.alloc_local((1,), ACCUM)
+            scratch = T.alloc_shared(scratch_shape(layout.block_threads, 1), ACCUM)
+            row = bx * rows_per_block + tx // row_threads
+            lane = tx % row_threads
+            loads["load_vector"](W, wb, lane)
+            loads["load_row"](X, xb, row, lane)
+            loads["load_row"](R, rb, row, lane)
+            st[0] = T.cast(0, ACCUM)
+            for i in T.unroll(per_thread):  # missing elements are zeros and add nothing
+                zb[i] = T.cast(xb[i], ACCUM) + T.cast(rb[i], ACCUM)
+                st[0] = st[0] + zb[i] * zb[i]
+            row_sum(st, 0, scratch, 0, tx)
+            st[0] = T.rsqrt(st[0] * inv_n + eps)
+            if row < M:
+                for j in T.unroll(full_vecs):
+                    store_group(Y, RO, zb, wb, st, row, lane, j)
+                if has_tail:
+                    if column(full_vecs, lane) < N:
+                        store_group(Y, RO, zb, wb, st, row, lane, full_vecs)
+
+    return fused_add_rms_norm_fwd
+
+
+def _streamed_program(N: int, dtype: str, eps: float, layout: StreamLayout) -> Any:
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    M = T.dynamic("M")
+    vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
+    walk = stream_macros(T, layout)
+    column, valid = walk["column"], walk["valid"]
+    row_sum = row_sum_macro(T, threads, 1)
+    inv_n = 1.0 / N
+
+    def total(x, r):
+        return T.cast(x, ACCUM) + T.cast(r, ACCUM)
+
+    @T.prim_func
+    def fused_add_rms_norm_fwd_streamed(
+        X: T.Tensor((M, N), dtype),
+        R: T.Tensor((M, N), dtype),
+        W: T.Tensor((N,), dtype),
+        Y: T.Tensor((M, N), dtype),
+        RO: T.Tensor((M, N), dtype),
+    ):
+        with T.Kernel(M, threads=threads) as row:
+            tx = T.get_thread_binding()
+            xb = T.alloc_local((unroll * vector,), dtype)
+            rb = T.alloc_local((unroll * vector,), dtype)
+            wb = T.alloc_local((unroll * vector,), dtype)
+            st = T.alloc_local((1,), ACCUM)
+            scratch = T.alloc_shared(scratch_shape(threads, 1), ACCUM)
+            st[0] = T.cast(0, ACCUM)
+            for step in T.serial(steps):
+                walk["load_step"](X, xb, row, step, tx)
+                walk["load_step"](R, rb, row, step, tx)
+                for u in T.unroll(unroll):
+                    if valid(step, u, tx):
+                        for k in T.vectorized(vector):
+                            RO[row, column(step, u, tx) + k] = T.cast(total(xb[u * vector + k], rb[u * vector + k]), dtype)
+                for i in T.unroll(unroll * vector):  # missing elements are zeros and add nothing
+                    st[0] = st[0] + total(xb[i], rb[i]) * total(xb[i], rb[i])
+            row_sum(st, 0, scratch, 0, tx)
+            st[0] = T.rsqrt(st[0] * inv_n + eps)
+            # Reverse order: the chunks read last are the likeliest L2 hits.
+            for back in T.serial(steps):
+                walk["load_step"](X, xb, row, steps - 1 - back, tx)
+                walk["load_step"](R, rb, row, steps - 1 - back, tx)
+                walk["load_step_vector"](W, wb, steps - 1 - back, tx)
+                for u in T.unroll(unroll):
+                    if valid(steps - 1 - back, u, tx):
+                        for k in T.vectorized(vector):
+                            Y[row, column(steps - 1 - back, u, tx) + k] = T.cast(
+                                total(xb[u * vector + k], rb[u * vector + k]) * st[0]
+                                * T.cast(wb[u * vector + k], ACCUM), dtype)
+
+    return fused_add_rms_norm_fwd_streamed
+
+
+class FusedAddRMSNormFwdKernel(RowNormKernel):
+    """``forward(x, residual, weight, y, residual_out)``: contiguous, 16-byte aligned tensors on one GPU."""
+
+    @property
+    def default_config(self) -> Dict[str, Any]:
+        return fused_add_rms_norm_default_config(self.N, self.dtype)
+
+    @property
+    def autotune_configs(self) -> List[Dict[str, Any]]:
+        default = self.default_config
+        vector_elems = VECTOR_BYTES // self.dtype.itemsize
+        candidates = [default]
+        for per_thread in (vector_elems, 2 * vector_elems, 4 * vector_elems):
+            candidates.append({**default, "per_thread": max(per_thread, -(-self.N // MAX_THREADS))})
+        for threads in (256, 512, 1024):
+            candidates.append({**default, "stream_threads": threads})
+        unique: List[Dict[str, Any]] = []
+        for config in candidates:
+            if config not in unique:
+                unique.append(config)
+        return unique
+
+    def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
+        """The resident layout when a row fits in registers under ``config``, else the streamed one."""
+        config = self.config if config is None else config
+        resident = resident_layout(self.N, self.dtype, config["per_thread"])
+        if resident.per_thread <= RESIDENT_CAP:
+            return resident
+        return stream_layout(self.N, self.dtype, config["stream_threads"], config["stream_unroll"])
+
+    def main_program(self) -> str:
+        return RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED
+
+    def build_program(self, name: str, config: Dict[str, Any]) -> Any:
+        layout = self.layout(config)
+        dtype = torch_dtype_to_tl(self.dtype)
+        if isinstance(layout, RowLayout):
+            return _resident_program(self.N, dtype, self.eps, layout)
+        return _streamed_program(self.N, dtype, self.eps, layout)
+
+    def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
+        return [(self.main_program(), ())]
+
+    def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
+        rows = self.tuning_rows if rows is None else rows
+        x, residual = (torch.randn(rows, self.N, device="cuda", dtype=self.dtype) for _ in range(2))
+        weight = torch.randn(self.N, device="cuda", dtype=self.dtype)
+        return x, residual, weight, torch.empty_like(x), torch.empty_like(x)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, y: torch.Tensor,
+                residual_out: torch.Tensor) -> torch.Tensor:
+        """Write ``residual_out = x + residual`` and ``y = rms_norm(residual_out) * weight``; return ``y``."""
+        launch = self.launcher(self.main_program())
+        for start, stop in row_slices(x.shape[0]):
+            launch(x[start:stop], residual[start:stop], weight, y[start:stop], residual_out[start:stop])
+        return y

@@ -1,0 +1,291 @@
+"""LayerNorm forward and backward over the last axis of an ``(M, N)`` tensor.
+
+Forward: ``y = (x - mean) * rsqrt(var + eps) * weight + bias`` with the
+biased variance; ``weight`` and ``bias`` may each be absent (a separate
+program per combination, so an absent one costs nothing).  Rows that fit in
+registers take the resident program: the mean, then the variance around it
+(two reductions over registers, no cancellation), then the output.  Longer
+rows take the streamed program: one pass accumulates sums of ``x - x[0]`` and
+their squares (shifting by the row's first element keeps the variance
+accurate when the mean is large), a second pass writes.
+
+The backward (``LayerNormBwdKernel``) shares its programs with RMSNorm's,
+in ``tileops.kernels.norm.backward``.
+"""
+
+# No ``from __future__ import annotations``: TileLang evaluates the
+# ``T.Tensor`` annotations of its programs against the enclosing scope.
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from tileops.kernels.kernel_base import torch_dtype_to_tl
+from tileops.kernels.norm.backward import NormBwdKernel
+from tileops.kernels.norm.rows import (
+    ACCUM,
+    MAX_THREADS,
+    VECTOR_BYTES,
+    RowLayout,
+    RowNormKernel,
+    StreamLayout,
+    resident_layout,
+    resident_macros,
+    row_sum_macro,
+    row_slices,
+    scratch_shape,
+    stream_layout,
+    stream_macros,
+)
+
+__all__ = ["LayerNormFwdKernel", "LayerNormBwdKernel", "layer_norm_fwd_default_config"]
+
+# Elements of a row one thread may hold in registers in the resident program.
+RESIDENT_CAP = 32
+
+RESIDENT = "layer_norm_fwd_resident"
+STREAMED = "layer_norm_fwd_streamed"
+
+
+def layer_norm_fwd_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
+    """Two 16-byte vectors per thread (more for long rows, a row gets at most 1024 threads);
+    streamed rows: 512 threads with two vectors in flight each."""
+    vector_elems = VECTOR_BYTES // dtype.itemsize
+    return {"per_thread": max(2 * vector_elems, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 2}
+
+
+def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has_weight: bool, has_bias: bool) -> Any:
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    M = T.dynamic("M")
+    per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
+    full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
+    loads = resident_macros(T, layout, M)
+    column = loads["column"]
+    row_sum = row_sum_macro(T, row_threads, 1)
+    inv_n = 1.0 / N
+
+    def output(x, w, b, st):
+        value = (T.cast(x, ACCUM) - st[0]) * st[1]
+        if has_weight:
+            value = value * T.cast(w, ACCUM)
+        if has_bias:
+            value = value + T.cast(b, ACCUM)
+        return T.cast(value, dtype)
+
+    @T.macro
+    def add_squares(st, xb, j):
+        for k in T.unroll(vector):
+            st[1] = st[1] + (T.cast(xb[j * vector + k], ACCUM) - st[0]) * (T.cast(xb[j * vector + k], ACCUM) - st[0])
+
+    @T.macro
+    def body(X, W, B, Y):
+        with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads) as bx:
+            tx = T.get_thread_binding()
+            xb = T.alloc_local((per_thread,), dtype)
+            wb = T.alloc_local((per_thread,), dtype)
+            bb = T.alloc_local((per_thread,), dtype)
+            st = T.alloc_local((2,), ACCUM)
+            scratch = T.alloc_shared(scratch_shape(layout.block_threads, 1), ACCUM)
+            row = bx * rows_per_block + tx // row_threads
+            lane = tx % row_threads
+            if has_weight:
+                loads["load_vector"](W, wb, lane)
+            if has_bias:
+                loads["load_vector"](B, bb, lane)
+            loads["load_row"](X, xb, row, lane)
+            st[0] = T.cast(0, ACCUM)
+            for i in T.unroll(per_thread):  # missing elements are zeros
+                st[0] = st[0] + T.cast(xb[i], ACCUM)
+            row_sum(st, 0, scratch, 0, tx)
+            st[0] = st[0] * inv_n
+            st[1] = T.cast(0, ACCUM)
+            for j in T.unroll(full_vecs):
+                add_squares(st, xb, j)
+            if has_tail:
+                if column(full_vecs, lane) < N:
+                    add_squares(st, xb, full_vecs)
+            row_sum(st, 1, scratch, 1, tx)
+            st[1] = T.rsqrt(st[1] * inv_n + eps)
+            if row < M:
+                for j in T.unroll(full_vecs):
+                    for k in T.vectorized(vector):
+                        Y[row, column(j, lane) + k] = output(
+                            xb[j * vector + k], wb[j * vector + k], bb[j * vector + k], st)
+                if has_tail:
+                    if column(full_vecs, lane) < N:
+                        for k in T.vectorized(vector):
+                            Y[row, column(full_vecs, lane) + k] = output(
+                                xb[full_vecs * vector + k], wb[full_vecs * vector + k], bb[full_vecs * vector + k], st)
+
+    return _affine_variants(T, M, N, dtype, has_weight, has_bias, body)
+
+
+def _streamed_fwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, has_weight: bool, has_bias: bool) -> Any:
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    M = T.dynamic("M")
+    vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
+    walk = stream_macros(T, layout)
+    column, valid = walk["column"], walk["valid"]
+    row_sum = row_sum_macro(T, threads, 2)
+    inv_n = 1.0 / N
+
+    def output(x, w, b, st):
+        value = (T.cast(x, ACCUM) - st[2]) * st[3]
+        if has_weight:
+            value = value * T.cast(w, ACCUM)
+        if has_bias:
+            value = value + T.cast(b, ACCUM)
+        return T.cast(value, dtype)
+
+    @T.macro
+    def body(X, W, B, Y):
+        with T.Kernel(M, threads=threads) as row:
+            tx = T.get_thread_binding()
+            xb = T.alloc_local((unroll * vector,), dtype)
+            wb = T.alloc_local((unroll * vector,), dtype)
+            bb = T.alloc_local((unroll * vector,), dtype)
+            first = T.alloc_local((vector,), dtype)
+            st = T.alloc_local((5,), ACCUM)
+            scratch = T.alloc_shared(scratch_shape(threads, 2), ACCUM)
+            # Sums of x - shift and its square: the first element is close enough to the mean
+            # to keep the variance from cancelling.
+            # (A vector load: a scalar access at a row start trips TileLang's pointer-type rewrite for N = 2**15.)
+            for k in T.vectorized(vector):
+                first[k] = X[row, k]
+            st[4] = T.cast(first[0], ACCUM)
+            st[0] = T.cast(0, ACCUM)
+            st[1] = T.cast(0, ACCUM)
+            for step in T.serial(steps):
+                walk["load_step"](X, xb, row, step, tx)
+                for u in T.unroll(unroll):
+                    if valid(step, u, tx):
+                        for k in T.unroll(vector):
+                            st[0] = st[0] + (T.cast(xb[u * vector + k], ACCUM) - st[4])
+                            st[1] = st[1] + (T.cast(xb[u * vector + k], ACCUM) - st[4]) * (
+                                T.cast(xb[u * vector + k], ACCUM) - st[4])
+            row_sum(st, 0, scratch, 0, tx)
+            st[2] = st[4] + st[0] * inv_n
+            st[3] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
+            # Reverse order: the chunks read last are the likeliest L2 hits.
+            for back in T.serial(steps):
+                walk["load_step"](X, xb, row, steps - 1 - back, tx)
+                if has_weight:
+                    walk["load_step_vector"](W, wb, steps - 1 - back, tx)
+                if has_bias:
+                    walk["load_step_vector"](B, bb, steps - 1 - back, tx)
+                for u in T.unroll(unroll):
+                    if valid(steps - 1 - back, u, tx):
+                        for k in T.vectorized(vector):
+                            Y[row, column(steps - 1 - back, u, tx) + k] = output(
+                                xb[u * vector + k], wb[u * vector + k], bb[u * vector + k], st)
+
+    return _affine_variants(T, M, N, dtype, has_weight, has_bias, body)
+
+
+def _affine_variants(T: Any, M: Any, N: int, dtype: str, has_weight: bool, has_bias: bool, body: Any) -> Any:
+    """The program whose signature takes exactly the affine tensors that are present."""
+    if has_weight and has_bias:
+
+        @T.prim_func
+        def layer_norm_fwd(X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype),
+                           Y: T.Tensor((M, N), dtype)):
+            body(X, W, B, Y)
+
+        return layer_norm_fwd
+    if has_weight:
+
+        @T.prim_func
+        def layer_norm_fwd_weight(X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
+            body(X, W, None, Y)
+
+        return layer_norm_fwd_weight
+    if has_bias:
+
+        @T.prim_func
+        def layer_norm_fwd_bias(X: T.Tensor((M, N), dtype), B: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
+            body(X, None, B, Y)
+
+        return layer_norm_fwd_bias
+
+    @T.prim_func
+    def layer_norm_fwd_plain(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        body(X, None, None, Y)
+
+    return layer_norm_fwd_plain
+
+
+class LayerNormFwdKernel(RowNormKernel):
+    """LayerNorm forward; ``forward(x, weight, bias, y)`` with ``weight``/``bias`` possibly ``None``.
+
+    ``x`` and ``y`` are contiguous ``(rows, N)``; ``weight`` and ``bias`` contiguous ``(N,)``;
+    all 16-byte aligned on one GPU.
+    """
+
+    @property
+    def default_config(self) -> Dict[str, Any]:
+        return layer_norm_fwd_default_config(self.N, self.dtype)
+
+    @property
+    def autotune_configs(self) -> List[Dict[str, Any]]:
+        default = self.default_config
+        vector_elems = VECTOR_BYTES // self.dtype.itemsize
+        candidates = [default]
+        for per_thread in (vector_elems, 2 * vector_elems, 4 * vector_elems):
+            candidates.append({**default, "per_thread": max(per_thread, -(-self.N // MAX_THREADS))})
+        for threads in (256, 512, 1024):
+            candidates.append({**default, "stream_threads": threads})
+        unique: List[Dict[str, Any]] = []
+        for config in candidates:
+            if config not in unique:
+                unique.append(config)
+        return unique
+
+    def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
+        """The resident layout when a row fits in registers under ``config``, else the streamed one."""
+        config = self.config if config is None else config
+        resident = resident_layout(self.N, self.dtype, config["per_thread"])
+        if resident.per_thread <= RESIDENT_CAP:
+            return resident
+        return stream_layout(self.N, self.dtype, config["stream_threads"], config["stream_unroll"])
+
+    def main_program(self) -> str:
+        return RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED
+
+    def build_program(self, name: str, config: Dict[str, Any], *, has_weight: bool = True,
+                      has_bias: bool = True) -> Any:
+        layout = self.layout(config)
+        dtype = torch_dtype_to_tl(self.dtype)
+        if isinstance(layout, RowLayout):
+            return _resident_fwd_program(self.N, dtype, self.eps, layout, has_weight, has_bias)
+        return _streamed_fwd_program(self.N, dtype, self.eps, layout, has_weight, has_bias)
+
+    def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
+        return [(self.main_program(), (("has_bias", True), ("has_weight", True)))]
+
+    def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
+        x = torch.randn(self.tuning_rows if rows is None else rows, self.N, device="cuda", dtype=self.dtype)
+        weight = torch.randn(self.N, device="cuda", dtype=self.dtype)
+        bias = torch.randn(self.N, device="cuda", dtype=self.dtype)
+        return x, weight, bias, torch.empty_like(x)
+
+    def forward(self, x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                y: torch.Tensor) -> torch.Tensor:
+        """Write ``layer_norm(x) * weight + bias`` into ``y`` and return it."""
+        launch = self.launcher(self.main_program(), has_bias=bias is not None, has_weight=weight is not None)
+        affine = [t for t in (weight, bias) if t is not None]
+        for start, stop in row_slices(x.shape[0]):
+            launch(x[start:stop], *affine, y[start:stop])
+        return y
+
+
+class LayerNormBwdKernel(NormBwdKernel):
+    """LayerNorm backward; ``forward(grad_y, x, weight, grad_x, grad_weight, grad_bias)``.
+
+    ``weight`` may be ``None`` (a forward without one: the identity scale);
+    ``grad_weight`` and ``grad_bias`` are what an affine of that value would
+    receive.  The mean and reciprocal standard deviation are recomputed from ``x``.
+    """
+
+    layer = True
+    accumulators = 2

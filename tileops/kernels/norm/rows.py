@@ -1,0 +1,424 @@
+"""Shared parts of the norm family's row programs: layouts, TileLang macros, the kernel base.
+
+Every program normalises the rows of an ``(M, N)`` tensor; ``N`` is fixed at
+construction and ``M`` is a TileLang symbolic dimension.  Threads are placed
+explicitly: a row belongs to ``row_threads`` consecutive threads, and lane
+``l`` of a row owns the ``vector``-wide column groups ``(j * row_threads + l)
+* vector`` for ``j = 0, 1, ...``.  Because a thread always touches the same
+columns, per-column accumulators (the partial sums of a weight gradient) stay
+private to it, in registers or in its own slots of shared or global memory,
+and need no barrier.
+
+Two ways to walk a row:
+
+* **resident**: the whole row sits in registers (``per_thread`` elements per
+  thread); it is read once and written once.
+* **streamed**: rows too long for registers are walked twice in chunks of
+  ``threads * vector * unroll`` elements, once to reduce and once (in
+  reverse, so the chunks read last are still in L2) to write.
+
+Sums accumulate in float32 whatever the input dtype.  Global offsets are
+64-bit (TileLang widens them), and hosts split launches into slices of at
+most ``MAX_ROWS_PER_LAUNCH`` rows, since ``M`` is an int32 extent.
+"""
+
+# No ``from __future__ import annotations``: TileLang evaluates the
+# ``T.Tensor`` annotations of its programs against the enclosing scope.
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tuple
+
+import torch
+
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
+from tileops.kernels.launch import direct_launcher
+
+__all__ = [
+    "ACCUM",
+    "MAX_ROWS_PER_LAUNCH",
+    "PASS_CONFIGS",
+    "SUPPORTED_DTYPES",
+    "RowLayout",
+    "StreamLayout",
+    "RowNormKernel",
+    "resident_layout",
+    "stream_layout",
+    "row_sum_macro",
+    "scratch_shape",
+    "resident_macros",
+    "stream_macros",
+    "column_sum_program",
+    "row_slices",
+]
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+ACCUM = "float32"
+WARP = 32
+MAX_THREADS = 1024
+# Short rows share a block: never launch fewer threads than this per block.
+MIN_BLOCK_THREADS = 128
+VECTOR_BYTES = 16
+# Threads of an SM; persistent programs launch this many per SM at most.
+THREADS_PER_SM = 2048
+# Kernels take the row count as an int32 extent.
+MAX_ROWS_PER_LAUNCH = 2**31 - 1
+# Programs guard their own accesses; TileLang's extra bounds checks would only
+# block their 16-byte accesses.
+PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
+# Column-sum program: 32 columns (one warp wide) by 32 row lanes per block, each
+# lane keeping this many independent loads in flight.
+COLUMN_UNROLL = 4
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def largest_pow2_divisor(n: int, cap: int) -> int:
+    """The largest power of two that divides ``n`` and is at most ``cap``."""
+    width = 1
+    while width * 2 <= cap and n % (width * 2) == 0:
+        width *= 2
+    return width
+
+
+def row_vector(N: int, dtype: torch.dtype) -> int:
+    """Elements per 16-byte access that keep every row start aligned."""
+    return largest_pow2_divisor(N, VECTOR_BYTES // dtype.itemsize)
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Threads of a resident row program."""
+
+    N: int
+    vector: int
+    row_threads: int
+    block_threads: int
+
+    @property
+    def rows_per_block(self) -> int:
+        return self.block_threads // self.row_threads
+
+    @property
+    def full_vecs(self) -> int:
+        """Column groups every lane owns."""
+        return self.N // (self.row_threads * self.vector)
+
+    @property
+    def has_tail(self) -> bool:
+        """Whether a last, partial column group exists (owned by the first lanes only)."""
+        return self.N % (self.row_threads * self.vector) > 0
+
+    @property
+    def vecs(self) -> int:
+        return self.full_vecs + int(self.has_tail)
+
+    @property
+    def per_thread(self) -> int:
+        return self.vecs * self.vector
+
+
+def resident_layout(N: int, dtype: torch.dtype, per_thread: int, vector: Optional[int] = None) -> RowLayout:
+    """Enough lanes for a row at about ``per_thread`` elements each (at most 1024 lanes)."""
+    vector = row_vector(N, dtype) if vector is None else vector
+    per_thread = max(per_thread, vector)
+    row_threads = min(MAX_THREADS, next_pow2(-(-N // per_thread)))
+    return RowLayout(N, vector, row_threads, max(row_threads, MIN_BLOCK_THREADS))
+
+
+@dataclass(frozen=True)
+class StreamLayout:
+    """Threads of a streamed row program: one row per block, walked in steps."""
+
+    N: int
+    vector: int
+    threads: int
+    unroll: int
+
+    @property
+    def chunk(self) -> int:
+        return self.threads * self.vector
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.N // self.chunk)
+
+    @property
+    def steps(self) -> int:
+        return -(-self.chunks // self.unroll)
+
+
+def stream_layout(N: int, dtype: torch.dtype, threads: int, unroll: int) -> StreamLayout:
+    return StreamLayout(N, row_vector(N, dtype), threads, unroll)
+
+
+# ---- TileLang macros -------------------------------------------------------------------------
+
+
+def scratch_shape(block_threads: int, count: int) -> Tuple[int, int, int]:
+    """Shared scratch of ``row_sum`` macros reducing up to ``count`` values at once."""
+    return (2, count, max(1, block_threads // WARP))
+
+
+def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
+    """Macro summing ``st[base:base + count]`` over the lanes of each row.
+
+    Lanes of a row combine with xor shuffles, then (rows wider than a warp)
+    through ``scratch[slot, value, warp]`` (see ``scratch_shape``).  Every
+    lane ends with the row's sums.  Callers alternate ``slot`` between
+    consecutive reductions, so a reduction never overwrites scratch that a
+    slower thread is still reading from the one before (the barrier of the
+    reduction in between orders them).  Every thread of the block must call it.
+    """
+    in_warp = min(row_threads, WARP)
+    shuffle_steps = in_warp.bit_length() - 1
+    warps_per_row = max(1, row_threads // WARP)
+
+    @T.macro
+    def row_sum(st, base, scratch, slot, tx):
+        if shuffle_steps > 0:
+            for v in T.unroll(count):
+                for step in T.unroll(shuffle_steps):
+                    st[base + v] = st[base + v] + T.shfl_xor(st[base + v], 1 << step)
+        if warps_per_row > 1:
+            if tx % WARP == 0:
+                for v in T.unroll(count):
+                    scratch[slot, v, tx // WARP] = st[base + v]
+            T.sync_threads()
+            for v in T.unroll(count):
+                st[base + v] = scratch[slot, v, (tx // row_threads) * warps_per_row]
+                for w in T.unroll(1, warps_per_row):
+                    st[base + v] = st[base + v] + scratch[slot, v, (tx // row_threads) * warps_per_row + w]
+
+    return row_sum
+
+
+def resident_macros(T: Any, layout: RowLayout, M: Any) -> Dict[str, Callable[..., Any]]:
+    """Loads of a resident row (``per_thread`` elements per lane), zero where there is no data.
+
+    Element ``j * vector + k`` of a lane's buffer is column ``column(j, lane) + k``.
+    """
+    N, vector, row_threads = layout.N, layout.vector, layout.row_threads
+    full_vecs, has_tail = layout.full_vecs, layout.has_tail
+
+    def column(j: int, lane: Any) -> Any:
+        return (j * row_threads + lane) * vector
+
+    @T.macro
+    def zero(buf):
+        for i in T.unroll(layout.per_thread):
+            buf[i] = T.cast(0, buf.dtype)
+
+    @T.macro
+    def load_row(src, buf, row, lane):
+        zero(buf)
+        if row < M:
+            for j in T.unroll(full_vecs):
+                for k in T.vectorized(vector):
+                    buf[j * vector + k] = src[row, column(j, lane) + k]
+            if has_tail:
+                if column(full_vecs, lane) < N:
+                    for k in T.vectorized(vector):
+                        buf[full_vecs * vector + k] = src[row, column(full_vecs, lane) + k]
+
+    @T.macro
+    def load_vector(src, buf, lane):
+        zero(buf)
+        for j in T.unroll(full_vecs):
+            for k in T.vectorized(vector):
+                buf[j * vector + k] = src[column(j, lane) + k]
+        if has_tail:
+            if column(full_vecs, lane) < N:
+                for k in T.vectorized(vector):
+                    buf[full_vecs * vector + k] = src[column(full_vecs, lane) + k]
+
+    return {"zero": zero, "load_row": load_row, "load_vector": load_vector, "column": column}
+
+
+def stream_macros(T: Any, layout: StreamLayout) -> Dict[str, Any]:
+    """Loads of one step of a streamed row walk: ``unroll`` chunks of ``threads * vector`` elements.
+
+    Element ``u * vector + k`` of a thread's buffer is column ``column(step, u, tx) + k``;
+    ``valid(step, u, tx)`` says whether that vector lies inside the row.
+    """
+    N, vector, threads, unroll, chunks = layout.N, layout.vector, layout.threads, layout.unroll, layout.chunks
+
+    def column(step: Any, u: int, tx: Any) -> Any:
+        return ((step * unroll + u) * threads + tx) * vector
+
+    def valid(step: Any, u: int, tx: Any) -> Any:
+        return T.And(step * unroll + u < chunks, column(step, u, tx) < N)
+
+    @T.macro
+    def load_step(src, buf, row, step, tx):
+        for i in T.unroll(unroll * vector):
+            buf[i] = T.cast(0, buf.dtype)
+        for u in T.unroll(unroll):
+            if valid(step, u, tx):
+                for k in T.vectorized(vector):
+                    buf[u * vector + k] = src[row, column(step, u, tx) + k]
+
+    @T.macro
+    def load_step_vector(src, buf, step, tx):
+        for i in T.unroll(unroll * vector):
+            buf[i] = T.cast(0, buf.dtype)
+        for u in T.unroll(unroll):
+            if valid(step, u, tx):
+                for k in T.vectorized(vector):
+                    buf[u * vector + k] = src[column(step, u, tx) + k]
+
+    return {"column": column, "valid": valid, "load_step": load_step, "load_step_vector": load_step_vector}
+
+
+def column_sum_program(N: int, dtype: str) -> Any:
+    """``out[j] = sum_q P[q, j]``: float32 partial sums of ``Q`` rows reduced to one row of ``dtype``.
+
+    A block covers 32 columns with 32 row lanes; the summation order is fixed,
+    so results are reproducible run to run.
+    """
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    Q = T.dynamic("Q")
+    lanes = WARP
+    step_rows = lanes * COLUMN_UNROLL
+
+    @T.prim_func
+    def norm_column_sum(P: T.Tensor((Q, N), ACCUM), Out: T.Tensor((N,), dtype)):
+        with T.Kernel(T.ceildiv(N, WARP), threads=WARP * lanes) as bx:
+            tx = T.get_thread_binding()
+            acc = T.alloc_local((COLUMN_UNROLL,), ACCUM)
+            scratch = T.alloc_shared((lanes, WARP + 1), ACCUM)
+            col = bx * WARP + tx % WARP
+            lane = tx // WARP
+            for u in T.unroll(COLUMN_UNROLL):
+                acc[u] = T.cast(0, ACCUM)
+            if col < N:
+                for s in T.serial(T.ceildiv(Q, step_rows)):
+                    for u in T.unroll(COLUMN_UNROLL):
+                        if s * step_rows + u * lanes + lane < Q:
+                            acc[u] = acc[u] + P[s * step_rows + u * lanes + lane, col]
+            for u in T.unroll(1, COLUMN_UNROLL):
+                acc[0] = acc[0] + acc[u]
+            scratch[lane, tx % WARP] = acc[0]
+            T.sync_threads()
+            if lane == 0 and col < N:
+                for r in T.unroll(1, lanes):
+                    acc[0] = acc[0] + scratch[r, tx % WARP]
+                Out[col] = T.cast(acc[0], dtype)
+
+    return norm_column_sum
+
+
+# ---- kernel base -----------------------------------------------------------------------------
+
+
+def row_slices(rows: int) -> Iterator[Tuple[int, int]]:
+    """``[start, stop)`` row ranges small enough for a launch."""
+    for start in range(0, rows, MAX_ROWS_PER_LAUNCH):
+        yield start, min(rows, start + MAX_ROWS_PER_LAUNCH)
+
+
+ProgramKey = Tuple[str, Tuple[Tuple[str, Any], ...]]
+
+
+class RowNormKernel(Kernel):
+    """Base of the norm family's multi-program kernels.
+
+    A subclass builds named programs (``build_program(name, config, **shape)``),
+    each compiled once per config and shape parameters and launched through
+    a cached direct launcher.
+
+    Args:
+        N: hidden size (length of the normalised axis), fixed at construction.
+        dtype: dtype of the row tensors (float16, bfloat16, float32).
+        eps: added to the variance (or mean square) before the reciprocal square root.
+        config: explicit config (keys of ``default_config``; may be partial).
+        tune: pick the fastest of ``autotune_configs`` on the current GPU.
+    """
+
+    def __init__(
+        self,
+        N: int,
+        dtype: torch.dtype,
+        *,
+        eps: float = 1e-6,
+        config: Optional[Dict[str, Any]] = None,
+        tune: bool = False,
+    ) -> None:
+        name = type(self).__name__
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+        if N < 1:
+            raise ValueError(f"{name}: N must be positive, got {N}")
+        self.N = int(N)
+        self.eps = float(eps)
+        # (config object, {program key: launcher}) for the current config.
+        self._bound: Tuple[Optional[Dict[str, Any]], Dict[ProgramKey, Any]] = (None, {})
+        self._sm_counts: Dict[int, int] = {}
+        self._sm_lock = threading.Lock()
+        super().__init__(dtype, config=config, tune=tune)
+
+    # ---- what subclasses supply ----------------------------------------------------------
+    def build_program(self, name: str, config: Dict[str, Any], **shape: Any) -> Any:
+        """The TileLang ``prim_func`` of program ``name``."""
+        raise NotImplementedError(f"{type(self).__name__}.build_program")
+
+    def program_keys(self) -> List[ProgramKey]:
+        """The programs a call may launch under the current config (all compiled by ``build_all_for_sm90``)."""
+        raise NotImplementedError(f"{type(self).__name__}.program_keys")
+
+    def program(self, **config: Any) -> Any:
+        name, shape = self.program_keys()[0]
+        return self._checked_program(name, {**self.default_config, **config}, shape)
+
+    # ---- compilation and launch ----------------------------------------------------------
+    def _checked_program(self, name: str, config: Dict[str, Any], shape: Tuple[Tuple[str, Any], ...]) -> Any:
+        return self.build_program(name, config, **dict(shape)).with_attr("tilelang_pass_configs", PASS_CONFIGS)
+
+    def compile_program(self, name: str, shape: Tuple[Tuple[str, Any], ...] = (),
+                        config: Optional[Dict[str, Any]] = None, target: Any = "auto") -> Any:
+        """Program ``name`` with shape parameters ``shape``, compiled for ``config`` (default: current), cached."""
+        import tilelang  # deferred: importing tilelang costs seconds
+
+        config = dict(self.config if config is None else config)
+        key: Tuple[Hashable, ...] = (name, shape, repr(target)) + tuple(sorted(config.items()))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._compile_lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    logger.info("compiling %s.%s %s config=%s target=%s", type(self).__name__, name, shape,
+                                config, target)
+                    compiled = tilelang.compile(self._checked_program(name, config, shape), target=target)
+                    self._compiled[key] = compiled
+        return compiled
+
+    def build_all_for_sm90(self) -> Dict[str, Any]:
+        """Compile every program of the current config for sm_90, without a GPU."""
+        return {f"{name}{dict(shape)}": self.compile_program(name, shape, target=SM90_BUILD_TARGET)
+                for name, shape in self.program_keys()}
+
+    def launcher(self, name: str, **shape: Any) -> Any:
+        """The direct launcher of program ``name`` under the current config."""
+        config, launchers = self._bound
+        if config is not self.config:
+            # Launchers are cached per config object: building a compile key per call costs microseconds.
+            config, launchers = self.config, {}
+            self._bound = (config, launchers)
+        key = (name, tuple(sorted(shape.items())))
+        launcher = launchers.get(key)
+        if launcher is None:
+            launcher = launchers[key] = direct_launcher(self.compile_program(name, key[1]))
+        return launcher
+
+    def sm_count(self, device: torch.device) -> int:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        count = self._sm_counts.get(index)
+        if count is None:
+            with self._sm_lock:
+                count = self._sm_counts.setdefault(index, torch.cuda.get_device_properties(index).multi_processor_count)
+        return count
