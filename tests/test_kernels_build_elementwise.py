@@ -1,0 +1,353 @@
+"""CPU checks of the elementwise family: sm_90 builds, per-element formulas, and the family bases' layouts.
+
+Compiling needs nvcc but no GPU; TileLang caches compiled programs on disk,
+so only the first run pays ~3-5 s per program (six programs here).  The
+formulas are checked by evaluating each ``PointwiseFn`` with PyTorch standing
+in for TileLang; the op bases are checked with a stand-in kernel that
+computes with PyTorch on the views it is given and records them.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import types
+from typing import Dict, List, Tuple
+
+import pytest
+import torch
+
+from tileops.kernels.elementwise import functions
+from tileops.kernels.elementwise.base import (
+    ElementwiseKernel,
+    alignment_vector,
+    elementwise_autotune_configs,
+    elementwise_default_config,
+    launch_slices,
+)
+from tileops.kernels.elementwise.binary import AddFwdKernel, BroadcastKernel, MulFwdKernel, launch_boxes
+from tileops.kernels.elementwise.gated import GeluAndMulBwdKernel, SiluAndMulFwdKernel, gated_vector
+from tileops.kernels.elementwise.programs import broadcast_program, flat_program, gated_program
+from tileops.kernels.elementwise.unary import GeluBwdKernel, SiluFwdKernel
+from tileops.kernels.kernel_base import Kernel
+from tileops.ops.elementwise.base import (
+    BinaryElementwiseOp,
+    GatedElementwiseOp,
+    UnaryElementwiseOp,
+    fold_broadcast,
+    row_view,
+)
+
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+
+
+def _toolchain_available() -> bool:
+    try:
+        import tilelang  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
+        return False
+    return shutil.which("nvcc") is not None
+
+
+needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
+
+
+# ---- builds for sm_90: every layout at least once ------------------------------------------
+
+
+@needs_nvcc
+@pytest.mark.parametrize(
+    "kernel, spec",
+    [
+        (SiluFwdKernel(torch.bfloat16), ("flat", 8)),
+        (GeluBwdKernel(torch.float16, approximate="tanh"), ("flat", 8)),
+        (SiluAndMulFwdKernel(22016, torch.bfloat16), ("gated", 8)),
+        (GeluAndMulBwdKernel(254, torch.float32), ("gated", 1)),
+        (AddFwdKernel(torch.bfloat16), ("broadcast", 8, True, True)),
+        (MulFwdKernel(torch.float32), ("broadcast", 4, True, False)),
+    ],
+    ids=["silu-flat-bf16", "gelu-tanh-bwd-flat-fp16", "silu-and-mul-gated-bf16", "gelu-and-mul-bwd-odd-h-fp32",
+         "add-broadcast-bf16", "mul-row-scale-fp32"],
+)
+def test_elementwise_programs_build_for_sm90(kernel: ElementwiseKernel, spec) -> None:
+    source = kernel.compile_program(spec, target=SM90).get_kernel_source()
+    assert "__global__" in source
+    # Addresses are 64-bit, so tensors over 2**31 elements are addressed correctly.
+    assert "(int64_t)" in source
+    if spec[1] * kernel.dtype.itemsize == 16:
+        assert "uint4" in source or "float4" in source  # 16-byte accesses
+
+
+@needs_nvcc
+def test_build_all_for_sm90_builds_the_typical_programs() -> None:
+    built = SiluFwdKernel(torch.bfloat16).build_all_for_sm90()
+    assert list(built) == [("flat", 8)]
+
+
+def test_every_program_layout_is_valid_tir() -> None:
+    pytest.importorskip("tilelang")
+    for config in elementwise_autotune_configs(torch.bfloat16)[:3]:
+        assert flat_program(functions.RELU, "bfloat16", vector=8, **config) is not None
+        assert gated_program(functions.SILU_AND_MUL_BWD, 6, "float16", vector=1, **config) is not None
+        assert broadcast_program(functions.ADD, "float32", vector=2, a_inner=False, b_inner=True, **config) is not None
+
+
+def test_bad_programs_are_rejected() -> None:
+    pytest.importorskip("tilelang")
+    with pytest.raises(ValueError, match="vector must be a power of two"):
+        flat_program(functions.EXP, "float32", vector=3, threads=256, unroll=4)
+    with pytest.raises(ValueError, match="vector 8 must divide H = 127"):
+        gated_program(functions.SILU_AND_MUL, 254, "bfloat16", vector=8, threads=256, unroll=4)
+    with pytest.raises(ValueError, match="at least one operand varies"):
+        broadcast_program(functions.MUL, "float32", vector=1, threads=128, unroll=1, a_inner=False, b_inner=False)
+    with pytest.raises(ValueError, match="N \\(2H\\) must be even"):
+        SiluAndMulFwdKernel(7, torch.float32)
+    with pytest.raises(TypeError):
+        SiluFwdKernel(torch.int32)
+    with pytest.raises(ValueError, match="approximate must be one of"):
+        GeluBwdKernel(torch.float32, approximate="erf")
+    with pytest.raises(ValueError, match="unknown config keys"):
+        SiluFwdKernel(torch.float32, config={"block": 3})
+
+
+def test_configs_and_widths() -> None:
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        candidates = elementwise_autotune_configs(dtype)
+        assert candidates[0] == elementwise_default_config(dtype)
+        assert len(candidates) == len({tuple(sorted(c.items())) for c in candidates})
+    assert gated_vector(11008, torch.bfloat16) == 8 and gated_vector(127, torch.bfloat16) == 1
+    assert gated_vector(4098, torch.float32) == 2
+    base = torch.empty(64, dtype=torch.bfloat16)
+    assert alignment_vector(base, (), 8) == 8
+    assert alignment_vector(base[1:], (), 8) == 1
+    assert alignment_vector(base[4:], (), 8) == 4
+    assert alignment_vector(base, (12,), 8) == 4
+
+
+def test_launches_stay_within_int32_extents() -> None:
+    assert [(s.start, s.stop) for s in launch_slices(10, 4)] == [(0, 4), (4, 8), (8, 10)]
+    assert list(launch_boxes(5, 2, 3, 12)) == [((0, 2), (0, 2), (0, 3)), ((2, 4), (0, 2), (0, 3)),
+                                               ((4, 5), (0, 2), (0, 3))]
+    assert list(launch_boxes(2, 5, 4, 8)) == [((0, 1), (0, 2), (0, 4)), ((0, 1), (2, 4), (0, 4)),
+                                              ((0, 1), (4, 5), (0, 4)), ((1, 2), (0, 2), (0, 4)),
+                                              ((1, 2), (2, 4), (0, 4)), ((1, 2), (4, 5), (0, 4))]
+    boxes = list(launch_boxes(1, 2, 20, 8))
+    assert boxes[:3] == [((0, 1), (0, 1), (0, 8)), ((0, 1), (0, 1), (8, 16)), ((0, 1), (0, 1), (16, 20))]
+    assert all((b[0][1] - b[0][0]) * (b[1][1] - b[1][0]) * (b[2][1] - b[2][0]) <= 8 for b in boxes)
+
+
+# ---- the per-element formulas, evaluated with PyTorch in place of TileLang --------------------
+
+
+def _torch_language() -> types.SimpleNamespace:
+    """The few TileLang expression builders the formulas use, as PyTorch functions."""
+    return types.SimpleNamespace(
+        float32=float, exp=torch.exp, erf=torch.erf, tanh=torch.tanh,
+        if_then_else=lambda cond, a, b: torch.where(cond, torch.as_tensor(a, dtype=torch.float64),
+                                                    torch.as_tensor(b, dtype=torch.float64)),
+    )
+
+
+def _gelu_grad(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    return torch.ops.aten.gelu_backward(torch.ones_like(x), x, approximate=approximate)
+
+
+X = torch.linspace(-12.0, 12.0, 2001, dtype=torch.float64)
+G = torch.randn(2001, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+U = torch.randn(2001, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+FORMULAS = [
+    (functions.RELU, (X,), (torch.relu(X),)),
+    (functions.SIGMOID, (X,), (torch.sigmoid(X),)),
+    (functions.SILU, (X,), (torch.nn.functional.silu(X),)),
+    (functions.EXP, (X,), (torch.exp(X),)),
+    (functions.SILU_BWD, (G, X), (torch.ops.aten.silu_backward(G, X),)),
+    (functions.ADD, (G, X), (G + X,)),
+    (functions.MUL, (G, X), (G * X,)),
+    (functions.SILU_AND_MUL, (X, U), (torch.nn.functional.silu(X) * U,)),
+    (functions.SILU_AND_MUL_BWD, (G, X, U), (torch.ops.aten.silu_backward(G * U, X), G * torch.nn.functional.silu(X))),
+] + [
+    entry
+    for approximate in functions.GELU_APPROXIMATIONS
+    for entry in (
+        (functions.gelu_fn(approximate), (X,), (torch.nn.functional.gelu(X, approximate=approximate),)),
+        (functions.gelu_bwd_fn(approximate), (G, X), (G * _gelu_grad(X, approximate),)),
+        (functions.gelu_and_mul_fn(approximate), (X, U), (torch.nn.functional.gelu(X, approximate=approximate) * U,)),
+        (functions.gelu_and_mul_bwd_fn(approximate), (G, X, U),
+         (G * U * _gelu_grad(X, approximate), G * torch.nn.functional.gelu(X, approximate=approximate))),
+    )
+]
+
+
+@pytest.mark.parametrize("fn, inputs, expected", FORMULAS, ids=[f.name for f, _, _ in FORMULAS])
+def test_formulas_match_pytorch(fn, inputs, expected) -> None:
+    got = fn.apply(_torch_language(), *inputs)
+    assert len(got) == fn.outputs == len(expected) and len(inputs) == fn.arity
+    for value, reference in zip(got, expected):
+        torch.testing.assert_close(torch.as_tensor(value, dtype=torch.float64), reference, rtol=1e-12, atol=1e-12)
+
+
+def test_formulas_keep_nan_and_large_inputs_finite() -> None:
+    T = _torch_language()
+    special = torch.tensor([float("nan"), -1e4, 1e4, -0.0], dtype=torch.float64)
+    assert torch.isnan(functions.RELU.apply(T, special)[0][0])
+    assert functions.SIGMOID.apply(T, special)[0][1:].tolist() == [0.0, 1.0, 0.5]
+    assert functions.SILU.apply(T, special)[0][1:3].tolist() == [-0.0, 1e4]
+
+
+# ---- the family bases: layouts handed to the kernels (CPU tensors, stand-in kernels) -----------
+
+
+class _RecordingKernel(Kernel):
+    """Computes ``f`` with PyTorch on the tensors it is given, after checking the layout contract."""
+
+    launches: List[Tuple[Tuple[Tuple[int, ...], Tuple[int, ...]], ...]] = []
+    compute = staticmethod(lambda *inputs: inputs[0])
+    op_params: Tuple[str, ...] = ()
+
+    def __init__(self, dtype: torch.dtype, tune: bool = False, **params: object) -> None:
+        self.params = params
+        super().__init__(dtype, config={})
+
+    @property
+    def default_config(self) -> Dict[str, int]:
+        return {}
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        type(self).launches.append(tuple((tuple(t.shape), tuple(t.stride())) for t in tensors))
+        *inputs, out = tensors
+        assert out.stride(-1) == 1 or out.shape[-1] == 1
+        for tensor in inputs:
+            assert tensor.dim() == out.dim() and tensor.stride(-1) in (0, 1)
+        out.copy_(type(self).compute(*inputs, **self.params))
+        return out
+
+
+def _recording(compute, op_params: Tuple[str, ...] = ()) -> type:
+    return type("Recording", (_RecordingKernel,), {"compute": staticmethod(compute), "op_params": op_params,
+                                                    "launches": []})
+
+
+class _Unary(UnaryElementwiseOp):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtype, self.tune = torch.float64, False
+        self.kernel_map = {"f": _recording(lambda x: x * 2)}
+
+
+class _Gated(GatedElementwiseOp):
+    def __init__(self, N: int) -> None:
+        super().__init__()
+        self.N, self.dtype, self.tune = N, torch.float64, False
+
+        def compute(*inputs: torch.Tensor, N: int) -> torch.Tensor:
+            x = inputs[-1]
+            if len(inputs) == 1:
+                return x[:, : N // 2] * x[:, N // 2:]
+            return torch.cat((inputs[0], inputs[0] * 2), dim=1)
+
+        self.kernel_map = {"g": _recording(compute, ("N",))}
+
+
+class _Binary(BinaryElementwiseOp):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtype, self.tune = torch.float64, False
+        self.kernel_map = {"add": _recording(lambda a, b: a + b)}
+
+
+def _randn(*shape: int) -> torch.Tensor:
+    return torch.randn(shape, dtype=torch.float64)
+
+
+def test_unary_base_flattens_and_copies_only_non_contiguous_inputs() -> None:
+    op = _Unary()
+    x = _randn(3, 4, 5)
+    torch.testing.assert_close(op._run_kernel(x), x * 2)
+    strided = _randn(4, 10)[:, ::2]
+    y = op._run_kernel(strided)
+    torch.testing.assert_close(y, strided * 2)
+    assert y.is_contiguous()
+    assert [launch[0][0] for launch in op.kernel_map["f"].launches] == [(60,), (20,)]
+    torch.testing.assert_close(op._run_kernel(torch.tensor(3.0, dtype=torch.float64)), torch.tensor(6.0,
+                                                                                               dtype=torch.float64))
+    assert op._run_kernel(_randn(0, 3)).shape == (0, 3)
+    assert len(op.kernel_map["f"].launches) == 3  # nothing launched for the empty input
+    assert len(op._kernel_cache) == 1  # one kernel for every shape
+
+
+def test_row_view_keeps_strided_rows_in_place() -> None:
+    wide = _randn(4, 3, 20)
+    view = row_view(wide[..., 2:18], 16)
+    assert view.shape == (12, 16) and view.stride() == (20, 1) and view.data_ptr() == wide[..., 2:].data_ptr()
+    assert row_view(_randn(3, 16)[:, ::2], 8).is_contiguous()
+    assert row_view(_randn(6, 8).t(), 6).is_contiguous()
+    assert row_view(_randn(1, 8)[:, :6], 6).stride() == (6, 1)
+
+
+def test_gated_base_forward_and_backward_rows() -> None:
+    op = _Gated(8)
+    x = _randn(2, 3, 12)[..., 2:10]  # strided rows
+    torch.testing.assert_close(op._run_kernel(x), x[..., :4] * x[..., 4:])
+    launch = op.kernel_map["g"].launches[-1]
+    assert launch[0] == ((6, 8), (12, 1)) and launch[1] == ((6, 4), (4, 1))
+    grad = _randn(2, 3, 4)
+    torch.testing.assert_close(op._run_kernel(grad, x), torch.cat((grad, grad * 2), -1))
+    assert op._run_kernel(_randn(0, 8)).shape == (0, 4)
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, folded",
+    [
+        ((8, 16), (16,), [(1, (0, 0)), (8, (16, 0)), (16, (1, 1))]),
+        ((8, 16), (8, 1), [(1, (0, 0)), (8, (16, 1)), (16, (1, 0))]),
+        ((2, 3, 4), (2, 1, 4), [(2, (12, 4)), (3, (4, 0)), (4, (1, 1))]),
+        ((7,), (), [(1, (0, 0)), (1, (0, 0)), (7, (1, 0))]),
+        ((4, 1, 5), (3, 1), [(4, (5, 0)), (3, (0, 1)), (5, (1, 0))]),
+        ((2, 3, 4), (2, 3, 4), [(2, (4, 4)), (3, (8, 8)), (4, (1, 1))]),
+    ],
+)
+def test_binary_base_folds_broadcasts_into_three_axes(a_shape, b_shape, folded) -> None:
+    op = _Binary()
+    a, b = _randn(*a_shape), _randn(*b_shape)
+    if a_shape == b_shape:
+        a = a.transpose(0, 1).contiguous().transpose(0, 1)  # same shape, not contiguous: the folded path
+        b = b.transpose(0, 1).contiguous().transpose(0, 1)
+    y = op._run_kernel(a, b)
+    torch.testing.assert_close(y, a + b)
+    launch = op.kernel_map["add"].launches[-1]
+    sizes = tuple(size for size, _ in folded)
+    assert launch[0] == (sizes, tuple(s[0] for _, s in folded))
+    assert launch[1] == (sizes, tuple(s[1] for _, s in folded))
+
+
+def test_binary_base_copies_only_what_the_kernel_cannot_read() -> None:
+    op = _Binary()
+    kernel = op.kernel_map["add"]
+    same = _randn(5, 6)
+    torch.testing.assert_close(op._run_kernel(same, same), same * 2)
+    assert kernel.launches[-1][0] == ((30,), (1,))  # flat
+    transposed = _randn(6, 5).t()
+    ones = torch.ones(5, 1, dtype=torch.float64)
+    torch.testing.assert_close(op._run_kernel(transposed, ones), transposed + 1)
+    assert kernel.launches[-1][0] == ((1, 5, 6), (0, 6, 1))  # the transpose was copied
+    wide = _randn(5, 10)
+    torch.testing.assert_close(op._run_kernel(wide[:, :6], same), wide[:, :6] + same)
+    assert kernel.launches[-1][0] == ((1, 5, 6), (0, 10, 1))  # a slice read in place
+    expanded_a, expanded_b = _randn(4, 1).expand(4, 6), _randn(4, 1).expand(4, 6)
+    torch.testing.assert_close(op._run_kernel(expanded_a, expanded_b), expanded_a + expanded_b)
+    five_axes_a, five_axes_b = _randn(3, 1, 4, 1, 5), _randn(1, 2, 1, 6, 1)
+    torch.testing.assert_close(op._run_kernel(five_axes_a, five_axes_b), five_axes_a + five_axes_b)
+    assert kernel.launches[-1][0] == ((720,), (1,))  # materialized, then flat
+    assert op._run_kernel(_randn(0, 3), _randn(3)).shape == (0, 3)
+    assert op._run_kernel(_randn(1, 1), torch.tensor(2.0, dtype=torch.float64)).shape == (1, 1)
+
+
+def test_fold_broadcast_drops_unit_axes_and_merges_neighbours() -> None:
+    a, b = _randn(2, 1, 3, 4), _randn(3, 4)
+    assert fold_broadcast((2, 1, 3, 4), [a, b]) == [(2, (12, 0)), (12, (1, 1))]
+    assert math.prod(size for size, _ in fold_broadcast((2, 5, 3), [_randn(2, 5, 3), _randn(1, 5, 1)])) == 30
+
+
+def test_kernel_cache_key_ignores_shapes() -> None:
+    op = _Binary()
+    assert op._cache_key((3, 4), (4,)) == op._cache_key((100,), (1,))

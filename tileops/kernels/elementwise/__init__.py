@@ -1,0 +1,1 @@
+"""Elementwise kernels: activations, gated activations, broadcasting add and multiply."""

@@ -1,0 +1,165 @@
+"""What every elementwise kernel shares: configs, program compilation and launch helpers.
+
+An elementwise kernel wraps one ``PointwiseFn`` and the program layouts of
+``tileops.kernels.elementwise.programs`` that apply it.  Its config is
+``{"threads", "unroll"}``; the access width is not part of the config but of
+each call: the widest power of two (up to 16 bytes) that the call's
+addresses, strides and extents keep aligned.  Compiled programs are cached
+per (layout, width, config), so a kernel compiles each program it actually
+launches once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from tileops.kernels.elementwise.functions import PointwiseFn
+from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
+from tileops.kernels.launch import direct_launcher
+
+__all__ = [
+    "ElementwiseKernel", "ProgramSpec", "SUPPORTED_DTYPES", "elementwise_default_config",
+    "elementwise_autotune_configs", "max_vector", "alignment_vector", "launch_slices",
+]
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+VECTOR_BYTES = 16
+# (layout name, shape parameters...): identifies one program of a kernel besides its config.
+ProgramSpec = Tuple[Hashable, ...]
+
+
+def max_vector(dtype: torch.dtype) -> int:
+    """Elements of one 16-byte access."""
+    return VECTOR_BYTES // dtype.itemsize
+
+
+def alignment_vector(tensor: torch.Tensor, strides: Sequence[int], cap: int) -> int:
+    """The widest access (a power of two <= ``cap`` elements) the tensor's address and ``strides`` keep aligned."""
+    elem = tensor.element_size()
+    address = tensor.data_ptr()
+    vector = cap
+    while vector > 1 and (address % (vector * elem) or any(stride % vector for stride in strides)):
+        vector //= 2
+    return vector
+
+
+def launch_slices(length: int, limit: int = MAX_LAUNCH_ELEMENTS) -> Iterator[slice]:
+    """``[0, length)`` cut into pieces of at most ``limit`` (a multiple of 16, so cuts keep alignment)."""
+    for start in range(0, length, limit):
+        yield slice(start, min(length, start + limit))
+
+
+def elementwise_default_config(dtype: torch.dtype) -> Dict[str, int]:
+    """256 threads, each with four 16-byte loads per input in flight."""
+    return {"threads": 256, "unroll": 4}
+
+
+def elementwise_autotune_configs(dtype: torch.dtype) -> List[Dict[str, int]]:
+    """The heuristic first, then block sizes and loads in flight around it."""
+    candidates = [elementwise_default_config(dtype)]
+    for threads in (128, 256, 512):
+        for unroll in (1, 2, 4, 8):
+            config = {"threads": threads, "unroll": unroll}
+            if config not in candidates:
+                candidates.append(config)
+    return candidates
+
+
+class ElementwiseKernel(Kernel):
+    """Base of the elementwise kernels: one per-element function, several program layouts.
+
+    Subclasses set ``function`` (or override ``pointwise``), implement
+    ``build_program(spec, config)`` and ``typical_specs()`` (the programs a
+    contiguous, aligned call launches, built by ``build_all_for_sm90``), and
+    ``forward``.  ``op_params`` names the op attributes the constructor takes
+    beyond the dtype (e.g. ``("N", "approximate")``).
+    """
+
+    function: Optional[PointwiseFn] = None
+    op_params: Tuple[str, ...] = ()
+
+    def __init__(self, dtype: torch.dtype, *, config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{type(self).__name__}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+        # (config object, {program spec: launcher}) of the current config.
+        self._bound: Tuple[Optional[Dict[str, Any]], Dict[ProgramSpec, Any]] = (None, {})
+        super().__init__(dtype, config=config, tune=tune)
+
+    # ---- what subclasses supply ----------------------------------------------------------------
+    @property
+    def pointwise(self) -> PointwiseFn:
+        """The per-element function this kernel applies."""
+        if self.function is None:
+            raise NotImplementedError(f"{type(self).__name__} names no function")
+        return self.function
+
+    def build_program(self, spec: ProgramSpec, config: Dict[str, Any]) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.build_program")
+
+    def typical_specs(self) -> List[ProgramSpec]:
+        """The programs launched on contiguous, 16-byte aligned tensors."""
+        raise NotImplementedError(f"{type(self).__name__}.typical_specs")
+
+    # ---- configs -------------------------------------------------------------------------------
+    @property
+    def default_config(self) -> Dict[str, Any]:
+        return elementwise_default_config(self.dtype)
+
+    @property
+    def autotune_configs(self) -> List[Dict[str, Any]]:
+        return elementwise_autotune_configs(self.dtype)
+
+    # ---- programs ------------------------------------------------------------------------------
+    def program(self, **config: Any) -> Any:
+        """The first typical program (what ``Kernel.compile`` and ``build_for_sm90`` build)."""
+        return self.build_program(self.typical_specs()[0], {**self.default_config, **config})
+
+    def compile_program(self, spec: ProgramSpec, config: Optional[Dict[str, Any]] = None,
+                        target: Any = "auto") -> Any:
+        """The compiled program ``spec`` for ``config`` (default: the current one), cached."""
+        import tilelang  # deferred: importing tilelang costs seconds
+
+        config = dict(self.config if config is None else config)
+        key = (spec, repr(target)) + tuple(sorted(config.items()))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._compile_lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    logger.info("compiling %s %s config=%s target=%s", type(self).__name__, spec, config, target)
+                    compiled = tilelang.compile(self.build_program(spec, config), target=target)
+                    self._compiled[key] = compiled
+        return compiled
+
+    def build_all_for_sm90(self) -> Dict[ProgramSpec, Any]:
+        """Compile the typical programs for sm_90, without a GPU."""
+        return {spec: self.compile_program(spec, target=SM90_BUILD_TARGET) for spec in self.typical_specs()}
+
+    def launcher(self, spec: ProgramSpec) -> Any:
+        """The fastest callable of program ``spec`` under the current config."""
+        config, launchers = self._bound
+        if config is not self.config:
+            # Launchers are cached per config object: building a compile key per call costs microseconds.
+            config, launchers = self.config, {}
+            self._bound = (config, launchers)
+        launcher = launchers.get(spec)
+        if launcher is None:
+            launcher = launchers[spec] = direct_launcher(self.compile_program(spec))
+        return launcher
+
+    def flat_vector(self, tensors: Sequence[torch.Tensor]) -> int:
+        """The access width that every (1-D, contiguous) tensor's address allows."""
+        vector = max_vector(self.dtype)
+        for tensor in tensors:
+            vector = min(vector, alignment_vector(tensor, (), vector))
+        return vector
+
+    def _check_count(self, tensors: Sequence[torch.Tensor], expected: int) -> None:
+        if len(tensors) != expected:
+            raise TypeError(f"{type(self).__name__}: expected {expected - 1} inputs and out, got {len(tensors)} tensors")

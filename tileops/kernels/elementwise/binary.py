@@ -1,0 +1,152 @@
+"""Binary elementwise ops with PyTorch broadcasting: add and multiply.
+
+``forward(a, b, out)`` takes one of two layouts:
+
+* **flat**: ``a``, ``b`` and ``out`` 1-D and contiguous, of one length
+  (operands of one shape);
+* **broadcast**: ``(D0, D1, D2)`` views (the op base folds any broadcast of
+  any rank into at most three axes).  ``out`` has unit inner stride; each
+  operand has inner stride 1, or 0 when it is constant along the innermost
+  axis, and any outer strides (0 for a broadcast axis).  So a bias row, a
+  per-row scale, a slice of a wider tensor or a scalar are read in place,
+  never copied.
+
+Extents and strides are TileLang symbolic values: one compiled program per
+(layout, access width, operand pattern) serves every shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+from tileops.kernels.elementwise import functions
+from tileops.kernels.elementwise.base import (
+    ElementwiseKernel,
+    ProgramSpec,
+    alignment_vector,
+    launch_slices,
+    max_vector,
+)
+from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS, broadcast_program, flat_program
+from tileops.kernels.kernel_base import torch_dtype_to_tl
+
+__all__ = ["BroadcastKernel", "AddFwdKernel", "MulFwdKernel", "launch_boxes"]
+
+FLAT = "flat"
+BROADCAST = "broadcast"
+TUNING_ROW_ELEMENTS = 4096
+
+# (start, stop) along each of the three axes of one launch.
+Box = Tuple[Tuple[int, int], Tuple[int, int], Tuple[int, int]]
+
+
+def launch_boxes(D0: int, D1: int, D2: int, limit: int = MAX_LAUNCH_ELEMENTS) -> Iterator[Box]:
+    """Cut ``(D0, D1, D2)`` into boxes of at most ``limit`` elements, cutting outer axes first."""
+    if D1 * D2 <= limit:
+        step = limit // (D1 * D2)
+        for start in range(0, D0, step):
+            yield (start, min(D0, start + step)), (0, D1), (0, D2)
+        return
+    for i0 in range(D0):
+        if D2 <= limit:
+            step = limit // D2
+            for start in range(0, D1, step):
+                yield (i0, i0 + 1), (start, min(D1, start + step)), (0, D2)
+        else:
+            for i1 in range(D1):
+                for piece in launch_slices(D2, limit):
+                    yield (i0, i0 + 1), (i1, i1 + 1), (piece.start, piece.stop)
+
+
+def _varies_inner(operand: torch.Tensor) -> bool:
+    stride = operand.stride(2)
+    if stride not in (0, 1):
+        raise ValueError(f"broadcast operands need inner stride 0 or 1, got strides {operand.stride()}")
+    return stride == 1
+
+
+class BroadcastKernel(ElementwiseKernel):
+    """``out = f(a, b)`` on flat or broadcast ``(D0, D1, D2)`` layouts (see the module docstring)."""
+
+    def build_program(self, spec: ProgramSpec, config: Dict[str, Any]) -> Any:
+        dtype = torch_dtype_to_tl(self.dtype)
+        if spec[0] == FLAT:
+            return flat_program(self.pointwise, dtype, vector=spec[1], **config)
+        if spec[0] == BROADCAST:
+            _, vector, a_inner, b_inner = spec
+            return broadcast_program(self.pointwise, dtype, vector=vector, a_inner=a_inner, b_inner=b_inner,
+                                     **config)
+        raise ValueError(f"{type(self).__name__}: unknown program {spec!r}")
+
+    def typical_specs(self) -> List[ProgramSpec]:
+        """Operands of one shape, and a row broadcast against a matrix (a bias)."""
+        vector = max_vector(self.dtype)
+        return [(FLAT, vector), (BROADCAST, vector, True, True)]
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Write ``f(a, b)`` into ``out`` and return it (layouts in the module docstring)."""
+        if out.dim() == 1:
+            self._flat(a, b, out)
+        elif out.dim() == 3:
+            self._broadcast(a, b, out)
+        else:
+            raise ValueError(f"{type(self).__name__}: expects 1-D or 3-D tensors, got out of shape {tuple(out.shape)}")
+        return out
+
+    def program_for(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> ProgramSpec:
+        """The program ``forward(a, b, out)`` launches (tensors may live on any device)."""
+        if out.dim() == 1:
+            return FLAT, self.flat_vector((a, b, out))
+        a_inner, b_inner = _varies_inner(a), _varies_inner(b)
+        vector = max_vector(self.dtype)
+        while out.shape[2] % vector:
+            vector //= 2
+        for tensor, varies in ((a, a_inner), (b, b_inner), (out, True)):
+            if varies:
+                vector = min(vector, alignment_vector(tensor, tensor.stride()[:2], vector))
+        return BROADCAST, vector, a_inner, b_inner
+
+    def _flat(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        launch = self.launcher(self.program_for(a, b, out))
+        length = out.numel()
+        if length <= MAX_LAUNCH_ELEMENTS:
+            launch(a, b, out)
+            return
+        for piece in launch_slices(length):
+            launch(a[piece], b[piece], out[piece])
+
+    def _broadcast(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        spec = self.program_for(a, b, out)
+        _, _, a_inner, b_inner = spec
+        launch = self.launcher(spec)
+        # An operand constant along the innermost axis is passed as its (D0, D1) face.
+        a_arg = a if a_inner else a[:, :, 0]
+        b_arg = b if b_inner else b[:, :, 0]
+        if out.numel() <= MAX_LAUNCH_ELEMENTS:
+            launch(a_arg, b_arg, out)
+            return
+        for (s0, e0), (s1, e1), (s2, e2) in launch_boxes(*out.shape):
+            launch(a_arg[s0:e0, s1:e1, s2:e2] if a_inner else a_arg[s0:e0, s1:e1],
+                   b_arg[s0:e0, s1:e1, s2:e2] if b_inner else b_arg[s0:e0, s1:e1],
+                   out[s0:e0, s1:e1, s2:e2])
+
+    def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
+        """Random flat operands of ``rows * 4096`` elements and a preallocated output."""
+        length = (self.tuning_rows if rows is None else rows) * TUNING_ROW_ELEMENTS
+        a = torch.randn(length, device="cuda", dtype=self.dtype)
+        b = torch.randn(length, device="cuda", dtype=self.dtype)
+        return a, b, torch.empty_like(a)
+
+
+class AddFwdKernel(BroadcastKernel):
+    """``y = a + b``; ``forward(a, b, out)``."""
+
+    function = functions.ADD
+
+
+class MulFwdKernel(BroadcastKernel):
+    """``y = a * b``; ``forward(a, b, out)``."""
+
+    function = functions.MUL

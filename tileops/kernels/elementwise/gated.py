@@ -1,0 +1,158 @@
+"""Gated activations of GLU MLPs: ``y = act(x[..., :H]) * x[..., H:]`` and their backward.
+
+``N = 2H`` (the width of ``x``'s last axis) is fixed at construction; rows are
+a TileLang symbolic dimension, so one compiled program per access width
+serves every row count.  Tensors are 2-D row views whose rows may be strided
+(a slice of a wider tensor needs no copy) but whose elements are contiguous:
+
+* forward: ``forward(x (R, N), out (R, H))``
+* backward: ``forward(grad_y (R, H), x (R, N), out (R, N))``, writing
+  ``[grad_y * up * act'(gate), grad_y * act(gate)]``.
+
+The access width is the widest power of two (up to 16 bytes) that divides
+``H`` and keeps every address and row stride of the call aligned.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from tileops.kernels.elementwise import functions
+from tileops.kernels.elementwise.base import ElementwiseKernel, ProgramSpec, alignment_vector, max_vector
+from tileops.kernels.elementwise.functions import PointwiseFn
+from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS, gated_program
+from tileops.kernels.kernel_base import torch_dtype_to_tl
+
+__all__ = [
+    "GatedKernel", "SiluAndMulFwdKernel", "SiluAndMulBwdKernel", "GeluAndMulFwdKernel", "GeluAndMulBwdKernel",
+    "gated_vector",
+]
+
+GATED = "gated"
+
+
+def gated_vector(H: int, dtype: torch.dtype) -> int:
+    """The widest access (elements) that divides ``H``: no vector straddles two rows or the two halves."""
+    vector = max_vector(dtype)
+    while H % vector:
+        vector //= 2
+    return vector
+
+
+class GatedKernel(ElementwiseKernel):
+    """A gated activation over rows of width ``N = 2H`` (see the module docstring).
+
+    Args:
+        N: width of ``x``'s last axis (even), fixed at construction.
+        dtype: dtype of every tensor (float16, bfloat16, float32).
+        config: explicit ``{"threads", "unroll"}`` (keys may be partial).
+        tune: pick the fastest of ``autotune_configs`` on the current GPU.
+    """
+
+    op_params = ("N",)
+
+    def __init__(self, N: int, dtype: torch.dtype, *, config: Optional[Dict[str, Any]] = None,
+                 tune: bool = False) -> None:
+        if N < 2 or N % 2:
+            raise ValueError(f"{type(self).__name__}: N (2H) must be even and positive, got {N}")
+        if N > MAX_LAUNCH_ELEMENTS:
+            raise ValueError(f"{type(self).__name__}: rows of {N} elements exceed one launch ({MAX_LAUNCH_ELEMENTS})")
+        self.N = int(N)
+        super().__init__(dtype, config=config, tune=tune)
+
+    @property
+    def H(self) -> int:  # noqa: N802 - the manifest's name for half the row
+        return self.N // 2
+
+    @property
+    def backward(self) -> bool:
+        return self.pointwise.arity == 3
+
+    def build_program(self, spec: ProgramSpec, config: Dict[str, Any]) -> Any:
+        layout, vector = spec
+        if layout != GATED:
+            raise ValueError(f"{type(self).__name__}: unknown program {spec!r}")
+        return gated_program(self.pointwise, self.N, torch_dtype_to_tl(self.dtype), vector=vector, **config)
+
+    def typical_specs(self) -> List[ProgramSpec]:
+        return [(GATED, gated_vector(self.H, self.dtype))]
+
+    def call_vector(self, tensors: Tuple[torch.Tensor, ...]) -> int:
+        """The access width these 2-D row views allow."""
+        vector = gated_vector(self.H, self.dtype)
+        for tensor in tensors:
+            vector = min(vector, alignment_vector(tensor, (tensor.stride(0),), vector))
+        return vector
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        """Write the result for ``tensors = (*inputs, out)`` (2-D row views) into ``out`` and return it."""
+        self._check_count(tensors, 3 if self.backward else 2)
+        out = tensors[-1]
+        rows = out.shape[0]
+        launch = self.launcher((GATED, self.call_vector(tensors)))
+        rows_per_launch = MAX_LAUNCH_ELEMENTS // self.N
+        if rows <= rows_per_launch:
+            launch(*tensors)
+        else:
+            for start in range(0, rows, rows_per_launch):
+                launch(*(t[start:start + rows_per_launch] for t in tensors))
+        return out
+
+    def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
+        """Random ``x`` (and ``grad_y``) of ``rows`` rows and a preallocated output."""
+        rows = self.tuning_rows if rows is None else rows
+        x = torch.randn(rows, self.N, device="cuda", dtype=self.dtype)
+        if not self.backward:
+            return x, torch.empty(rows, self.H, device="cuda", dtype=self.dtype)
+        grad_y = torch.randn(rows, self.H, device="cuda", dtype=self.dtype)
+        return grad_y, x, torch.empty_like(x)
+
+
+class SiluAndMulFwdKernel(GatedKernel):
+    """``y = silu(gate) * up``; ``forward(x, out)``."""
+
+    function = functions.SILU_AND_MUL
+
+
+class SiluAndMulBwdKernel(GatedKernel):
+    """``grad_x = [grad_y * up * silu'(gate), grad_y * silu(gate)]``; ``forward(grad_y, x, out)``."""
+
+    function = functions.SILU_AND_MUL_BWD
+
+
+class _GeluAndMulKernel(GatedKernel):
+    """A gated GELU kernel for one approximation (``none``: erf, or ``tanh``)."""
+
+    op_params = ("N", "approximate")
+
+    def __init__(self, N: int, dtype: torch.dtype, *, approximate: str = "none",
+                 config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
+        self.approximate = approximate
+        self._function = self._function_for(approximate)
+        super().__init__(N, dtype, config=config, tune=tune)
+
+    @staticmethod
+    def _function_for(approximate: str) -> PointwiseFn:
+        raise NotImplementedError
+
+    @property
+    def pointwise(self) -> PointwiseFn:
+        return self._function
+
+
+class GeluAndMulFwdKernel(_GeluAndMulKernel):
+    """``y = gelu(gate) * up``; ``forward(x, out)``."""
+
+    @staticmethod
+    def _function_for(approximate: str) -> PointwiseFn:
+        return functions.gelu_and_mul_fn(approximate)
+
+
+class GeluAndMulBwdKernel(_GeluAndMulKernel):
+    """``grad_x = [grad_y * up * gelu'(gate), grad_y * gelu(gate)]``; ``forward(grad_y, x, out)``."""
+
+    @staticmethod
+    def _function_for(approximate: str) -> PointwiseFn:
+        return functions.gelu_and_mul_bwd_fn(approximate)

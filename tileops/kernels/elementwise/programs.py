@@ -1,0 +1,307 @@
+"""The elementwise program builder: one TileLang program shape per layout, any per-element function.
+
+Every program reads its inputs in their storage dtype with ``vector``-wide
+accesses (16 bytes when the caller's alignment allows), widens to float32,
+applies a ``PointwiseFn`` and rounds once on the store.  A block of
+``threads`` threads covers ``threads * vector * unroll`` elements: each
+thread first issues its ``unroll`` loads, then computes and stores, so every
+thread keeps several 16-byte loads in flight.  The grid has one block per
+such tile ("enough blocks"): on an H100 that is thousands of blocks for any
+tensor worth a kernel.
+
+Layouts:
+
+* **flat**: inputs and output are 1-D of symbolic length ``L`` (contiguous
+  tensors of any rank, flattened).  A partial last vector is written element
+  by element.
+* **gated**: ``x`` is ``(R, N)`` with ``N = 2H`` static and a symbolic row
+  stride; the forward writes ``y (R, H) = f(x[:, :H], x[:, H:])``, the
+  backward reads ``grad_y (R, H)`` and ``x`` and writes both halves of
+  ``grad_x (R, N)``.  ``vector`` divides ``H``, so no vector straddles rows
+  or halves; the row of a vector is a division by a constant.
+* **broadcast**: two operands viewed as ``(D0, D1, D2)`` with symbolic
+  extents and outer strides (0 for a broadcast axis).  The innermost axis of
+  an operand has unit stride, or stride 0 (``inner=False``: the operand is
+  passed as ``(D0, D1)`` and read once per vector).  ``vector`` divides
+  ``D2``; rows come from two divisions by symbolic extents per vector.
+
+Extents are int32: the kernels launch at most ``MAX_LAUNCH_ELEMENTS``
+elements at a time (the launching code splits larger tensors), while
+addresses are computed in 64-bit by TileLang and strides are int64, so
+tensors over 2**31 elements are addressed correctly.
+"""
+
+# No ``from __future__ import annotations``: TileLang evaluates the
+# ``T.Tensor`` annotations of its programs against the enclosing scope.
+from typing import Any
+
+from tileops.kernels.elementwise.functions import ACCUM, PointwiseFn
+
+__all__ = ["flat_program", "gated_program", "broadcast_program", "MAX_LAUNCH_ELEMENTS", "PASS_CONFIGS"]
+
+# Elements one launch may cover: int32 index arithmetic stays far from overflow.
+MAX_LAUNCH_ELEMENTS = 1 << 30
+# Programs guard every access themselves; TileLang's extra bounds checks
+# would only split their 16-byte accesses.
+PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
+
+
+def _check_shape_params(vector: int, threads: int, unroll: int) -> None:
+    if vector < 1 or vector & (vector - 1):
+        raise ValueError(f"elementwise programs: vector must be a power of two, got {vector}")
+    if not (32 <= threads <= 1024 and threads % 32 == 0):
+        raise ValueError(f"elementwise programs: threads must be a multiple of 32 in [32, 1024], got {threads}")
+    if unroll < 1:
+        raise ValueError(f"elementwise programs: unroll must be positive, got {unroll}")
+
+
+def _rounded(T: Any, fn: PointwiseFn, dtype: str, output: int, *loaded: Any) -> Any:
+    """Output ``output`` of ``fn`` on loaded storage-dtype values, computed in float32, in ``dtype``."""
+    return T.cast(fn.apply(T, *(T.cast(value, ACCUM) for value in loaded))[output], dtype)
+
+
+def _finish(func: Any) -> Any:
+    return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
+
+
+# ---- flat ---------------------------------------------------------------------------------------
+
+
+def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int) -> Any:
+    """``Y[i] = fn(X[i])`` or ``fn(A[i], B[i])`` over a symbolic length ``L``."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    _check_shape_params(vector, threads, unroll)
+    if fn.outputs != 1 or fn.arity not in (1, 2):
+        raise ValueError(f"flat programs take one- or two-input functions with one output, got {fn.name}")
+    L = T.dynamic("L")
+    step = threads * vector  # elements of one unrolled step of the block
+    tile = step * unroll  # elements of one block
+    partial_vectors = vector > 1  # a last vector may be cut by the end of the tensor
+
+    @T.macro
+    def load(src, buf, start):
+        for u in T.unroll(unroll):
+            if start + u * step + vector <= L:
+                for k in T.vectorized(vector):
+                    buf[u * vector + k] = src[start + u * step + k]
+
+    if fn.arity == 1:
+
+        @T.prim_func
+        def elementwise_flat_unary(X: T.Tensor((L,), dtype), Y: T.Tensor((L,), dtype)):
+            with T.Kernel(T.ceildiv(L, tile), threads=threads) as bx:
+                tx = T.get_thread_binding()
+                a = T.alloc_local((unroll * vector,), dtype)
+                start = bx * tile + tx * vector
+                load(X, a, start)
+                for u in T.unroll(unroll):
+                    if start + u * step + vector <= L:
+                        for k in T.vectorized(vector):
+                            Y[start + u * step + k] = _rounded(T, fn, dtype, 0, a[u * vector + k])
+                    if partial_vectors:
+                        if start + u * step < L and start + u * step + vector > L:
+                            for k in T.serial(vector):
+                                if start + u * step + k < L:
+                                    Y[start + u * step + k] = _rounded(T, fn, dtype, 0, X[start + u * step + k])
+
+        return _finish(elementwise_flat_unary)
+
+    @T.prim_func
+    def elementwise_flat_binary(
+        A: T.Tensor((L,), dtype),
+        B: T.Tensor((L,), dtype),
+        Y: T.Tensor((L,), dtype),
+    ):
+        with T.Kernel(T.ceildiv(L, tile), threads=threads) as bx:
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * vector,), dtype)
+            b = T.alloc_local((unroll * vector,), dtype)
+            start = bx * tile + tx * vector
+            load(A, a, start)
+            load(B, b, start)
+            for u in T.unroll(unroll):
+                if start + u * step + vector <= L:
+                    for k in T.vectorized(vector):
+                        Y[start + u * step + k] = _rounded(T, fn, dtype, 0, a[u * vector + k], b[u * vector + k])
+                if partial_vectors:
+                    if start + u * step < L and start + u * step + vector > L:
+                        for k in T.serial(vector):
+                            if start + u * step + k < L:
+                                Y[start + u * step + k] = _rounded(
+                                    T, fn, dtype, 0, A[start + u * step + k], B[start + u * step + k]
+                                )
+
+    return _finish(elementwise_flat_binary)
+
+
+# ---- gated --------------------------------------------------------------------------------------
+
+
+def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: int, unroll: int) -> Any:
+    """Rows of ``x (R, N)`` split into gate ``x[:, :H]`` and up ``x[:, H:]`` halves.
+
+    ``fn`` with two inputs is a forward, ``(gate, up) -> y``; with three a
+    backward, ``(grad_y, gate, up) -> (grad_gate, grad_up)``.
+    """
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    _check_shape_params(vector, threads, unroll)
+    if N < 2 or N % 2:
+        raise ValueError(f"gated programs: N must be even and positive, got {N}")
+    H = N // 2
+    if H % vector:
+        raise ValueError(f"gated programs: vector {vector} must divide H = {H}")
+    backward = fn.arity == 3
+    if (fn.arity, fn.outputs) not in ((2, 1), (3, 2)):
+        raise ValueError(f"gated programs take (gate, up) -> y or (grad_y, gate, up) -> (grad_gate, grad_up), "
+                         f"got {fn.name}")
+    per_row = H // vector  # vectors in one half row
+    tile = threads * unroll  # vectors of one block
+    R = T.dynamic("R")
+    LDX = T.dynamic("LDX", "int64")
+
+    @T.macro
+    def load_halves(X, gate, up, first):
+        for u in T.unroll(unroll):
+            if first + u * threads < R * per_row:
+                for k in T.vectorized(vector):
+                    gate[u * vector + k] = X[(first + u * threads) // per_row,
+                                             (first + u * threads) % per_row * vector + k]
+                for k in T.vectorized(vector):
+                    up[u * vector + k] = X[(first + u * threads) // per_row,
+                                           H + (first + u * threads) % per_row * vector + k]
+
+    if not backward:
+
+        @T.prim_func
+        def elementwise_gated_fwd(
+            X: T.StridedTensor((R, N), (LDX, 1), dtype),
+            Y: T.Tensor((R, H), dtype),
+        ):
+            with T.Kernel(T.ceildiv(R * per_row, tile), threads=threads) as bx:
+                tx = T.get_thread_binding()
+                gate = T.alloc_local((unroll * vector,), dtype)
+                up = T.alloc_local((unroll * vector,), dtype)
+                T.assume(LDX % vector == 0)
+                first = bx * tile + tx
+                load_halves(X, gate, up, first)
+                for u in T.unroll(unroll):
+                    if first + u * threads < R * per_row:
+                        for k in T.vectorized(vector):
+                            Y[(first + u * threads) // per_row, (first + u * threads) % per_row * vector + k] = (
+                                _rounded(T, fn, dtype, 0, gate[u * vector + k], up[u * vector + k])
+                            )
+
+        return _finish(elementwise_gated_fwd)
+
+    LDG = T.dynamic("LDG", "int64")
+
+    @T.prim_func
+    def elementwise_gated_bwd(
+        G: T.StridedTensor((R, H), (LDG, 1), dtype),
+        X: T.StridedTensor((R, N), (LDX, 1), dtype),
+        DX: T.Tensor((R, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(R * per_row, tile), threads=threads) as bx:
+            tx = T.get_thread_binding()
+            g = T.alloc_local((unroll * vector,), dtype)
+            gate = T.alloc_local((unroll * vector,), dtype)
+            up = T.alloc_local((unroll * vector,), dtype)
+            T.assume(LDX % vector == 0)
+            T.assume(LDG % vector == 0)
+            first = bx * tile + tx
+            for u in T.unroll(unroll):
+                if first + u * threads < R * per_row:
+                    for k in T.vectorized(vector):
+                        g[u * vector + k] = G[(first + u * threads) // per_row,
+                                              (first + u * threads) % per_row * vector + k]
+            load_halves(X, gate, up, first)
+            for u in T.unroll(unroll):
+                if first + u * threads < R * per_row:
+                    for k in T.vectorized(vector):
+                        DX[(first + u * threads) // per_row, (first + u * threads) % per_row * vector + k] = (
+                            _rounded(T, fn, dtype, 0, g[u * vector + k], gate[u * vector + k], up[u * vector + k])
+                        )
+                    for k in T.vectorized(vector):
+                        DX[(first + u * threads) // per_row, H + (first + u * threads) % per_row * vector + k] = (
+                            _rounded(T, fn, dtype, 1, g[u * vector + k], gate[u * vector + k], up[u * vector + k])
+                        )
+
+    return _finish(elementwise_gated_bwd)
+
+
+# ---- broadcast ----------------------------------------------------------------------------------
+
+
+def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int,
+                      a_inner: bool, b_inner: bool) -> Any:
+    """``Y[i, j, k] = fn(A[i, j, k], B[i, j, k])`` over strided ``(D0, D1, D2)`` views.
+
+    ``a_inner``/``b_inner``: whether the operand varies along the innermost
+    axis (unit stride) or is constant along it (passed as ``(D0, D1)``).
+    """
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    _check_shape_params(vector, threads, unroll)
+    if fn.arity != 2 or fn.outputs != 1:
+        raise ValueError(f"broadcast programs take two-input functions with one output, got {fn.name}")
+    if not (a_inner or b_inner):
+        raise ValueError("broadcast programs: at least one operand varies along the innermost axis")
+    D0, D1, D2 = T.dynamic("D0"), T.dynamic("D1"), T.dynamic("D2")
+    SA0, SA1, SB0, SB1, SY0, SY1 = (T.dynamic(name, "int64") for name in ("SA0", "SA1", "SB0", "SB1", "SY0", "SY1"))
+    tile = threads * unroll  # vectors of one block
+    a_shape, a_strides = ((D0, D1, D2), (SA0, SA1, 1)) if a_inner else ((D0, D1), (SA0, SA1))
+    b_shape, b_strides = ((D0, D1, D2), (SB0, SB1, 1)) if b_inner else ((D0, D1), (SB0, SB1))
+
+    def position(u, bx, tx):
+        """(i0, i1, first column) of vector ``u`` of this thread; columns are a multiple of ``vector``."""
+        index = bx * tile + u * threads + tx  # in vectors
+        row = T.truncdiv(index, T.truncdiv(D2, vector))
+        column = (index - row * T.truncdiv(D2, vector)) * vector
+        return T.truncdiv(row, D1), T.truncmod(row, D1), column
+
+    def valid(u, bx, tx):
+        return bx * tile + u * threads + tx < D0 * D1 * T.truncdiv(D2, vector)
+
+    @T.macro
+    def load(src, buf, inner, bx, tx):
+        for u in T.unroll(unroll):
+            if valid(u, bx, tx):
+                if inner:
+                    for k in T.vectorized(vector):
+                        buf[u * vector + k] = src[position(u, bx, tx)[0], position(u, bx, tx)[1],
+                                                  position(u, bx, tx)[2] + k]
+                else:
+                    for k in T.vectorized(vector):
+                        buf[u * vector + k] = src[position(u, bx, tx)[0], position(u, bx, tx)[1]]
+
+    @T.prim_func
+    def elementwise_broadcast(
+        A: T.StridedTensor(a_shape, a_strides, dtype),
+        B: T.StridedTensor(b_shape, b_strides, dtype),
+        Y: T.StridedTensor((D0, D1, D2), (SY0, SY1, 1), dtype),
+    ):
+        with T.Kernel(T.ceildiv(D0 * D1 * T.truncdiv(D2, vector), tile), threads=threads) as bx:
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * vector,), dtype)
+            b = T.alloc_local((unroll * vector,), dtype)
+            T.assume(D2 % vector == 0)
+            if a_inner:
+                T.assume(SA0 % vector == 0)
+                T.assume(SA1 % vector == 0)
+            if b_inner:
+                T.assume(SB0 % vector == 0)
+                T.assume(SB1 % vector == 0)
+            T.assume(SY0 % vector == 0)
+            T.assume(SY1 % vector == 0)
+            load(A, a, a_inner, bx, tx)
+            load(B, b, b_inner, bx, tx)
+            for u in T.unroll(unroll):
+                if valid(u, bx, tx):
+                    for k in T.vectorized(vector):
+                        Y[position(u, bx, tx)[0], position(u, bx, tx)[1], position(u, bx, tx)[2] + k] = _rounded(
+                            T, fn, dtype, 0, a[u * vector + k], b[u * vector + k]
+                        )
+
+    return _finish(elementwise_broadcast)

@@ -1,0 +1,126 @@
+"""Activations and their derivatives over flat tensors: relu, sigmoid, silu, gelu, exp.
+
+Each kernel applies its ``PointwiseFn`` with the flat program: ``forward(x,
+out)`` for a forward, ``forward(grad_y, x, out)`` for a backward, every
+tensor 1-D and contiguous, of one length.  The length is symbolic, so one
+compiled program per dtype (and access width) serves every shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from tileops.kernels.elementwise import functions
+from tileops.kernels.elementwise.base import ElementwiseKernel, ProgramSpec, launch_slices, max_vector
+from tileops.kernels.elementwise.functions import PointwiseFn
+from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS, flat_program
+from tileops.kernels.kernel_base import torch_dtype_to_tl
+
+__all__ = [
+    "MapKernel", "ReluFwdKernel", "SigmoidFwdKernel", "SiluFwdKernel", "SiluBwdKernel",
+    "GeluFwdKernel", "GeluBwdKernel", "ExpFwdKernel",
+]
+
+FLAT = "flat"
+# Elements per row of the tensors the tuner times on (rows default to ``tuning_rows``).
+TUNING_ROW_ELEMENTS = 4096
+
+
+class MapKernel(ElementwiseKernel):
+    """``out[i] = f(*inputs[i])`` over 1-D contiguous tensors of one length (see the module docstring)."""
+
+    def build_program(self, spec: ProgramSpec, config: Dict[str, Any]) -> Any:
+        layout, vector = spec
+        if layout != FLAT:
+            raise ValueError(f"{type(self).__name__}: unknown program {spec!r}")
+        return flat_program(self.pointwise, torch_dtype_to_tl(self.dtype), vector=vector, **config)
+
+    def typical_specs(self) -> List[ProgramSpec]:
+        return [(FLAT, max_vector(self.dtype))]
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        """Write ``f(*inputs)`` into ``out`` for ``tensors = (*inputs, out)`` and return ``out``."""
+        self._check_count(tensors, self.pointwise.arity + 1)
+        out = tensors[-1]
+        launch = self.launcher((FLAT, self.flat_vector(tensors)))
+        length = out.numel()
+        if length <= MAX_LAUNCH_ELEMENTS:
+            launch(*tensors)
+        else:
+            for piece in launch_slices(length):
+                launch(*(t[piece] for t in tensors))
+        return out
+
+    def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
+        """Random flat inputs of ``rows * 4096`` elements and a preallocated output."""
+        length = (self.tuning_rows if rows is None else rows) * TUNING_ROW_ELEMENTS
+        inputs = [torch.randn(length, device="cuda", dtype=self.dtype) for _ in range(self.pointwise.arity)]
+        return (*inputs, torch.empty_like(inputs[0]))
+
+
+class ReluFwdKernel(MapKernel):
+    """``y = max(x, 0)``; ``forward(x, out)``."""
+
+    function = functions.RELU
+
+
+class SigmoidFwdKernel(MapKernel):
+    """``y = 1 / (1 + exp(-x))``; ``forward(x, out)``."""
+
+    function = functions.SIGMOID
+
+
+class SiluFwdKernel(MapKernel):
+    """``y = x * sigmoid(x)``; ``forward(x, out)``."""
+
+    function = functions.SILU
+
+
+class SiluBwdKernel(MapKernel):
+    """``grad_x = grad_y * silu'(x)``; ``forward(grad_y, x, out)``."""
+
+    function = functions.SILU_BWD
+
+
+class ExpFwdKernel(MapKernel):
+    """``y = exp(x)``; ``forward(x, out)``."""
+
+    function = functions.EXP
+
+
+class _GeluKernel(MapKernel):
+    """A GELU kernel for one approximation (``none``: erf, or ``tanh``)."""
+
+    op_params = ("approximate",)
+
+    def __init__(self, dtype: torch.dtype, *, approximate: str = "none", config: Optional[Dict[str, Any]] = None,
+                 tune: bool = False) -> None:
+        self.approximate = approximate
+        self._function = self._function_for(approximate)
+        super().__init__(dtype, config=config, tune=tune)
+
+    @staticmethod
+    def _function_for(approximate: str) -> PointwiseFn:
+        raise NotImplementedError
+
+    @property
+    def pointwise(self) -> PointwiseFn:
+        return self._function
+
+
+class GeluFwdKernel(_GeluKernel):
+    """``y = gelu(x)``; ``forward(x, out)``."""
+
+    @staticmethod
+    def _function_for(approximate: str) -> PointwiseFn:
+        return functions.gelu_fn(approximate)
+
+
+class GeluBwdKernel(_GeluKernel):
+    """``grad_x = grad_y * gelu'(x)``; ``forward(grad_y, x, out)``."""
+
+    @staticmethod
+    def _function_for(approximate: str) -> PointwiseFn:
+        return functions.gelu_bwd_fn(approximate)

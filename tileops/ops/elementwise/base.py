@@ -1,0 +1,197 @@
+"""L2 bases of the elementwise family: the CUDA path of activations, gated activations, add and mul.
+
+Every kernel of the family takes its extents (and strides) as TileLang
+symbolic values, so the kernel an op builds depends only on the device:
+``_cache_key`` ignores shapes.  Outputs are contiguous, as the traced (fake)
+outputs are.
+
+* ``UnaryElementwiseOp`` (activations and their backward): inputs of one
+  shape, flattened; a non-contiguous input is copied once.
+* ``GatedElementwiseOp``: ``x`` as ``(rows, N)`` rows, strided rows read in
+  place (e.g. a slice of a fused projection's output); other layouts are
+  copied once.
+* ``BinaryElementwiseOp``: operands of one shape and contiguous run the flat
+  program; anything else (broadcasting, strided views) is folded into a
+  ``(D0, D1, D2)`` problem whose operands are read in place with stride 0
+  along broadcast axes.  An operand without a unit or zero inner stride (a
+  transpose, every other element) is copied once; a broadcast that does not
+  fold into three axes (rare: e.g. ``(A, 1, B, 1, C)`` against
+  ``(1, D, 1, E, 1)``) materializes the operands at the output's shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Hashable, List, Optional, Sequence, Tuple
+
+import torch
+
+from tileops import _shape_rules as rules
+from tileops.kernels.kernel_base import Kernel
+from tileops.kernels.launch import on_device
+from tileops.ops.op_base import Op
+
+__all__ = [
+    "ElementwiseFamilyOp", "UnaryElementwiseOp", "GatedElementwiseOp", "BinaryElementwiseOp",
+    "row_view", "fold_broadcast",
+]
+
+logger = logging.getLogger(__name__)
+
+# Axes a broadcast folds into for the kernel: (D0, D1, D2).
+KERNEL_AXES = 3
+# One folded axis: its size and the stride of each operand along it.
+Axis = Tuple[int, Tuple[int, ...]]
+
+
+class ElementwiseFamilyOp(Op):
+    """Kernel construction and launch shared by the family's ops.
+
+    L3 ops set ``dtype``, ``tune`` and a one-entry ``kernel_map``; the kernel
+    class's ``op_params`` names the op attributes (``N``, ``approximate``) its
+    constructor takes.
+    """
+
+    tune: bool
+
+    def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
+        kernel_cls = self.kernel_map[key]
+        params = {name: getattr(self, name) for name in getattr(kernel_cls, "op_params", ())}
+        return kernel_cls(dtype=self.dtype, tune=self.tune, **params)
+
+    def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
+        # Every extent is symbolic, so only the device decides which kernel serves a call
+        # (the launch makes the inputs' device current before looking the kernel up).
+        return torch.cuda.current_device() if torch.cuda.is_initialized() else None
+
+    @property
+    def kernel_key(self) -> str:
+        """The family's ops launch exactly one kernel."""
+        return next(iter(self.kernel_map))
+
+    def _launch(self, device: torch.device, *tensors: torch.Tensor) -> None:
+        """Run the op's kernel on ``tensors = (*inputs, out)`` on ``device``."""
+        with on_device(device):
+            self._kernel(self.kernel_key)(*tensors)
+
+
+class UnaryElementwiseOp(ElementwiseFamilyOp):
+    """Activations ``y = f(x)`` and their backward ``grad_x = f'(grad_y, x)``: inputs of one shape."""
+
+    def _run_kernel(self, *inputs: torch.Tensor) -> torch.Tensor:
+        x = inputs[-1]
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        if out.numel() == 0:
+            return out
+        flat = [t.contiguous().view(-1) for t in inputs]
+        self._launch(x.device, *flat, out.view(-1))
+        return out
+
+
+def _folded_stride(sizes: Sequence[int], strides: Sequence[int]) -> Optional[int]:
+    """The one stride that steps through ``sizes`` as a single axis, or None when they do not fold."""
+    stride: Optional[int] = None
+    expected = 0
+    for size, step in zip(reversed(sizes), reversed(strides)):
+        if size == 1:
+            continue
+        if stride is None:
+            stride = step
+        elif step != expected:
+            return None
+        expected = step * size
+    return 0 if stride is None else stride
+
+
+def row_view(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """``tensor`` as ``(rows, width)`` with contiguous rows: a view when its memory allows, else a copy."""
+    rows = tensor.numel() // width
+    if width == 1 or tensor.stride(-1) == 1:
+        row_stride = _folded_stride(tensor.shape[:-1], tensor.stride()[:-1])
+        if row_stride is not None:
+            return tensor.as_strided((rows, width), (row_stride if rows > 1 else width, 1))
+    return tensor.contiguous().view(rows, width)
+
+
+class GatedElementwiseOp(ElementwiseFamilyOp):
+    """Gated activations over rows of width ``N = 2H``: forward ``(x) -> y``, backward ``(grad_y, x) -> grad_x``."""
+
+    N: int
+
+    def _run_kernel(self, *inputs: torch.Tensor) -> torch.Tensor:
+        x = inputs[-1]
+        backward = len(inputs) == 2
+        half = self.N // 2
+        out_shape = x.shape if backward else x.shape[:-1] + (half,)
+        out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
+        if out.numel() == 0:
+            return out
+        rows = x.numel() // self.N
+        views = [row_view(t, half if backward and index == 0 else self.N) for index, t in enumerate(inputs)]
+        self._launch(x.device, *views, out.view(rows, out_shape[-1]))
+        return out
+
+
+def fold_broadcast(out_shape: Sequence[int], operands: Sequence[torch.Tensor]) -> List[Axis]:
+    """The output's axes with each operand's strides after broadcasting, size-1 axes dropped and
+    neighbours merged wherever every operand steps through them as one axis (outermost first)."""
+    strides = [t.expand(tuple(out_shape)).stride() for t in operands]
+    axes: List[Axis] = []
+    for axis, size in enumerate(out_shape):
+        if size == 1:
+            continue
+        steps = tuple(s[axis] for s in strides)
+        if axes and all(outer == inner * size for outer, inner in zip(axes[-1][1], steps)):
+            axes[-1] = (axes[-1][0] * size, steps)
+        else:
+            axes.append((size, steps))
+    return axes
+
+
+class BinaryElementwiseOp(ElementwiseFamilyOp):
+    """``y = f(a, b)`` with PyTorch broadcasting (see the module docstring)."""
+
+    def _run_kernel(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out_shape = a.shape if a.shape == b.shape else rules.broadcast_shapes(a.shape, b.shape)
+        out = torch.empty(out_shape, dtype=a.dtype, device=a.device)
+        if out.numel() == 0:
+            return out
+        if a.shape == b.shape and a.is_contiguous() and b.is_contiguous():
+            self._launch(a.device, a.view(-1), b.view(-1), out.view(-1))
+            return out
+        a, b, axes = self._folded_operands(out_shape, a, b)
+        if axes is None:
+            self._launch(a.device, a.view(-1), b.view(-1), out.view(-1))
+            return out
+        sizes = tuple(size for size, _ in axes)
+        views = [t.as_strided(sizes, tuple(steps[i] for _, steps in axes)) for i, t in enumerate((a, b))]
+        self._launch(a.device, *views, out.view(sizes))
+        return out
+
+    def _folded_operands(self, out_shape: Sequence[int], a: torch.Tensor,
+                         b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Optional[List[Axis]]]:
+        """``(a, b, axes)``: operands (copied where needed) and their three folded axes, or
+        ``(a, b, None)`` with both operands contiguous at the output's shape (the flat fallback)."""
+        operands = [a, b]
+        axes = fold_broadcast(out_shape, operands)
+        if not axes:  # one element
+            return a.reshape(1).contiguous(), b.reshape(1).contiguous(), None
+        # The kernel reads an operand along the innermost axis with unit stride, or not at all;
+        # a contiguous copy always has one of those (its innermost axis is the output's, or broadcast).
+        inner = axes[-1][1]
+        for index, step in enumerate(inner):
+            if step not in (0, 1):
+                operands[index] = operands[index].contiguous()
+        if inner == (0, 0):
+            # Both constant along the innermost axis (expanded inputs): one of them must vary.
+            operands[0] = operands[0].expand(tuple(out_shape)).contiguous()
+        if operands[0] is not a or operands[1] is not b:
+            axes = fold_broadcast(out_shape, operands)
+        if len(axes) > KERNEL_AXES:
+            logger.debug("%s: broadcast of %s and %s folds into %d axes; materializing the operands",
+                         type(self).__name__, tuple(a.shape), tuple(b.shape), len(axes))
+            full = [t if tuple(t.shape) == tuple(out_shape) and t.is_contiguous()
+                    else t.expand(tuple(out_shape)).contiguous() for t in operands]
+            return full[0], full[1], None
+        padding = [(1, (0, 0))] * (KERNEL_AXES - len(axes))
+        return operands[0], operands[1], padding + axes
