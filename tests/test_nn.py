@@ -63,8 +63,67 @@ def test_swap_keeps_parameters_and_outputs() -> None:
     params_before = {n: id(p) for n, p in model.named_parameters()}
 
     counts = tnn.swap_modules(model)
-    assert counts == {"rms_norm": 2}
+    assert counts == {"rms_norm": 2, "layer_norm": 0, "gated_mlp": 0}
     assert isinstance(model.input_norm, tnn.RMSNorm) and isinstance(model.final_norm, tnn.RMSNorm)
     assert {n: id(p) for n, p in model.named_parameters()} == params_before
     with torch.no_grad():
         torch.testing.assert_close(model(x), reference_out, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape, affine, bias", [(16, True, True), ((4, 8), True, False), (32, False, False)])
+def test_layer_norm_is_a_drop_in(shape, affine, bias) -> None:
+    theirs = torch.nn.LayerNorm(shape, eps=1e-5, elementwise_affine=affine, bias=bias)
+    ours = tnn.LayerNorm(shape, eps=1e-5, elementwise_affine=affine, bias=bias)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict(theirs.state_dict())
+    trailing = (shape,) if isinstance(shape, int) else shape
+    x = torch.randn(3, 5, *trailing)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+
+
+class LlamaMLP(torch.nn.Module):
+    def __init__(self, d: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(d, hidden, bias=False)
+        self.up_proj = torch.nn.Linear(d, hidden, bias=False)
+        self.down_proj = torch.nn.Linear(hidden, d, bias=False)
+        self.act_fn = torch.nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaBlock(torch.nn.Module):
+    def __init__(self, d: int = 32, hidden: int = 48) -> None:
+        super().__init__()
+        self.norm = LlamaRMSNorm(d)
+        self.mlp = LlamaMLP(d, hidden)
+        self.out_norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out_norm(x + self.mlp(self.norm(x)))
+
+
+def test_swapped_llama_block_gives_the_same_loss_and_gradients() -> None:
+    torch.manual_seed(0)
+    model = LlamaBlock()
+    with torch.no_grad():
+        model.norm.weight.normal_(1.0, 0.1)
+        model.out_norm.weight.normal_(1.0, 0.1)
+    x = torch.randn(4, 6, 32)
+    model(x).square().mean().backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    expected_loss = model(x).square().mean().detach()
+    model.zero_grad()
+
+    assert tnn.swap_modules(model) == {"rms_norm": 1, "layer_norm": 1, "gated_mlp": 1}
+    assert isinstance(model.mlp, tnn.GatedMLP) and isinstance(model.out_norm, tnn.LayerNorm)
+    assert list(model.state_dict()) == list(expected)
+    loss = model(x).square().mean()
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
+    loss.backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)

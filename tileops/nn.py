@@ -1,14 +1,17 @@
 """Drop-in ``torch.nn`` layers backed by tileops, and a helper that swaps them into a model.
 
-``RMSNorm`` takes the constructor arguments of ``torch.nn.RMSNorm``, holds the same
-parameters under the same ``state_dict`` keys and computes the same result; on CUDA
-it runs the TileLang kernel, elsewhere the PyTorch reference.  ``swap_modules``
-replaces matching layers of an existing model in place, reusing their parameters, so
-an optimizer built before the swap keeps working.
+``RMSNorm`` and ``LayerNorm`` take the constructor arguments of their ``torch.nn``
+namesakes, hold the same parameters under the same ``state_dict`` keys and compute the
+same result; on CUDA they run TileLang kernels, elsewhere the PyTorch reference.
+``GatedMLP`` replaces a Llama-style MLP (``gate_proj``, ``up_proj``, ``down_proj``, SiLU
+or GELU) and keeps its projections.  ``swap_modules`` replaces matching layers of an
+existing model in place, reusing their parameters, so an optimizer built before the swap
+keeps working.
 
 Autocast: tileops ops run in the dtype of their input (they are not on autocast's
 lists); under ``torch.autocast`` a norm receives whatever dtype the preceding op
-produced, and its weight is cast to that dtype, as ``torch.nn.RMSNorm`` would do.
+produced, and its parameters are cast to that dtype, as ``torch.nn``'s norms do.
+Devices: ops run on the device of their inputs, any CUDA index.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch
 
 from tileops import functional
 
-__all__ = ["RMSNorm", "swap_modules", "SWAPS"]
+__all__ = ["RMSNorm", "LayerNorm", "GatedMLP", "swap_modules", "SWAPS"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,16 +50,10 @@ class RMSNorm(torch.nn.Module):
             self.register_parameter("weight", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        trailing = len(self.normalized_shape)
-        if tuple(x.shape[x.ndim - trailing:]) != self.normalized_shape:
-            raise ValueError(f"RMSNorm: input's last dims {tuple(x.shape[x.ndim - trailing:])} do not match "
-                             f"normalized_shape {self.normalized_shape}")
-        hidden = math.prod(self.normalized_shape)
+        rows, hidden = _fold_trailing(x, self.normalized_shape, "RMSNorm")
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         weight = (torch.ones(hidden, device=x.device, dtype=x.dtype) if self.weight is None
                   else self.weight.reshape(hidden).to(x.dtype))
-        # The kernel normalizes one axis; several trailing dims fold into it.
-        rows = x.reshape(*x.shape[: x.ndim - trailing], hidden)
         return functional.rms_norm(rows, weight, eps=eps).reshape(x.shape)
 
     def extra_repr(self) -> str:
@@ -76,6 +73,105 @@ class RMSNorm(torch.nn.Module):
         return new
 
 
+class LayerNorm(torch.nn.Module):
+    """``torch.nn.LayerNorm`` computed by ``tileops.functional.layer_norm``."""
+
+    def __init__(self, normalized_shape: _Shape, eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, device: Optional[torch.device] = None,
+                 dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__()
+        self.normalized_shape = _as_shape(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = torch.nn.Parameter(torch.ones(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        if elementwise_affine and bias:
+            self.bias = torch.nn.Parameter(torch.zeros(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows, hidden = _fold_trailing(x, self.normalized_shape, "LayerNorm")
+        weight = None if self.weight is None else self.weight.reshape(hidden).to(x.dtype)
+        bias = None if self.bias is None else self.bias.reshape(hidden).to(x.dtype)
+        return functional.layer_norm(rows, weight, bias, eps=self.eps).reshape(x.shape)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+    @classmethod
+    def from_module(cls, module: torch.nn.LayerNorm) -> "LayerNorm":
+        """A ``LayerNorm`` sharing ``module``'s parameters."""
+        new = cls(module.normalized_shape, eps=module.eps, elementwise_affine=False)
+        new.elementwise_affine = module.elementwise_affine
+        new.weight, new.bias = module.weight, module.bias
+        return new
+
+
+def _fold_trailing(x: torch.Tensor, normalized_shape: Tuple[int, ...], layer: str) -> Tuple[torch.Tensor, int]:
+    """``x`` with its normalized trailing dims folded into one axis (the kernels normalize one)."""
+    trailing = len(normalized_shape)
+    if tuple(x.shape[x.ndim - trailing:]) != normalized_shape:
+        raise ValueError(f"{layer}: input's last dims {tuple(x.shape[x.ndim - trailing:])} do not match "
+                         f"normalized_shape {normalized_shape}")
+    hidden = math.prod(normalized_shape)
+    return x.reshape(*x.shape[: x.ndim - trailing], hidden), hidden
+
+
+class GatedMLP(torch.nn.Module):
+    """``down(act(gate(x)) * up(x))`` with the gated activation computed by tileops.
+
+    Holds the three projections of a Llama-style MLP as they are (same modules, same
+    ``state_dict`` keys).  Gate and up run as one matrix product over their stacked
+    weights, whose ``[..., 2H]`` result is what ``silu_and_mul``/``gelu_and_mul`` take.
+    """
+
+    def __init__(self, gate_proj: torch.nn.Linear, up_proj: torch.nn.Linear, down_proj: torch.nn.Linear,
+                 activation: str = "silu") -> None:
+        super().__init__()
+        if activation not in ("silu", "gelu"):
+            raise ValueError(f"GatedMLP: activation must be 'silu' or 'gelu', got {activation!r}")
+        self.gate_proj, self.up_proj, self.down_proj = gate_proj, up_proj, down_proj
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = torch.cat([self.gate_proj.weight, self.up_proj.weight])
+        bias = None
+        if self.gate_proj.bias is not None or self.up_proj.bias is not None:
+            bias = torch.cat([_bias_or_zeros(self.gate_proj), _bias_or_zeros(self.up_proj)])
+        gate_up = torch.nn.functional.linear(x, weight, bias)
+        gated = functional.silu_and_mul(gate_up) if self.activation == "silu" else functional.gelu_and_mul(gate_up)
+        return self.down_proj(gated)
+
+    @classmethod
+    def from_module(cls, module: torch.nn.Module) -> "GatedMLP":
+        """A ``GatedMLP`` sharing a Llama-style MLP's projections."""
+        return cls(module.gate_proj, module.up_proj, module.down_proj, _activation_name(module))
+
+
+def _bias_or_zeros(linear: torch.nn.Linear) -> torch.Tensor:
+    if linear.bias is not None:
+        return linear.bias
+    return torch.zeros(linear.out_features, device=linear.weight.device, dtype=linear.weight.dtype)
+
+
+def _activation_name(module: torch.nn.Module) -> Optional[str]:
+    act = getattr(module, "act_fn", None)
+    if isinstance(act, torch.nn.SiLU):
+        return "silu"
+    if isinstance(act, torch.nn.GELU) and act.approximate == "none":
+        return "gelu"
+    return None
+
+
+def _is_llama_style_mlp(module: torch.nn.Module) -> bool:
+    return (not isinstance(module, GatedMLP) and _activation_name(module) is not None
+            and all(isinstance(getattr(module, name, None), torch.nn.Linear)
+                    for name in ("gate_proj", "up_proj", "down_proj")))
+
+
 def _is_llama_style_rms_norm(module: torch.nn.Module) -> bool:
     return (type(module).__name__.endswith("RMSNorm") and not isinstance(module, RMSNorm)
             and isinstance(getattr(module, "weight", None), torch.nn.Parameter)
@@ -85,6 +181,8 @@ def _is_llama_style_rms_norm(module: torch.nn.Module) -> bool:
 # Which modules ``swap_modules`` replaces, and how: (matches, build replacement).
 SWAPS: Dict[str, Tuple[Callable[[torch.nn.Module], bool], Callable[[torch.nn.Module], torch.nn.Module]]] = {
     "rms_norm": (lambda m: type(m) is torch.nn.RMSNorm or _is_llama_style_rms_norm(m), RMSNorm.from_module),
+    "layer_norm": (lambda m: type(m) is torch.nn.LayerNorm, LayerNorm.from_module),
+    "gated_mlp": (_is_llama_style_mlp, GatedMLP.from_module),
 }
 
 
