@@ -45,8 +45,14 @@ class Case:
         return "-".join(p for p in (self.label, shapes, dtype, params, self.layout) if p)
 
 
+@functools.lru_cache(maxsize=1)
+def _manifest():
+    # Loading validates every YAML file against the schema (tenths of a second); tests ask per case.
+    return load_manifest()
+
+
 def _spec(op_name: str) -> OpSpec:
-    return load_manifest().op(op_name)
+    return _manifest().op(op_name)
 
 
 def _values(op: OpSpec, shapes: Dict[str, Shape], params: Dict[str, Any]) -> Dict[str, Any]:

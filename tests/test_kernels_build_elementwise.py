@@ -351,3 +351,106 @@ def test_fold_broadcast_drops_unit_axes_and_merges_neighbours() -> None:
 def test_kernel_cache_key_ignores_shapes() -> None:
     op = _Binary()
     assert op._cache_key((3, 4), (4,)) == op._cache_key((100,), (1,))
+
+
+# ---- the whole CUDA path on the CPU: every program emulated with PyTorch ----------------------
+# The emulation checks each launch's arguments against what the program assumes (ranks, unit
+# inner strides, alignment of every vector access, the launch-size limit), then computes the
+# program's result with the same formulas, so the op bases' views and the kernels' width and
+# launch choices are tested on the GPU tests' own cases without a GPU.
+
+
+def _aligned(tensor: torch.Tensor, vector: int, strides: Tuple[int, ...] = ()) -> bool:
+    return tensor.data_ptr() % (vector * tensor.element_size()) == 0 and all(s % vector == 0 for s in strides)
+
+
+def _emulated_launcher(kernel: ElementwiseKernel, spec) -> object:
+    from tileops.kernels.elementwise import programs
+
+    fn, language = kernel.pointwise, _torch_language()
+
+    def launch(*tensors: torch.Tensor) -> None:
+        *inputs, out = tensors
+        assert out.numel() <= programs.MAX_LAUNCH_ELEMENTS and all(t.dtype == kernel.dtype for t in tensors)
+        layout, vector = spec[0], spec[1]
+        wide = [t.double() for t in inputs]
+        if layout == "flat":
+            assert all(t.dim() == 1 and t.is_contiguous() and t.numel() == out.numel() for t in tensors)
+            assert all(_aligned(t, vector) for t in tensors)
+            out.copy_(fn.apply(language, *wide)[0])
+        elif layout == "gated":
+            H = kernel.N // 2
+            assert H % vector == 0 and out.is_contiguous()
+            assert all(t.dim() == 2 and t.stride(1) == 1 and _aligned(t, vector, (t.stride(0),)) for t in tensors)
+            x = wide[-1]
+            out.copy_(torch.cat(fn.apply(language, *wide[:-1], x[:, :H], x[:, H:]), 1))
+        else:
+            _, _, a_inner, b_inner = spec
+            assert out.dim() == 3 and out.stride(2) == 1 and out.shape[2] % vector == 0
+            assert _aligned(out, vector, out.stride()[:2])
+            values = []
+            for tensor, value, inner in zip(inputs, wide, (a_inner, b_inner)):
+                if inner:
+                    assert tensor.dim() == 3 and tensor.stride(2) == 1 and _aligned(tensor, vector, tensor.stride()[:2])
+                    values.append(value)
+                else:
+                    assert tensor.dim() == 2
+                    values.append(value[:, :, None].expand(out.shape))
+            out.copy_(fn.apply(language, *values)[0])
+
+    return launch
+
+
+@pytest.fixture
+def emulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ElementwiseKernel, "launcher", _emulated_launcher)
+
+
+def _gpu_cases():
+    from tests.gpu import test_elementwise as cases
+
+    return cases
+
+
+def _check_kernel_path(op, inputs: List[torch.Tensor]) -> None:
+    from tests.op_checks import assert_close
+
+    out = op._run_kernel(*inputs)
+    assert out.is_contiguous()
+    assert_close(out, op.reference(*(t.double() for t in inputs)), inputs[0].dtype)
+
+
+def test_emulated_backward_and_broadcast_cases(emulated: None) -> None:
+    cases = _gpu_cases()
+    for fwd, params, shape, dtype in cases.GRAD_CASES:
+        static = cases.static_params(fwd, shape)
+        x, grad = torch.randn(shape).to(dtype), torch.randn(cases.grad_shape(fwd, shape)).to(dtype)
+        _check_kernel_path(cases.build(fwd, dtype, **static, **params), [x])
+        _check_kernel_path(cases.build(cases.bwd_name(fwd), dtype, **static, **params), [grad, x])
+    for name in ("AddFwdOp", "MulFwdOp"):
+        for a_shape, b_shape, dtype in cases.BROADCASTS:
+            _check_kernel_path(cases.build(name, dtype), [torch.randn(a_shape).to(dtype), torch.randn(b_shape).to(dtype)])
+
+
+def test_emulated_view_cases(emulated: None) -> None:
+    cases = _gpu_cases()
+    for _, name, params, make in cases.VIEW_CASES:
+        inputs = make("cpu")
+        _check_kernel_path(cases.build(name, inputs[0].dtype, **params), inputs)
+
+
+def test_emulated_launches_split_large_tensors(emulated: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tileops.kernels.elementwise import binary, gated, programs, unary
+
+    for module in (programs, unary, gated, binary):
+        monkeypatch.setattr(module, "MAX_LAUNCH_ELEMENTS", 1 << 12)
+    cases = _gpu_cases()
+    bf16 = torch.bfloat16
+    _check_kernel_path(cases.build("SiluFwdOp", bf16), [torch.randn(3 * 4096 + 5).to(bf16)])
+    _check_kernel_path(cases.build("SiluAndMulFwdOp", bf16, N=256), [torch.randn(50, 256).to(bf16)])
+    _check_kernel_path(cases.build("SiluAndMulBwdOp", bf16, N=256), [torch.randn(50, 128).to(bf16),
+                                                                     torch.randn(50, 256).to(bf16)])
+    _check_kernel_path(cases.build("AddFwdOp", torch.float32), [torch.randn(3 * 4096 + 5), torch.randn(1)])
+    _check_kernel_path(cases.build("AddFwdOp", torch.float32), [torch.randn(3, 5000), torch.randn(5000)])
+    _check_kernel_path(cases.build("MulFwdOp", torch.float32), [torch.randn(4, 3, 700), torch.randn(4, 1, 700)])
+    _check_kernel_path(cases.build("MulFwdOp", torch.float32), [torch.randn(3, 5000), torch.randn(3, 5000)])

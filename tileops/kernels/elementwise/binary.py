@@ -114,7 +114,7 @@ class BroadcastKernel(ElementwiseKernel):
         if length <= MAX_LAUNCH_ELEMENTS:
             launch(a, b, out)
             return
-        for piece in launch_slices(length):
+        for piece in launch_slices(length, MAX_LAUNCH_ELEMENTS):
             launch(a[piece], b[piece], out[piece])
 
     def _broadcast(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
@@ -127,7 +127,7 @@ class BroadcastKernel(ElementwiseKernel):
         if out.numel() <= MAX_LAUNCH_ELEMENTS:
             launch(a_arg, b_arg, out)
             return
-        for (s0, e0), (s1, e1), (s2, e2) in launch_boxes(*out.shape):
+        for (s0, e0), (s1, e1), (s2, e2) in launch_boxes(*out.shape, MAX_LAUNCH_ELEMENTS):
             launch(a_arg[s0:e0, s1:e1, s2:e2] if a_inner else a_arg[s0:e0, s1:e1],
                    b_arg[s0:e0, s1:e1, s2:e2] if b_inner else b_arg[s0:e0, s1:e1],
                    out[s0:e0, s1:e1, s2:e2])

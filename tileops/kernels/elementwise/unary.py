@@ -49,7 +49,7 @@ class MapKernel(ElementwiseKernel):
         if length <= MAX_LAUNCH_ELEMENTS:
             launch(*tensors)
         else:
-            for piece in launch_slices(length):
+            for piece in launch_slices(length, MAX_LAUNCH_ELEMENTS):
                 launch(*(t[piece] for t in tensors))
         return out
 

@@ -1,0 +1,148 @@
+"""Compile every program the elementwise GPU tests and timings launch, in parallel processes.
+
+    python -m tests.gpu.elementwise_warmup [--workers 16] [--list]
+
+TileLang keeps compiled programs in its on-disk cache, so the tests that run
+afterwards load them instead of compiling one after another.  The programs
+are found by replaying each test's op calls on ``meta`` tensors (same shapes,
+strides and alignments, no memory) through the ops' kernel path, with the
+kernels recording which program each launch would use instead of launching.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import logging
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Dict, Iterator, List, Set, Tuple
+
+import torch
+
+logger = logging.getLogger("tests.gpu.elementwise_warmup")
+
+META = "meta"
+# (kernel module, kernel class, dtype name, constructor params, config items, program spec)
+Task = Tuple[str, str, str, Tuple[Tuple[str, Any], ...], Tuple[Tuple[str, Any], ...], Tuple[Any, ...]]
+
+
+def kernel_task(kernel: Any, spec: Tuple[Any, ...]) -> Task:
+    cls = type(kernel)
+    params = tuple((name, getattr(kernel, name)) for name in cls.op_params)
+    return (cls.__module__, cls.__name__, str(kernel.dtype).replace("torch.", ""), params,
+            tuple(sorted(kernel.config.items())), spec)
+
+
+@contextlib.contextmanager
+def recording(tasks: Set[Task]) -> Iterator[None]:
+    """Kernels record the program of each launch instead of launching it."""
+    from tileops.kernels.elementwise.base import ElementwiseKernel
+
+    original = ElementwiseKernel.launcher
+
+    def record(kernel: Any, spec: Tuple[Any, ...]) -> Any:
+        tasks.add(kernel_task(kernel, spec))
+        return lambda *tensors: None
+
+    ElementwiseKernel.launcher = record  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ElementwiseKernel.launcher = original  # type: ignore[method-assign]
+
+
+def _case_inputs(spec: Any, case: Any) -> List[torch.Tensor]:
+    """``make_inputs``'s layouts on meta tensors."""
+    shapes = dict(case.shapes)
+    inputs = []
+    for tensor in spec.inputs:
+        shape = shapes[tensor.name]
+        if case.layout == "strided" and len(shape) >= 1:
+            inputs.append(torch.empty(*shape[:-1], 2 * shape[-1], device=META, dtype=case.dtype)[..., ::2])
+        else:
+            inputs.append(torch.empty(shape, device=META, dtype=case.dtype))
+    return inputs
+
+
+def inventory() -> List[Task]:
+    """Every (kernel, program) the GPU tests and the timing script launch."""
+    from benchmarks import elementwise_timing
+    from tests.gpu import test_elementwise as t
+    from tests.op_checks import _spec
+
+    calls: List[Tuple[Any, List[torch.Tensor]]] = []
+    for case in t.MANIFEST_CASES:
+        spec = _spec(case.op)
+        shapes = dict(case.shapes)
+        static = t.static_params(case.op, shapes[spec.inputs[-1].name])
+        calls.append((t.build(case.op, case.dtype, **static, **dict(case.params)), _case_inputs(spec, case)))
+    for fwd, params, shape, dtype in t.GRAD_CASES:
+        static = t.static_params(fwd, shape)
+        x = torch.empty(shape, device=META, dtype=dtype)
+        grad = torch.empty(t.grad_shape(fwd, shape), device=META, dtype=dtype)
+        calls.append((t.build(fwd, dtype, **static, **params), [x]))
+        calls.append((t.build(t.bwd_name(fwd), dtype, **static, **params), [grad, x]))
+    for name in ("AddFwdOp", "MulFwdOp"):
+        for a_shape, b_shape, dtype in t.BROADCASTS:
+            a = torch.empty(a_shape, device=META, dtype=dtype)
+            b = torch.empty(b_shape, device=META, dtype=dtype)
+            calls.append((t.build(name, dtype), [a, b]))
+    for _, name, params, make in t.VIEW_CASES:
+        inputs = make(META)
+        calls.append((t.build(name, inputs[0].dtype, **params), inputs))
+    for _, name, params, shapes in t.BIG_CASES:
+        calls.append((t.build(name, torch.bfloat16, **params), t.big_inputs(shapes, META)))
+    calls.append((t.build("SiluAndMulFwdOp", torch.float32, N=2 * 688), [torch.empty(4, 64, 1376, device=META)]))
+    calls.append((t.build("SiluAndMulBwdOp", torch.float32, N=2 * 688),
+                  [torch.empty(4, 64, 688, device=META), torch.empty(4, 64, 1376, device=META)]))
+    tasks: Set[Task] = set()
+    with recording(tasks):
+        for op, inputs in calls:
+            op._run_kernel(*inputs)
+        for op, inputs in elementwise_timing.meta_calls():
+            op._run_kernel(*inputs)
+    tasks.update(elementwise_timing.sweep_tasks())
+    return sorted(tasks, key=repr)
+
+
+def _compile(task: Task) -> float:
+    module, cls_name, dtype, params, config, spec = task
+    began = time.perf_counter()
+    cls = getattr(importlib.import_module(module), cls_name)
+    cls(dtype=getattr(torch, dtype), config=dict(config), **dict(params)).compile_program(spec)
+    return time.perf_counter() - began
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--list", action="store_true", help="only list the programs")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    began = time.perf_counter()
+    tasks = inventory()
+    logger.info("%d programs to compile (inventory took %.1f s)", len(tasks), time.perf_counter() - began)
+    if args.list:
+        for task in tasks:
+            logger.info("%s", task)
+        return 0
+    failures: Dict[Task, str] = {}
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_compile, task): task for task in tasks}
+        for future in as_completed(futures):
+            try:
+                future.result()
+            except Exception as error:  # noqa: BLE001 - report every failure, then fail
+                failures[futures[future]] = repr(error)[:500]
+    for task, error in failures.items():
+        logger.error("failed %s: %s", task, error)
+    logger.info("compiled %d programs in %.0f s, %d failures", len(tasks), time.perf_counter() - began, len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

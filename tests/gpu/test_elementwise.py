@@ -1,0 +1,224 @@
+"""The elementwise family on the GPU: every op against its manifest reference, and more.
+
+* every manifest case of the thirteen ops (workloads up to 2**24 elements,
+  odd sizes, ranks 1-4, strided and empty inputs) against the float64 reference;
+* backward through each Fwd op's autograd against ``torch.autograd`` of the
+  float64 forward reference, and the Bwd op called directly;
+* broadcasting of every kind (bias rows, per-row scales, scalars, size-0
+  axes, broadcasts that need more than three axes, expanded inputs);
+* views read in place (row slices, misaligned starts) and views copied
+  (transposes, every other element);
+* tensors of more than 2**31 elements (several launches, 64-bit offsets).
+
+``python -m tests.gpu.elementwise_warmup`` compiles every program these tests
+launch in parallel first, so the tests find them in TileLang's cache.  The
+case tables and input builders below take a ``device``, so the warm-up can
+replay them on ``meta`` tensors to learn which programs they launch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Tuple
+
+import pytest
+import torch
+
+from tests.op_checks import assert_close, check_against_reference, manifest_cases
+
+pytestmark = pytest.mark.gpu
+
+OPS = (
+    "ReluFwdOp", "SigmoidFwdOp", "SiluFwdOp", "SiluBwdOp", "GeluFwdOp", "GeluBwdOp", "ExpFwdOp",
+    "AddFwdOp", "MulFwdOp", "SiluAndMulFwdOp", "SiluAndMulBwdOp", "GeluAndMulFwdOp", "GeluAndMulBwdOp",
+)
+# Manifest cases up to this many elements; the large workloads are checked by the timing script.
+MAX_CASE_ELEMENTS = 1 << 24
+MANIFEST_CASES = [case for name in OPS for case in manifest_cases(name, max_numel=MAX_CASE_ELEMENTS)]
+
+# (Fwd op, params, shape of x, dtype): the flat kernels for each function and dtype, and gated
+# rows of several widths (odd H, H = 1, long rows).
+GRAD_CASES: List[Tuple[str, Dict[str, Any], Tuple[int, ...], torch.dtype]] = [
+    ("SiluFwdOp", {}, (3, 4097), torch.bfloat16),
+    ("SiluFwdOp", {}, (2, 3, 127), torch.float16),
+    ("SiluFwdOp", {}, (5,), torch.float32),
+    ("GeluFwdOp", {"approximate": "none"}, (3, 4097), torch.float32),
+    ("GeluFwdOp", {"approximate": "tanh"}, (2, 3, 127), torch.bfloat16),
+    ("SiluAndMulFwdOp", {}, (5, 254), torch.float32),
+    ("SiluAndMulFwdOp", {}, (4, 5, 8192), torch.bfloat16),
+    ("SiluAndMulFwdOp", {}, (3, 2), torch.float32),
+    ("SiluAndMulFwdOp", {}, (3, 96), torch.float16),
+    ("GeluAndMulFwdOp", {"approximate": "none"}, (5, 254), torch.bfloat16),
+    ("GeluAndMulFwdOp", {"approximate": "tanh"}, (2, 3, 96), torch.float16),
+    ("GeluAndMulFwdOp", {"approximate": "tanh"}, (3, 254), torch.float32),
+]
+
+# (a shape, b shape, dtype): every kind of broadcast the binary ops fold.
+BROADCASTS: List[Tuple[Tuple[int, ...], Tuple[int, ...], torch.dtype]] = [
+    ((2048, 4096), (4096,), torch.bfloat16),  # a bias row
+    ((64, 4096), (64, 1), torch.bfloat16),  # a per-row scale
+    ((7, 129), (129,), torch.float32),  # odd rows: narrow accesses
+    ((4, 1, 5), (3, 1), torch.float16),  # both operands broadcast
+    ((2, 3, 4, 5), (5,), torch.bfloat16),
+    ((2, 3, 4, 8), (2, 1, 4, 8), torch.float32),  # a middle axis
+    ((1000,), (), torch.bfloat16),  # a scalar
+    ((), (1000,), torch.float32),
+    ((1, 1), (1,), torch.bfloat16),  # one element
+    ((3, 1, 4, 1, 5), (1, 2, 1, 6, 1), torch.bfloat16),  # folds into five axes: materialized
+    ((0, 3), (3,), torch.float32),  # empty
+    ((5, 0), (1, 1), torch.bfloat16),
+]
+
+
+def build(name: str, dtype: torch.dtype, **params: Any):
+    import tileops.ops
+
+    return getattr(tileops.ops, name)(dtype=dtype, **params)
+
+
+def static_params(name: str, x_shape: Tuple[int, ...]) -> Dict[str, int]:
+    """The static dims of ``name`` for an input ``x`` of this shape (gated ops commit N)."""
+    return {"N": x_shape[-1]} if "AndMul" in name else {}
+
+
+def bwd_name(fwd: str) -> str:
+    return fwd.replace("FwdOp", "BwdOp")
+
+
+def grad_shape(fwd: str, x_shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    """The shape of ``grad_y`` for an input ``x``."""
+    return x_shape[:-1] + (x_shape[-1] // 2,) if "AndMul" in fwd else x_shape
+
+
+# ---- views: (label, op name, params, inputs builder) --------------------------------------------
+ViewCase = Tuple[str, str, Dict[str, Any], Callable[[str], List[torch.Tensor]]]
+
+
+def _randn(device: str, *shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.randn(*shape, device=device).to(dtype)
+
+
+VIEW_CASES: List[ViewCase] = [
+    ("silu-every-other", "SiluFwdOp", {}, lambda d: [_randn(d, 6, 200)[:, ::2]]),
+    ("silu-transposed", "SiluFwdOp", {}, lambda d: [_randn(d, 33, 70).t()]),
+    ("silu-misaligned", "SiluFwdOp", {}, lambda d: [_randn(d, 4097)[1:]]),
+    ("silu-bwd-mixed", "SiluBwdOp", {}, lambda d: [_randn(d, 40, 64).t(), _randn(d, 64, 40)]),
+    ("gated-row-slice", "SiluAndMulFwdOp", {"N": 4096}, lambda d: [_randn(d, 6, 4200)[:, 8:4104]]),
+    ("gated-misaligned", "SiluAndMulFwdOp", {"N": 4096}, lambda d: [_randn(d, 6, 4200)[:, 1:4097]]),
+    ("gated-3d-slice", "GeluAndMulFwdOp", {"N": 256}, lambda d: [_randn(d, 2, 3, 300, dtype=torch.float32)[..., :256]]),
+    ("gated-transposed", "SiluAndMulFwdOp", {"N": 8}, lambda d: [_randn(d, 8, 5).t()]),
+    ("gated-bwd-slices", "SiluAndMulBwdOp", {"N": 4096},
+     lambda d: [_randn(d, 6, 2100)[:, 4:2052], _randn(d, 6, 4200)[:, 8:4104]]),
+    ("add-row-slices", "AddFwdOp", {}, lambda d: [_randn(d, 16, 300)[:, :256], _randn(d, 16, 256)]),
+    ("mul-transposed", "MulFwdOp", {}, lambda d: [_randn(d, 48, 32).t(), _randn(d, 32, 48)]),
+    ("add-expanded", "AddFwdOp", {}, lambda d: [_randn(d, 4, 1).expand(4, 6), _randn(d, 4, 1).expand(4, 6)]),
+    ("mul-misaligned", "MulFwdOp", {}, lambda d: [_randn(d, 1001)[1:], _randn(d, 1000)]),
+]
+
+# (label, op name, params, shapes): over 2**31 elements; only the tails are compared.
+BIG_CASES = [
+    ("silu-flat", "SiluFwdOp", {}, [(2**31 + 3,)]),
+    ("silu-and-mul-rows", "SiluAndMulFwdOp", {"N": 2**15}, [(2**16 + 1, 2**15)]),
+    ("add-scalar-broadcast", "AddFwdOp", {}, [(2**31 + 5,), (1,)]),
+]
+
+
+# ---- the manifest's cases ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", MANIFEST_CASES, ids=lambda case: f"{case.op}-{case}")
+def test_matches_manifest_reference(case):
+    check_against_reference(case, device="cuda")
+
+
+# ---- backward against autograd -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fwd, params, shape, dtype", GRAD_CASES, ids=str)
+def test_backward_matches_autograd(fwd, params, shape, dtype):
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    grad = torch.randn(grad_shape(fwd, shape), device="cuda", dtype=dtype)
+    op = build(fwd, dtype, **static_params(fwd, shape), **params)
+    leaf = x.clone().requires_grad_()
+    op(leaf).backward(grad)
+    wide = x.double().requires_grad_()
+    op.reference(wide).backward(grad.double())
+    assert_close(leaf.grad, wide.grad, dtype)
+    # The Bwd op called directly gives what autograd gave.
+    direct = build(bwd_name(fwd), dtype, **static_params(fwd, shape), **params)(grad, x)
+    torch.testing.assert_close(direct, leaf.grad, rtol=0, atol=0)
+
+
+# ---- broadcasting ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["AddFwdOp", "MulFwdOp"])
+@pytest.mark.parametrize("a_shape, b_shape, dtype", BROADCASTS, ids=str)
+def test_broadcasting_matches_pytorch(name, a_shape, b_shape, dtype):
+    a = torch.randn(a_shape, device="cuda", dtype=dtype)
+    b = torch.randn(b_shape, device="cuda", dtype=dtype)
+    op = build(name, dtype)
+    out = op(a, b)
+    assert out.shape == torch.broadcast_shapes(a_shape, b_shape) and out.is_contiguous()
+    assert_close(out, op.reference(a.double(), b.double()), dtype)
+
+
+def test_incompatible_shapes_name_the_axis():
+    with pytest.raises(ValueError, match=r"AddFwdOp: shape rule `min\(a.ndim, b.ndim\) < 2 or a.shape\[-2\]"):
+        build("AddFwdOp", torch.float32)(torch.randn(3, 4, device="cuda"), torch.randn(2, 4, device="cuda"))
+
+
+# ---- views ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("label, name, params, make", VIEW_CASES, ids=[c[0] for c in VIEW_CASES])
+def test_views_match_reference(label, name, params, make):
+    inputs = make("cuda")
+    dtype = inputs[0].dtype
+    op = build(name, dtype, **params)
+    out = op(*inputs)
+    assert out.is_contiguous()
+    assert_close(out, op.reference(*(t.double() for t in inputs)), dtype)
+
+
+# ---- more than 2**31 elements --------------------------------------------------------------------
+
+
+def big_inputs(shapes: List[Tuple[int, ...]], device: str) -> List[torch.Tensor]:
+    return [torch.randn(shape, device=device, dtype=torch.bfloat16) for shape in shapes]
+
+
+@pytest.mark.parametrize("label, name, params, shapes", BIG_CASES, ids=[c[0] for c in BIG_CASES])
+def test_more_than_2_31_elements(label, name, params, shapes):
+    assert max(math.prod(s) for s in shapes) > 2**31
+    inputs = big_inputs(shapes, "cuda")
+    op = build(name, torch.bfloat16, **params)
+    out = op(*inputs)
+    # The last rows or elements, whose offsets do not fit in 32 bits.
+    tails = [t[-3:] if t.numel() > 1 else t for t in inputs]
+    assert_close(out[-3:], op.reference(*(t.double() for t in tails)), torch.bfloat16)
+    del inputs, out
+    torch.cuda.empty_cache()
+
+
+# ---- a gated MLP trains through the ops ------------------------------------------------------------
+
+
+def test_gated_mlp_gradients_match_pytorch():
+    torch.manual_seed(0)
+    d, hidden = 256, 688
+    up = torch.nn.Linear(d, 2 * hidden, bias=False, device="cuda")
+    down = torch.nn.Linear(hidden, d, bias=False, device="cuda")
+    x = torch.randn(4, 64, d, device="cuda")
+    act = build("SiluAndMulFwdOp", torch.float32, N=2 * hidden)
+
+    def run(gated: Callable[[torch.Tensor], torch.Tensor]):
+        up.zero_grad(set_to_none=True)
+        down.zero_grad(set_to_none=True)
+        down(gated(up(x))).square().mean().backward()
+        return up.weight.grad.clone(), down.weight.grad.clone()
+
+    ours = run(act)
+    theirs = run(lambda h: torch.nn.functional.silu(h[..., :hidden]) * h[..., hidden:])
+    for mine, reference in zip(ours, theirs):
+        torch.testing.assert_close(mine, reference, rtol=1e-4, atol=1e-6)
