@@ -25,6 +25,7 @@ from tileops.ops import (
     LayerNormFwdOp,
     FusedAddRMSNormFwdOp,
     CumsumFwdOp,
+    CumprodFwdOp,
     SoftmaxFwdOp,
     LogSoftmaxFwdOp,
 )
@@ -32,6 +33,7 @@ from tileops.ops.op_base import SHARED_INSTANCE
 
 __all__ = [
     "add",
+    "cumprod",
     "cumsum",
     "exp",
     "fused_add_rms_norm",
@@ -138,6 +140,13 @@ def cumsum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return torch.ops.tileops.cumsum_fwd(x, dim, SHARED_INSTANCE)
     return CumsumFwdOp._shared_for(x, dim)(x)
+
+
+def cumprod(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Cumprod forward: y = cumprod(x, dim). Functional form of ``CumprodFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.cumprod_fwd(x, dim, SHARED_INSTANCE)
+    return CumprodFwdOp._shared_for(x, dim)(x)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

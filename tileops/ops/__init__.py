@@ -8,6 +8,8 @@ from .norm import RMSNormBwdOp
 from .norm import RMSNormFwdOp
 
 # --- scan (generated) ---
+from .scan import CumprodFwdOp
+from .scan import CumsumBwdOp
 from .scan import CumsumFwdOp
 
 # --- softmax (generated) ---
@@ -55,4 +57,6 @@ __all__ = [
     "LayerNormBwdOp",
     "LayerNormFwdOp",
     "RMSNormBwdOp",
+    "CumprodFwdOp",
+    "CumsumBwdOp",
 ]

@@ -1,9 +1,12 @@
-"""Inclusive prefix sum (cumsum) forward along one axis of length ``N``.
+"""Inclusive scans (cumsum, its reverse, cumprod) along one axis of length ``N``.
 
 The input is seen as ``(outer, N, inner)`` row-major, so a scan over any
-axis of a contiguous tensor needs no transpose copy.  Sums accumulate in
-float32; the output has the input dtype.  ``N`` is fixed at construction;
-the other extents are TileLang symbolic dimensions.  Three programs:
+axis of a contiguous tensor needs no transpose copy.  Every program takes
+the scan operator (``combine``: "add" or "mul", float32 either way; the
+output has the input dtype) and a direction (``reverse`` scans from the end
+of the axis: the gradient of cumsum).  ``N`` is fixed at construction; the
+other extents are TileLang symbolic dimensions.  Three programs (described
+for a forward sum):
 
 * **row scan** (``inner == 1``, given as ``(rows, N)``): ``row_threads``
   threads share a row and walk it in chunks of ``row_threads * items``
@@ -24,14 +27,20 @@ Global indices are computed in 64-bit by TileLang.
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 
-__all__ = ["CumsumFwdKernel", "cumsum_default_config", "cumsum_autotune_configs"]
+__all__ = [
+    "ScanKernel",
+    "CumsumFwdKernel",
+    "CumsumBwdKernel",
+    "cumsum_default_config",
+    "cumsum_autotune_configs",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +58,21 @@ LOOKBACK_ROW_SCAN = "lookback_row_scan"
 COLUMN_SCAN = "column_scan"  # one program per tile width: "column_scan_<tile>"
 ROW_SCAN = "row_scan"
 COLUMN_TILES = (1, 2, 4, 8, 16, 32)
+
+
+# Scan operators: how two partial results combine, and the value that changes nothing.
+ADD = "add"
+MUL = "mul"
+_IDENTITY = {ADD: 0, MUL: 1}
+
+
+def _combiner(combine: str) -> Tuple[Callable[[Any, Any], Any], int]:
+    """``(combine(a, b), identity)`` of the scan operator ``combine`` ("add" or "mul")."""
+    if combine == ADD:
+        return (lambda a, b: a + b), _IDENTITY[ADD]
+    if combine == MUL:
+        return (lambda a, b: a * b), _IDENTITY[MUL]
+    raise ValueError(f"scan kernel: combine must be one of {sorted(_IDENTITY)}, got {combine!r}")
 
 
 def _next_pow2(n: int) -> int:
@@ -175,9 +199,17 @@ def row_scan_program(
     row_threads: int,
     segments: int = 1,
     mode: str = "plain",
+    combine: str = ADD,
+    reverse: bool = False,
     **_: Any,
 ) -> Any:
     """A row scan of ``(R, N)`` in one of three modes.
+
+    ``combine`` is the scan operator ("add": cumsum, "mul": cumprod; float32
+    either way); ``reverse`` scans from the end of each row to its start.  A
+    reverse scan reads and writes the same 16-byte vectors as a forward one,
+    mirrored: each thread owns ``items`` consecutive elements ending where a
+    forward thread's would start, and walks its registers backwards.
 
     * ``plain``: one row group walks its row chunk by chunk (loads of the next
       chunk are issued before the current one is scanned).
@@ -205,30 +237,49 @@ def row_scan_program(
     warps_per_row = max(1, row_threads // WARP)
     vector = _load_vector(N, items, dtype)
     per_segment, used_segments = _segment_layout(N, items, row_threads, segments) if mode == "split" else (0, 1)
+    op, identity = _combiner(combine)
     R = T.dynamic("R")
+
+    def first_element(lane, chunk_index):
+        """Where the thread's ``items`` elements start in memory (they end there when reversed)."""
+        if reverse:
+            return N - (chunk_index * chunk + lane * items) - items
+        return chunk_index * chunk + lane * items
+
+    def in_row(first, k):
+        """Whether element ``first + k`` of the thread's span lies in the row (``k`` in memory order)."""
+        if reverse:
+            return first + k >= 0
+        return first + k < N
+
+    def register(k):
+        """The register that holds the ``k``-th element of a thread's span in memory order."""
+        return items - 1 - k if reverse else k
 
     @T.macro
     def load_chunk(X, raw, row, lane, chunk_index, guarded):
+        # ``raw`` holds the thread's span in memory order; ``widen`` puts it in scan order.
+        first = first_element(lane, chunk_index)
         if guarded:
             for k in T.unroll(items):
                 raw[k] = T.if_then_else(
-                    (row < R) and (chunk_index * chunk + lane * items + k < N),
-                    X[row, chunk_index * chunk + lane * items + k],
-                    T.cast(0, dtype),
+                    (row < R) and in_row(first, k),
+                    X[row, first + k],
+                    T.cast(identity, dtype),
                 )
         else:
             if row < R:
                 for v in T.unroll(items // vector):
                     for k in T.vectorized(vector):
-                        raw[v * vector + k] = X[row, chunk_index * chunk + lane * items + v * vector + k]
+                        raw[v * vector + k] = X[row, first + v * vector + k]
             else:
                 for k in T.unroll(items):
-                    raw[k] = T.cast(0, dtype)
+                    raw[k] = T.cast(identity, dtype)
 
     @T.macro
     def widen(raw, vals):
         for k in T.unroll(items):
-            vals[k] = T.cast(raw[k], ACCUM)
+            vals[k] = T.cast(raw[register(k)], ACCUM)
 
     @T.macro
     def scan_chunk(vals, totals, state, tx, buffer):
@@ -238,16 +289,16 @@ def row_scan_program(
         """
         lane_in_group = tx % group
         for k in T.unroll(1, items):
-            vals[k] = vals[k - 1] + vals[k]
+            vals[k] = op(vals[k - 1], vals[k])
         state[1] = vals[items - 1]
         for step in T.unroll(max(1, group.bit_length() - 1)):
             if (1 << step) < group:
                 neighbour = T.shfl_up(state[1], 1 << step, group)
                 if lane_in_group >= (1 << step):
-                    state[1] = state[1] + neighbour
+                    state[1] = op(state[1], neighbour)
         state[2] = T.shfl_up(state[1], 1, group)
         if lane_in_group == 0:
-            state[2] = T.cast(0, ACCUM)
+            state[2] = T.cast(identity, ACCUM)
         if warps_per_row > 1:
             row_in_block = tx // row_threads
             warp_in_row = (tx % row_threads) // WARP
@@ -256,32 +307,40 @@ def row_scan_program(
             # One barrier a chunk: the totals alternate between two buffers, so a
             # warp that runs ahead cannot overwrite totals another is still reading.
             T.sync_threads()
-            state[3] = T.cast(0, ACCUM)
-            state[4] = T.cast(0, ACCUM)
+            state[3] = T.cast(identity, ACCUM)
+            state[4] = T.cast(identity, ACCUM)
             for w in T.unroll(warps_per_row):
                 if w < warp_in_row:
-                    state[3] = state[3] + totals[buffer, row_in_block, w]
-                state[4] = state[4] + totals[buffer, row_in_block, w]
-            state[2] = state[2] + state[3]
+                    state[3] = op(state[3], totals[buffer, row_in_block, w])
+                state[4] = op(state[4], totals[buffer, row_in_block, w])
+            state[2] = op(state[2], state[3])
         else:
             state[4] = T.shfl_sync(state[1], group - 1, group)
         for k in T.unroll(items):
-            vals[k] = vals[k] + (state[0] + state[2])
-        state[0] = state[0] + state[4]
+            vals[k] = op(vals[k], op(state[0], state[2]))
+        state[0] = op(state[0], state[4])
 
     @T.macro
-    def store_chunk(Y, vals, row, lane, chunk_index, guarded):
+    def store_chunk(Y, vals, staged, row, lane, chunk_index, guarded):
+        first = first_element(lane, chunk_index)
         if guarded:
             for k in T.unroll(items):
-                if (row < R) and (chunk_index * chunk + lane * items + k < N):
-                    Y[row, chunk_index * chunk + lane * items + k] = T.cast(vals[k], dtype)
+                if (row < R) and in_row(first, k):
+                    Y[row, first + k] = T.cast(vals[register(k)], dtype)
         else:
             if row < R:
-                for v in T.unroll(items // vector):
-                    for k in T.vectorized(vector):
-                        Y[row, chunk_index * chunk + lane * items + v * vector + k] = T.cast(
-                            vals[v * vector + k], dtype
-                        )
+                if reverse:
+                    # Narrow into memory order first: the vector stores then read
+                    # consecutive registers.
+                    for k in T.unroll(items):
+                        staged[k] = T.cast(vals[register(k)], dtype)
+                    for v in T.unroll(items // vector):
+                        for k in T.vectorized(vector):
+                            Y[row, first + v * vector + k] = staged[v * vector + k]
+                else:
+                    for v in T.unroll(items // vector):
+                        for k in T.vectorized(vector):
+                            Y[row, first + v * vector + k] = T.cast(vals[v * vector + k], dtype)
 
     if mode == "plain":
 
@@ -290,12 +349,13 @@ def row_scan_program(
             with T.Kernel(T.ceildiv(R, rows_per_block), threads=threads) as bx:
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items,), dtype)
+                staged = T.alloc_local((items,), dtype)  # used by reverse scans only
                 vals = T.alloc_local((items,), ACCUM)
                 state = T.alloc_local((5,), ACCUM)
                 totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
                 row = bx * rows_per_block + tx // row_threads
                 lane = tx % row_threads
-                state[0] = T.cast(0, ACCUM)
+                state[0] = T.cast(identity, ACCUM)
                 if full_chunks > 0:
                     load_chunk(X, raw, row, lane, 0, False)
                 for c in T.serial(full_chunks):
@@ -304,12 +364,12 @@ def row_scan_program(
                     if c + 1 < full_chunks:
                         load_chunk(X, raw, row, lane, c + 1, False)
                     scan_chunk(vals, totals, state, tx, c % 2)
-                    store_chunk(Y, vals, row, lane, c, False)
+                    store_chunk(Y, vals, staged, row, lane, c, False)
                 if tail > 0:
                     load_chunk(X, raw, row, lane, full_chunks, True)
                     widen(raw, vals)
                     scan_chunk(vals, totals, state, tx, full_chunks % 2)
-                    store_chunk(Y, vals, row, lane, full_chunks, True)
+                    store_chunk(Y, vals, staged, row, lane, full_chunks, True)
 
         return cumsum_row_scan
 
@@ -324,16 +384,17 @@ def row_scan_program(
             with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, segment):
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items,), dtype)
+                staged = T.alloc_local((items,), dtype)  # used by reverse scans only
                 vals = T.alloc_local((items,), ACCUM)
                 state = T.alloc_local((5,), ACCUM)
                 totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
                 row = bx * rows_per_block + tx // row_threads
                 lane = tx % row_threads
-                state[0] = T.cast(0, ACCUM)
+                state[0] = T.cast(identity, ACCUM)
                 if row < R:
                     for s in T.serial(used_segments):
                         if s < segment:
-                            state[0] = state[0] + Partial[row, s]
+                            state[0] = op(state[0], Partial[row, s])
                 first_chunk = segment * per_segment
                 # Full chunks of this segment: all of them but in the segment that holds the tail.
                 full_here = T.min(per_segment, full_chunks - first_chunk)
@@ -344,13 +405,13 @@ def row_scan_program(
                     if c + 1 < full_here:
                         load_chunk(X, raw, row, lane, first_chunk + c + 1, False)
                     scan_chunk(vals, totals, state, tx, c % 2)
-                    store_chunk(Y, vals, row, lane, first_chunk + c, False)
+                    store_chunk(Y, vals, staged, row, lane, first_chunk + c, False)
                 if tail > 0:
                     if first_chunk + full_here == full_chunks and full_here < per_segment:
                         load_chunk(X, raw, row, lane, full_chunks, True)
                         widen(raw, vals)
                         scan_chunk(vals, totals, state, tx, full_here % 2)
-                        store_chunk(Y, vals, row, lane, full_chunks, True)
+                        store_chunk(Y, vals, staged, row, lane, full_chunks, True)
 
         return cumsum_split_row_scan
 
@@ -373,6 +434,7 @@ def row_scan_program(
         with T.Kernel(tiles, R, threads=threads) as (tile, row):
             tx = T.get_thread_binding()
             raw = T.alloc_local((items,), dtype)
+            staged = T.alloc_local((items,), dtype)  # used by reverse scans only
             vals = T.alloc_local((items,), ACCUM)
             state = T.alloc_local((5,), ACCUM)
             totals = T.alloc_shared((2, 1, warps_per_row), ACCUM)
@@ -381,7 +443,7 @@ def row_scan_program(
             found = T.alloc_local((2,), ACCUM)
             # [nearest predecessor of the window, look-back done, this lane's status]
             window = T.alloc_local((3,), "int32")
-            state[0] = T.cast(0, ACCUM)
+            state[0] = T.cast(identity, ACCUM)
             if tile < full_chunks:
                 load_chunk(X, raw, row, tx, tile, False)
             else:
@@ -395,7 +457,7 @@ def row_scan_program(
                         publish(Status, row, tile, STATUS_PREFIX, state[0])
                     else:
                         publish(Status, row, tile, STATUS_AGGREGATE, state[0])
-                found[0] = T.cast(0, ACCUM)
+                found[0] = T.cast(identity, ACCUM)
                 window[0] = tile - 1
                 window[1] = 0
                 while window[1] == 0:
@@ -409,7 +471,7 @@ def row_scan_program(
                         # value loads after them (pairs with the release store).
                         T.call_extern("handle", "__threadfence")
                         prefixes = T.ballot_sync(window[2] == STATUS_PREFIX)
-                        found[1] = T.cast(0, ACCUM)
+                        found[1] = T.cast(identity, ACCUM)
                         if window[0] - tx >= 0:
                             found[1] = T.reinterpret(
                                 T.atomic_load(Status[row, window[0] - tx, window[2]], memory_order="relaxed"), ACCUM
@@ -417,35 +479,48 @@ def row_scan_program(
                         if prefixes != T.uint64(0):
                             # The nearest inclusive prefix ends the look-back.
                             if tx > T.__ffs(prefixes) - 1:
-                                found[1] = T.cast(0, ACCUM)
+                                found[1] = T.cast(identity, ACCUM)
                             window[1] = 1
                         else:
                             window[0] = window[0] - WARP
                         for step in T.unroll(5):
-                            found[1] = found[1] + T.shfl_xor(found[1], 1 << step)
-                        found[0] = found[0] + found[1]
+                            found[1] = op(found[1], T.shfl_xor(found[1], 1 << step))
+                        found[0] = op(found[0], found[1])
                     else:
                         # Back off: spinning at full rate steals L2 bandwidth from the loads being waited on.
                         T.call_extern("handle", "__nanosleep", LOOKBACK_BACKOFF_NS)
                 if tx == 0:
                     if tile > 0:
-                        publish(Status, row, tile, STATUS_PREFIX, found[0] + state[0])
+                        publish(Status, row, tile, STATUS_PREFIX, op(found[0], state[0]))
                     tile_offset[0] = found[0]
             T.sync_threads()
             for k in T.unroll(items):
-                vals[k] = vals[k] + tile_offset[0]
+                vals[k] = op(vals[k], tile_offset[0])
             if tile < full_chunks:
-                store_chunk(Y, vals, row, tx, tile, False)
+                store_chunk(Y, vals, staged, row, tx, tile, False)
             else:
-                store_chunk(Y, vals, row, tx, tile, True)
+                store_chunk(Y, vals, staged, row, tx, tile, True)
 
     return cumsum_lookback_row_scan
 
 
 def segment_sums_program(
-    N: int, dtype: str, *, threads: int, items: int, row_threads: int, segments: int, **_: Any
+    N: int,
+    dtype: str,
+    *,
+    threads: int,
+    items: int,
+    row_threads: int,
+    segments: int,
+    combine: str = ADD,
+    reverse: bool = False,
+    **_: Any,
 ) -> Any:
-    """First step of the split scan: ``Partial[r, s]`` = float32 sum of segment ``s`` of row ``r``."""
+    """First step of the split scan: ``Partial[r, s]`` = float32 total of segment ``s`` of row ``r``.
+
+    The total is the sum (``combine="add"``) or product (``"mul"``); with
+    ``reverse`` the segments are numbered from the end of the row.
+    """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     _validate_row_config(N, threads, items, row_threads, segments)
@@ -455,13 +530,23 @@ def segment_sums_program(
     warps_per_row = max(1, row_threads // WARP)
     vector = _load_vector(N, items, dtype)
     per_segment, used_segments = _segment_layout(N, items, row_threads, segments)
+    op, identity = _combiner(combine)
     R = T.dynamic("R")
+
+    def position(index):
+        """Where element ``index`` of the row in scan order lies in memory."""
+        return N - 1 - index if reverse else index
 
     @T.macro
     def load_full(X, raw, row, lane, chunk_index):
+        # The order within a thread's span does not matter to a total: read it as
+        # the vectors the scan reads (mirrored when reversed).
+        first = chunk_index * chunk + lane * items
+        if reverse:
+            first = N - first - items
         for v in T.unroll(items // vector):
             for k in T.vectorized(vector):
-                raw[v * vector + k] = X[row, chunk_index * chunk + lane * items + v * vector + k]
+                raw[v * vector + k] = X[row, first + v * vector + k]
 
     @T.prim_func
     def cumsum_segment_sums(X: T.Tensor((R, N), dtype), Partial: T.Tensor((R, used_segments), ACCUM)):
@@ -473,7 +558,7 @@ def segment_sums_program(
             warp_sums = T.alloc_shared((rows_per_block, warps_per_row), ACCUM)
             row = bx * rows_per_block + tx // row_threads
             lane = tx % row_threads
-            acc[0] = T.cast(0, ACCUM)
+            acc[0] = T.cast(identity, ACCUM)
             if row < R:
                 first_chunk = segment * per_segment
                 # Full chunks of this segment: all of them but in the segment that holds the tail.
@@ -487,23 +572,25 @@ def segment_sums_program(
                     if c + 1 < full_here:
                         load_full(X, raw, row, lane, first_chunk + c + 1)
                     for k in T.unroll(items):
-                        acc[0] = acc[0] + vals[k]
+                        acc[0] = op(acc[0], vals[k])
                 if tail > 0:
                     if first_chunk + full_here == full_chunks and full_here < per_segment:
                         for k in T.unroll(items):
                             if full_chunks * chunk + lane * items + k < N:
-                                acc[0] = acc[0] + T.cast(X[row, full_chunks * chunk + lane * items + k], ACCUM)
+                                acc[0] = op(
+                                    acc[0], T.cast(X[row, position(full_chunks * chunk + lane * items + k)], ACCUM)
+                                )
             for step in T.unroll(max(1, group.bit_length() - 1)):
                 if (1 << step) < group:
-                    acc[0] = acc[0] + T.shfl_xor(acc[0], 1 << step, group)
+                    acc[0] = op(acc[0], T.shfl_xor(acc[0], 1 << step, group))
             if warps_per_row > 1:
                 if tx % WARP == 0:
                     warp_sums[tx // row_threads, (tx % row_threads) // WARP] = acc[0]
                 T.sync_threads()
                 if lane == 0:
-                    acc[0] = T.cast(0, ACCUM)
+                    acc[0] = T.cast(identity, ACCUM)
                     for w in T.unroll(warps_per_row):
-                        acc[0] = acc[0] + warp_sums[tx // row_threads, w]
+                        acc[0] = op(acc[0], warp_sums[tx // row_threads, w])
             if lane == 0 and row < R:
                 Partial[row, segment] = acc[0]
 
@@ -518,6 +605,8 @@ def column_scan_program(
     column_items: int,
     column_tile: int,
     column_vector: int = 1,
+    combine: str = ADD,
+    reverse: bool = False,
     **_: Any,
 ) -> Any:
     """Scan of ``(O, N, I)`` along ``N``, a block per ``column_tile * column_vector`` neighbouring columns.
@@ -532,6 +621,8 @@ def column_scan_program(
     as ``(O, N, I // V, V)`` views, so that a vector never straddles the edge
     (``I % V == 0``) and its accesses compile to single 16-byte ones.  With
     ``V > 1`` each thread holds half the items to keep its registers in check.
+    ``combine`` and ``reverse`` are as in ``row_scan_program``; a reverse scan
+    visits positions ``N - 1`` down to ``0``.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -556,8 +647,13 @@ def column_scan_program(
     tail = N - full_chunks * chunk
     warps = threads // WARP
     lanes_per_column = WARP // tile  # threads of one column inside a warp
+    op, identity = _combiner(combine)
     O = T.dynamic("O")
     I = T.dynamic("I")  # columns in units of vectors
+
+    def position(index):
+        """Where position ``index`` of the axis in scan order lies in memory."""
+        return N - 1 - index if reverse else index
 
     @T.macro
     def load_chunk(X, raw, outer, column, tx, chunk_index, guarded):
@@ -566,17 +662,17 @@ def column_scan_program(
             if guarded:
                 if (column < I) and (first + k < N):
                     for v in T.vectorized(vector):
-                        raw[k * vector + v] = X[outer, first + k, column, v]
+                        raw[k * vector + v] = X[outer, position(first + k), column, v]
                 else:
                     for v in T.unroll(vector):
-                        raw[k * vector + v] = T.cast(0, dtype)
+                        raw[k * vector + v] = T.cast(identity, dtype)
             else:
                 if column < I:
                     for v in T.vectorized(vector):
-                        raw[k * vector + v] = X[outer, first + k, column, v]
+                        raw[k * vector + v] = X[outer, position(first + k), column, v]
                 else:
                     for v in T.unroll(vector):
-                        raw[k * vector + v] = T.cast(0, dtype)
+                        raw[k * vector + v] = T.cast(identity, dtype)
 
     @T.macro
     def widen(raw, vals):
@@ -590,43 +686,43 @@ def column_scan_program(
         lane_position = (tx % WARP) // tile
         for v in T.unroll(vector):
             for k in T.unroll(1, items):
-                vals[k * vector + v] = vals[(k - 1) * vector + v] + vals[k * vector + v]
+                vals[k * vector + v] = op(vals[(k - 1) * vector + v], vals[k * vector + v])
             state[1, v] = vals[(items - 1) * vector + v]
             for step in T.unroll(max(1, lanes_per_column.bit_length() - 1)):
                 if (1 << step) < lanes_per_column:
                     neighbour = T.shfl_up(state[1, v], (1 << step) * tile)
                     if lane_position >= (1 << step):
-                        state[1, v] = state[1, v] + neighbour
+                        state[1, v] = op(state[1, v], neighbour)
             state[2, v] = T.shfl_up(state[1, v], tile)
             if lane_position == 0:
-                state[2, v] = T.cast(0, ACCUM)
+                state[2, v] = T.cast(identity, ACCUM)
         if warps > 1:
             if lane_position == lanes_per_column - 1:
                 for v in T.unroll(vector):
                     totals[chunk_index % 2, tx // WARP, (tx % tile) * vector + v] = state[1, v]
             T.sync_threads()
             for v in T.unroll(vector):
-                state[3, v] = T.cast(0, ACCUM)
+                state[3, v] = T.cast(identity, ACCUM)
                 for w in T.unroll(warps):
                     if w < tx // WARP:
-                        state[2, v] = state[2, v] + totals[chunk_index % 2, w, (tx % tile) * vector + v]
-                    state[3, v] = state[3, v] + totals[chunk_index % 2, w, (tx % tile) * vector + v]
+                        state[2, v] = op(state[2, v], totals[chunk_index % 2, w, (tx % tile) * vector + v])
+                    state[3, v] = op(state[3, v], totals[chunk_index % 2, w, (tx % tile) * vector + v])
         else:
             for v in T.unroll(vector):
                 state[3, v] = T.shfl_sync(state[1, v], (lanes_per_column - 1) * tile + tx % tile)
         for k in T.unroll(items):
             for v in T.unroll(vector):
-                vals[k * vector + v] = vals[k * vector + v] + (state[0, v] + state[2, v])
+                vals[k * vector + v] = op(vals[k * vector + v], op(state[0, v], state[2, v]))
             if guarded:
                 if (column < I) and (first + k < N):
                     for v in T.vectorized(vector):
-                        Y[outer, first + k, column, v] = T.cast(vals[k * vector + v], dtype)
+                        Y[outer, position(first + k), column, v] = T.cast(vals[k * vector + v], dtype)
             else:
                 if column < I:
                     for v in T.vectorized(vector):
-                        Y[outer, first + k, column, v] = T.cast(vals[k * vector + v], dtype)
+                        Y[outer, position(first + k), column, v] = T.cast(vals[k * vector + v], dtype)
         for v in T.unroll(vector):
-            state[0, v] = state[0, v] + state[3, v]
+            state[0, v] = op(state[0, v], state[3, v])
 
     @T.prim_func
     def cumsum_column_scan(X: T.Tensor((O, N, I, vector), dtype), Y: T.Tensor((O, N, I, vector), dtype)):
@@ -641,7 +737,7 @@ def column_scan_program(
             outer = T.truncdiv(bx, T.ceildiv(I, tile))
             column = (bx - outer * T.ceildiv(I, tile)) * tile + tx % tile  # in vectors
             for v in T.unroll(vector):
-                state[0, v] = T.cast(0, ACCUM)
+                state[0, v] = T.cast(identity, ACCUM)
             if full_chunks > 0:
                 load_chunk(X, raw, outer, column, tx, 0, False)
             for c in T.serial(full_chunks):
@@ -658,19 +754,40 @@ def column_scan_program(
     return cumsum_column_scan
 
 
-def _build_program(name: str, N: int, dtype: str, config: Dict[str, Any]) -> Any:
+def _build_program(
+    name: str, N: int, dtype: str, config: Dict[str, Any], *, combine: str = ADD, reverse: bool = False
+) -> Any:
+    """The program ``name`` of the scan with operator ``combine``, forward or ``reverse``."""
+    operator = {"combine": combine, "reverse": reverse}
     if name == ROW_SCAN:
-        return row_scan_program(N, dtype, **{**config, "segments": 1, "mode": "plain"})
-    if name == SPLIT_ROW_SCAN:
-        return row_scan_program(N, dtype, **{**config, "mode": "split"})
-    if name == LOOKBACK_ROW_SCAN:
-        return row_scan_program(N, dtype, **{**config, "segments": 1, "mode": "lookback"})
-    if name == SEGMENT_SUMS:
-        return segment_sums_program(N, dtype, **config)
-    if name.startswith(COLUMN_SCAN):
+        program = row_scan_program(N, dtype, **{**config, "segments": 1, "mode": "plain"}, **operator)
+    elif name == SPLIT_ROW_SCAN:
+        program = row_scan_program(N, dtype, **{**config, "mode": "split"}, **operator)
+    elif name == LOOKBACK_ROW_SCAN:
+        program = row_scan_program(N, dtype, **{**config, "segments": 1, "mode": "lookback"}, **operator)
+    elif name == SEGMENT_SUMS:
+        program = segment_sums_program(N, dtype, **config, **operator)
+    elif name.startswith(COLUMN_SCAN):
         tile, _, vector = name[len(COLUMN_SCAN) + 1 :].partition("x")
-        return column_scan_program(N, dtype, column_tile=int(tile), column_vector=int(vector or 1), **config)
-    raise ValueError(f"CumsumFwdKernel: unknown program {name!r}")
+        program = column_scan_program(
+            N, dtype, column_tile=int(tile), column_vector=int(vector or 1), **config, **operator
+        )
+    else:
+        raise ValueError(f"scan kernel: unknown program {name!r}")
+    return _named_for_operator(program, combine, reverse)
+
+
+def _named_for_operator(program: Any, combine: str, reverse: bool) -> Any:
+    """``program`` under a symbol that names its operator (``cumsum_row_scan`` -> ``cumprod_reverse_row_scan``).
+
+    Profiles then tell the forward, reverse and product scans apart.
+    """
+    if combine == ADD and not reverse:
+        return program
+    symbol = str(program.attrs["global_symbol"])
+    stem = symbol.removeprefix("cumsum_")
+    prefix = "cumprod" if combine == MUL else "cumsum"
+    return program.with_attr("global_symbol", f"{prefix}{'_reverse' if reverse else ''}_{stem}")
 
 
 def lookback_tiles(N: int, threads: int, items: int) -> int:
@@ -696,8 +813,12 @@ def _column_block_count(outer: int, inner: int, name: str) -> int:
     return outer * -(-inner // (int(tile) * int(vector or 1)))
 
 
-class CumsumFwdKernel(Kernel):
-    """Inclusive cumsum along an axis of length ``N`` (float32 accumulation).
+class ScanKernel(Kernel):
+    """Inclusive scan along an axis of length ``N`` (float32 accumulation).
+
+    Subclasses pick the operator (``combine``: "add" or "mul") and the
+    direction (``reverse``: from the end of the axis to its start); every
+    program, layout and config is shared.
 
     ``forward(x, out)`` takes ``x`` as ``(rows, N)`` (a scan over the last
     axis) or ``(outer, N, inner)``, contiguous and 16-byte aligned, and writes
@@ -712,6 +833,9 @@ class CumsumFwdKernel(Kernel):
         tune: pick the fastest of ``autotune_configs`` on the current GPU.
     """
 
+    combine: str = ADD
+    reverse: bool = False
+
     def __init__(
         self,
         N: int,
@@ -721,9 +845,9 @@ class CumsumFwdKernel(Kernel):
         tune: bool = False,
     ) -> None:
         if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"CumsumFwdKernel: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+            raise TypeError(f"{type(self).__name__}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
         if N < 1:
-            raise ValueError(f"CumsumFwdKernel: N must be positive, got {N}")
+            raise ValueError(f"{type(self).__name__}: N must be positive, got {N}")
         self.N = int(N)
         # (config object, {program name: compiled}) of the current config.
         self._bound: Tuple[Optional[Dict[str, Any]], Dict[str, Any]] = (None, {})
@@ -747,7 +871,12 @@ class CumsumFwdKernel(Kernel):
 
     def program(self, **config: Any) -> Any:
         """The row-scan program (the one every row count can use)."""
-        return _build_program(ROW_SCAN, self.N, torch_dtype_to_tl(self.dtype), config)
+        return self._build(ROW_SCAN, config)
+
+    def _build(self, name: str, config: Dict[str, Any]) -> Any:
+        return _build_program(
+            name, self.N, torch_dtype_to_tl(self.dtype), config, combine=self.combine, reverse=self.reverse
+        )
 
     def program_names(self, inner: int = 1) -> List[str]:
         """The programs ``forward`` may launch with the current config (``inner``: columns per position)."""
@@ -776,7 +905,7 @@ class CumsumFwdKernel(Kernel):
                 compiled = self._compiled.get(key)
                 if compiled is None:
                     logger.info("compiling %s.%s config=%s target=%s", type(self).__name__, name, config, target)
-                    program = _build_program(name, self.N, torch_dtype_to_tl(self.dtype), config)
+                    program = self._build(name, config)
                     compiled = tilelang.compile(program, target=target)
                     self._compiled[key] = compiled
         return compiled
@@ -803,7 +932,7 @@ class CumsumFwdKernel(Kernel):
         return launcher
 
     def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """Write the inclusive cumsum of ``x`` along its axis of length ``N`` into ``out``.
+        """Write the inclusive scan of ``x`` along its axis of length ``N`` into ``out``.
 
         ``x``: ``(rows, N)`` or ``(outer, N, inner)``, contiguous, 16-byte
         aligned, at least one element; ``out`` alike.
@@ -814,11 +943,8 @@ class CumsumFwdKernel(Kernel):
         if inner == 1:
             self._scan_rows(x.view(outer, self.N), out.view(outer, self.N))
             return out
-        config = self.config
         name = column_program_name(inner, self.dtype.itemsize)
-        if _column_block_count(outer, inner, name) < config["column_min_blocks"] and self.N >= 4 * config["column_threads"]:
-            # Too few columns to fill the GPU: scanning transposed rows is faster
-            # than leaving most SMs idle, even with the two extra copies.
+        if self._transposes_columns(outer, inner, name):
             rows = x.transpose(1, 2).contiguous()
             scanned = torch.empty_like(rows)
             self._scan_rows(rows.view(-1, self.N), scanned.view(-1, self.N))
@@ -828,6 +954,40 @@ class CumsumFwdKernel(Kernel):
         shape = (outer, self.N, inner // vector, vector)
         self._launcher(name)(x.view(shape), out.view(shape))
         return out
+
+    def _transposes_columns(self, outer: int, inner: int, name: str) -> bool:
+        """Whether an ``(outer, N, inner)`` scan goes through transposed rows.
+
+        Too few columns to fill the GPU: scanning transposed rows is faster
+        than leaving most SMs idle, even with the two extra copies.
+        """
+        config = self.config
+        return (
+            _column_block_count(outer, inner, name) < config["column_min_blocks"]
+            and self.N >= 4 * config["column_threads"]
+        )
+
+    def programs_for(self, shape: Tuple[int, ...]) -> List[str]:
+        """The programs ``forward`` launches for an input of ``shape`` (to compile them ahead)."""
+        if len(shape) == 2:
+            return self._row_programs(shape[0])
+        outer, _, inner = shape
+        if inner == 1:
+            return self._row_programs(outer)
+        name = column_program_name(inner, self.dtype.itemsize)
+        if self._transposes_columns(outer, inner, name):
+            return self._row_programs(outer * inner)
+        return [name]
+
+    def _row_programs(self, rows: int) -> List[str]:
+        config = self.config
+        if rows <= min(config["split_max_rows"], MAX_GRID_Y):
+            if config["lookback"]:
+                if lookback_tiles(self.N, config["threads"], config["items"]) > 1:
+                    return [LOOKBACK_ROW_SCAN]
+            elif self.split_segments > 1:
+                return [SEGMENT_SUMS, SPLIT_ROW_SCAN]
+        return [ROW_SCAN]
 
     def _scan_rows(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
@@ -849,3 +1009,13 @@ class CumsumFwdKernel(Kernel):
                     return out
         self._launcher(ROW_SCAN)(x, out)
         return out
+
+
+class CumsumFwdKernel(ScanKernel):
+    """Inclusive cumsum along an axis of length ``N``: ``out[i] = x[0] + ... + x[i]``."""
+
+
+class CumsumBwdKernel(ScanKernel):
+    """Reverse inclusive cumsum, the gradient of cumsum: ``out[i] = x[i] + ... + x[N - 1]``."""
+
+    reverse = True

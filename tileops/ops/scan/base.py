@@ -21,9 +21,10 @@ MAX_EXTENT = 2**31 - 1
 
 
 class ScanOp(Op):
-    """Shared forward flow of the scan family (``CumsumFwdOp`` and kin).
+    """Shared forward flow of the scan family (cumsum, its gradient, cumprod).
 
-    L3 ops set ``N``, ``dim``, ``dtype``, ``tune`` and ``kernel_map``, and call
+    L3 ops set ``N``, ``dim``, ``dtype``, ``tune`` and a one-entry
+    ``kernel_map`` (the kernel decides the operator and direction), and call
     ``_run_kernel`` once every check has passed with CUDA tensors.
     """
 
@@ -31,8 +32,10 @@ class ScanOp(Op):
     dim: int
     tune: bool
 
-    # The kernel_map entry this family's forward launches.
-    kernel_key = "cumsum_fwd"
+    @property
+    def kernel_key(self) -> str:
+        """The family's ops launch one kernel: the only kernel_map entry."""
+        return next(iter(self.kernel_map))
 
     def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
         return self.kernel_map[key](self.N, self.dtype, tune=self.tune)

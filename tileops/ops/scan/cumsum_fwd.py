@@ -96,6 +96,12 @@ class CumsumFwdOp(ScanOp):
         shapes = self._infer_output_shapes(tuple(x.shape))
         return x.new_empty(shapes["y"], dtype=x.dtype)
 
+    def backward_op(self) -> "CumsumBwdOp":
+        """The op that computes this op's gradients, built once per instance."""
+        from .cumsum_bwd import CumsumBwdOp
+
+        return self._cached_backward_op(lambda: CumsumBwdOp(N=self.N, dtype=self.dtype, dim=self.dim, tune=self.tune))
+
     def _infer_output_shapes(self, x_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"y": tuple(x_shape)}
 
@@ -121,4 +127,9 @@ register_library_op(
     inputs=("x",),
     params=("dim",),
     outputs=("y",),
+    backward=BackwardWiring(
+        saves=(),
+        inputs=("grad_y",),
+        outputs=("grad_x",),
+    ),
 )

@@ -1,0 +1,116 @@
+"""Compile every program the scan GPU tests and timings launch, in parallel processes.
+
+    python -m tests.gpu.scan_warmup [--workers 16]
+
+TileLang keeps compiled programs in its on-disk cache, so the tests that run
+afterwards load them instead of compiling one after another.  The programs are
+found by building each test's ops on the CPU and asking their kernels which
+programs an input of the test's shape launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+logger = logging.getLogger("tests.gpu.scan_warmup")
+
+# (kernel module, kernel class, N, dtype name, config items, program)
+Task = Tuple[str, str, int, str, Tuple[Tuple[str, Any], ...], str]
+
+
+def _tasks(kernel: Any, view_shape: Tuple[int, ...]) -> List[Task]:
+    cls = type(kernel)
+    config = tuple(sorted(kernel.config.items()))
+    dtype = str(kernel.dtype).replace("torch.", "")
+    return [(cls.__module__, cls.__name__, kernel.N, dtype, config, name) for name in kernel.programs_for(view_shape)]
+
+
+def _op_tasks(op_name: str, shape: Tuple[int, ...], dtype: torch.dtype, dim: int) -> List[Task]:
+    import tileops.ops
+    from benchmarks.scan_timing import kernel_view_shape
+
+    if 0 in shape:
+        return []
+    op = getattr(tileops.ops, op_name)(N=shape[dim], dtype=dtype, dim=dim)
+    kernel = op._build_kernel(op.kernel_key, (0,))
+    return _tasks(kernel, kernel_view_shape(shape, dim))
+
+
+def inventory() -> List[Task]:
+    """Every (kernel, program) the scan GPU tests and ``benchmarks.scan_timing`` launch."""
+    from benchmarks import scan_timing
+    from tests.gpu import test_scan_extra as t
+    from tests.op_checks import manifest_cases
+
+    tasks: List[Task] = []
+    for op_name in ("CumsumBwdOp", "CumprodFwdOp"):
+        for case in manifest_cases(op_name):
+            shape = dict(case.shapes)[next(iter(dict(case.shapes)))]
+            tasks += _op_tasks(op_name, shape, case.dtype, dict(case.params).get("dim", -1))
+    for length in t.LENGTHS:
+        for dim in (0, 1, 2):
+            tasks += _op_tasks("CumsumBwdOp", t.axis_shape(length, dim), torch.float32, dim)
+        for dtype in t.DTYPES:
+            for rows in (1, 5, 300):
+                tasks += _op_tasks("CumsumBwdOp", (rows, length), dtype, -1)
+                tasks += _op_tasks("CumprodFwdOp", (rows, length), dtype, -1)
+    for dim in (0, 1, 2):
+        for op_name in ("CumsumFwdOp", "CumsumBwdOp"):
+            tasks += _op_tasks(op_name, t.axis_shape(4097, dim), torch.float32, dim)
+        for length in (3, 127, 4097, 65537):
+            tasks += _op_tasks("CumprodFwdOp", t.axis_shape(length, dim), torch.float32, dim)
+    for op_name in ("CumsumFwdOp", "CumsumBwdOp"):
+        tasks += _op_tasks(op_name, (9, 333), torch.float32, 1)
+    tasks += _op_tasks("CumsumBwdOp", (2**31 // 4096 + 1, 4096), torch.bfloat16, -1)
+    for kernel, view_shape in scan_timing.inventory():
+        tasks += _tasks(kernel, view_shape)
+    return list(dict.fromkeys(tasks))
+
+
+def compile_task(task: Task) -> Tuple[Task, float, str]:
+    import importlib
+
+    module, class_name, N, dtype, config, program = task
+    start = time.time()
+    try:
+        cls = getattr(importlib.import_module(module), class_name)
+        cls(N, getattr(torch, dtype), config=dict(config)).compile_program(program)
+        return task, time.time() - start, ""
+    except Exception as error:  # noqa: BLE001 - reported; the test that needs it fails on its own
+        return task, time.time() - start, repr(error)
+
+
+def main(argv: Any = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 4)
+    parser.add_argument("--list", action="store_true", help="print the programs and exit (no GPU needed)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    tasks = inventory()
+    if args.list:
+        for task in tasks:
+            print(task[1], task[2], task[3], task[5])
+        print(f"{len(tasks)} programs")
+        return 0
+    logger.info("compiling %d programs with %d processes", len(tasks), args.workers)
+    start = time.time()
+    failures: Dict[Task, str] = {}
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        for future in as_completed([pool.submit(compile_task, task) for task in tasks]):
+            task, _, error = future.result()
+            if error:
+                failures[task] = error
+                logger.error("failed %s: %s", task, error)
+    logger.info("compiled in %.0f s, %d failures", time.time() - start, len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
