@@ -127,6 +127,7 @@ def test_swapped_llama_gives_same_loss_and_gradients_then_trains():
         step_loss.backward()
         optimizer.step()
         losses.append(step_loss.item())
+    print("training losses:", " ".join(f"{v:.4f}" for v in losses))
     assert all(math.isfinite(v) for v in losses)
     assert losses[-1] < 0.8 * losses[0], losses
     assert sum(b < a for a, b in zip(losses, losses[1:])) >= 15, losses
