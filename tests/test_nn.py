@@ -127,3 +127,14 @@ def test_swapped_llama_block_gives_the_same_loss_and_gradients() -> None:
     loss.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_layers_follow_the_input_dtype_under_autocast() -> None:
+    linear, norm = torch.nn.Linear(16, 16), tnn.RMSNorm(16)
+    x = torch.randn(4, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = linear(x)
+        y = norm(h)
+    assert h.dtype == torch.bfloat16 and y.dtype == torch.bfloat16
+    expected = torch.nn.functional.rms_norm(h.float(), (16,), norm.weight, torch.finfo(torch.bfloat16).eps)
+    torch.testing.assert_close(y.float(), expected, rtol=1e-2, atol=1e-2)
