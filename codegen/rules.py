@@ -8,7 +8,8 @@ construct outside the grammar is rejected.  The same tree is
 * interpreted over concrete shapes and parameters (``evaluate``), and
 * printed back canonically for error messages (``to_source``).
 
-Grammar: integer constants (and ``None``/``True``/``False``), names, ``t.ndim``,
+Grammar: integer constants (and ``None``/``True``/``False``, and strings to compare
+with str params), names, ``t.ndim``,
 ``t.shape``, ``t.shape[i]``, ``t.shape[a:b]``, tuple literals, ``+ - * // %``,
 unary ``-``/``+``/``not``, chained comparisons (``== != < <= > >= is``, ``is not``),
 ``and``/``or``, ``a if c else b`` and calls to the closed set of helpers in
@@ -35,7 +36,7 @@ __all__ = [
 # ---- the tree ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Const:
-    value: Union[int, bool, None]
+    value: Union[int, bool, str, None]
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,8 @@ class _Converter:
 
     def convert(self, node: ast.AST) -> Expr:  # noqa: C901 - one branch per grammar form
         if isinstance(node, ast.Constant):
-            if node.value is None or isinstance(node.value, (bool, int)):
+            # Strings only compare with str params (e.g. reduction == "none").
+            if node.value is None or isinstance(node.value, (bool, int, str)):
                 return Const(node.value)
             raise self.fail(node, f"constant {node.value!r} is not an integer")
         if isinstance(node, ast.Name):

@@ -10,7 +10,7 @@ from codegen import rules
 from codegen.errors import RuleSyntaxError
 
 TENSORS = frozenset({"x", "w"})
-NAMES = frozenset({"dim", "N", "keepdim", "dims"})
+NAMES = frozenset({"dim", "N", "keepdim", "dims", "reduction"})
 
 
 def parse(text: str) -> rules.Expr:
@@ -39,6 +39,7 @@ RULES = [
     "max(x.ndim, 2) - min(N, 5)",
     "-(N - 1) * 2",
     "2 * (N + 1) // 3",
+    "(x.shape[0],) if reduction == 'none' else ()",
 ]
 
 
@@ -52,7 +53,8 @@ def test_rendered_python_agrees_with_interpreter(text: str) -> None:
     for shape, dim, n, keepdim in itertools.product(
             [(1,), (3, 5), (2, 1, 4), (6, 2, 3, 5)], [0, -1], [1, 3, 8], [False, True]):
         shapes = {"x": shape, "w": shape[-1:]}
-        values = {"dim": dim, "N": n, "keepdim": keepdim, "dims": None if n == 8 else (0,)}
+        values = {"dim": dim, "N": n, "keepdim": keepdim, "dims": None if n == 8 else (0,),
+                  "reduction": "none" if keepdim else "mean"}
 
         def outcome(fn):
             try:
