@@ -17,10 +17,11 @@ The row statistics are recomputed from ``x``.  Two launches per call:
    once) each walk rows ``q, q + Q, q + 2Q, ...``, write ``grad_x`` and add
    their rows' terms of the weight (and bias) gradients to float32 per-column
    partial sums, which end in row ``q`` of a ``(Q, N)`` partials buffer.
-   Rows that fit in registers are read once (*resident*; the partial sums sit
-   in registers too); longer rows are walked twice (*streamed*; the partial sums
-   sit in shared memory when they fit, else in the block's own row of the
-   partials buffer, which then stays in L2).
+   Rows that fit in registers are read once (*resident*); longer rows are
+   walked twice (*streamed*, the second walk hitting L2).  The partial sums
+   sit in registers for short resident rows; otherwise (one row per block) in
+   shared memory when they fit, else in the block's own row of the partials
+   buffer, which then stays in L2.
 2. **column sum**: the ``Q`` partial rows summed per column into the gradient.
 
 No atomics: every partial sum has one owner and a fixed summation order, so
@@ -63,21 +64,66 @@ SMEM_ACC_BUDGET = 160 * 1024
 SMEM_PER_SM = 220 * 1024
 
 
+# Bytes of each row tensor a thread may hold in registers when the partial sums live in memory
+# (at 64, 1024-thread rows of 32768 half-precision elements spill registers).
+RESIDENT_ROW_BYTES = 32
+
+
 def resident_cap(dtype: torch.dtype, layer: bool) -> int:
     """Row elements per thread that fit in registers next to their float32 partial sums."""
     return 4 if layer and dtype == torch.float32 else 8
 
 
 def norm_bwd_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
-    """One 16-byte vector of each tensor per thread; streamed rows: 1024 threads, two vectors in flight."""
+    """One 16-byte vector of each tensor per thread; streamed rows: 1024 threads, two vectors in flight.
+
+    ``resident_row_bytes``: the most bytes of each row tensor a thread holds in
+    registers when the partial sums live in memory (longer rows are streamed).
+    ``sm_threads``: threads of the row program an SM must hold at once; it caps
+    the registers of a thread (1024 threads: 64 each), and the persistent grid
+    is sized to it."""
     vector_elems = VECTOR_BYTES // dtype.itemsize
-    return {"per_thread": max(vector_elems, -(-N // MAX_THREADS)), "stream_threads": 1024, "stream_unroll": 2}
+    return {"per_thread": max(vector_elems, -(-N // MAX_THREADS)), "stream_threads": 1024, "stream_unroll": 2,
+            "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024}
+
+
+def _accumulator_macro(T: Any, smem_accumulators: int) -> Any:
+    """Macro updating partial sum ``index`` (0: weight, 1: bias) of column ``col`` of row group ``group``.
+
+    The first ``smem_accumulators`` partial sums live in shared memory
+    (``acc_smem[index, col]``), the others in the group's own row of the
+    partials buffer.  Only the thread that owns a column touches it.
+    """
+
+    @T.macro
+    def acc_update(acc_smem, PW, PB, index, group, col, value, reset):
+        if index < smem_accumulators:
+            if reset:
+                acc_smem[index, col] = value
+            else:
+                acc_smem[index, col] = acc_smem[index, col] + value
+        elif index == 0:
+            if reset:
+                PW[group, col] = value
+            else:
+                PW[group, col] = PW[group, col] + value
+        else:
+            if reset:
+                PB[group, col] = value
+            else:
+                PB[group, col] = PB[group, col] + value
+
+    return acc_update
 
 
 # ---- resident rows ------------------------------------------------------------------------------
 
 
-def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, layer: bool, has_weight: bool) -> Any:
+def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, layer: bool, has_weight: bool,
+                          smem_accumulators: Optional[int], blocks_per_sm: int) -> Any:
+    """``smem_accumulators`` None: partial sums in registers; else (one row per block) in shared
+    memory for the first ``smem_accumulators`` of them and in the partials buffer for the rest.
+    ``blocks_per_sm``: blocks that must fit on an SM at once (it caps registers per thread)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
@@ -90,6 +136,10 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     sum2 = row_sum_macro(T, row_threads, 2)
     sum3 = row_sum_macro(T, row_threads, 3)
     inv_n = 1.0 / N
+    in_registers = smem_accumulators is None
+    in_smem = 0 if in_registers else smem_accumulators
+    acc_update = _accumulator_macro(T, in_smem)
+    accumulators = 2 if layer else 1
 
     def scaled(g, w):
         """``g * w`` in float32 (``g`` without a weight)."""
@@ -117,7 +167,36 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         return T.cast(st[1] * (scaled(g, w) - st[2] - (f32(x) - st[0]) * st[1] * st[3]), dtype)
 
     @T.macro
-    def rms_row(gb, xb, wb, accw, st, scratch, slot, row, lane, tx, DX):
+    def add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, j):
+        """Add the terms of column group ``j`` to partial sums kept in memory."""
+        for k in T.unroll(vector):
+            if layer:
+                acc_update(acc_smem, PW, PB, 0, group, column(j, lane) + k,
+                           f32(gb[j * vector + k]) * (f32(xb[j * vector + k]) - st[0]) * st[1], False)
+                acc_update(acc_smem, PW, PB, 1, group, column(j, lane) + k, f32(gb[j * vector + k]), False)
+            else:
+                acc_update(acc_smem, PW, PB, 0, group, column(j, lane) + k,
+                           f32(gb[j * vector + k]) * f32(xb[j * vector + k]) * st[0], False)
+
+    @T.macro
+    def add_terms(accw, accb, acc_smem, PW, PB, gb, xb, st, group, lane):
+        """This row's terms of the weight (and bias) gradients, added to the partial sums."""
+        if in_registers:
+            for i in T.unroll(per_thread):  # missing elements have g = 0 and add nothing
+                if layer:
+                    accw[i] = accw[i] + f32(gb[i]) * (f32(xb[i]) - st[0]) * st[1]
+                    accb[i] = accb[i] + f32(gb[i])
+                else:
+                    accw[i] = accw[i] + f32(gb[i]) * f32(xb[i]) * st[0]
+        else:
+            for j in T.unroll(full_vecs):
+                add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, j)
+            if has_tail:
+                if column(full_vecs, lane) < N:
+                    add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, full_vecs)
+
+    @T.macro
+    def rms_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, slot, row, group, lane, tx, DX):
         st[0] = T.cast(0, ACCUM)
         st[1] = T.cast(0, ACCUM)
         for i in T.unroll(per_thread):  # missing elements are zeros and add nothing
@@ -127,8 +206,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         st[0] = T.rsqrt(st[0] * inv_n + eps)
         st[1] = st[1] * st[0] * st[0] * inv_n
         store_row(DX, row, lane, rms_grad, gb, xb, wb, st)
-        for i in T.unroll(per_thread):
-            accw[i] = accw[i] + f32(gb[i]) * f32(xb[i]) * st[0]
+        add_terms(accw, accb, acc_smem, PW, PB, gb, xb, st, group, lane)
 
     @T.macro
     def add_centered(st, gb, xb, wb, j):
@@ -138,7 +216,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
             st[3] = st[3] + scaled(gb[j * vector + k], wb[j * vector + k]) * (f32(xb[j * vector + k]) - st[0])
 
     @T.macro
-    def layer_row(gb, xb, wb, accw, accb, st, scratch, row, lane, tx, DX):
+    def layer_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, row, group, lane, tx, DX):
         st[0] = T.cast(0, ACCUM)
         for i in T.unroll(per_thread):
             st[0] = st[0] + f32(xb[i])
@@ -157,23 +235,44 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         st[2] = st[2] * inv_n
         st[3] = st[3] * st[1] * inv_n
         store_row(DX, row, lane, layer_grad, gb, xb, wb, st)
-        for i in T.unroll(per_thread):  # rows past the end have g = 0 and add nothing
-            accw[i] = accw[i] + f32(gb[i]) * (f32(xb[i]) - st[0]) * st[1]
-            accb[i] = accb[i] + f32(gb[i])
+        add_terms(accw, accb, acc_smem, PW, PB, gb, xb, st, group, lane)
 
     @T.macro
-    def store_partials(P, acc, group, lane):
+    def reset_group(acc_smem, PW, PB, group, lane, j):
+        for k in T.unroll(vector):
+            acc_update(acc_smem, PW, PB, 0, group, column(j, lane) + k, T.cast(0, ACCUM), True)
+            if accumulators > 1:
+                acc_update(acc_smem, PW, PB, 1, group, column(j, lane) + k, T.cast(0, ACCUM), True)
+
+    @T.macro
+    def reset_memory_partials(acc_smem, PW, PB, group, lane):
+        for j in T.unroll(full_vecs):
+            reset_group(acc_smem, PW, PB, group, lane, j)
+        if has_tail:
+            if column(full_vecs, lane) < N:
+                reset_group(acc_smem, PW, PB, group, lane, full_vecs)
+
+    @T.macro
+    def store_partials(P, acc, acc_smem, index, group, lane):
+        """Partial sums ``index`` to row ``group`` of ``P``: from registers, or from shared memory."""
         for j in T.unroll(full_vecs):
             for k in T.unroll(vector):
-                P[group, column(j, lane) + k] = acc[j * vector + k]
+                if in_registers:
+                    P[group, column(j, lane) + k] = acc[j * vector + k]
+                else:
+                    P[group, column(j, lane) + k] = acc_smem[index, column(j, lane) + k]
         if has_tail:
             if column(full_vecs, lane) < N:
                 for k in T.unroll(vector):
-                    P[group, column(full_vecs, lane) + k] = acc[full_vecs * vector + k]
+                    if in_registers:
+                        P[group, column(full_vecs, lane) + k] = acc[full_vecs * vector + k]
+                    else:
+                        P[group, column(full_vecs, lane) + k] = acc_smem[index, column(full_vecs, lane) + k]
 
     @T.macro
     def body(G, X, W, DX, PW, PB):
         with T.Kernel(T.ceildiv(Q, rows_per_block), threads=layout.block_threads) as bx:
+            T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             gb = T.alloc_local((per_thread,), dtype)
             xb = T.alloc_local((per_thread,), dtype)
@@ -182,23 +281,33 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
             accb = T.alloc_local((per_thread,), ACCUM)
             st = T.alloc_local((4,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(layout.block_threads, 3), ACCUM)
+            acc_smem = T.alloc_shared((max(in_smem, 1), N if in_smem else 1), ACCUM)
             group = bx * rows_per_block + tx // row_threads
             lane = tx % row_threads
-            if has_weight:
+            if has_weight and in_registers:
                 loads["load_vector"](W, wb, lane)
-            for i in T.unroll(per_thread):
-                accw[i] = T.cast(0, ACCUM)
-                accb[i] = T.cast(0, ACCUM)
+            if in_registers:
+                for i in T.unroll(per_thread):
+                    accw[i] = T.cast(0, ACCUM)
+                    accb[i] = T.cast(0, ACCUM)
+            else:
+                reset_memory_partials(acc_smem, PW, PB, group, lane)
             for it in T.serial(T.ceildiv(M, Q)):
                 loads["load_row"](G, gb, it * Q + group, lane)
                 loads["load_row"](X, xb, it * Q + group, lane)
+                if has_weight and not in_registers:
+                    # Long rows: the weight is reloaded per row (L1 hits) rather than held in registers.
+                    loads["load_vector"](W, wb, lane)
                 if layer:
-                    layer_row(gb, xb, wb, accw, accb, st, scratch, it * Q + group, lane, tx, DX)
+                    layer_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, it * Q + group, group, lane,
+                              tx, DX)
                 else:
-                    rms_row(gb, xb, wb, accw, st, scratch, it % 2, it * Q + group, lane, tx, DX)
-            store_partials(PW, accw, group, lane)
-            if layer:
-                store_partials(PB, accb, group, lane)
+                    rms_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, it % 2, it * Q + group, group,
+                            lane, tx, DX)
+            if in_registers or in_smem > 0:
+                store_partials(PW, accw, acc_smem, 0, group, lane)
+            if layer and (in_registers or in_smem > 1):
+                store_partials(PB, accb, acc_smem, 1, group, lane)
 
     return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body)
 
@@ -207,7 +316,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
 
 
 def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, layer: bool, has_weight: bool,
-                          smem_accumulators: int) -> Any:
+                          smem_accumulators: int, blocks_per_sm: int) -> Any:
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
@@ -226,24 +335,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     def f32(v):
         return T.cast(v, ACCUM)
 
-    @T.macro
-    def acc_update(acc_smem, PW, PB, index, block, col, value, reset):
-        """Partial sum ``index`` of column ``col``: add ``value``, or set it to ``value`` when ``reset``."""
-        if index < smem_accumulators:
-            if reset:
-                acc_smem[index, col] = value
-            else:
-                acc_smem[index, col] = acc_smem[index, col] + value
-        elif index == 0:
-            if reset:
-                PW[block, col] = value
-            else:
-                PW[block, col] = PW[block, col] + value
-        else:
-            if reset:
-                PB[block, col] = value
-            else:
-                PB[block, col] = PB[block, col] + value
+    acc_update = _accumulator_macro(T, smem_accumulators)
 
     @T.macro
     def reset_partials(acc_smem, PW, PB, block, tx):
@@ -347,6 +439,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     @T.macro
     def body(G, X, W, DX, PW, PB):
         with T.Kernel(Q, threads=threads) as block:
+            T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             gb = T.alloc_local((unroll * vector,), dtype)
             xb = T.alloc_local((unroll * vector,), dtype)
@@ -430,16 +523,25 @@ class NormBwdKernel(RowNormKernel):
         return unique
 
     def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
-        """The resident layout when a row fits in registers under ``config``, else the streamed one."""
+        """The resident layout when a row fits in registers under ``config``, else the streamed one.
+
+        Short rows keep their partial sums in registers too; rows of up to 64
+        bytes per thread and tensor (one row per block) keep them in memory.
+        """
         config = self.config if config is None else config
         resident = resident_layout(self.N, self.dtype, config["per_thread"])
         if resident.per_thread <= resident_cap(self.dtype, self.layer):
             return resident
+        if resident.per_thread * self.dtype.itemsize <= config["resident_row_bytes"] and resident.rows_per_block == 1:
+            return resident
         return stream_layout(self.N, self.dtype, config["stream_threads"], config["stream_unroll"])
 
+    def partials_in_registers(self, layout: Any) -> bool:
+        return isinstance(layout, RowLayout) and layout.per_thread <= resident_cap(self.dtype, self.layer)
+
     def smem_accumulators(self, layout: Any) -> int:
-        """Partial sums a streamed block keeps in shared memory (the rest live in the partials buffer)."""
-        if isinstance(layout, RowLayout):
+        """Partial sums a block keeps in shared memory (the rest live in registers or the partials buffer)."""
+        if self.partials_in_registers(layout):
             return 0
         return min(self.accumulators, SMEM_ACC_BUDGET // (4 * self.N))
 
@@ -452,23 +554,29 @@ class NormBwdKernel(RowNormKernel):
             return column_sum_program(self.N, dtype)
         layout = self.layout(config)
         if isinstance(layout, RowLayout):
-            return _resident_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight)
+            smem = None if self.partials_in_registers(layout) else self.smem_accumulators(layout)
+            return _resident_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight, smem,
+                                         self.blocks_per_sm(layout, config))
         return _streamed_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight,
-                                     self.smem_accumulators(layout))
+                                     self.smem_accumulators(layout), self.blocks_per_sm(layout, config))
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
         return [(self.main_program(), (("has_weight", True),)), (COLUMN_SUM, ())]
 
+    def blocks_per_sm(self, layout: Any, config: Optional[Dict[str, Any]] = None) -> int:
+        """Blocks of the row program that run on an SM at once (shared memory and the config's cap)."""
+        config = self.config if config is None else config
+        threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
+        smem = 4 * self.N * self.smem_accumulators(layout)
+        fit = min(THREADS_PER_SM // threads, SMEM_PER_SM // smem if smem else THREADS_PER_SM)
+        return max(1, min(fit, config["sm_threads"] // threads))
+
     def partial_rows(self, rows: int, device: torch.device) -> int:
         """Row groups of one launch over ``rows`` rows: as many as run at once, at most one per row."""
         layout = self.layout()
-        if isinstance(layout, RowLayout):
-            per_sm = max(1, THREADS_PER_SM // layout.block_threads)
-            blocks = min(-(-rows // layout.rows_per_block), per_sm * self.sm_count(device))
-            return blocks * layout.rows_per_block
-        smem = 4 * self.N * self.smem_accumulators(layout)
-        per_sm = max(1, min(THREADS_PER_SM // layout.threads, SMEM_PER_SM // max(smem, 1)))
-        return min(rows, per_sm * self.sm_count(device))
+        rows_per_block = layout.rows_per_block if isinstance(layout, RowLayout) else 1
+        blocks = min(-(-rows // rows_per_block), self.blocks_per_sm(layout) * self.sm_count(device))
+        return blocks * rows_per_block
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         rows = self.tuning_rows if rows is None else rows

@@ -1,0 +1,136 @@
+"""Compile every program the norm-family GPU tests and timings launch, in parallel processes.
+
+    python -m tests.gpu.norm_warmup [--workers 16] [--list]
+
+TileLang keeps compiled programs in its on-disk cache, so the tests that run
+afterwards load them instead of compiling one after another.  The programs
+are found by building each test's ops and kernels on the CPU (same sizes,
+dtypes and configs) and asking the kernels which programs a call with the
+test's inputs launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+import torch
+
+logger = logging.getLogger("tests.gpu.norm_warmup")
+
+# (kernel module, kernel class, N, dtype name, eps, config items, program name or None, program shape)
+Task = Tuple[str, str, int, str, float, Tuple[Tuple[str, Any], ...], Optional[str], Tuple[Tuple[str, Any], ...]]
+
+
+def kernel_tasks(kernel: Any, flags: Optional[Dict[str, bool]] = None) -> List[Task]:
+    """The programs a call launches: every program of a multi-program kernel (variant ``flags``
+    overriding the default shape), or the single program of a plain kernel."""
+    cls = type(kernel)
+    head = (cls.__module__, cls.__name__, kernel.N, str(kernel.dtype).replace("torch.", ""),
+            float(getattr(kernel, "eps", 0.0)), tuple(sorted(kernel.config.items())))
+    if not hasattr(kernel, "program_keys"):
+        return [head + (None, ())]
+    tasks = []
+    for name, shape in kernel.program_keys():
+        merged = dict(shape)
+        merged.update({k: v for k, v in (flags or {}).items() if k in merged})
+        tasks.append(head + (name, tuple(sorted(merged.items()))))
+    return tasks
+
+
+def _op_kernel(name: str, N: int, dtype: torch.dtype, eps: float) -> Any:
+    import tileops.ops
+
+    op = getattr(tileops.ops, name)(N=N, dtype=dtype, eps=eps)
+    return op._build_kernel(op.kernel_key, (0,))
+
+
+def inventory() -> List[Task]:
+    """Every (kernel, program) the GPU tests and the timing script launch."""
+    from benchmarks import norm_timing
+    from tests.gpu import test_norm_family as t
+    from tests.op_checks import build_op
+
+    tasks: Set[Task] = set()
+
+    def add(found: Iterable[Task]) -> None:
+        tasks.update(found)
+
+    for case in t.MANIFEST_CASES:
+        if case.label == "empty":
+            continue
+        op = build_op(case)
+        add(kernel_tasks(op._build_kernel(op.kernel_key, (0,))))
+    for rows, N, dtype in t.GRAD_CASES:
+        add(kernel_tasks(_op_kernel("RMSNormFwdOp", N, dtype, 1e-6)))
+        add(kernel_tasks(_op_kernel("RMSNormBwdOp", N, dtype, 1e-6)))
+    for rows, N, dtype, (weight, bias) in t.LAYER_GRAD_CASES:
+        add(kernel_tasks(_op_kernel("LayerNormFwdOp", N, dtype, 1e-5), {"has_weight": weight, "has_bias": bias}))
+        # Autograd gets the identity for an absent affine; the direct call passes the weight as it is.
+        add(kernel_tasks(_op_kernel("LayerNormFwdOp", N, dtype, 1e-5)))
+        add(kernel_tasks(_op_kernel("LayerNormBwdOp", N, dtype, 1e-5), {"has_weight": weight}))
+        add(kernel_tasks(_op_kernel("LayerNormBwdOp", N, dtype, 1e-5)))
+    for N in t.FUSED_SIZES:
+        for dtype in t.FUSED_DTYPES:
+            add(kernel_tasks(_op_kernel("FusedAddRMSNormFwdOp", N, dtype, 1e-6)))
+    for weight, bias in ((False, False), (False, True), (True, False)):
+        add(kernel_tasks(_op_kernel("LayerNormFwdOp", 4097, torch.bfloat16, 1e-5),
+                         {"has_weight": weight, "has_bias": bias}))
+    add(kernel_tasks(_op_kernel("LayerNormFwdOp", t.BIG_N, torch.bfloat16, 1e-5), {"has_bias": False}))
+    add(kernel_tasks(_op_kernel("RMSNormBwdOp", t.BIG_N, torch.bfloat16, 1e-6)))
+    add(kernel_tasks(_op_kernel("LayerNormFwdOp", 1024, torch.bfloat16, 1e-5)))
+    add(kernel_tasks(_op_kernel("LayerNormBwdOp", 1024, torch.bfloat16, 1e-5)))
+    for kernel, flags in norm_timing.inventory():
+        add(kernel_tasks(kernel, flags))
+    return sorted(tasks, key=repr)
+
+
+def _compile(task: Task) -> float:
+    import importlib
+
+    module, cls_name, N, dtype, eps, config, name, shape = task
+    began = time.perf_counter()
+    cls = getattr(importlib.import_module(module), cls_name)
+    kernel = cls(N, getattr(torch, dtype), eps=eps, config=dict(config))
+    if name is None:
+        kernel.compile()
+    else:
+        kernel.compile_program(name, shape)
+    return time.perf_counter() - began
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--list", action="store_true", help="only count the programs")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    began = time.perf_counter()
+    tasks = inventory()
+    logger.info("%d programs to compile (inventory took %.1f s)", len(tasks), time.perf_counter() - began)
+    if args.list:
+        for task in tasks:
+            logger.info("%s", task)
+        return 0
+    import multiprocessing
+
+    failures: Dict[Task, str] = {}
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_compile, task): task for task in tasks}
+        for future in as_completed(futures):
+            try:
+                future.result()
+            except Exception as error:  # noqa: BLE001 - report every failure, then fail
+                failures[futures[future]] = repr(error)[-800:]
+    for task, error in failures.items():
+        logger.error("failed %s: %s", task, error)
+    logger.info("compiled %d programs in %.0f s, %d failures", len(tasks), time.perf_counter() - began, len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,198 @@
+"""The norm family on the GPU: RMSNorm backward, LayerNorm forward and backward, fused add + RMSNorm.
+
+* every manifest case of the four ops (workloads, odd sizes, ranks 1-4,
+  strided and empty inputs) against the float64 reference;
+* gradients through the forward ops' autograd against ``torch.autograd`` of
+  the float64 forward reference, over many rows (so the weight and bias
+  gradients sum thousands of partials), odd hidden sizes up to 65537 (resident
+  and streamed programs, partial sums in registers, shared or global memory),
+  and with LayerNorm's weight and bias absent;
+* the backward ops called directly give what autograd gave;
+* tensors of more than 2**31 elements.
+
+``python -m tests.gpu.norm_warmup`` compiles every program these tests launch
+in parallel first, so the tests find them in TileLang's cache.
+"""
+
+import math
+from typing import Iterator, List, Optional, Tuple
+
+import pytest
+import torch
+
+from tests.op_checks import assert_close, build_op, check_against_reference, manifest_cases
+
+pytestmark = pytest.mark.gpu
+
+OPS = ("RMSNormBwdOp", "LayerNormFwdOp", "LayerNormBwdOp", "FusedAddRMSNormFwdOp")
+MANIFEST_CASES = [case for name in OPS for case in manifest_cases(name)]
+ODD_SIZES = (1, 3, 127, 4097, 65537)
+# (rows, N, dtype): many rows (long column sums), odd sizes, the streamed programs.
+GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
+    (4096, 256, torch.float32),
+    (3000, 4096, torch.bfloat16),
+    (513, 16384, torch.bfloat16),
+    (64, 32768, torch.bfloat16),
+    (257, 1, torch.float32),
+    (257, 3, torch.float16),
+    (257, 127, torch.bfloat16),
+    (257, 4097, torch.float32),
+    (5, 4097, torch.bfloat16),
+    (5, 65537, torch.float16),
+    (3, 65537, torch.float32),
+]
+# Which affine tensors LayerNorm gets, (weight, bias); every combination on a few cases.
+AFFINES = [(True, True), (False, False), (True, False), (False, True)]
+AFFINE_CASES = [GRAD_CASES[1], GRAD_CASES[3], GRAD_CASES[6], GRAD_CASES[9]]
+LAYER_GRAD_CASES = [(*case, (True, True)) for case in GRAD_CASES] + [
+    (*case, affine) for case in AFFINE_CASES for affine in AFFINES[1:]]
+FUSED_SIZES = ODD_SIZES + (4096, 32768)
+FUSED_DTYPES = (torch.bfloat16, torch.float32)
+
+
+def _op(name: str, N: int, dtype: torch.dtype, eps: float = 1e-5):
+    import tileops.ops
+
+    return getattr(tileops.ops, name)(N=N, dtype=dtype, eps=eps)
+
+
+def _randn(*shape: int, dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(*shape, generator=generator, dtype=torch.float32).to(device="cuda", dtype=dtype)
+
+
+# ---- the manifest's cases ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", MANIFEST_CASES, ids=lambda case: f"{case.op}-{case}")
+def test_matches_manifest_reference(case):
+    check_against_reference(case, device="cuda")
+    if case.label != "empty":
+        assert build_op(case).last_backend == "kernel"
+
+
+# ---- gradients against autograd -------------------------------------------------------------------
+
+
+def _leaves(tensors: List[Optional[torch.Tensor]], dtype: Optional[torch.dtype] = None) -> List[Optional[torch.Tensor]]:
+    return [None if t is None else t.detach().to(dtype or t.dtype).requires_grad_() for t in tensors]
+
+
+def _check_grads(ours: List[Optional[torch.Tensor]], wide: List[Optional[torch.Tensor]], dtype: torch.dtype) -> None:
+    for mine, theirs in zip(ours, wide):
+        if mine is None:
+            continue
+        assert mine.grad is not None
+        assert_close(mine.grad, theirs.grad, dtype)
+
+
+@pytest.mark.parametrize("rows, N, dtype", GRAD_CASES, ids=str)
+def test_rms_norm_gradients_match_autograd(rows, N, dtype):
+    generator = torch.Generator().manual_seed(rows + N)
+    x, weight = _randn(rows, N, dtype=dtype, generator=generator), _randn(N, dtype=dtype, generator=generator)
+    grad = _randn(rows, N, dtype=dtype, generator=generator)
+    fwd = _op("RMSNormFwdOp", N, dtype, eps=1e-6)
+    ours = _leaves([x, weight])
+    fwd(*ours).backward(grad)
+    wide = _leaves([x, weight], torch.float64)
+    torch.nn.functional.rms_norm(wide[0], (N,), wide[1], 1e-6).backward(grad.double())
+    _check_grads(ours, wide, dtype)
+    direct = _op("RMSNormBwdOp", N, dtype, eps=1e-6)(grad, x, weight)
+    torch.testing.assert_close(direct[0], ours[0].grad, rtol=0, atol=0)
+    torch.testing.assert_close(direct[1], ours[1].grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("rows, N, dtype, affine", LAYER_GRAD_CASES, ids=str)
+def test_layer_norm_gradients_match_autograd(rows, N, dtype, affine):
+    generator = torch.Generator().manual_seed(rows * 7 + N)
+    # An offset mean: the variance must not cancel.
+    x = (_randn(rows, N, dtype=torch.float32, generator=generator) * 2 + 3).to(dtype)
+    weight = _randn(N, dtype=dtype, generator=generator) if affine[0] else None
+    bias = _randn(N, dtype=dtype, generator=generator) if affine[1] else None
+    grad = _randn(rows, N, dtype=dtype, generator=generator)
+    fwd = _op("LayerNormFwdOp", N, dtype)
+    ours = _leaves([x, weight, bias])
+    y = fwd(*ours)
+    assert_close(y, torch.nn.functional.layer_norm(x.double(), (N,), _double(weight), _double(bias), 1e-5), dtype)
+    y.backward(grad)
+    wide = _leaves([x, weight, bias], torch.float64)
+    torch.nn.functional.layer_norm(wide[0], (N,), wide[1], wide[2], 1e-5).backward(grad.double())
+    _check_grads(ours, wide, dtype)
+    direct = _op("LayerNormBwdOp", N, dtype)(grad, x, weight)
+    torch.testing.assert_close(direct[0], ours[0].grad, rtol=0, atol=0)
+    if weight is not None:
+        torch.testing.assert_close(direct[1], ours[1].grad, rtol=0, atol=0)
+    if bias is not None:
+        torch.testing.assert_close(direct[2], ours[2].grad, rtol=0, atol=0)
+
+
+def _double(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if tensor is None else tensor.double()
+
+
+@pytest.mark.parametrize("N", FUSED_SIZES)
+@pytest.mark.parametrize("dtype", FUSED_DTYPES)
+def test_fused_add_rms_norm_odd_sizes(N, dtype):
+    generator = torch.Generator().manual_seed(N)
+    op = _op("FusedAddRMSNormFwdOp", N, dtype, eps=1e-6)
+    for rows in (1, 3, 129):
+        x, residual = (_randn(rows, N, dtype=dtype, generator=generator) for _ in range(2))
+        weight = _randn(N, dtype=dtype, generator=generator)
+        y, residual_out = op(x, residual, weight)
+        expected_y, expected_sum = op.reference(x.double(), residual.double(), weight.double())
+        assert_close(y, expected_y, dtype)
+        assert_close(residual_out, expected_sum, dtype)
+
+
+def test_layer_norm_fwd_without_affine_in_inference():
+    N, dtype = 4097, torch.bfloat16
+    generator = torch.Generator().manual_seed(1)
+    x = _randn(33, N, dtype=dtype, generator=generator)
+    bias = _randn(N, dtype=dtype, generator=generator)
+    op = _op("LayerNormFwdOp", N, dtype)
+    assert_close(op(x), torch.nn.functional.layer_norm(x.double(), (N,), None, None, 1e-5), dtype)
+    assert_close(op(x, None, bias), torch.nn.functional.layer_norm(x.double(), (N,), None, bias.double(), 1e-5), dtype)
+
+
+def test_layer_norm_trains_under_torch_compile():
+    N, dtype = 1024, torch.bfloat16
+    generator = torch.Generator().manual_seed(2)
+    x = _randn(64, N, dtype=dtype, generator=generator).requires_grad_()
+    weight = _randn(N, dtype=dtype, generator=generator).requires_grad_()
+    op = _op("LayerNormFwdOp", N, dtype)
+    compiled = torch.compile(lambda a, w: op(a, w), fullgraph=True, backend="aot_eager")
+    compiled(x, weight).float().square().sum().backward()
+    wide = _leaves([x, weight], torch.float64)
+    torch.nn.functional.layer_norm(wide[0], (N,), wide[1], None, 1e-5).square().sum().backward()
+    _check_grads([x, weight], wide, dtype)
+
+
+# ---- more than 2**31 elements -------------------------------------------------------------------------
+
+BIG_N = 4096
+BIG_ROWS = 2**31 // BIG_N + 64
+
+
+def _row_chunks(rows: int, size: int = 1 << 16) -> Iterator[slice]:
+    for start in range(0, rows, size):
+        yield slice(start, min(rows, start + size))
+
+
+def test_over_2_31_elements_forward_and_backward():
+    dtype = torch.bfloat16
+    x = torch.randn(BIG_ROWS, BIG_N, device="cuda", dtype=dtype)
+    weight = torch.randn(BIG_N, device="cuda", dtype=dtype)
+    tail = slice(BIG_ROWS - 100, BIG_ROWS)  # rows whose offsets pass 2**31
+    y = _op("LayerNormFwdOp", BIG_N, dtype)(x, weight)
+    assert_close(y[tail], torch.nn.functional.layer_norm(x[tail].double(), (BIG_N,), weight.double(), None, 1e-5), dtype)
+    del y
+    grad = torch.randn_like(x)
+    grad_x, grad_weight = _op("RMSNormBwdOp", BIG_N, dtype, eps=1e-6)(grad, x, weight)
+    wide = _leaves([x[tail], weight], torch.float64)
+    torch.nn.functional.rms_norm(wide[0], (BIG_N,), wide[1], 1e-6).backward(grad[tail].double())
+    assert_close(grad_x[tail], wide[0].grad, dtype)
+    expected = torch.zeros(BIG_N, device="cuda", dtype=torch.float64)
+    for rows in _row_chunks(BIG_ROWS):
+        chunk = x[rows].double()
+        expected += (grad[rows].double() * chunk * torch.rsqrt(chunk.square().mean(-1, keepdim=True) + 1e-6)).sum(0)
+    assert_close(grad_weight, expected, dtype)
+    assert math.prod(x.shape) > 2**31

@@ -1,0 +1,140 @@
+"""CPU checks of the norm family's kernels: program choice, launch sizing and sm_90 builds.
+
+Compiling needs nvcc but no GPU.  TileLang caches compiled programs on disk,
+so only the first run pays ~3-5 s per program (eight programs here).
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import pytest
+import torch
+
+from tileops.kernels.norm.backward import COLUMN_SUM, RESIDENT, STREAMED, NormBwdKernel
+from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
+from tileops.kernels.norm.layer_norm import LayerNormBwdKernel, LayerNormFwdKernel
+from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
+from tileops.kernels.norm.rows import RowLayout, StreamLayout, resident_layout
+
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+
+
+def _toolchain_available() -> bool:
+    try:
+        import tilelang  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
+        return False
+    return shutil.which("nvcc") is not None
+
+
+needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
+
+
+# ---- program choice -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("N, dtype, threads, per_thread", [
+    (4096, torch.bfloat16, 256, 16),
+    (32768, torch.bfloat16, 1024, 32),
+    (4097, torch.float32, 1024, 5),
+    (1, torch.float16, 1, 1),
+])
+def test_forward_rows_fit_in_registers_up_to_32k(N, dtype, threads, per_thread) -> None:
+    for cls in (LayerNormFwdKernel, FusedAddRMSNormFwdKernel):
+        layout = cls(N, dtype).layout()
+        assert isinstance(layout, RowLayout)
+        assert (layout.row_threads, layout.per_thread) == (threads, per_thread)
+        assert layout.block_threads >= 128 and layout.block_threads % layout.row_threads == 0
+
+
+def test_longer_forward_rows_are_streamed() -> None:
+    for cls in (LayerNormFwdKernel, FusedAddRMSNormFwdKernel):
+        assert isinstance(cls(65536, torch.bfloat16).layout(), StreamLayout)
+        assert isinstance(cls(65537, torch.float32).layout(), StreamLayout)
+
+
+@pytest.mark.parametrize("cls, N, dtype, program, in_registers, in_shared", [
+    (RMSNormBwdKernel, 4096, torch.bfloat16, RESIDENT, True, 0),
+    (LayerNormBwdKernel, 4096, torch.float32, RESIDENT, True, 0),
+    (LayerNormBwdKernel, 4097, torch.float32, RESIDENT, False, 2),
+    (RMSNormBwdKernel, 16384, torch.bfloat16, RESIDENT, False, 1),
+    (LayerNormBwdKernel, 16384, torch.bfloat16, RESIDENT, False, 2),
+    (RMSNormBwdKernel, 32768, torch.bfloat16, STREAMED, False, 1),
+    (LayerNormBwdKernel, 32768, torch.bfloat16, STREAMED, False, 1),
+    (RMSNormBwdKernel, 32768, torch.float32, STREAMED, False, 1),
+    (RMSNormBwdKernel, 65537, torch.float16, STREAMED, False, 0),
+])
+def test_backward_programs_and_where_partial_sums_live(cls, N, dtype, program, in_registers, in_shared) -> None:
+    kernel = cls(N, dtype)
+    assert kernel.main_program() == program
+    assert kernel.partials_in_registers(kernel.layout()) == in_registers
+    assert kernel.smem_accumulators(kernel.layout()) == in_shared
+    assert [name for name, _ in kernel.program_keys()] == [program, COLUMN_SUM]
+
+
+def test_backward_launches_as_many_row_groups_as_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(NormBwdKernel, "sm_count", lambda self, device: 132)
+    resident = RMSNormBwdKernel(4096, torch.bfloat16)  # 512 threads a row, 1024 threads per SM
+    assert resident.partial_rows(32768, torch.device("cpu")) == 2 * 132
+    assert resident.partial_rows(3, torch.device("cpu")) == 3
+    tiny = LayerNormBwdKernel(3, torch.float32)  # many rows per block; whole blocks only
+    layout = tiny.layout()
+    assert tiny.partial_rows(1, torch.device("cpu")) == layout.rows_per_block
+    wide = RMSNormBwdKernel(32768, torch.bfloat16)  # 128 KiB of partial sums: one block per SM
+    assert wide.partial_rows(8192, torch.device("cpu")) == 132
+
+
+def test_resident_layout_owns_every_column_once() -> None:
+    for N in (1, 3, 127, 4096, 4097, 32768):
+        layout = resident_layout(N, torch.bfloat16, 16)
+        columns = sorted((j * layout.row_threads + lane) * layout.vector + k
+                         for lane in range(layout.row_threads) for j in range(layout.vecs)
+                         for k in range(layout.vector)
+                         if (j * layout.row_threads + lane) * layout.vector < N)
+        assert columns == list(range(N))
+
+
+def test_unknown_config_keys_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown config keys"):
+        LayerNormFwdKernel(64, torch.float16, config={"threads": 64})
+
+
+# ---- builds for sm_90 -----------------------------------------------------------------------------------
+
+
+def _source(kernel: Any, name: str, **shape: Any) -> str:
+    return kernel.compile_program(name, tuple(sorted(shape.items())), target=SM90).get_kernel_source()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cls, N, dtype, shape", [
+    (LayerNormFwdKernel, 4096, torch.bfloat16, {"has_weight": True, "has_bias": True}),
+    (LayerNormFwdKernel, 65536, torch.bfloat16, {"has_weight": False, "has_bias": True}),
+    (FusedAddRMSNormFwdKernel, 4096, torch.bfloat16, {}),
+    (FusedAddRMSNormFwdKernel, 65537, torch.float32, {}),
+], ids=["layer-fwd-4096-resident", "layer-fwd-65536-streamed", "fused-add-4096-resident", "fused-add-65537-streamed"])
+def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
+    kernel = cls(N, dtype)
+    source = _source(kernel, kernel.main_program(), **shape)
+    assert "__global__" in source
+    assert "int64_t" in source  # 64-bit offsets: tensors over 2**31 elements are addressed correctly
+    if kernel.N % 8 == 0 and kernel.dtype == torch.bfloat16:
+        assert "uint4" in source  # 16-byte accesses
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cls, N, dtype, has_weight", [
+    (RMSNormBwdKernel, 4096, torch.bfloat16, True),
+    (LayerNormBwdKernel, 16384, torch.bfloat16, True),
+    (LayerNormBwdKernel, 32768, torch.bfloat16, False),
+], ids=["rms-bwd-4096-partials-in-registers", "layer-bwd-16384-partials-in-shared-memory",
+        "layer-bwd-32768-streamed-no-weight"])
+def test_backward_programs_build_for_sm90(cls, N, dtype, has_weight) -> None:
+    kernel = cls(N, dtype)
+    source = _source(kernel, kernel.main_program(), has_weight=has_weight)
+    assert "__global__" in source and "int64_t" in source
+    assert "atomic" not in source.lower()  # partial sums have one owner each
+    assert f"__launch_bounds__({kernel.layout().block_threads if kernel.main_program() == RESIDENT else 1024}" in source
+    assert "__global__" in _source(kernel, COLUMN_SUM)
