@@ -138,14 +138,33 @@ def make_inputs(op: OpSpec, case: Case, device: str, generator: torch.Generator)
     shapes = dict(case.shapes)
     for t in op.inputs:
         shape = shapes[t.name]
+        declared = t.dtype.names if t.dtype.same_as is None and len(t.dtype.names) == 1 else ()
+        if declared == ("int64",):
+            tensors.append(_class_indices(op, case, shape, generator).to(device))
+            continue
+        if declared:
+            # An explicitly typed float input (e.g. saved float32 statistics) keeps its type.
+            tensors.append(torch.randn(tuple(shape), generator=generator).to(device=device, dtype=getattr(torch, declared[0])))
+            continue
         if case.layout == "strided" and len(shape) >= 1:
             # Every other element of a twice-as-wide buffer: same shape, not contiguous.
             base = torch.randn(*shape[:-1], 2 * shape[-1], generator=generator, dtype=torch.float32)
             value = base[..., ::2]
         else:
-            value = torch.randn(*shape, generator=generator, dtype=torch.float32)
+            value = torch.randn(tuple(shape), generator=generator, dtype=torch.float32)
         tensors.append(value.to(device=device, dtype=case.dtype))
     return tensors
+
+
+def _class_indices(op: OpSpec, case: Case, shape: Shape, generator: torch.Generator) -> torch.Tensor:
+    """int64 inputs are class indices into the op's first static dim; every 4th is ``ignore_index`` if it has one."""
+    shapes = dict(case.shapes)
+    values = _values(op, shapes, dict(case.params))
+    classes = values[op.static_dims[0].name] if op.static_dims else 2
+    indices = torch.randint(0, max(classes, 1), shape, generator=generator, dtype=torch.int64)
+    if "ignore_index" in values and indices.numel():
+        indices.view(-1)[::4] = values["ignore_index"]
+    return indices
 
 
 def build_op(case: Case):

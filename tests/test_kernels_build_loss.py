@@ -1,0 +1,63 @@
+"""CPU checks of the loss family: sm_90 builds and config heuristics of the cross-entropy kernels.
+
+Compiling needs nvcc but no GPU.  TileLang caches compiled programs on disk,
+so only the first run pays ~2 s per program.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel, row_vector
+
+
+def _toolchain_available() -> bool:
+    try:
+        import tilelang  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
+        return False
+    return shutil.which("nvcc") is not None
+
+
+needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls", (CrossEntropyFwdKernel, CrossEntropyBwdKernel))
+@pytest.mark.parametrize("V, dtype, label_smoothing", [
+    (131072, torch.bfloat16, 0.0),
+    (127, torch.float16, 0.1),
+    (3, torch.float32, 0.2),
+])
+def test_builds_for_sm90(kernel_cls, V: int, dtype: torch.dtype, label_smoothing: float) -> None:
+    kernel = kernel_cls(V, dtype, ignore_index=-100, label_smoothing=label_smoothing)
+    assert set(kernel.build_all_for_sm90()) == {"main"}
+
+
+@pytest.mark.parametrize("V, dtype, expected", [
+    (131072, torch.bfloat16, 8), (32000, torch.bfloat16, 8), (4097, torch.float16, 1),
+    (262144, torch.float32, 4), (6, torch.float32, 2), (1, torch.bfloat16, 1),
+])
+def test_vector_width_keeps_rows_aligned(V: int, dtype: torch.dtype, expected: int) -> None:
+    assert row_vector(V, dtype) == expected
+
+
+@pytest.mark.parametrize("kernel_cls", (CrossEntropyFwdKernel, CrossEntropyBwdKernel))
+def test_default_configs_cover_short_and_long_rows(kernel_cls) -> None:
+    short = kernel_cls(3, torch.float32, config={}).config
+    long = kernel_cls(262144, torch.bfloat16, config={}).config
+    assert short == {"threads": 32, "unroll": 1}
+    assert long["threads"] >= 256 and long["unroll"] == 4
+    assert all(c["threads"] >= 32 for c in kernel_cls(4097, torch.float16, config={}).autotune_configs)
+
+
+def test_bad_construction_is_refused() -> None:
+    with pytest.raises(ValueError, match="label_smoothing must be in"):
+        CrossEntropyFwdKernel(8, torch.float32, label_smoothing=1.5, config={})
+    with pytest.raises(TypeError, match="dtype"):
+        CrossEntropyBwdKernel(8, torch.int32, config={})
+    with pytest.raises(ValueError, match="threads"):
+        CrossEntropyFwdKernel(8, torch.float32, config={"threads": 48})

@@ -1,0 +1,1 @@
+"""Cross-entropy kernels."""

@@ -1,0 +1,365 @@
+"""Cross-entropy over rows of ``V`` class logits, forward and backward, in float32.
+
+Forward (one block per row, one pass over the row): each thread walks the row
+in steps of ``unroll`` 16-byte vectors, keeping a running maximum ``m``, the sum
+``s`` of ``exp(x - m)`` rescaled whenever ``m`` grows (online softmax) and the
+plain sum of the logits (for label smoothing).  The block then combines the
+threads' states, and one thread writes
+
+* ``lse = m + log(s)``, saved for the backward, and
+* ``loss = (1 - eps) * (lse - x[target]) + eps * (lse - sum(x) / V)``, or 0
+  when ``target == ignore_index``.
+
+Backward (a grid of row tiles, one pass): with per-row coefficients
+``cp`` (multiplies the softmax) and ``cs`` (multiplies the smoothed target),
+
+    grad = cp * exp(x - lse) - cs * ((1 - eps) * [col == target] + eps / V)
+
+so the only ``[N, V]`` tensor written is the gradient itself.  The op
+computes ``cp`` and ``cs`` from ``grad_loss``, the reduction and ``grad_lse``
+(a few ``[N]`` float32 operations), which keeps the programs independent of
+the reduction.
+
+``V``, ``ignore_index`` and the label smoothing are compile-time constants; the
+row count is a TileLang symbolic value, so one program serves every batch.
+Row offsets are 64-bit (the row stride is an int64 symbolic value).  A row
+whose logits are all ``-inf`` gives NaN, as PyTorch does; targets outside
+``[0, V)`` other than ``ignore_index`` are clamped instead of checked (a check
+would need a device synchronisation).
+"""
+
+# No ``from __future__ import annotations``: TileLang evaluates the
+# ``T.Tensor`` annotations of its programs against the enclosing scope.
+import logging
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.launch import direct_launcher
+
+__all__ = [
+    "CrossEntropyFwdKernel",
+    "CrossEntropyBwdKernel",
+    "cross_entropy_fwd_program",
+    "cross_entropy_bwd_program",
+    "row_vector",
+]
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+ACCUM = "float32"
+WARP = 32
+MAX_THREADS = 1024
+VECTOR_BYTES = 16
+LOG2E = 1.4426950408889634
+# Programs index arrays under conditions they check themselves; TileLang's extra
+# bounds checks would only block their 16-byte accesses.
+PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
+
+# float32 state slots of the forward program.
+_MAX, _SUM, _XSUM, _NEW_MAX, _OFFSET, _LSE = 0, 1, 2, 3, 4, 5
+_STATE = 6
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def row_vector(V: int, dtype: torch.dtype) -> int:
+    """Elements per access: the largest power of two dividing ``V`` within 16 bytes, so rows stay aligned."""
+    cap = VECTOR_BYTES // torch.empty((), dtype=dtype).element_size()
+    width = 1
+    while width * 2 <= cap and V % (width * 2) == 0:
+        width *= 2
+    return width
+
+
+def _threads_for(V: int, vector: int, most: int) -> int:
+    """Threads that cover a row with one vector each, as a power of two in [32, most]."""
+    return max(WARP, min(most, _next_pow2(-(-V // vector))))
+
+
+def _check_config(config: Dict[str, int]) -> None:
+    threads, unroll = config["threads"], config["unroll"]
+    if threads < WARP or threads > MAX_THREADS or threads & (threads - 1):
+        raise ValueError(f"cross-entropy kernels: threads must be a power of two in [32, 1024], got {threads}")
+    if unroll < 1:
+        raise ValueError(f"cross-entropy kernels: unroll must be positive, got {unroll}")
+
+
+# ---- programs ------------------------------------------------------------------------------------
+
+
+def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
+                              ignore_index: int, label_smoothing: float) -> Any:
+    """Per-row ``loss`` and ``lse`` (float32) of ``logits`` ``(R, V)`` and ``target`` ``(R,)``."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    chunk = threads * vector
+    step_elems = chunk * unroll
+    steps = -(-V // step_elems)
+    warps = threads // WARP
+    R = T.dynamic("R")
+    LDX = T.dynamic("LDX", "int64")
+
+    @T.macro
+    def warp_reduce(st, slot, use_max):
+        for step in T.unroll(5):
+            if use_max:
+                st[slot] = T.max(st[slot], T.shfl_xor(st[slot], 1 << step))
+            else:
+                st[slot] = st[slot] + T.shfl_xor(st[slot], 1 << step)
+
+    @T.macro
+    def block_reduce(st, slot, scratch, row_slot, tx, use_max):
+        """``st[slot]`` of every thread combined into every thread's ``st[slot]``; one scratch row each."""
+        warp_reduce(st, slot, use_max)
+        if warps > 1:
+            if tx % WARP == 0:
+                scratch[row_slot, tx // WARP] = st[slot]
+            T.sync_threads()
+            st[slot] = scratch[row_slot, 0]
+            for w in T.unroll(1, warps):
+                if use_max:
+                    st[slot] = T.max(st[slot], scratch[row_slot, w])
+                else:
+                    st[slot] = st[slot] + scratch[row_slot, w]
+
+    @T.macro
+    def set_offset(st):
+        # log2(e) * the running maximum, or 0 while it is -inf (so -inf logits add 0, not NaN).
+        st[_OFFSET] = T.if_then_else(st[_NEW_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_NEW_MAX]) * LOG2E
+
+    @T.macro
+    def rescale_sum(st):
+        """Move ``st[_SUM]`` from offset ``st[_MAX]`` to the new maximum ``st[_NEW_MAX]``."""
+        set_offset(st)
+        st[_SUM] = st[_SUM] * T.exp2(st[_MAX] * LOG2E - st[_OFFSET])
+        st[_MAX] = st[_NEW_MAX]
+
+    def column(step, u, tx):
+        return step * step_elems + u * chunk + tx * vector
+
+    @T.prim_func
+    def cross_entropy_fwd(
+        X: T.StridedTensor((R, V), (LDX, 1), dtype),
+        Target: T.Tensor((R,), "int64"),
+        Loss: T.Tensor((R,), ACCUM),
+        Lse: T.Tensor((R,), ACCUM),
+    ):
+        with T.Kernel(R, threads=threads) as row:
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * vector,), dtype)
+            st = T.alloc_local((_STATE,), ACCUM)
+            scratch = T.alloc_shared((3, max(1, warps)), ACCUM)
+            T.assume(LDX % vector == 0)
+            st[_MAX] = -T.infinity(ACCUM)
+            st[_SUM] = T.cast(0, ACCUM)
+            st[_XSUM] = T.cast(0, ACCUM)
+            for step in T.serial(steps):
+                for u in T.unroll(unroll):
+                    if column(step, u, tx) < V:
+                        for k in T.vectorized(vector):
+                            a[u * vector + k] = X[row, column(step, u, tx) + k]
+                st[_NEW_MAX] = st[_MAX]
+                for u in T.unroll(unroll):
+                    if column(step, u, tx) < V:
+                        for k in T.unroll(vector):
+                            st[_NEW_MAX] = T.max(st[_NEW_MAX], T.cast(a[u * vector + k], ACCUM))
+                rescale_sum(st)
+                for u in T.unroll(unroll):
+                    if column(step, u, tx) < V:
+                        for k in T.unroll(vector):
+                            st[_SUM] = st[_SUM] + T.exp2(T.cast(a[u * vector + k], ACCUM) * LOG2E - st[_OFFSET])
+                            st[_XSUM] = st[_XSUM] + T.cast(a[u * vector + k], ACCUM)
+            # The block's maximum, then every thread's sum moved to it and summed.
+            st[_NEW_MAX] = st[_MAX]
+            block_reduce(st, _NEW_MAX, scratch, 0, tx, True)
+            rescale_sum(st)
+            block_reduce(st, _SUM, scratch, 1, tx, False)
+            block_reduce(st, _XSUM, scratch, 2, tx, False)
+            if tx == 0:
+                st[_LSE] = st[_OFFSET] / LOG2E + T.log(st[_SUM])
+                Lse[row] = st[_LSE]
+                if Target[row] == ignore_index:
+                    Loss[row] = T.cast(0, ACCUM)
+                else:
+                    Loss[row] = (
+                        (1.0 - label_smoothing)
+                        * (st[_LSE] - T.cast(X[row, T.min(T.max(Target[row], 0), V - 1)], ACCUM))
+                        + label_smoothing * (st[_LSE] - st[_XSUM] / V)
+                    )
+
+    return cross_entropy_fwd
+
+
+def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
+                              ignore_index: int, label_smoothing: float) -> Any:
+    """``grad = cp * exp(x - lse) - cs * ((1 - eps) * onehot(target) + eps / V)`` over ``(R, V)`` tiles."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    chunk = threads * vector
+    tile = chunk * unroll
+    R = T.dynamic("R")
+    LDX = T.dynamic("LDX", "int64")
+    LDG = T.dynamic("LDG", "int64")
+    target_weight = 1.0 - label_smoothing
+    uniform_weight = label_smoothing / V
+
+    @T.prim_func
+    def cross_entropy_bwd(
+        X: T.StridedTensor((R, V), (LDX, 1), dtype),
+        Target: T.Tensor((R,), "int64"),
+        Lse: T.Tensor((R,), ACCUM),
+        SoftmaxCoef: T.Tensor((R,), ACCUM),
+        TargetCoef: T.Tensor((R,), ACCUM),
+        G: T.StridedTensor((R, V), (LDG, 1), dtype),
+    ):
+        # Rows on the x axis: gridDim.y is limited to 65535, row counts are not.
+        with T.Kernel(R, T.ceildiv(V, tile), threads=threads) as (row, bx):
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * vector,), dtype)
+            g = T.alloc_local((unroll * vector,), dtype)
+            st = T.alloc_local((4,), ACCUM)
+            col = T.alloc_local((1,), "int64")
+            T.assume(LDX % vector == 0)
+            T.assume(LDG % vector == 0)
+            # Ignored rows: the op passes cs = 0, so the target column needs no special case.
+            col[0] = T.if_then_else(Target[row] == ignore_index, T.int64(-1), Target[row])
+            st[0] = Lse[row] * LOG2E
+            st[1] = SoftmaxCoef[row]
+            st[2] = TargetCoef[row]
+            st[3] = st[2] * uniform_weight
+            for u in T.unroll(unroll):
+                if bx * tile + u * chunk + tx * vector < V:
+                    for k in T.vectorized(vector):
+                        a[u * vector + k] = X[row, bx * tile + u * chunk + tx * vector + k]
+            for u in T.unroll(unroll):
+                for k in T.unroll(vector):
+                    g[u * vector + k] = T.cast(
+                        st[1] * T.exp2(T.cast(a[u * vector + k], ACCUM) * LOG2E - st[0]) - st[3]
+                        - T.if_then_else(bx * tile + u * chunk + tx * vector + k == col[0],
+                                         st[2] * target_weight, T.cast(0, ACCUM)),
+                        dtype,
+                    )
+            for u in T.unroll(unroll):
+                if bx * tile + u * chunk + tx * vector < V:
+                    for k in T.vectorized(vector):
+                        G[row, bx * tile + u * chunk + tx * vector + k] = g[u * vector + k]
+
+    return cross_entropy_bwd
+
+
+# ---- kernels -------------------------------------------------------------------------------------
+
+
+class _CrossEntropyKernel(Kernel):
+    """Shared construction, config and launch of the two cross-entropy programs.
+
+    Args:
+        V: number of classes (row length), fixed at construction.
+        dtype: dtype of the logits (float16, bfloat16, float32).
+        ignore_index: target value whose rows are skipped.
+        label_smoothing: weight of the uniform distribution mixed into the target.
+        config: explicit config (``threads``, ``unroll``; may be partial).
+        tune: pick the fastest of ``autotune_configs`` on the current GPU.
+    """
+
+    builder = staticmethod(cross_entropy_fwd_program)
+    most_threads = 512
+
+    def __init__(self, V: int, dtype: torch.dtype, *, ignore_index: int = -100, label_smoothing: float = 0.0,
+                 config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
+        name = type(self).__name__
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+        if V < 1:
+            raise ValueError(f"{name}: V must be positive, got {V}")
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"{name}: label_smoothing must be in [0, 1], got {label_smoothing}")
+        self.V = int(V)
+        self.ignore_index = int(ignore_index)
+        self.label_smoothing = float(label_smoothing)
+        self._vector = row_vector(self.V, dtype)
+        self._launchers: Dict[tuple, Any] = {}
+        super().__init__(dtype, config=config, tune=tune)
+
+    @property
+    def default_config(self) -> Dict[str, Any]:
+        threads = _threads_for(self.V, self._vector, self.most_threads)
+        # Four vectors in flight per thread once a row spans several steps.
+        unroll = 4 if self.V >= 4 * threads * self._vector else 1
+        return {"threads": threads, "unroll": unroll}
+
+    @property
+    def autotune_configs(self) -> List[Dict[str, Any]]:
+        configs = [self.default_config]
+        for threads in (128, 256, 512, 1024):
+            for unroll in (1, 2, 4, 8):
+                candidate = {"threads": _threads_for(self.V, self._vector, threads), "unroll": unroll}
+                if candidate not in configs:
+                    configs.append(candidate)
+        return configs
+
+    def _checked_config(self, config: Dict[str, Any]) -> Dict[str, Any]:
+        merged = super()._checked_config(config)
+        _check_config(merged)  # refuse a bad explicit config at construction, not at first launch
+        return merged
+
+    def program(self, **config: Any) -> Any:
+        config = {**self.default_config, **config}
+        _check_config(config)
+        func = self.builder(self.V, torch_dtype_to_tl(self.dtype), vector=self._vector,
+                            ignore_index=self.ignore_index, label_smoothing=self.label_smoothing, **config)
+        return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
+
+    def build_all_for_sm90(self) -> Dict[str, Any]:
+        return {"main": self.compile(target=SM90_BUILD_TARGET)}
+
+    def _launcher(self) -> Any:
+        key = tuple(sorted(self.config.items()))
+        launcher = self._launchers.get(key)
+        if launcher is None:
+            launcher = self._launchers[key] = direct_launcher(self.compile())
+        return launcher
+
+
+class CrossEntropyFwdKernel(_CrossEntropyKernel):
+    """``forward(logits, target, loss_rows, lse)``: per-row loss and logsumexp (float32 outputs)."""
+
+    builder = staticmethod(cross_entropy_fwd_program)
+    most_threads = 512
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Tensor,
+                lse: torch.Tensor) -> torch.Tensor:
+        self._launcher()(logits, target, loss_rows, lse)
+        return loss_rows
+
+    def tuning_inputs(self, rows: Optional[int] = None) -> tuple:
+        rows = self.tuning_rows if rows is None else rows
+        logits = torch.randn(rows, self.V, device="cuda", dtype=self.dtype)
+        target = torch.randint(0, self.V, (rows,), device="cuda")
+        empty = torch.empty(rows, device="cuda", dtype=torch.float32)
+        return logits, target, empty, torch.empty_like(empty)
+
+
+class CrossEntropyBwdKernel(_CrossEntropyKernel):
+    """``forward(logits, target, lse, softmax_coef, target_coef, grad)``: writes ``grad`` ``(R, V)``."""
+
+    builder = staticmethod(cross_entropy_bwd_program)
+    most_threads = 256
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, softmax_coef: torch.Tensor,
+                target_coef: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        self._launcher()(logits, target, lse, softmax_coef, target_coef, grad)
+        return grad
+
+    def tuning_inputs(self, rows: Optional[int] = None) -> tuple:
+        rows = self.tuning_rows if rows is None else rows
+        logits = torch.randn(rows, self.V, device="cuda", dtype=self.dtype)
+        target = torch.randint(0, self.V, (rows,), device="cuda")
+        lse = torch.logsumexp(logits.float(), -1)
+        coef = torch.rand(rows, device="cuda")
+        return logits, target, lse, coef, coef.clone(), torch.empty_like(logits)
