@@ -180,6 +180,15 @@ def test_scan_base_launches_the_ops_own_kernel() -> None:
     assert _ReverseRecordingKernel.launches == [((4, 5, 3), (4, 5, 3))]
 
 
+@pytest.mark.parametrize("shape", [(3, 1), (4097, 1)])
+def test_scan_base_scans_a_first_axis_with_one_column_as_a_row(shape: Tuple[int, ...]) -> None:
+    _ReverseRecordingKernel.launches = []
+    op = _ReverseScan(shape[0], 0)
+    x = torch.randn(shape)
+    torch.testing.assert_close(op._run_kernel(x), x.flip(0).cumsum(0).flip(0))
+    assert _ReverseRecordingKernel.launches == [((1, shape[0]), (1, shape[0]))]
+
+
 def test_ops_pick_their_kernels() -> None:
     from tileops.ops import CumprodFwdOp, CumsumBwdOp, CumsumFwdOp
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -68,6 +69,9 @@ def inventory() -> List[Task]:
             tasks += _op_tasks("CumprodFwdOp", t.axis_shape(length, dim), torch.float32, dim)
     for op_name in ("CumsumFwdOp", "CumsumBwdOp"):
         tasks += _op_tasks(op_name, (9, 333), torch.float32, 1)
+    for op_name in ("CumsumFwdOp", "CumsumBwdOp", "CumprodFwdOp"):
+        for length in (3, 4097):
+            tasks += _op_tasks(op_name, (length, 1), torch.float32, 0)
     tasks += _op_tasks("CumsumBwdOp", (2**31 // 4096 + 1, 4096), torch.bfloat16, -1)
     for kernel, view_shape in scan_timing.inventory():
         tasks += _tasks(kernel, view_shape)
@@ -102,7 +106,8 @@ def main(argv: Any = None) -> int:
     logger.info("compiling %d programs with %d processes", len(tasks), args.workers)
     start = time.time()
     failures: Dict[Task, str] = {}
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+    # Spawned workers: building the ops above may have initialised CUDA, which a fork cannot inherit.
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for future in as_completed([pool.submit(compile_task, task) for task in tasks]):
             task, _, error = future.result()
             if error:

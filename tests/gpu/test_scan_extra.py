@@ -128,6 +128,17 @@ def test_cumsum_gradient_through_autograd(dim: int, layout: str) -> None:
     assert_close(x.grad, _autograd_of_cumsum(grad_y, dim), torch.float32)
 
 
+@pytest.mark.parametrize("op_name", ["CumsumFwdOp", "CumsumBwdOp", "CumprodFwdOp"])
+@pytest.mark.parametrize("length", [3, 4097])
+def test_first_axis_of_a_single_column(op_name: str, length: int) -> None:
+    """(N, 1) along dim 0 is one row of N elements, not N rows."""
+    import tileops.ops
+
+    op = getattr(tileops.ops, op_name)(N=length, dtype=torch.float32, dim=0)
+    x = 1 + 0.01 * torch.randn(length, 1, device="cuda")
+    assert_close(op(x), op.reference(x.double()), torch.float32)
+
+
 def test_cumsum_gradient_under_torch_compile() -> None:
     import tileops.functional as F
 

@@ -67,7 +67,7 @@ class ScanOp(Op):
             if inner > 1:
                 outer = x.numel() // (N * inner)
                 self._launch_columns(kernel, x.view(outer, N, inner), y.view(outer, N, inner))
-            elif ndim == 2:
+            elif dim == 1 and ndim == 2:
                 self._launch_rows(kernel, x, y)
             else:
                 self._launch_rows(kernel, x.view(-1, N), y.view(-1, N))
