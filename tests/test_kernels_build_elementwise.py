@@ -142,7 +142,8 @@ def test_launches_stay_within_int32_extents() -> None:
 def _torch_language() -> types.SimpleNamespace:
     """The few TileLang expression builders the formulas use, as PyTorch functions."""
     return types.SimpleNamespace(
-        float32=float, exp=torch.exp, erf=torch.erf, tanh=torch.tanh,
+        float32=float, exp=torch.exp, erf=torch.erf, tanh=torch.tanh, fast_rcp=torch.reciprocal,
+        **{"__exp": torch.exp},
         if_then_else=lambda cond, a, b: torch.where(cond, torch.as_tensor(a, dtype=torch.float64),
                                                     torch.as_tensor(b, dtype=torch.float64)),
     )

@@ -56,8 +56,14 @@ def launch_slices(length: int, limit: int = MAX_LAUNCH_ELEMENTS) -> Iterator[sli
 
 
 def elementwise_default_config(dtype: torch.dtype) -> Dict[str, int]:
-    """256 threads, each with four 16-byte loads per input in flight."""
-    return {"threads": 256, "unroll": 4}
+    """256 threads, each with two 16-byte loads per input in flight.
+
+    Measured on an H100 (bf16, 0.5-1 GB moved): 97.8 % of copy bandwidth for
+    silu, 99.6 % for add, 96.5 % for silu-and-mul; four loads per thread was
+    as good for one input but lost 3-25 % on two-input and gated kernels
+    (more registers, fewer resident blocks), eight lost up to half.
+    """
+    return {"threads": 256, "unroll": 2}
 
 
 def elementwise_autotune_configs(dtype: torch.dtype) -> List[Dict[str, int]]:
