@@ -42,7 +42,7 @@ Exprs = Tuple[Any, ...]
 class PointwiseFn:
     """``apply(T, *inputs) -> outputs``: float32 TileLang expressions in, float32 expressions out.
 
-    ``name`` identifies the function in program names and compile caches.
+    ``name`` identifies the function in logs and tests.
     """
 
     name: str
