@@ -11,14 +11,15 @@ threads' states, and one thread writes
   when ``target == ignore_index``.
 
 Backward (a grid of row tiles, one pass): with per-row coefficients
-``cp`` (multiplies the softmax) and ``cs`` (multiplies the smoothed target),
+``cs`` (multiplies the smoothed target) and ``cp = cs + grad_lse`` (multiplies
+the softmax),
 
     grad = cp * exp(x - lse) - cs * ((1 - eps) * [col == target] + eps / V)
 
 so the only ``[N, V]`` tensor written is the gradient itself.  The op
-computes ``cp`` and ``cs`` from ``grad_loss``, the reduction and ``grad_lse``
-(a few ``[N]`` float32 operations), which keeps the programs independent of
-the reduction.
+computes ``cs`` from ``grad_loss`` and the reduction (a few ``[N]`` float32
+operations), which keeps the programs independent of the reduction; ``cp`` is
+formed in the kernel, so no other per-row buffer is allocated.
 
 ``V``, ``ignore_index`` and the label smoothing are compile-time constants; the
 row count is a TileLang symbolic value, so one program serves every batch.
@@ -181,7 +182,8 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
             block_reduce(st, _SUM, scratch, 1, tx, False)
             block_reduce(st, _XSUM, scratch, 2, tx, False)
             if tx == 0:
-                st[_LSE] = st[_OFFSET] / LOG2E + T.log(st[_SUM])
+                # The maximum itself (not offset / log2(e)), so a one-class row's loss is exactly 0.
+                st[_LSE] = T.if_then_else(st[_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_MAX]) + T.log(st[_SUM])
                 Lse[row] = st[_LSE]
                 if Target[row] == ignore_index:
                     Loss[row] = T.cast(0, ACCUM)
@@ -213,7 +215,7 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
         X: T.StridedTensor((R, V), (LDX, 1), dtype),
         Target: T.Tensor((R,), "int64"),
         Lse: T.Tensor((R,), ACCUM),
-        SoftmaxCoef: T.Tensor((R,), ACCUM),
+        GradLse: T.Tensor((R,), ACCUM),
         TargetCoef: T.Tensor((R,), ACCUM),
         G: T.StridedTensor((R, V), (LDG, 1), dtype),
     ):
@@ -229,8 +231,8 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
             # Ignored rows: the op passes cs = 0, so the target column needs no special case.
             col[0] = T.if_then_else(Target[row] == ignore_index, T.int64(-1), Target[row])
             st[0] = Lse[row] * LOG2E
-            st[1] = SoftmaxCoef[row]
             st[2] = TargetCoef[row]
+            st[1] = st[2] + GradLse[row]
             st[3] = st[2] * uniform_weight
             for u in T.unroll(unroll):
                 if bx * tile + u * chunk + tx * vector < V:
@@ -346,14 +348,14 @@ class CrossEntropyFwdKernel(_CrossEntropyKernel):
 
 
 class CrossEntropyBwdKernel(_CrossEntropyKernel):
-    """``forward(logits, target, lse, softmax_coef, target_coef, grad)``: writes ``grad`` ``(R, V)``."""
+    """``forward(logits, target, lse, grad_lse, target_coef, grad)``: writes ``grad`` ``(R, V)``."""
 
     builder = staticmethod(cross_entropy_bwd_program)
     most_threads = 256
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, softmax_coef: torch.Tensor,
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor,
                 target_coef: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        self._launcher()(logits, target, lse, softmax_coef, target_coef, grad)
+        self._launcher()(logits, target, lse, grad_lse, target_coef, grad)
         return grad
 
     def tuning_inputs(self, rows: Optional[int] = None) -> tuple:

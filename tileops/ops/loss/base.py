@@ -3,9 +3,9 @@
 The forward kernel writes a float32 loss and logsumexp per row; the reduction
 (sum, or mean over rows whose target is not ``ignore_index``) is a float32 sum
 over those ``N`` values, cast to the logits' dtype as PyTorch returns it.  The
-backward turns ``grad_loss``, the reduction and ``grad_lse`` into two float32
-coefficients per row, so its kernel reads the logits once and writes the
-gradient once, whatever the reduction.
+backward turns ``grad_loss`` and the reduction into one float32 coefficient
+per row (the kernel adds ``grad_lse``), so its kernel reads the logits once and
+writes the gradient once, whatever the reduction.
 """
 
 from typing import Hashable, Optional, Tuple
@@ -76,25 +76,23 @@ class CrossEntropyBwdBase(_CrossEntropyOp):
         grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
         if grad_logits.numel() == 0:
             return grad_logits
-        target_coef, softmax_coef = self._row_coefficients(grad_loss, grad_lse, target)
+        target_coef = self._target_coefficients(grad_loss, target)
+        if grad_lse is None:
+            grad_lse = torch.zeros_like(target_coef)
         device = logits.device
         with on_device(device):
             self._device_kernel(device)(aligned_contiguous(logits), target.contiguous(), lse.contiguous(),
-                                        softmax_coef, target_coef, grad_logits)
+                                        grad_lse.contiguous(), target_coef, grad_logits)
         return grad_logits
 
-    def _row_coefficients(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor],
-                          target: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(coefficient of the smoothed target, coefficient of the softmax) per row, float32.
+    def _target_coefficients(self, grad_loss: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Each row's share ``c`` of ``grad_loss`` (0 for ignored rows), float32 ``[N]``.
 
-        The loss's gradient is ``c * (softmax - smoothed target)`` with ``c`` the
-        row's share of ``grad_loss`` (0 for ignored rows); ``lse``'s is
-        ``grad_lse * softmax``.
+        The loss's gradient is ``c * (softmax - smoothed target)``; ``lse``'s is
+        ``grad_lse * softmax``, which the kernel adds.
         """
         kept = target != self.ignore_index
         scale = grad_loss.float()
         if self.reduction == "mean":
             scale = scale / kept.sum()
-        target_coef = (scale * kept).contiguous()  # broadcasts a scalar grad_loss to [N]
-        softmax_coef = target_coef if grad_lse is None else (target_coef + grad_lse.float()).contiguous()
-        return target_coef, softmax_coef
+        return (scale * kept).contiguous()  # broadcasts a scalar grad_loss to [N]

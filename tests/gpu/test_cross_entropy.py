@@ -1,0 +1,152 @@
+"""Cross-entropy on the GPU: forward and backward against PyTorch autograd in float64.
+
+Covers every reduction, label smoothing, ignored rows (including an in-range
+``ignore_index`` and a batch with every row ignored), class counts from 1 to
+262144 and the three float dtypes.  Kernels are built in parallel before the
+tests run, so the tests themselves find them in TileLang's cache.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator, List, Tuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.op_checks import TOLERANCE
+from tileops.ops import CrossEntropyBwdOp, CrossEntropyFwdOp
+
+pytestmark = pytest.mark.gpu
+
+REDUCTIONS = ("none", "mean", "sum")
+# (V, dtype, ignore_index, label_smoothing): each row compiles one forward and one backward program.
+CONFIGS: List[Tuple[int, torch.dtype, int, float]] = [
+    (1, torch.float32, -100, 0.0),
+    (3, torch.float16, -100, 0.0),
+    (127, torch.float16, -100, 0.0),
+    (127, torch.bfloat16, -100, 0.0),
+    (127, torch.float32, -100, 0.0),
+    (127, torch.bfloat16, 0, 0.2),
+    (4097, torch.bfloat16, -100, 0.0),
+    (4097, torch.float32, -100, 0.1),
+    (32000, torch.bfloat16, -100, 0.0),
+    (32000, torch.float16, -100, 0.0),
+    (32000, torch.float32, -100, 0.0),
+    (32000, torch.bfloat16, -100, 0.1),
+    (131072, torch.bfloat16, -100, 0.0),
+    (262144, torch.bfloat16, -100, 0.0),
+]
+
+
+def _ops(V: int, dtype: torch.dtype, ignore_index: int, label_smoothing: float,
+         reduction: str) -> Tuple[CrossEntropyFwdOp, CrossEntropyBwdOp]:
+    params = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction)
+    fwd = CrossEntropyFwdOp.shared(V=V, dtype=dtype, **params)
+    return fwd, fwd.backward_op()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prebuilt_kernels() -> Iterator[None]:
+    """Compile every program of the module in parallel (the compiler runs outside the GIL)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+
+    def build(config: Tuple[int, torch.dtype, int, float]) -> None:
+        for op in _ops(*config, "mean"):
+            op._device_kernel(device).compile()
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(build, CONFIGS))
+    yield
+
+
+def _rows(V: int) -> int:
+    return max(3, min(67, (1 << 24) // V))
+
+
+def _inputs(V: int, dtype: torch.dtype, ignore_index: int, rows: int, seed: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    logits = (3 * torch.randn(rows, V, device="cuda", generator=generator)).to(dtype)
+    target = torch.randint(0, V, (rows,), device="cuda", generator=generator)
+    target[::3] = ignore_index
+    return logits, target
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    """Per-dtype relative tolerance against the largest expected magnitude (all-zero results: against 1e-6)."""
+    assert not torch.isnan(actual).any(), "NaN in the result"
+    tol = TOLERANCE[dtype]
+    scale = expected.abs().max().item() if expected.numel() else 1.0
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=tol, atol=tol * max(scale, 1e-6))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"V{c[0]}-{str(c[1])[6:]}-ii{c[2]}-ls{c[3]}")
+def test_forward_and_backward_match_autograd_in_float64(config, reduction: str) -> None:
+    V, dtype, ignore_index, label_smoothing = config
+    fwd, _ = _ops(V, dtype, ignore_index, label_smoothing, reduction)
+    logits, target = _inputs(V, dtype, ignore_index, _rows(V), seed=V)
+    wide = logits.double().requires_grad_()
+    expected = F.cross_entropy(wide, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                               reduction=reduction)
+    ours = logits.clone().requires_grad_()
+    loss, lse = fwd(ours, target)
+    assert loss.dtype == dtype and loss.shape == expected.shape
+    assert fwd.last_backend == "kernel"
+    _close(loss, expected.detach(), dtype)
+    _close(lse, torch.logsumexp(wide.detach(), -1), torch.float32)
+
+    grad = torch.randn(expected.shape, device="cuda", dtype=torch.float64)
+    expected.backward(grad)
+    loss.backward(grad.to(dtype))
+    _close(ours.grad, wide.grad, dtype)
+
+
+def test_gradient_through_lse_as_well() -> None:
+    V, dtype = 4097, torch.float32
+    fwd, _ = _ops(V, dtype, -100, 0.1, "none")
+    logits, target = _inputs(V, dtype, -100, 17, seed=1)
+    wide = logits.double().requires_grad_()
+    ours = logits.clone().requires_grad_()
+    seeds = torch.randn(2, 17, device="cuda", dtype=torch.float64)
+    loss, lse = fwd(ours, target)
+    expected = F.cross_entropy(wide, target, label_smoothing=0.1, reduction="none")
+    ((expected * seeds[0]).sum() + (torch.logsumexp(wide, -1) * seeds[1]).sum()).backward()
+    ((loss.double() * seeds[0]).sum() + (lse.double() * seeds[1]).sum()).backward()
+    _close(ours.grad, wide.grad, dtype)
+
+
+def test_every_row_ignored_gives_nan_mean_and_zero_gradient() -> None:
+    fwd, _ = _ops(127, torch.float32, -100, 0.0, "mean")
+    logits = torch.randn(5, 127, device="cuda", requires_grad=True)
+    target = torch.full((5,), -100, device="cuda")
+    loss, _ = fwd(logits, target)
+    assert torch.isnan(loss) and torch.isnan(F.cross_entropy(logits.detach(), target))
+    fwd_sum, _ = _ops(127, torch.float32, -100, 0.0, "sum")
+    fwd_sum(logits, target)[0].backward()
+    assert torch.count_nonzero(logits.grad) == 0
+
+
+def test_row_count_changes_reuse_one_kernel_and_empty_batches_work() -> None:
+    fwd, bwd = _ops(32000, torch.bfloat16, -100, 0.0, "none")
+    for rows in (1, 5, 300):
+        logits, target = _inputs(32000, torch.bfloat16, -100, rows, seed=rows)
+        expected = F.cross_entropy(logits.double(), target, reduction="none")
+        _close(fwd(logits, target)[0], expected, torch.bfloat16)
+    assert len(fwd._kernel_cache) == 1
+    empty = torch.empty(0, 32000, device="cuda", dtype=torch.bfloat16)
+    loss, lse = fwd(empty, torch.empty(0, dtype=torch.int64, device="cuda"))
+    assert loss.shape == (0,) and lse.shape == (0,)
+
+
+def test_compiled_training_step_matches_eager() -> None:
+    fwd, _ = _ops(4097, torch.bfloat16, -100, 0.0, "mean")
+    logits, target = _inputs(4097, torch.bfloat16, -100, 33, seed=3)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return fwd(x, target)[0]
+
+    eager_x = logits.clone().requires_grad_()
+    step(eager_x).backward()
+    compiled_x = logits.clone().requires_grad_()
+    torch.compile(step, fullgraph=True)(compiled_x).backward()
+    torch.testing.assert_close(compiled_x.grad, eager_x.grad)
