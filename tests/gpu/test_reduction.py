@@ -1,0 +1,120 @@
+"""Reductions on the GPU against the manifest reference: manifest cases, tuples of dims, keepdim,
+dim=None, odd sizes, non-contiguous views, empty tensors and the variance's correction."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import pytest
+import torch
+
+from tests.op_checks import assert_close, check_against_reference, manifest_cases
+
+pytestmark = pytest.mark.gpu
+
+OPS = ["SumFwdOp", "MeanFwdOp", "AmaxFwdOp", "AminFwdOp", "VarFwdOp", "LogSumExpFwdOp", "ArgmaxFwdOp", "L2NormFwdOp"]
+MANIFEST_CASES = [case for name in OPS for case in manifest_cases(name, max_numel=1 << 24)]
+
+# (op, shape, dtype, params, layout): layouts are "contiguous", "transposed" (last two axes
+# swapped in memory), "sliced" (every other row of a wider buffer) and "offset" (a view one
+# element into its storage, so 16-byte accesses do not fit).
+EXTRA: List[Tuple[str, Tuple[int, ...], torch.dtype, Dict[str, Any], str]] = []
+for _op in OPS:
+    if _op == "ArgmaxFwdOp":
+        _dims = [None, 0, 1, -1, 2]
+    else:
+        _dims = [None, (0,), (1,), (-1,), (0, 1), (1, 2), (0, 2), (0, 1, 2), (2, 0)]
+    for _dim in _dims:
+        for _keepdim in (False, True):
+            EXTRA.append((_op, (5, 127, 33), torch.bfloat16, {"dim": _dim, "keepdim": _keepdim}, "contiguous"))
+    for _layout in ("transposed", "sliced", "offset"):
+        EXTRA.append((_op, (7, 4097, 3), torch.float16, {"dim": (1,) if _op != "ArgmaxFwdOp" else 1}, _layout))
+        EXTRA.append((_op, (6, 96, 130), torch.float32, {"dim": (-1,) if _op != "ArgmaxFwdOp" else -1}, _layout))
+    EXTRA.append((_op, (3, 1 << 20), torch.bfloat16, {"dim": None}, "contiguous"))  # split rows + combine
+    EXTRA.append((_op, (40000, 24), torch.float32, {"dim": (0,) if _op != "ArgmaxFwdOp" else 0}, "contiguous"))
+    EXTRA.append((_op, (), torch.float32, {"dim": None}, "contiguous"))
+EXTRA.append(("VarFwdOp", (64, 1000), torch.float32, {"dim": (1,), "correction": 0}, "contiguous"))
+EXTRA.append(("VarFwdOp", (64, 1), torch.float32, {"dim": (1,)}, "contiguous"))  # 1 element: NaN, as torch
+EXTRA.append(("SumFwdOp", (4, 0, 5), torch.float32, {"dim": (1,)}, "contiguous"))
+EXTRA.append(("MeanFwdOp", (4, 0, 5), torch.float32, {"dim": (1,), "keepdim": True}, "contiguous"))
+EXTRA.append(("LogSumExpFwdOp", (4, 0, 5), torch.float32, {"dim": (1,)}, "contiguous"))
+
+
+def make_extra_input(shape: Tuple[int, ...], dtype: torch.dtype, layout: str, device: str,
+                     generator: torch.Generator) -> torch.Tensor:
+    """A random tensor of ``shape`` in ``layout`` (the same on every device for one generator)."""
+    if layout == "transposed":
+        base = torch.randn(*shape[:-2], shape[-1], shape[-2], generator=generator)
+        x = base.to(device=device, dtype=dtype).transpose(-1, -2)
+    elif layout == "sliced":
+        base = torch.randn(*shape[:-2], 2 * shape[-2], shape[-1], generator=generator)
+        x = base.to(device=device, dtype=dtype)[..., ::2, :]
+    elif layout == "offset":
+        base = torch.randn(torch.Size(shape).numel() + 1, generator=generator)
+        x = base.to(device=device, dtype=dtype)[1:].view(shape)
+    else:
+        x = torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
+    return x
+
+
+def build_extra_op(name: str, dtype: torch.dtype, params: Dict[str, Any]):
+    import tileops.ops
+
+    return getattr(tileops.ops, name)(dtype=dtype, **params)
+
+
+@pytest.mark.parametrize("case", MANIFEST_CASES, ids=str)
+def test_manifest_cases(case) -> None:
+    check_against_reference(case, device="cuda")
+
+
+@pytest.mark.parametrize("entry", EXTRA, ids=lambda e: f"{e[0]}-{list(e[1])}-{e[2]}-{e[3]}-{e[4]}")
+def test_dims_keepdim_and_layouts(entry) -> None:
+    name, shape, dtype, params, layout = entry
+    generator = torch.Generator().manual_seed(0)
+    x = make_extra_input(shape, dtype, layout, "cuda", generator)
+    op = build_extra_op(name, dtype, params)
+    y = op(x)
+    assert op.last_backend == "kernel"
+    expected = op.reference(x.double())
+    assert y.shape == expected.shape and y.device.type == "cuda"
+    assert y.dtype == (torch.int64 if name == "ArgmaxFwdOp" else dtype)
+    if name == "ArgmaxFwdOp":
+        torch.testing.assert_close(y.cpu(), expected.cpu())
+    else:
+        assert_close(y, expected, dtype)
+
+
+def test_argmax_takes_the_first_maximum_and_nan() -> None:
+    from tileops.ops import ArgmaxFwdOp, AmaxFwdOp
+
+    x = torch.zeros(3, 5000, device="cuda")
+    x[:, 4000] = 1.0
+    x[:, 4500] = 1.0
+    x[1, 2] = float("nan")
+    x[1, 4999] = float("nan")
+    assert ArgmaxFwdOp(dtype=torch.float32, dim=-1)(x).tolist() == [4000, 2, 4000]
+    assert torch.isnan(AmaxFwdOp(dtype=torch.float32, dim=(-1,))(x)[1])
+
+
+def test_amax_of_nothing_is_refused() -> None:
+    from tileops.ops import AmaxFwdOp
+
+    with pytest.raises(ValueError, match="shape rule"):
+        AmaxFwdOp(dtype=torch.float32, dim=(0,))(torch.empty(0, 3, device="cuda"))
+
+
+def test_variance_of_a_large_mean() -> None:
+    from tileops.ops import VarFwdOp
+
+    x = 1000.0 + torch.randn(16, 1 << 16, device="cuda")
+    torch.testing.assert_close(VarFwdOp(dtype=torch.float32, dim=(1,))(x), x.double().var(1).float(), rtol=1e-4, atol=1e-4)
+
+
+def test_torch_compile_fullgraph() -> None:
+    from tileops.ops import SumFwdOp
+
+    op = SumFwdOp(dtype=torch.bfloat16, dim=(0, 2), keepdim=True)
+    x = torch.randn(4, 64, 8, device="cuda", dtype=torch.bfloat16)
+    compiled = torch.compile(lambda t: op(t) * 2, fullgraph=True)
+    assert_close(compiled(x), op.reference(x.double()) * 2, torch.bfloat16)

@@ -1,0 +1,51 @@
+"""The reduction programs compile for sm_90 without a GPU (a representative subset, in parallel)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+import torch
+
+from tileops.kernels.reduction import reduce as programs
+
+# (reducer, program, shape parameters): every program kind, and every reducer at least once.
+CASES = [
+    ("sum", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 1))),
+    ("var", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 0))),
+    ("argmax", programs.COLUMN, (("cvec", 8), ("col_threads", 32), ("threads", 256), ("unroll", 4), ("fused", 1))),
+    ("logsumexp", programs.COLUMN, (("cvec", 2), ("col_threads", 4), ("threads", 256), ("unroll", 4), ("fused", 0))),
+    ("amax", programs.COMBINE, (("threads", 256), ("group", 256))),
+    ("amin", programs.COMBINE, (("threads", 256), ("group", 1))),
+    ("mean", programs.ROW, (("vector", 1), ("threads", 256), ("unroll", 4), ("fused", 1))),
+    ("l2_norm", programs.COMBINE, (("threads", 256), ("group", 32))),
+]
+
+
+def _compile(case) -> str:
+    import tilelang
+
+    reducer, name, params = case
+    out_dtype = torch.int64 if reducer == "argmax" else torch.bfloat16
+    program = programs.build_program(name, reducer, torch.bfloat16, out_dtype, 1.0, params)
+    compiled = tilelang.compile(program, target=programs.SM90_BUILD_TARGET)
+    return compiled.get_kernel_source()
+
+
+def test_programs_compile_for_sm90() -> None:
+    with ProcessPoolExecutor(max_workers=8) as pool:
+        sources = list(pool.map(_compile, CASES))
+    assert all("__global__" in source for source in sources)
+
+
+def test_kernel_class_builds_its_fused_row_program() -> None:
+    kernel = programs.SumKernel(torch.float16, config={})
+    assert kernel.build_for_sm90() is not None
+
+
+def test_unknown_program_and_bad_tile_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown program"):
+        programs.build_program("diagonal", "sum", torch.float32, torch.float32, 0.0, ())
+    with pytest.raises(ValueError, match="bad tile"):
+        programs.build_program(programs.COLUMN, "sum", torch.float32, torch.float32, 0.0,
+                               (("cvec", 3), ("col_threads", 4), ("threads", 256), ("unroll", 4), ("fused", 1)))

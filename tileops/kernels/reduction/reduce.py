@@ -1,0 +1,611 @@
+"""One generic reduction, parameterised by its reducer (``reducers.py``).
+
+Inputs are seen as ``(rows, N)`` when the reduced extent is innermost, else
+as ``(outer, N, inner)``; both may be strided (a row stride, or outer and axis
+strides) as long as the innermost extent has unit stride.  Every extent and
+stride is a TileLang symbolic value (``N`` and strides 64-bit), so one
+compiled program per shape parameters serves every input shape.
+
+Programs (``S`` segments split the reduced extent when the other extents
+give too few blocks to fill the GPU):
+
+* **row**: block ``(row, seg)`` walks its segment of a row with 16-byte
+  loads, ``unroll`` vectors in flight per thread, then merges its threads'
+  states through shared memory.  With one segment it writes the output
+  (fused), else a float64 partial state ``P[row, seg, 0, :]``.
+* **column**: block ``(outer, inner tile, seg)``: ``col_threads`` threads
+  cover ``col_threads * cvec`` neighbouring inner positions, the other
+  ``lanes`` walk the axis; states merge across lanes.  Fused or partial, as
+  rows.
+* **combine**: ``P[o, :, i, :]`` merged into ``out[o, i]``; ``group`` threads
+  share one output (many segments) or one thread serves one (few).
+"""
+
+# No ``from __future__ import annotations``: TileLang evaluates the
+# ``T.Tensor`` annotations of its programs against the enclosing scope.
+import logging
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.launch import direct_launcher
+from tileops.kernels.reduction.reducers import ACCUM, REDUCERS, ReducerSpec, reducer_macros
+
+__all__ = [
+    "ReductionKernel",
+    "SumKernel",
+    "MeanKernel",
+    "AmaxKernel",
+    "AminKernel",
+    "VarKernel",
+    "LogSumExpKernel",
+    "ArgmaxKernel",
+    "L2NormKernel",
+    "build_program",
+    "ROW",
+    "COLUMN",
+    "COMBINE",
+]
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+PARTIAL = "float64"
+VECTOR_BYTES = 16
+MAX_COL_THREADS = 32
+NARROW_COL_THREADS = 8
+# Blocks per SM the split programs aim for when choosing the segment count.
+BLOCKS_PER_SM = 4
+# Extents of the grid and the row/outer counts are int32 in the programs.
+MAX_EXTENT = 2**31 - 1
+
+ROW = "row"
+COLUMN = "column"
+COMBINE = "combine"
+
+# A program's shape parameters: ((name, value), ...), e.g. (("vector", 8), ("fused", 1)).
+ProgramParams = Tuple[Tuple[str, int], ...]
+
+# Programs index arrays with conditions they check themselves; TileLang's
+# extra bounds checks would only block their 16-byte accesses.
+PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _largest_pow2_divisor(n: int, cap: int) -> int:
+    """The largest power of two dividing ``n`` (0 counts as divisible) that is at most ``cap``."""
+    width = 1
+    while width * 2 <= cap and n % (width * 2) == 0:
+        width *= 2
+    return width
+
+
+# ---- shared building blocks -------------------------------------------------------------------
+
+
+def _tree_merge(T: Any, spec: ReducerSpec, macros: Dict[str, Any], W: int, count: int, spacing: int) -> Any:
+    """Macro: merge the states of ``count`` threads ``spacing`` apart (a group) into the group's first.
+
+    Each level halves the live threads; ``sh``/``shi`` hold every thread's
+    state (``[slot * W + k, tx]``), read by the partner one level up.
+    """
+    levels = max(0, count.bit_length() - 1)
+    merge = macros["merge"]
+
+    @T.macro
+    def tree(st, sti, ot, oti, sh, shi, tx):
+        for k in T.unroll(W):
+            for j in T.unroll(spec.slots):
+                sh[j * W + k, tx] = st[j * W + k]
+            if spec.index:
+                shi[k, tx] = sti[k]
+        for level in T.unroll(levels):
+            T.sync_threads()
+            if (tx // spacing) % count < (count >> (level + 1)):
+                for k in T.unroll(W):
+                    for j in T.unroll(spec.slots):
+                        ot[j] = sh[j * W + k, tx + (count >> (level + 1)) * spacing]
+                    if spec.index:
+                        oti[0] = shi[k, tx + (count >> (level + 1)) * spacing]
+                    merge(st, sti, k, ot, oti)
+                    for j in T.unroll(spec.slots):
+                        sh[j * W + k, tx] = st[j * W + k]
+                    if spec.index:
+                        shi[k, tx] = sti[k]
+
+    return tree
+
+
+def _store_macros(T: Any, spec: ReducerSpec, macros: Dict[str, Any], out_dtype: str) -> Dict[str, Any]:
+    finish = macros["finish"]
+
+    @T.macro
+    def store_partial(P, st, sti, k, W, o, seg, i):
+        for j in T.unroll(spec.slots):
+            P[o, seg, i, j] = T.cast(st[j * W + k], PARTIAL)
+        if spec.index:
+            P[o, seg, i, spec.slots] = T.cast(sti[k], PARTIAL)
+
+    @T.macro
+    def load_partial(P, ot, oti, o, seg, i):
+        for j in T.unroll(spec.slots):
+            ot[j] = T.cast(P[o, seg, i, j], ACCUM)
+        if spec.index:
+            oti[0] = T.cast(P[o, seg, i, spec.slots], "int64")
+
+    def final(st, sti, k):
+        return T.cast(finish(st, sti, k), out_dtype)
+
+    return {"store_partial": store_partial, "load_partial": load_partial, "final": final}
+
+
+# ---- row program --------------------------------------------------------------------------------
+
+
+def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, vector: int, threads: int,
+                unroll: int, fused: int) -> Any:
+    """Reduce every row of ``(G, N)``: into ``Y[G]`` (fused) or into partials ``P[G, S, 1, width]``."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    spec = REDUCERS[reducer]
+    macros = reducer_macros(T, reducer, 1, correction)
+    init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
+    tree = _tree_merge(T, spec, macros, 1, threads, 1)
+    stores = _store_macros(T, spec, macros, out_dtype)
+    chunk = threads * vector
+    G = T.dynamic("G")
+    N = T.dynamic("N", "int64")
+    LDX = T.dynamic("LDX", "int64")
+    S = T.dynamic("S")
+
+    @T.macro
+    def reduce_segment(X, st, sti, ot, oti, sh, shi, buf, bounds, shift, row, seg, segments, tx):
+        # [first, last) chunks of this segment.
+        bounds[0] = T.cast(seg, "int64") * T.ceildiv(T.ceildiv(N, chunk), T.cast(segments, "int64"))
+        bounds[1] = T.min(bounds[0] + T.ceildiv(T.ceildiv(N, chunk), T.cast(segments, "int64")), T.ceildiv(N, chunk))
+        init(st, sti, 0)
+        if spec.shifted:
+            shift[0] = T.cast(X[row, T.min(bounds[0] * chunk, N - 1)], ACCUM)
+        for step in T.serial(T.ceildiv(bounds[1] - bounds[0], unroll)):
+            for u in T.unroll(unroll):
+                if T.And(bounds[0] + step * unroll + u < bounds[1],
+                         (bounds[0] + step * unroll + u) * chunk + tx * vector < N):
+                    for e in T.vectorized(vector):
+                        buf[u * vector + e] = X[row, (bounds[0] + step * unroll + u) * chunk + tx * vector + e]
+            for u in T.unroll(unroll):
+                if T.And(bounds[0] + step * unroll + u < bounds[1],
+                         (bounds[0] + step * unroll + u) * chunk + tx * vector < N):
+                    for e in T.unroll(vector):
+                        fold(st, sti, 0, T.cast(buf[u * vector + e], ACCUM),
+                             (bounds[0] + step * unroll + u) * chunk + tx * vector + e, shift[0])
+        prepare(st, sti, 0, shift[0])
+        tree(st, sti, ot, oti, sh, shi, tx)
+
+    if fused:
+
+        @T.prim_func
+        def reduce_rows(X: T.StridedTensor((G, N), (LDX, 1), dtype), Y: T.Tensor((G,), out_dtype)):
+            with T.Kernel(G, threads=threads) as row:
+                tx = T.get_thread_binding()
+                buf = T.alloc_local((unroll * vector,), dtype)
+                st = T.alloc_local((spec.slots,), ACCUM)
+                sti = T.alloc_local((1,), "int64")
+                ot = T.alloc_local((spec.slots,), ACCUM)
+                oti = T.alloc_local((1,), "int64")
+                shift = T.alloc_local((1,), ACCUM)
+                bounds = T.alloc_local((2,), "int64")
+                sh = T.alloc_shared((spec.slots, threads), ACCUM)
+                shi = T.alloc_shared((1, threads), "int64")
+                T.assume(LDX % vector == 0)
+                T.assume(N % vector == 0)
+                shift[0] = T.cast(0, ACCUM)
+                reduce_segment(X, st, sti, ot, oti, sh, shi, buf, bounds, shift, row, 0, 1, tx)
+                if tx == 0:
+                    Y[row] = stores["final"](st, sti, 0)
+
+        return reduce_rows
+
+    width = spec.partial_width
+
+    @T.prim_func
+    def reduce_row_segments(X: T.StridedTensor((G, N), (LDX, 1), dtype), P: T.Tensor((G, S, 1, width), PARTIAL)):
+        with T.Kernel(G, S, threads=threads) as (row, seg):
+            tx = T.get_thread_binding()
+            buf = T.alloc_local((unroll * vector,), dtype)
+            st = T.alloc_local((spec.slots,), ACCUM)
+            sti = T.alloc_local((1,), "int64")
+            ot = T.alloc_local((spec.slots,), ACCUM)
+            oti = T.alloc_local((1,), "int64")
+            shift = T.alloc_local((1,), ACCUM)
+            bounds = T.alloc_local((2,), "int64")
+            sh = T.alloc_shared((spec.slots, threads), ACCUM)
+            shi = T.alloc_shared((1, threads), "int64")
+            T.assume(LDX % vector == 0)
+            T.assume(N % vector == 0)
+            shift[0] = T.cast(0, ACCUM)
+            reduce_segment(X, st, sti, ot, oti, sh, shi, buf, bounds, shift, row, seg, S, tx)
+            if tx == 0:
+                stores["store_partial"](P, st, sti, 0, 1, row, seg, 0)
+
+    return reduce_row_segments
+
+
+# ---- column program ---------------------------------------------------------------------------
+
+
+def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, cvec: int, col_threads: int,
+                   threads: int, unroll: int, fused: int) -> Any:
+    """Reduce the axis of ``(O, N, I)``: into ``Y[O, I]`` (fused) or into partials ``P[O, S, I, width]``."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    if not (_pow2(cvec) and _pow2(col_threads) and col_threads <= MAX_COL_THREADS and threads % col_threads == 0):
+        raise ValueError(f"reduction column program: bad tile cvec={cvec} col_threads={col_threads}")
+    spec = REDUCERS[reducer]
+    W = cvec
+    macros = reducer_macros(T, reducer, W, correction)
+    init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
+    lanes = threads // col_threads
+    tile = col_threads * cvec
+    tree = _tree_merge(T, spec, macros, W, lanes, col_threads)
+    stores = _store_macros(T, spec, macros, out_dtype)
+    O = T.dynamic("O")
+    I = T.dynamic("I")
+    N = T.dynamic("N", "int64")
+    SXO = T.dynamic("SXO", "int64")
+    SXN = T.dynamic("SXN", "int64")
+    S = T.dynamic("S")
+
+    @T.macro
+    def reduce_segment(X, st, sti, ot, oti, sh, shi, buf, bounds, shift, o, i0, seg, segments, tx):
+        lane = tx // col_threads
+        bounds[0] = T.cast(seg, "int64") * T.ceildiv(N, T.cast(segments, "int64"))
+        bounds[1] = T.min(bounds[0] + T.ceildiv(N, T.cast(segments, "int64")), N)
+        for k in T.unroll(W):
+            init(st, sti, k)
+            shift[k] = T.cast(0, ACCUM)
+        if spec.shifted:
+            if i0 < I:
+                for k in T.unroll(W):
+                    shift[k] = T.cast(X[o, T.min(bounds[0], N - 1), i0 + k], ACCUM)
+        for step in T.serial(T.ceildiv(bounds[1] - bounds[0], lanes * unroll)):
+            for u in T.unroll(unroll):
+                if T.And(bounds[0] + (step * unroll + u) * lanes + lane < bounds[1], i0 < I):
+                    for e in T.vectorized(cvec):
+                        buf[u * cvec + e] = X[o, bounds[0] + (step * unroll + u) * lanes + lane, i0 + e]
+            for u in T.unroll(unroll):
+                if T.And(bounds[0] + (step * unroll + u) * lanes + lane < bounds[1], i0 < I):
+                    for k in T.unroll(W):
+                        fold(st, sti, k, T.cast(buf[u * cvec + k], ACCUM),
+                             bounds[0] + (step * unroll + u) * lanes + lane, shift[k])
+        for k in T.unroll(W):
+            prepare(st, sti, k, shift[k])
+        tree(st, sti, ot, oti, sh, shi, tx)
+
+    def locals_and_position(bx, tx):
+        o = T.truncdiv(bx, T.ceildiv(I, tile))
+        i0 = ((bx - o * T.ceildiv(I, tile)) * col_threads + tx % col_threads) * cvec
+        return o, i0
+
+    if fused:
+
+        @T.prim_func
+        def reduce_columns(X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype), Y: T.Tensor((O, I), out_dtype)):
+            with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
+                tx = T.get_thread_binding()
+                buf = T.alloc_local((unroll * cvec,), dtype)
+                st = T.alloc_local((spec.slots * W,), ACCUM)
+                sti = T.alloc_local((W,), "int64")
+                ot = T.alloc_local((spec.slots,), ACCUM)
+                oti = T.alloc_local((1,), "int64")
+                shift = T.alloc_local((W,), ACCUM)
+                bounds = T.alloc_local((2,), "int64")
+                sh = T.alloc_shared((spec.slots * W, threads), ACCUM)
+                shi = T.alloc_shared((W, threads), "int64")
+                T.assume(SXO % cvec == 0)
+                T.assume(SXN % cvec == 0)
+                T.assume(I % cvec == 0)
+                o, i0 = locals_and_position(bx, tx)
+                reduce_segment(X, st, sti, ot, oti, sh, shi, buf, bounds, shift, o, i0, 0, 1, tx)
+                if T.And(tx < col_threads, i0 < I):
+                    for k in T.unroll(W):
+                        Y[o, i0 + k] = stores["final"](st, sti, k)
+
+        return reduce_columns
+
+    width = spec.partial_width
+
+    @T.prim_func
+    def reduce_column_segments(X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
+                               P: T.Tensor((O, S, I, width), PARTIAL)):
+        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+            tx = T.get_thread_binding()
+            buf = T.alloc_local((unroll * cvec,), dtype)
+            st = T.alloc_local((spec.slots * W,), ACCUM)
+            sti = T.alloc_local((W,), "int64")
+            ot = T.alloc_local((spec.slots,), ACCUM)
+            oti = T.alloc_local((1,), "int64")
+            shift = T.alloc_local((W,), ACCUM)
+            bounds = T.alloc_local((2,), "int64")
+            sh = T.alloc_shared((spec.slots * W, threads), ACCUM)
+            shi = T.alloc_shared((W, threads), "int64")
+            T.assume(SXO % cvec == 0)
+            T.assume(SXN % cvec == 0)
+            T.assume(I % cvec == 0)
+            o, i0 = locals_and_position(bx, tx)
+            reduce_segment(X, st, sti, ot, oti, sh, shi, buf, bounds, shift, o, i0, seg, S, tx)
+            if T.And(tx < col_threads, i0 < I):
+                for k in T.unroll(W):
+                    stores["store_partial"](P, st, sti, k, W, o, seg, i0 + k)
+
+    return reduce_column_segments
+
+
+# ---- combine program --------------------------------------------------------------------------
+
+
+def combine_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, threads: int,
+                    group: int) -> Any:
+    """Merge the ``S`` partials ``P[o, :, i]`` of every output into ``Y[o, i]``; ``group`` threads per output."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    if not (_pow2(group) and group <= threads):
+        raise ValueError(f"reduction combine program: bad group {group} for {threads} threads")
+    spec = REDUCERS[reducer]
+    macros = reducer_macros(T, reducer, 1, correction)
+    init, merge = macros["init"], macros["merge"]
+    tree = _tree_merge(T, spec, macros, 1, group, 1)
+    stores = _store_macros(T, spec, macros, out_dtype)
+    per_block = threads // group
+    width = spec.partial_width
+    O = T.dynamic("O")
+    I = T.dynamic("I")
+    S = T.dynamic("S")
+
+    @T.prim_func
+    def combine_partials(P: T.Tensor((O, S, I, width), PARTIAL), Y: T.Tensor((O, I), out_dtype)):
+        with T.Kernel(T.ceildiv(O * I, per_block), threads=threads) as bx:
+            tx = T.get_thread_binding()
+            st = T.alloc_local((spec.slots,), ACCUM)
+            sti = T.alloc_local((1,), "int64")
+            ot = T.alloc_local((spec.slots,), ACCUM)
+            oti = T.alloc_local((1,), "int64")
+            sh = T.alloc_shared((spec.slots, threads), ACCUM)
+            shi = T.alloc_shared((1, threads), "int64")
+            g = bx * per_block + tx // group
+            init(st, sti, 0)
+            for step in T.serial(T.ceildiv(S, group)):
+                if T.And(g < O * I, step * group + tx % group < S):
+                    stores["load_partial"](P, ot, oti, T.truncdiv(g, I), step * group + tx % group, T.truncmod(g, I))
+                    merge(st, sti, 0, ot, oti)
+            tree(st, sti, ot, oti, sh, shi, tx)
+            if T.And(tx % group == 0, g < O * I):
+                Y[T.truncdiv(g, I), T.truncmod(g, I)] = stores["final"](st, sti, 0)
+
+    return combine_partials
+
+
+_BUILDERS = {ROW: row_program, COLUMN: column_program, COMBINE: combine_program}
+
+
+def build_program(name: str, reducer: str, dtype: torch.dtype, out_dtype: torch.dtype, correction: float,
+                  params: ProgramParams) -> Any:
+    """The TileLang ``prim_func`` of program ``name`` for one reducer, dtype pair and shape parameters."""
+    if name not in _BUILDERS:
+        raise ValueError(f"reduction kernels: unknown program {name!r}; expected one of {list(_BUILDERS)}")
+    func = _BUILDERS[name](reducer, torch_dtype_to_tl(dtype), torch_dtype_to_tl(out_dtype), float(correction),
+                           **dict(params))
+    return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
+
+
+# ---- kernel ---------------------------------------------------------------------------------------
+
+
+def reduction_default_config(dtype: torch.dtype) -> Dict[str, int]:
+    """Heuristic config: 256-thread blocks, four 16-byte vectors in flight per thread."""
+    return {"row_threads": 256, "row_unroll": 4, "column_threads": 256, "column_unroll": 4,
+            "combine_threads": 256}
+
+
+class ReductionKernel(Kernel):
+    """One reduction (``reducer``) of ``(rows, N)`` or ``(outer, N, inner)`` views into a preallocated output.
+
+    ``forward(x, out)``: ``x`` is ``(G, N)`` with unit-stride rows, or
+    ``(O, N, I)`` with a unit-stride innermost axis; ``out`` is contiguous,
+    ``(G,)`` or ``(O, I)``.  ``N`` must be at least 1 (the op handles empty
+    reductions).  The access width follows each call's alignment.
+
+    Args:
+        dtype: input dtype (float16, bfloat16, float32).
+        correction: the variance's degrees-of-freedom correction (ignored by the others).
+        config: explicit config (keys of ``default_config``; may be partial).
+        tune: accepted for the op contract; the heuristic config is used.
+    """
+
+    reducer: str = "sum"
+    # Output dtype; None: the input's.
+    out_dtype: Optional[torch.dtype] = None
+
+    def __init__(self, dtype: torch.dtype, *, correction: float = 0.0, config: Optional[Dict[str, Any]] = None,
+                 tune: bool = False) -> None:
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{type(self).__name__}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+        self.correction = float(correction)
+        self._elem_bytes = torch.empty((), dtype=dtype).element_size()
+        self._max_vector = VECTOR_BYTES // self._elem_bytes
+        self._launchers: Dict[Tuple[str, ProgramParams], Any] = {}
+        self._sm_counts: Dict[int, int] = {}
+        self._sm_lock = threading.Lock()
+        super().__init__(dtype, config=config, tune=tune)
+
+    @property
+    def result_dtype(self) -> torch.dtype:
+        return self.out_dtype or self.dtype
+
+    @property
+    def default_config(self) -> Dict[str, Any]:
+        return reduction_default_config(self.dtype)
+
+    # ---- programs ----------------------------------------------------------------------------
+    def program(self, **config: Any) -> Any:
+        """The fused row program of aligned, contiguous rows."""
+        config = {**self.default_config, **config}
+        return build_program(ROW, self.reducer, self.dtype, self.result_dtype, self.correction,
+                             self._row_params(self._max_vector, True, config))
+
+    def _row_params(self, vector: int, fused: bool, config: Optional[Dict[str, Any]] = None) -> ProgramParams:
+        config = self.config if config is None else config
+        return (("vector", vector), ("threads", config["row_threads"]), ("unroll", config["row_unroll"]),
+                ("fused", int(fused)))
+
+    def _column_params(self, inner: int, cvec: int, fused: bool) -> ProgramParams:
+        # Two tile widths only (each is a separate program): 8 threads for narrow inner extents, else 32.
+        col_threads = NARROW_COL_THREADS if -(-inner // cvec) <= NARROW_COL_THREADS else MAX_COL_THREADS
+        return (("cvec", cvec), ("col_threads", col_threads), ("threads", self.config["column_threads"]),
+                ("unroll", self.config["column_unroll"]), ("fused", int(fused)))
+
+    def _combine_params(self, segments: int) -> ProgramParams:
+        # Many segments: a block's threads share one output; few: a thread per output.
+        group = 1 if segments <= 16 else (32 if segments <= 256 else self.config["combine_threads"])
+        return (("threads", self.config["combine_threads"]), ("group", group))
+
+    def program_specs(self, inner: int = 8) -> List[Tuple[str, ProgramParams]]:
+        """Every program a call may launch on aligned tensors (rows, and columns of ``inner`` positions)."""
+        cvec = _largest_pow2_divisor(inner, self._max_vector)
+        specs = [(ROW, self._row_params(self._max_vector, fused)) for fused in (True, False)]
+        specs += [(COLUMN, self._column_params(inner, cvec, fused)) for fused in (True, False)]
+        specs += [(COMBINE, self._combine_params(s)) for s in (1, 64, 1024)]
+        return specs
+
+    def compile_program(self, name: str, params: ProgramParams, target: Any = "auto") -> Any:
+        """The compiled program ``name`` with shape ``params`` (cached)."""
+        import tilelang  # deferred: importing tilelang costs seconds
+
+        key = (name, params, repr(target))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._compile_lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    logger.info("compiling %s.%s %s target=%s", type(self).__name__, name, params, target)
+                    program = build_program(name, self.reducer, self.dtype, self.result_dtype, self.correction, params)
+                    compiled = tilelang.compile(program, target=target)
+                    self._compiled[key] = compiled
+        return compiled
+
+    def build_all_for_sm90(self, inner: int = 8) -> Dict[str, Any]:
+        """Compile every row, column and combine program for sm_90, without a GPU."""
+        return {f"{name}{dict(params)}": self.compile_program(name, params, target=SM90_BUILD_TARGET)
+                for name, params in self.program_specs(inner)}
+
+    def _launcher(self, name: str, params: ProgramParams) -> Any:
+        launcher = self._launchers.get((name, params))
+        if launcher is None:
+            launcher = self._launchers[(name, params)] = direct_launcher(self.compile_program(name, params))
+        return launcher
+
+    # ---- launch ------------------------------------------------------------------------------
+    def _aligned(self, tensor: torch.Tensor, strides: int, cap: int) -> int:
+        """The widest access (a power of two <= ``cap`` elements) that the address and ``strides`` allow."""
+        bits = tensor.data_ptr() // self._elem_bytes | strides
+        while cap > 1 and bits % cap:
+            cap >>= 1
+        return cap
+
+    def _target_blocks(self, device: torch.device) -> int:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        count = self._sm_counts.get(index)
+        if count is None:
+            with self._sm_lock:
+                count = self._sm_counts.setdefault(index, torch.cuda.get_device_properties(index).multi_processor_count)
+        return BLOCKS_PER_SM * count
+
+    def launch_plan(self, x: torch.Tensor, target_blocks: int) -> Tuple[str, ProgramParams, int]:
+        """(program, shape parameters, segments) for ``x``; one segment means the fused program."""
+        N = x.shape[1]
+        if x.dim() == 2:
+            vector = self._aligned(x, x.stride(0) | N, self._max_vector)
+            threads, unroll = self.config["row_threads"], self.config["row_unroll"]
+            most = max(1, -(-N // (threads * vector * unroll)))
+            segments = max(1, min(-(-target_blocks // x.shape[0]), most))
+            return ROW, self._row_params(vector, segments == 1), segments
+        inner = x.shape[2]
+        cvec = self._aligned(x, x.stride(0) | x.stride(1), _largest_pow2_divisor(inner, self._max_vector))
+        params = self._column_params(inner, cvec, True)
+        shape = dict(params)
+        lanes = shape["threads"] // shape["col_threads"]
+        blocks = x.shape[0] * -(-inner // (shape["col_threads"] * cvec))
+        most = max(1, -(-N // (lanes * shape["unroll"])))
+        segments = max(1, min(-(-target_blocks // blocks), most))
+        return COLUMN, self._column_params(inner, cvec, segments == 1), segments
+
+    def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Write the reduction of ``x`` into ``out`` and return it."""
+        name, params, segments = self.launch_plan(x, self._target_blocks(x.device))
+        if segments == 1:
+            self._launcher(name, params)(x, out)
+            return out
+        outer = x.shape[0]
+        inner = 1 if x.dim() == 2 else x.shape[2]
+        width = REDUCERS[self.reducer].partial_width
+        partials = torch.empty((outer, segments, inner, width), dtype=torch.float64, device=x.device)
+        self._launcher(name, params)(x, partials)
+        self._launcher(COMBINE, self._combine_params(segments))(partials, out.view(outer, inner))
+        return out
+
+
+class SumKernel(ReductionKernel):
+    """``y = sum(x)`` along the reduced extent."""
+
+    reducer = "sum"
+
+
+class MeanKernel(ReductionKernel):
+    """``y = mean(x)`` along the reduced extent."""
+
+    reducer = "mean"
+
+
+class AmaxKernel(ReductionKernel):
+    """``y = max(x)`` along the reduced extent (NaN if any element is NaN)."""
+
+    reducer = "amax"
+
+
+class AminKernel(ReductionKernel):
+    """``y = min(x)`` along the reduced extent (NaN if any element is NaN)."""
+
+    reducer = "amin"
+
+
+class VarKernel(ReductionKernel):
+    """``y = sum((x - mean)^2) / max(n - correction, 0)`` along the reduced extent."""
+
+    reducer = "var"
+
+
+class LogSumExpKernel(ReductionKernel):
+    """``y = log(sum(exp(x)))`` along the reduced extent, computed stably."""
+
+    reducer = "logsumexp"
+
+
+class ArgmaxKernel(ReductionKernel):
+    """``y = index of the first maximum`` along the reduced extent (int64; NaN counts as the maximum)."""
+
+    reducer = "argmax"
+    out_dtype = torch.int64
+
+
+class L2NormKernel(ReductionKernel):
+    """``y = sqrt(sum(x^2))`` along the reduced extent."""
+
+    reducer = "l2_norm"

@@ -1,0 +1,246 @@
+"""How each reduction folds, merges and finishes, as TileLang macros over a float32 state.
+
+A reducer's state is ``slots`` float32 values (and, for argmax, one int64
+index), stored slot-major: slot ``j`` of the ``k``-th of ``W`` slices a thread
+serves is ``st[j * W + k]``.  Programs call
+
+* ``init(st, sti, k)``: the identity state,
+* ``fold(st, sti, k, v, idx, shift)``: one float32 element ``v`` at position ``idx``,
+* ``prepare(st, sti, k, shift)``: turn what ``fold`` built into a mergeable state,
+* ``merge(st, sti, k, ot, oti)``: fold another mergeable state (``ot[j]``, ``oti[0]``) in,
+* ``finish(st, sti, k, W)``: the output value (an expression).
+
+``shift`` is a value of the slice (its segment's first element), read only by
+the variance: sums of ``x - shift`` keep the second moment accurate when the
+mean is large next to the spread.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict
+
+__all__ = ["ReducerSpec", "REDUCERS", "reducer_macros", "ACCUM"]
+
+ACCUM = "float32"
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@dataclass(frozen=True)
+class ReducerSpec:
+    """The static description of one reduction."""
+
+    name: str
+    slots: int  # float32 state values
+    index: bool = False  # carries an int64 position (argmax)
+    shifted: bool = False  # folds need the slice's shift value (variance)
+
+    @property
+    def partial_width(self) -> int:
+        """float64 values of one stored partial: the slots, then the index if any."""
+        return self.slots + int(self.index)
+
+
+REDUCERS: Dict[str, ReducerSpec] = {
+    "sum": ReducerSpec("sum", 1),
+    "mean": ReducerSpec("mean", 2),
+    "amax": ReducerSpec("amax", 1),
+    "amin": ReducerSpec("amin", 1),
+    "var": ReducerSpec("var", 3, shifted=True),
+    "logsumexp": ReducerSpec("logsumexp", 2),
+    "argmax": ReducerSpec("argmax", 1, index=True),
+    "l2_norm": ReducerSpec("l2_norm", 1),
+}
+
+# The largest int64: the index of an argmax state that has seen nothing.
+_NO_INDEX = 2**63 - 1
+
+
+def reducer_macros(T: Any, name: str, W: int, correction: float = 0.0) -> Dict[str, Callable[..., Any]]:
+    """The macros of reducer ``name`` for threads serving ``W`` slices each."""
+    if name not in REDUCERS:
+        raise ValueError(f"reduction kernels: unknown reducer {name!r}; expected one of {sorted(REDUCERS)}")
+    builders = {
+        "sum": _additive,
+        "mean": _additive,
+        "l2_norm": _additive,
+        "amax": _extremum,
+        "amin": _extremum,
+        "var": _variance,
+        "logsumexp": _log_sum_exp,
+        "argmax": _argmax,
+    }
+    return builders[name](T, name, W, correction)
+
+
+def _no_prepare(T: Any) -> Callable[..., Any]:
+    @T.macro
+    def prepare(st, sti, k, shift):
+        T.evaluate(0)
+
+    return prepare
+
+
+def _additive(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
+    """Sum (of x, or of x * x for the 2-norm); the mean also counts its elements."""
+    counted = name == "mean"
+
+    @T.macro
+    def init(st, sti, k):
+        st[k] = T.cast(0, ACCUM)
+        if counted:
+            st[W + k] = T.cast(0, ACCUM)
+
+    @T.macro
+    def fold(st, sti, k, v, idx, shift):
+        if name == "l2_norm":
+            st[k] = st[k] + v * v
+        else:
+            st[k] = st[k] + v
+        if counted:
+            st[W + k] = st[W + k] + T.cast(1, ACCUM)
+
+    @T.macro
+    def merge(st, sti, k, ot, oti):
+        st[k] = st[k] + ot[0]
+        if counted:
+            st[W + k] = st[W + k] + ot[1]
+
+    def finish(st, sti, k):
+        if name == "l2_norm":
+            return T.sqrt(st[k])
+        if counted:
+            return st[k] / st[W + k]
+        return st[k]
+
+    return {"init": init, "fold": fold, "prepare": _no_prepare(T), "merge": merge, "finish": finish}
+
+
+def _extremum(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
+    """Maximum or minimum; a NaN anywhere makes the result NaN, as in PyTorch."""
+    largest = name == "amax"
+
+    def pick(a, b):
+        # fmaxf/fminf drop NaN; a + b keeps it.
+        return T.if_then_else(T.Or(T.isnan(a), T.isnan(b)), a + b, T.max(a, b) if largest else T.min(a, b))
+
+    @T.macro
+    def init(st, sti, k):
+        st[k] = -T.infinity(ACCUM) if largest else T.infinity(ACCUM)
+
+    @T.macro
+    def fold(st, sti, k, v, idx, shift):
+        st[k] = pick(st[k], v)
+
+    @T.macro
+    def merge(st, sti, k, ot, oti):
+        st[k] = pick(st[k], ot[0])
+
+    def finish(st, sti, k):
+        return st[k]
+
+    return {"init": init, "fold": fold, "prepare": _no_prepare(T), "merge": merge, "finish": finish}
+
+
+def _variance(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
+    """Slots (n, mean, M2) once prepared; while folding, (n, sum of d, sum of d * d) with d = x - shift.
+
+    Merging is Chan et al.'s pairwise update; the result is ``M2 / max(n - correction, 0)``.
+    """
+
+    @T.macro
+    def init(st, sti, k):
+        for j in T.unroll(3):
+            st[j * W + k] = T.cast(0, ACCUM)
+
+    @T.macro
+    def fold(st, sti, k, v, idx, shift):
+        st[k] = st[k] + T.cast(1, ACCUM)
+        st[W + k] = st[W + k] + (v - shift)
+        st[2 * W + k] = st[2 * W + k] + (v - shift) * (v - shift)
+
+    @T.macro
+    def prepare(st, sti, k, shift):
+        if st[k] > T.cast(0, ACCUM):
+            st[2 * W + k] = T.max(st[2 * W + k] - st[W + k] * st[W + k] / st[k], T.cast(0, ACCUM))
+            st[W + k] = shift + st[W + k] / st[k]
+
+    @T.macro
+    def merge(st, sti, k, ot, oti):
+        if st[k] + ot[0] > T.cast(0, ACCUM):
+            weight = ot[0] / (st[k] + ot[0])
+            delta = ot[1] - st[W + k]
+            st[2 * W + k] = st[2 * W + k] + ot[2] + delta * delta * st[k] * weight
+            st[W + k] = st[W + k] + delta * weight
+            st[k] = st[k] + ot[0]
+
+    def finish(st, sti, k):
+        return st[2 * W + k] / T.max(st[k] - T.cast(correction, ACCUM), T.cast(0, ACCUM))
+
+    return {"init": init, "fold": fold, "prepare": prepare, "merge": merge, "finish": finish}
+
+
+def _log_sum_exp(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
+    """Slots (m, s): a running maximum and the sum of ``exp(x - m)`` (online, one exp per element)."""
+
+    def offset(m):
+        # The maximum, or 0 while it is -inf, so that an all -inf slice sums zeros instead of NaN.
+        return T.if_then_else(m == -T.infinity(ACCUM), T.cast(0, ACCUM), m)
+
+    @T.macro
+    def init(st, sti, k):
+        st[k] = -T.infinity(ACCUM)
+        st[W + k] = T.cast(0, ACCUM)
+
+    @T.macro
+    def fold(st, sti, k, v, idx, shift):
+        if v > st[k]:
+            st[W + k] = st[W + k] * T.exp2((st[k] - v) * LOG2E) + T.cast(1, ACCUM)
+            st[k] = v
+        else:
+            st[W + k] = st[W + k] + T.if_then_else(
+                v == -T.infinity(ACCUM), T.cast(0, ACCUM), T.exp2((v - st[k]) * LOG2E)
+            )
+
+    @T.macro
+    def merge(st, sti, k, ot, oti):
+        largest = T.max(st[k], ot[0])
+        st[W + k] = (st[W + k] * T.exp2((st[k] - offset(largest)) * LOG2E)
+                     + ot[1] * T.exp2((ot[0] - offset(largest)) * LOG2E))
+        st[k] = largest
+
+    def finish(st, sti, k):
+        return offset(st[k]) + T.log2(st[W + k]) * LN2
+
+    return {"init": init, "fold": fold, "prepare": _no_prepare(T), "merge": merge, "finish": finish}
+
+
+def _argmax(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
+    """Slot (best value) and index: the first position of the maximum; NaN counts as the largest."""
+
+    def better(v, i, best, best_i):
+        return T.Or(
+            T.Or(v > best, T.And(T.isnan(v), T.Not(T.isnan(best)))),
+            T.And(T.Or(v == best, T.And(T.isnan(v), T.isnan(best))), i < best_i),
+        )
+
+    @T.macro
+    def init(st, sti, k):
+        st[k] = -T.infinity(ACCUM)
+        sti[k] = T.int64(_NO_INDEX)
+
+    @T.macro
+    def fold(st, sti, k, v, idx, shift):
+        if better(v, idx, st[k], sti[k]):
+            st[k] = v
+            sti[k] = idx
+
+    @T.macro
+    def merge(st, sti, k, ot, oti):
+        if better(ot[0], oti[0], st[k], sti[k]):
+            st[k] = ot[0]
+            sti[k] = oti[0]
+
+    def finish(st, sti, k):
+        return sti[k]
+
+    return {"init": init, "fold": fold, "prepare": _no_prepare(T), "merge": merge, "finish": finish}
