@@ -130,14 +130,14 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
 
     @T.macro
     def set_offset(st):
-        # log2(e) * the running maximum, or 0 while it is -inf (so -inf logits add 0, not NaN).
-        st[_OFFSET] = T.if_then_else(st[_NEW_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_NEW_MAX]) * LOG2E
+        # The running maximum, or 0 while it is -inf (so -inf logits add 0, not NaN).
+        st[_OFFSET] = T.if_then_else(st[_NEW_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_NEW_MAX])
 
     @T.macro
     def rescale_sum(st):
         """Move ``st[_SUM]`` from offset ``st[_MAX]`` to the new maximum ``st[_NEW_MAX]``."""
         set_offset(st)
-        st[_SUM] = st[_SUM] * T.exp2(st[_MAX] * LOG2E - st[_OFFSET])
+        st[_SUM] = st[_SUM] * T.exp2((st[_MAX] - st[_OFFSET]) * LOG2E)
         st[_MAX] = st[_NEW_MAX]
 
     def column(step, u, tx):
@@ -173,7 +173,8 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
                 for u in T.unroll(unroll):
                     if column(step, u, tx) < V:
                         for k in T.unroll(vector):
-                            st[_SUM] = st[_SUM] + T.exp2(T.cast(a[u * vector + k], ACCUM) * LOG2E - st[_OFFSET])
+                            # Subtract, then scale: the maximum itself gives exp2(0) = 1 exactly.
+                            st[_SUM] = st[_SUM] + T.exp2((T.cast(a[u * vector + k], ACCUM) - st[_OFFSET]) * LOG2E)
                             st[_XSUM] = st[_XSUM] + T.cast(a[u * vector + k], ACCUM)
             # The block's maximum, then every thread's sum moved to it and summed.
             st[_NEW_MAX] = st[_MAX]
@@ -230,7 +231,7 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
             T.assume(LDG % vector == 0)
             # Ignored rows: the op passes cs = 0, so the target column needs no special case.
             col[0] = T.if_then_else(Target[row] == ignore_index, T.int64(-1), Target[row])
-            st[0] = Lse[row] * LOG2E
+            st[0] = Lse[row]
             st[2] = TargetCoef[row]
             st[1] = st[2] + GradLse[row]
             st[3] = st[2] * uniform_weight
@@ -241,7 +242,7 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
             for u in T.unroll(unroll):
                 for k in T.unroll(vector):
                     g[u * vector + k] = T.cast(
-                        st[1] * T.exp2(T.cast(a[u * vector + k], ACCUM) * LOG2E - st[0]) - st[3]
+                        st[1] * T.exp2((T.cast(a[u * vector + k], ACCUM) - st[0]) * LOG2E) - st[3]
                         - T.if_then_else(bx * tile + u * chunk + tx * vector + k == col[0],
                                          st[2] * target_weight, T.cast(0, ACCUM)),
                         dtype,
