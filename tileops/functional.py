@@ -21,9 +21,18 @@ from tileops.ops import (
     MulFwdOp,
     SiluAndMulFwdOp,
     GeluAndMulFwdOp,
+    CrossEntropyFwdOp,
     RMSNormFwdOp,
     LayerNormFwdOp,
     FusedAddRMSNormFwdOp,
+    SumFwdOp,
+    MeanFwdOp,
+    AmaxFwdOp,
+    AminFwdOp,
+    VarFwdOp,
+    LogSumExpFwdOp,
+    ArgmaxFwdOp,
+    L2NormFwdOp,
     CumsumFwdOp,
     CumprodFwdOp,
     SoftmaxFwdOp,
@@ -33,14 +42,21 @@ from tileops.ops.op_base import SHARED_INSTANCE
 
 __all__ = [
     "add",
+    "amax",
+    "amin",
+    "argmax",
+    "cross_entropy",
     "cumprod",
     "cumsum",
     "exp",
     "fused_add_rms_norm",
     "gelu",
     "gelu_and_mul",
+    "l2_norm",
     "layer_norm",
     "log_softmax",
+    "log_sum_exp",
+    "mean",
     "mul",
     "relu",
     "rms_norm",
@@ -48,6 +64,8 @@ __all__ = [
     "silu",
     "silu_and_mul",
     "softmax",
+    "sum",
+    "var",
 ]
 
 
@@ -114,6 +132,13 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
     return GeluAndMulFwdOp._shared_for(x, approximate)(x)
 
 
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = 'mean') -> Tuple[torch.Tensor, torch.Tensor]:
+    """CrossEntropy forward: loss_i = (1 - s) * (lse_i - logits[i, target_i]) + s * (lse_i - mean(logits[i])), 0 where target_i == ignore_index; reduced by none, sum or mean over kept rows. Functional form of ``CrossEntropyFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, reduction, SHARED_INSTANCE)
+    return CrossEntropyFwdOp._shared_for(logits, target, ignore_index, label_smoothing, reduction)(logits, target)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> torch.Tensor:
     """RMSNorm forward: y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight. Functional form of ``RMSNormFwdOp``."""
     if torch.compiler.is_compiling():
@@ -133,6 +158,62 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     if torch.compiler.is_compiling():
         return torch.ops.tileops.fused_add_rms_norm_fwd(x, residual, weight, eps, SHARED_INSTANCE)
     return FusedAddRMSNormFwdOp._shared_for(x, residual, weight, eps)(x, residual, weight)
+
+
+def sum(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+    """Sum forward: y = sum(x, dim). Functional form of ``SumFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.sum_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    return SumFwdOp._shared_for(x, dim, keepdim)(x)
+
+
+def mean(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+    """Mean forward: y = sum(x, dim) / (number of reduced elements). Functional form of ``MeanFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.mean_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    return MeanFwdOp._shared_for(x, dim, keepdim)(x)
+
+
+def amax(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+    """Amax forward: y = max(x, dim). Functional form of ``AmaxFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.amax_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    return AmaxFwdOp._shared_for(x, dim, keepdim)(x)
+
+
+def amin(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+    """Amin forward: y = min(x, dim). Functional form of ``AminFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.amin_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    return AminFwdOp._shared_for(x, dim, keepdim)(x)
+
+
+def var(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False, correction: int = 1) -> torch.Tensor:
+    """Var forward: y = sum((x - mean(x, dim))^2, dim) / max(n - correction, 0). Functional form of ``VarFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.var_fwd(x, dim, keepdim, correction, SHARED_INSTANCE)
+    return VarFwdOp._shared_for(x, dim, keepdim, correction)(x)
+
+
+def log_sum_exp(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+    """LogSumExp forward: y = log(sum(exp(x), dim)), computed stably. Functional form of ``LogSumExpFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.log_sum_exp_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    return LogSumExpFwdOp._shared_for(x, dim, keepdim)(x)
+
+
+def argmax(x: torch.Tensor, dim: Optional[int] = None, keepdim: bool = False) -> torch.Tensor:
+    """Argmax forward: y = index of the first maximum of x along dim (of the flattened x when dim is None). Functional form of ``ArgmaxFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.argmax_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    return ArgmaxFwdOp._shared_for(x, dim, keepdim)(x)
+
+
+def l2_norm(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+    """L2Norm forward: y = sqrt(sum(x^2, dim)). Functional form of ``L2NormFwdOp``."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.l2_norm_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    return L2NormFwdOp._shared_for(x, dim, keepdim)(x)
 
 
 def cumsum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

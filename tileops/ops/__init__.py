@@ -33,6 +33,20 @@ from .elementwise import SiluAndMulFwdOp
 from .elementwise import SiluBwdOp
 from .elementwise import SiluFwdOp
 
+# --- loss (generated) ---
+from .loss import CrossEntropyBwdOp
+from .loss import CrossEntropyFwdOp
+
+# --- reduction (generated) ---
+from .reduction import AmaxFwdOp
+from .reduction import AminFwdOp
+from .reduction import ArgmaxFwdOp
+from .reduction import L2NormFwdOp
+from .reduction import LogSumExpFwdOp
+from .reduction import MeanFwdOp
+from .reduction import SumFwdOp
+from .reduction import VarFwdOp
+
 __all__ = [
     "RMSNormFwdOp",
     "CumsumFwdOp",
@@ -59,4 +73,14 @@ __all__ = [
     "RMSNormBwdOp",
     "CumprodFwdOp",
     "CumsumBwdOp",
+    "CrossEntropyBwdOp",
+    "CrossEntropyFwdOp",
+    "AmaxFwdOp",
+    "AminFwdOp",
+    "ArgmaxFwdOp",
+    "L2NormFwdOp",
+    "LogSumExpFwdOp",
+    "MeanFwdOp",
+    "SumFwdOp",
+    "VarFwdOp",
 ]
