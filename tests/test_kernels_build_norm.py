@@ -56,8 +56,10 @@ def test_longer_forward_rows_are_streamed() -> None:
 
 
 @pytest.mark.parametrize("cls, N, dtype, program, in_registers, in_shared", [
-    (RMSNormBwdKernel, 4096, torch.bfloat16, RESIDENT, True, 0),
-    (LayerNormBwdKernel, 4096, torch.float32, RESIDENT, True, 0),
+    (RMSNormBwdKernel, 1024, torch.bfloat16, RESIDENT, True, 0),
+    (LayerNormBwdKernel, 1024, torch.float32, RESIDENT, True, 0),
+    (RMSNormBwdKernel, 4096, torch.bfloat16, RESIDENT, False, 1),
+    (LayerNormBwdKernel, 4096, torch.float32, RESIDENT, False, 2),
     (LayerNormBwdKernel, 4097, torch.float32, RESIDENT, False, 2),
     (RMSNormBwdKernel, 16384, torch.bfloat16, RESIDENT, False, 1),
     (LayerNormBwdKernel, 16384, torch.bfloat16, RESIDENT, False, 2),
@@ -76,13 +78,13 @@ def test_backward_programs_and_where_partial_sums_live(cls, N, dtype, program, i
 
 def test_backward_launches_as_many_row_groups_as_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(NormBwdKernel, "sm_count", lambda self, device: 132)
-    resident = RMSNormBwdKernel(4096, torch.bfloat16)  # 512 threads a row, 1024 threads per SM
-    assert resident.partial_rows(32768, torch.device("cpu")) == 2 * 132
+    resident = RMSNormBwdKernel(4096, torch.bfloat16)  # 256 threads a row, 1024 threads per SM
+    assert resident.partial_rows(32768, torch.device("cpu")) == 4 * 132
     assert resident.partial_rows(3, torch.device("cpu")) == 3
     tiny = LayerNormBwdKernel(3, torch.float32)  # many rows per block; whole blocks only
     layout = tiny.layout()
     assert tiny.partial_rows(1, torch.device("cpu")) == layout.rows_per_block
-    wide = RMSNormBwdKernel(32768, torch.bfloat16)  # 128 KiB of partial sums: one block per SM
+    wide = RMSNormBwdKernel(32768, torch.bfloat16)  # streamed, 128 KiB of partial sums: one block per SM
     assert wide.partial_rows(8192, torch.device("cpu")) == 132
 
 
@@ -126,15 +128,17 @@ def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
 
 @needs_nvcc
 @pytest.mark.parametrize("cls, N, dtype, has_weight", [
-    (RMSNormBwdKernel, 4096, torch.bfloat16, True),
+    (RMSNormBwdKernel, 1024, torch.bfloat16, True),
     (LayerNormBwdKernel, 16384, torch.bfloat16, True),
     (LayerNormBwdKernel, 32768, torch.bfloat16, False),
-], ids=["rms-bwd-4096-partials-in-registers", "layer-bwd-16384-partials-in-shared-memory",
+], ids=["rms-bwd-1024-partials-in-registers", "layer-bwd-16384-partials-in-shared-memory",
         "layer-bwd-32768-streamed-no-weight"])
 def test_backward_programs_build_for_sm90(cls, N, dtype, has_weight) -> None:
     kernel = cls(N, dtype)
     source = _source(kernel, kernel.main_program(), has_weight=has_weight)
     assert "__global__" in source and "int64_t" in source
     assert "atomic" not in source.lower()  # partial sums have one owner each
-    assert f"__launch_bounds__({kernel.layout().block_threads if kernel.main_program() == RESIDENT else 1024}" in source
+    layout = kernel.layout()
+    threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
+    assert f"__launch_bounds__({threads}, {kernel.blocks_per_sm(layout)})" in source
     assert "__global__" in _source(kernel, COLUMN_SUM)

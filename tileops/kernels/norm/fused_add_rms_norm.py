@@ -18,6 +18,7 @@ import torch
 from tileops.kernels.kernel_base import torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
     ACCUM,
+    MAX_ROWS_PER_LAUNCH,
     MAX_THREADS,
     VECTOR_BYTES,
     RowLayout,
@@ -138,7 +139,8 @@ def _streamed_program(N: int, dtype: str, eps: float, layout: StreamLayout) -> A
                 for u in T.unroll(unroll):
                     if valid(step, u, tx):
                         for k in T.vectorized(vector):
-                            RO[row, column(step, u, tx) + k] = T.cast(total(xb[u * vector + k], rb[u * vector + k]), dtype)
+                            RO[row, column(step, u, tx) + k] = T.cast(
+                                total(xb[u * vector + k], rb[u * vector + k]), dtype)
                 for i in T.unroll(unroll * vector):  # missing elements are zeros and add nothing
                     st[0] = st[0] + total(xb[i], rb[i]) * total(xb[i], rb[i])
             row_sum(st, 0, scratch, 0, tx)
@@ -182,14 +184,15 @@ class FusedAddRMSNormFwdKernel(RowNormKernel):
 
     def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
         """The resident layout when a row fits in registers under ``config``, else the streamed one."""
-        config = self.config if config is None else config
+        if config is None:
+            return self.cached("layout", lambda: self.layout(self.config))
         resident = resident_layout(self.N, self.dtype, config["per_thread"])
         if resident.per_thread <= RESIDENT_CAP:
             return resident
         return stream_layout(self.N, self.dtype, config["stream_threads"], config["stream_unroll"])
 
     def main_program(self) -> str:
-        return RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED
+        return self.cached("program", lambda: RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED)
 
     def build_program(self, name: str, config: Dict[str, Any]) -> Any:
         layout = self.layout(config)
@@ -211,6 +214,9 @@ class FusedAddRMSNormFwdKernel(RowNormKernel):
                 residual_out: torch.Tensor) -> torch.Tensor:
         """Write ``residual_out = x + residual`` and ``y = rms_norm(residual_out) * weight``; return ``y``."""
         launch = self.launcher(self.main_program())
+        if x.shape[0] <= MAX_ROWS_PER_LAUNCH:
+            launch(x, residual, weight, y, residual_out)
+            return y
         for start, stop in row_slices(x.shape[0]):
             launch(x[start:stop], residual[start:stop], weight, y[start:stop], residual_out[start:stop])
         return y

@@ -2,12 +2,12 @@
 
 Forward: ``y = (x - mean) * rsqrt(var + eps) * weight + bias`` with the
 biased variance; ``weight`` and ``bias`` may each be absent (a separate
-program per combination, so an absent one costs nothing).  Rows that fit in
-registers take the resident program: the mean, then the variance around it
-(two reductions over registers, no cancellation), then the output.  Longer
-rows take the streamed program: one pass accumulates sums of ``x - x[0]`` and
-their squares (shifting by the row's first element keeps the variance
-accurate when the mean is large), a second pass writes.
+program per combination, so an absent one costs nothing).  Both programs
+reduce the sums of ``x - x[0]`` and of their squares in one block reduction
+(shifting by the row's first element keeps the variance accurate when the
+mean is large against the spread).  Rows that fit in registers take the
+resident program (read once, written once); longer rows take the streamed
+program: one pass reduces, a second pass (L2 hits) writes.
 
 The backward (``LayerNormBwdKernel``) shares its programs with RMSNorm's,
 in ``tileops.kernels.norm.backward``.
@@ -23,6 +23,7 @@ from tileops.kernels.kernel_base import torch_dtype_to_tl
 from tileops.kernels.norm.backward import NormBwdKernel
 from tileops.kernels.norm.rows import (
     ACCUM,
+    MAX_ROWS_PER_LAUNCH,
     MAX_THREADS,
     VECTOR_BYTES,
     RowLayout,
@@ -61,12 +62,12 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
     loads = resident_macros(T, layout, M)
     column = loads["column"]
-    row_sum = row_sum_macro(T, row_threads, 1)
+    row_sum = row_sum_macro(T, row_threads, 2)
     inv_n = 1.0 / N
 
     def output(x, W, B, col, st):
         # The affine is read at the store (an L1 hit after the first row), not held in registers.
-        value = (T.cast(x, ACCUM) - st[0]) * st[1]
+        value = (T.cast(x, ACCUM) - st[2]) * st[3]
         if has_weight:
             value = value * T.cast(W[col], ACCUM)
         if has_bias:
@@ -74,33 +75,40 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
         return T.cast(value, dtype)
 
     @T.macro
-    def add_squares(st, xb, j):
+    def add_shifted(st, xb, j):
         for k in T.unroll(vector):
-            st[1] = st[1] + (T.cast(xb[j * vector + k], ACCUM) - st[0]) * (T.cast(xb[j * vector + k], ACCUM) - st[0])
+            st[0] = st[0] + (T.cast(xb[j * vector + k], ACCUM) - st[4])
+            st[1] = st[1] + (T.cast(xb[j * vector + k], ACCUM) - st[4]) * (T.cast(xb[j * vector + k], ACCUM) - st[4])
 
     @T.macro
     def body(X, W, B, Y):
         with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads) as bx:
             tx = T.get_thread_binding()
             xb = T.alloc_local((per_thread,), dtype)
-            st = T.alloc_local((2,), ACCUM)
-            scratch = T.alloc_shared(scratch_shape(layout.block_threads, 1), ACCUM)
+            first = T.alloc_local((vector,), dtype)
+            st = T.alloc_local((5,), ACCUM)
+            scratch = T.alloc_shared(scratch_shape(layout.block_threads, 2), ACCUM)
             row = bx * rows_per_block + tx // row_threads
             lane = tx % row_threads
             loads["load_row"](X, xb, row, lane)
+            # One reduction of the sums of x - shift and their squares: the row's first element
+            # is close enough to the mean to keep the variance from cancelling.  (A vector
+            # load: a scalar access at a row start trips TileLang's pointer-type rewrite for N = 2**15.)
+            st[4] = T.cast(0, ACCUM)
+            if row < M:
+                for k in T.vectorized(vector):
+                    first[k] = X[row, k]
+                st[4] = T.cast(first[0], ACCUM)
             st[0] = T.cast(0, ACCUM)
-            for i in T.unroll(per_thread):  # missing elements are zeros
-                st[0] = st[0] + T.cast(xb[i], ACCUM)
-            row_sum(st, 0, scratch, 0, tx)
-            st[0] = st[0] * inv_n
             st[1] = T.cast(0, ACCUM)
             for j in T.unroll(full_vecs):
-                add_squares(st, xb, j)
+                add_shifted(st, xb, j)
             if has_tail:
                 if column(full_vecs, lane) < N:
-                    add_squares(st, xb, full_vecs)
-            row_sum(st, 1, scratch, 1, tx)
-            st[1] = T.rsqrt(st[1] * inv_n + eps)
+                    add_shifted(st, xb, full_vecs)
+            row_sum(st, 0, scratch, 0, tx)
+            st[2] = st[4] + st[0] * inv_n
+            st[3] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
             if row < M:
                 for j in T.unroll(full_vecs):
                     for k in T.vectorized(vector):
@@ -114,7 +122,8 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
     return _affine_variants(T, M, N, dtype, has_weight, has_bias, body)
 
 
-def _streamed_fwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, has_weight: bool, has_bias: bool) -> Any:
+def _streamed_fwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, has_weight: bool,
+                          has_bias: bool) -> Any:
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
@@ -237,14 +246,15 @@ class LayerNormFwdKernel(RowNormKernel):
 
     def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
         """The resident layout when a row fits in registers under ``config``, else the streamed one."""
-        config = self.config if config is None else config
+        if config is None:
+            return self.cached("layout", lambda: self.layout(self.config))
         resident = resident_layout(self.N, self.dtype, config["per_thread"])
         if resident.per_thread <= RESIDENT_CAP:
             return resident
         return stream_layout(self.N, self.dtype, config["stream_threads"], config["stream_unroll"])
 
     def main_program(self) -> str:
-        return RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED
+        return self.cached("program", lambda: RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED)
 
     def build_program(self, name: str, config: Dict[str, Any], *, has_weight: bool = True,
                       has_bias: bool = True) -> Any:
@@ -266,8 +276,12 @@ class LayerNormFwdKernel(RowNormKernel):
     def forward(self, x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                 y: torch.Tensor) -> torch.Tensor:
         """Write ``layer_norm(x) * weight + bias`` into ``y`` and return it."""
-        launch = self.launcher(self.main_program(), has_bias=bias is not None, has_weight=weight is not None)
+        variant = (("has_bias", bias is not None), ("has_weight", weight is not None))
+        launch = self.launcher(self.main_program(), variant)
         affine = [t for t in (weight, bias) if t is not None]
+        if x.shape[0] <= MAX_ROWS_PER_LAUNCH:
+            launch(x, *affine, y)
+            return y
         for start, stop in row_slices(x.shape[0]):
             launch(x[start:stop], *affine, y[start:stop])
         return y

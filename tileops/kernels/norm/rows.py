@@ -356,8 +356,8 @@ class RowNormKernel(Kernel):
             raise ValueError(f"{name}: N must be positive, got {N}")
         self.N = int(N)
         self.eps = float(eps)
-        # (config object, {program key: launcher}) for the current config.
-        self._bound: Tuple[Optional[Dict[str, Any]], Dict[ProgramKey, Any]] = (None, {})
+        # (config object, {program key or name: launcher or derived value}) for the current config.
+        self._bound: Tuple[Optional[Dict[str, Any]], Dict[Hashable, Any]] = (None, {})
         self._sm_counts: Dict[int, int] = {}
         self._sm_lock = threading.Lock()
         super().__init__(dtype, config=config, tune=tune)
@@ -402,18 +402,33 @@ class RowNormKernel(Kernel):
         return {f"{name}{dict(shape)}": self.compile_program(name, shape, target=SM90_BUILD_TARGET)
                 for name, shape in self.program_keys()}
 
-    def launcher(self, name: str, **shape: Any) -> Any:
-        """The direct launcher of program ``name`` under the current config."""
-        config, launchers = self._bound
-        if config is not self.config:
-            # Launchers are cached per config object: building a compile key per call costs microseconds.
-            config, launchers = self.config, {}
-            self._bound = (config, launchers)
-        key = (name, tuple(sorted(shape.items())))
+    def launcher(self, name: str, shape: Tuple[Tuple[str, Any], ...] = ()) -> Any:
+        """The direct launcher of program ``name`` (shape items sorted by name) under the current config."""
+        launchers = self.derived()
+        key = (name, shape)
         launcher = launchers.get(key)
         if launcher is None:
-            launcher = launchers[key] = direct_launcher(self.compile_program(name, key[1]))
+            launcher = launchers[key] = direct_launcher(self.compile_program(name, shape))
         return launcher
+
+    def derived(self) -> Dict[Hashable, Any]:
+        """A cache of what follows from the current config alone (launchers, layouts).
+
+        Calls run on the host for every launch; recomputing layouts and compile
+        keys each time would cost microseconds.
+        """
+        config, cache = self._bound
+        if config is not self.config:
+            config, cache = self.config, {}
+            self._bound = (config, cache)
+        return cache
+
+    def cached(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per config."""
+        cache = self.derived()
+        if name not in cache:
+            cache[name] = compute()
+        return cache[name]
 
     def sm_count(self, device: torch.device) -> int:
         index = device.index if device.index is not None else torch.cuda.current_device()
