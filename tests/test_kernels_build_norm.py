@@ -142,3 +142,57 @@ def test_backward_programs_build_for_sm90(cls, N, dtype, has_weight) -> None:
     threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
     assert f"__launch_bounds__({threads}, {kernel.blocks_per_sm(layout)})" in source
     assert "__global__" in _source(kernel, COLUMN_SUM)
+
+
+# ---- host side of a launch (programs replaced by recorders) --------------------------------------------
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def launcher(self, kernel: Any, name: str, shape: tuple = ()) -> Any:
+        return lambda *args: self.calls.append((name, shape, args))
+
+
+def _record(monkeypatch: pytest.MonkeyPatch) -> _Recorder:
+    from tileops.kernels.norm.rows import RowNormKernel
+
+    recorder = _Recorder()
+    monkeypatch.setattr(RowNormKernel, "launcher", lambda self, name, shape=(): recorder.launcher(self, name, shape))
+    monkeypatch.setattr(NormBwdKernel, "sm_count", lambda self, device: 132)
+    return recorder
+
+
+def test_layer_norm_forward_launches_the_variant_of_the_affine_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = _record(monkeypatch)
+    kernel = LayerNormFwdKernel(64, torch.float32)
+    x, bias, y = torch.randn(5, 64), torch.randn(64), torch.empty(5, 64)
+    assert kernel.forward(x, None, bias, y) is y
+    [(name, shape, args)] = recorder.calls
+    assert name == kernel.main_program() and dict(shape) == {"has_weight": False, "has_bias": True}
+    assert args[0] is x and args[1] is bias and args[2] is y
+
+
+def test_backward_launches_rows_then_column_sums(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = _record(monkeypatch)
+    kernel = LayerNormBwdKernel(4096, torch.bfloat16)
+    grad_y, x = torch.randn(300, 4096, dtype=torch.bfloat16), torch.randn(300, 4096, dtype=torch.bfloat16)
+    grad_x, grad_weight, grad_bias = torch.empty_like(x), torch.empty(4096, dtype=x.dtype), torch.empty(4096, dtype=x.dtype)
+    kernel.forward(grad_y, x, None, grad_x, grad_weight, grad_bias)
+    (rows_name, rows_shape, rows_args), *sums = recorder.calls
+    assert rows_name == kernel.main_program() and dict(rows_shape) == {"has_weight": False}
+    assert rows_args[0] is grad_y and rows_args[1] is x and rows_args[2] is grad_x
+    partial_w, partial_b = rows_args[3], rows_args[4]
+    assert partial_w.shape == partial_b.shape == (kernel.partial_rows(300, x.device), 4096)
+    assert partial_w.dtype == torch.float32
+    assert [(name, args[1]) for name, _, args in sums] == [(COLUMN_SUM, grad_weight), (COLUMN_SUM, grad_bias)]
+
+
+def test_backward_of_no_rows_zeroes_the_affine_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = _record(monkeypatch)
+    kernel = RMSNormBwdKernel(8, torch.float32)
+    grad_weight = torch.full((8,), float("nan"))
+    empty = torch.empty(0, 8)
+    kernel.forward(empty, empty, torch.ones(8), torch.empty(0, 8), grad_weight)
+    assert recorder.calls == [] and torch.equal(grad_weight, torch.zeros(8))

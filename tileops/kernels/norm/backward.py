@@ -643,11 +643,14 @@ class NormBwdKernel(RowNormKernel):
         partials = torch.empty((self.accumulators, sum(groups), self.N), dtype=torch.float32, device=x.device)
         launch = self.launcher(self.main_program(), (("has_weight", weight is not None),))
         affine = [] if weight is None else [weight]
-        first = 0
-        for (start, stop), count in zip(slices, groups):
-            launch(grad_y[start:stop], x[start:stop], *affine, grad_x[start:stop],
-                   *(partials[a, first:first + count] for a in range(self.accumulators)))
-            first += count
+        if len(slices) == 1:  # the usual case: no slicing on the host path
+            launch(grad_y, x, *affine, grad_x, *(partials[a] for a in range(self.accumulators)))
+        else:
+            first = 0
+            for (start, stop), count in zip(slices, groups):
+                launch(grad_y[start:stop], x[start:stop], *affine, grad_x[start:stop],
+                       *(partials[a, first:first + count] for a in range(self.accumulators)))
+                first += count
         column_sum = self.launcher(COLUMN_SUM)
         for a, grad in enumerate(grads):
             column_sum(partials[a], grad)

@@ -2,12 +2,12 @@
 
 Forward: ``y = (x - mean) * rsqrt(var + eps) * weight + bias`` with the
 biased variance; ``weight`` and ``bias`` may each be absent (a separate
-program per combination, so an absent one costs nothing).  Both programs
-reduce the sums of ``x - x[0]`` and of their squares in one block reduction
-(shifting by the row's first element keeps the variance accurate when the
-mean is large against the spread).  Rows that fit in registers take the
-resident program (read once, written once); longer rows take the streamed
-program: one pass reduces, a second pass (L2 hits) writes.
+program per combination, so an absent one costs nothing).  Rows that fit in
+registers take the resident program: the mean, then the variance around it
+(two reductions over registers, no cancellation), then the output.  Longer
+rows take the streamed program: one pass accumulates sums of ``x - x[0]`` and
+their squares (shifting by the row's first element keeps the variance
+accurate when the mean is large), a second pass writes.
 
 The backward (``LayerNormBwdKernel``) shares its programs with RMSNorm's,
 in ``tileops.kernels.norm.backward``.
@@ -62,12 +62,12 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
     loads = resident_macros(T, layout, M)
     column = loads["column"]
-    row_sum = row_sum_macro(T, row_threads, 2)
+    row_sum = row_sum_macro(T, row_threads, 1)
     inv_n = 1.0 / N
 
     def output(x, W, B, col, st):
         # The affine is read at the store (an L1 hit after the first row), not held in registers.
-        value = (T.cast(x, ACCUM) - st[2]) * st[3]
+        value = (T.cast(x, ACCUM) - st[0]) * st[1]
         if has_weight:
             value = value * T.cast(W[col], ACCUM)
         if has_bias:
@@ -75,40 +75,33 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
         return T.cast(value, dtype)
 
     @T.macro
-    def add_shifted(st, xb, j):
+    def add_squares(st, xb, j):
         for k in T.unroll(vector):
-            st[0] = st[0] + (T.cast(xb[j * vector + k], ACCUM) - st[4])
-            st[1] = st[1] + (T.cast(xb[j * vector + k], ACCUM) - st[4]) * (T.cast(xb[j * vector + k], ACCUM) - st[4])
+            st[1] = st[1] + (T.cast(xb[j * vector + k], ACCUM) - st[0]) * (T.cast(xb[j * vector + k], ACCUM) - st[0])
 
     @T.macro
     def body(X, W, B, Y):
         with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads) as bx:
             tx = T.get_thread_binding()
             xb = T.alloc_local((per_thread,), dtype)
-            first = T.alloc_local((vector,), dtype)
-            st = T.alloc_local((5,), ACCUM)
-            scratch = T.alloc_shared(scratch_shape(layout.block_threads, 2), ACCUM)
+            st = T.alloc_local((2,), ACCUM)
+            scratch = T.alloc_shared(scratch_shape(layout.block_threads, 1), ACCUM)
             row = bx * rows_per_block + tx // row_threads
             lane = tx % row_threads
             loads["load_row"](X, xb, row, lane)
-            # One reduction of the sums of x - shift and their squares: the row's first element
-            # is close enough to the mean to keep the variance from cancelling.  (A vector
-            # load: a scalar access at a row start trips TileLang's pointer-type rewrite for N = 2**15.)
-            st[4] = T.cast(0, ACCUM)
-            if row < M:
-                for k in T.vectorized(vector):
-                    first[k] = X[row, k]
-                st[4] = T.cast(first[0], ACCUM)
             st[0] = T.cast(0, ACCUM)
+            for i in T.unroll(per_thread):  # missing elements are zeros
+                st[0] = st[0] + T.cast(xb[i], ACCUM)
+            row_sum(st, 0, scratch, 0, tx)
+            st[0] = st[0] * inv_n
             st[1] = T.cast(0, ACCUM)
             for j in T.unroll(full_vecs):
-                add_shifted(st, xb, j)
+                add_squares(st, xb, j)
             if has_tail:
                 if column(full_vecs, lane) < N:
-                    add_shifted(st, xb, full_vecs)
-            row_sum(st, 0, scratch, 0, tx)
-            st[2] = st[4] + st[0] * inv_n
-            st[3] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
+                    add_squares(st, xb, full_vecs)
+            row_sum(st, 1, scratch, 1, tx)
+            st[1] = T.rsqrt(st[1] * inv_n + eps)
             if row < M:
                 for j in T.unroll(full_vecs):
                     for k in T.vectorized(vector):
