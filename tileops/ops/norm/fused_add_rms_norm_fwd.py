@@ -118,7 +118,7 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
 
     def eval_roofline(self, x_shape: Tuple[int, ...], residual_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
-        M = rules.numel(x_shape) // self.N
+        M = rules.numel(x_shape) // self.N if self.N else 0
         flops = 5 * M * self.N
         moved = (4 * M * self.N + self.N) * elem_bytes
         return int(flops), int(moved)

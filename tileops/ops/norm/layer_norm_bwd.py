@@ -86,7 +86,7 @@ class LayerNormBwdOp(NormBwdOp):
 
     def reference(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
-        return (torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps) * ((grad_y if weight is None else grad_y * weight) - (grad_y if weight is None else grad_y * weight).mean(-1, keepdim=True) - (x - x.mean(-1, keepdim=True)) * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps) * ((grad_y if weight is None else grad_y * weight) * (x - x.mean(-1, keepdim=True)) * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps)).mean(-1, keepdim=True)), (grad_y * (x - x.mean(-1, keepdim=True)) * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps)).reshape(-1, self.N).sum(0), grad_y.reshape(-1, self.N).sum(0))
+        return (torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps) * ((grad_y if weight is None else grad_y * weight) - (grad_y if weight is None else grad_y * weight).mean(-1, keepdim=True) - (x - x.mean(-1, keepdim=True)) * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps) * ((grad_y if weight is None else grad_y * weight) * (x - x.mean(-1, keepdim=True)) * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps)).mean(-1, keepdim=True)), (grad_y * (x - x.mean(-1, keepdim=True)) * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps)).reshape(torch.Size(x.shape[:-1]).numel(), self.N).sum(0), grad_y.reshape(torch.Size(x.shape[:-1]).numel(), self.N).sum(0))
 
     def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """This call through the registered custom op (for torch.compile and autograd)."""
@@ -119,7 +119,7 @@ class LayerNormBwdOp(NormBwdOp):
 
     def eval_roofline(self, grad_y_shape: Tuple[int, ...], x_shape: Tuple[int, ...], weight_shape: Optional[Tuple[int, ...]]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
-        M = rules.numel(x_shape) // self.N
+        M = rules.numel(x_shape) // self.N if self.N else 0
         flops = 15 * M * self.N
         moved = (3 * M * self.N + 3 * self.N) * elem_bytes
         return int(flops), int(moved)

@@ -123,7 +123,7 @@ class LayerNormFwdOp(LayerNormOp):
 
     def eval_roofline(self, x_shape: Tuple[int, ...], weight_shape: Optional[Tuple[int, ...]], bias_shape: Optional[Tuple[int, ...]]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
-        M = rules.numel(x_shape) // self.N
+        M = rules.numel(x_shape) // self.N if self.N else 0
         flops = 7 * M * self.N
         moved = (2 * M * self.N + 2 * self.N) * elem_bytes
         return int(flops), int(moved)

@@ -86,7 +86,7 @@ class RMSNormBwdOp(NormBwdOp):
 
     def reference(self, grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
-        return (torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (grad_y * weight - x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps).pow(2) * (grad_y * weight * x).mean(-1, keepdim=True)), (grad_y * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).reshape(-1, self.N).sum(0))
+        return (torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (grad_y * weight - x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps).pow(2) * (grad_y * weight * x).mean(-1, keepdim=True)), (grad_y * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).reshape(torch.Size(x.shape[:-1]).numel(), self.N).sum(0))
 
     def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """This call through the registered custom op (for torch.compile and autograd)."""
@@ -118,7 +118,7 @@ class RMSNormBwdOp(NormBwdOp):
 
     def eval_roofline(self, grad_y_shape: Tuple[int, ...], x_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
-        M = rules.numel(x_shape) // self.N
+        M = rules.numel(x_shape) // self.N if self.N else 0
         flops = 11 * M * self.N
         moved = (3 * M * self.N + 2 * self.N) * elem_bytes
         return int(flops), int(moved)

@@ -116,7 +116,7 @@ class RMSNormFwdOp(NormOp):
 
     def eval_roofline(self, x_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
-        M = rules.numel(x_shape) // self.N
+        M = rules.numel(x_shape) // self.N if self.N else 0
         flops = 4 * M * self.N
         moved = (2 * M * self.N + self.N) * elem_bytes
         return int(flops), int(moved)
