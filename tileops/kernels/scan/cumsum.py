@@ -161,11 +161,11 @@ def _validate_row_config(N: int, threads: int, items: int, row_threads: int, seg
         return n >= 1 and n & (n - 1) == 0
 
     if not (WARP <= threads <= MAX_THREADS and pow2(threads)):
-        raise ValueError(f"CumsumFwdKernel: threads must be a power of two in [32, 1024], got {threads}")
+        raise ValueError(f"scan kernel: threads must be a power of two in [32, 1024], got {threads}")
     if not (pow2(row_threads) and row_threads <= threads):
-        raise ValueError(f"CumsumFwdKernel: row_threads must be a power of two <= threads, got {row_threads}")
+        raise ValueError(f"scan kernel: row_threads must be a power of two <= threads, got {row_threads}")
     if items < 1 or segments < 1:
-        raise ValueError(f"CumsumFwdKernel: items and segments must be positive, got {items}, {segments}")
+        raise ValueError(f"scan kernel: items and segments must be positive, got {items}, {segments}")
 
 
 def _segment_layout(N: int, items: int, row_threads: int, segments: int) -> Tuple[int, int]:
@@ -416,7 +416,7 @@ def row_scan_program(
         return cumsum_split_row_scan
 
     if mode != "lookback":
-        raise ValueError(f"CumsumFwdKernel: unknown row scan mode {mode!r}")
+        raise ValueError(f"scan kernel: unknown row scan mode {mode!r}")
     tiles = total_chunks
 
     @T.macro
@@ -638,7 +638,7 @@ def column_scan_program(
         or vector not in (1, 2, 4, 8)
     ):
         raise ValueError(
-            f"CumsumFwdKernel: bad column config threads={threads} items={column_items} "
+            f"scan kernel: bad column config threads={threads} items={column_items} "
             f"tile={tile} vector={vector}"
         )
     positions = threads // tile  # threads that share one column
