@@ -150,3 +150,18 @@ def test_backward_matches_autograd_of_the_reference(spec) -> None:
             if not theirs.is_floating_point():
                 continue
             torch.testing.assert_close(mine.grad.double(), theirs.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_absent_optional_inputs_get_no_gradient() -> None:
+    from tileops.ops import LayerNormFwdOp
+
+    x = torch.randn(3, 8, requires_grad=True)
+    weight = torch.randn(8, requires_grad=True)
+    # Straight through the custom op: autograd must get no gradient for the absent bias.
+    out = LayerNormFwdOp(N=8, dtype=torch.float32)._library_call(x, weight, None)
+    out.square().sum().backward()
+    expected_x = x.detach().clone().requires_grad_()
+    expected_w = weight.detach().clone().requires_grad_()
+    torch.nn.functional.layer_norm(expected_x, (8,), expected_w, None, 1e-5).square().sum().backward()
+    torch.testing.assert_close(x.grad, expected_x.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(weight.grad, expected_w.grad, rtol=1e-4, atol=1e-5)

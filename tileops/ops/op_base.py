@@ -356,6 +356,8 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
     def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:  # names fixed by torch
         ctx.op = instance(inputs)
         tensors = inputs[:n_inputs]
+        # Autograd refuses a gradient for an optional input that was None.
+        ctx.present = tuple(t is not None for t in tensors)
         if backward is None:
             ctx.save_for_backward(*tensors)
             return
@@ -370,7 +372,8 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
                  **{f"grad_{o}": g for o, g in zip(output_names, grads)}}
         result = ctx.op.backward_op()._library_call(*(named[n] for n in backward.inputs))
         by_name = dict(zip(backward.outputs, result if isinstance(result, tuple) else (result,)))
-        return tuple(by_name.get(f"grad_{n}") for n in input_names) + no_grads
+        return tuple(by_name.get(f"grad_{n}") if present else None
+                     for n, present in zip(input_names, ctx.present)) + no_grads
 
     library_op = torch.library.custom_op(name, kernel, mutates_args=(), schema=schema)
     library_op.register_fake(fake)
