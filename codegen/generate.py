@@ -12,13 +12,13 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import registry
 from .errors import ManifestError, ManifestErrors
 from .loader import ROOT
 from .model import Manifest, OpSpec, snake_case
-from .render import TEMPLATE_DIR, _environment, render_functional, render_op
+from .render import _environment, render_functional, render_op
 
 __all__ = ["Plan", "plan", "write", "check", "GENERATED_MARKER", "SKELETON_MARKER"]
 
@@ -196,6 +196,3 @@ def check(result: Plan, root: Path = ROOT) -> List[str]:
         diffs.append(f"{rel} is generated for an op that is no longer in the manifest (run `make gen`)\n")
     return diffs
 
-
-def template_files() -> Iterable[Path]:
-    return sorted(TEMPLATE_DIR.rglob("*.j2"))

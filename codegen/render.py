@@ -14,7 +14,7 @@ from typing import Dict
 
 import jinja2
 
-from .model import Manifest, OpSpec, snake_case
+from .model import Manifest, OpSpec
 from .view import FunctionView, OpView
 
 __all__ = ["SLOTS", "SECTIONS", "render_slot", "render_section", "render_op", "render_functional", "TEMPLATE_DIR"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from . import rules
-from .model import OpSpec, ParamSpec, TensorSpec, snake_case
+from .model import OpSpec, snake_case
 
 __all__ = ["OpView", "FunctionView", "forward_naming", "shapes_naming"]
 
@@ -60,13 +60,7 @@ def shapes_naming(op: OpSpec, local_names: Sequence[str] = ()) -> rules.Naming:
     )
 
 
-def _py_type(param: ParamSpec) -> str:
-    return param.type
-
-
 def _literal(value: object) -> str:
-    if isinstance(value, float):
-        return repr(value)
     return repr(value)
 
 
@@ -129,13 +123,6 @@ class OpView:
             return "from ..op_base import Op"
         return f"from .base import {self.op.op_base}"
 
-    @property
-    def uses_rule_helpers(self) -> bool:
-        exprs = [r.expr for r in self.op.shape_rules] + [r.shape for r in self.op.output_rules]
-        exprs += [v[1] for v in self.op.roofline.vars] + [self.op.roofline.flops, self.op.roofline.bytes]
-        return any(isinstance(node, rules.Call) and _helper(node.func).startswith("rules.")
-                   for expr in exprs for node in rules._walk(expr))
-
     # ---- S12 / S13 -----------------------------------------------------------------
     @property
     def init_params(self) -> List[str]:
@@ -143,7 +130,7 @@ class OpView:
         out.append("dtype: torch.dtype")
         for p in self.op.params:
             default = f" = {_literal(p.default)}" if p.has_default else ""
-            out.append(f"{p.name}: {_py_type(p)}{default}")
+            out.append(f"{p.name}: {p.type}{default}")
         out.append("kernel_map: Optional[Dict[str, Type[Kernel]]] = None")
         out.append("tune: bool = False")
         return out
@@ -404,9 +391,6 @@ class OpView:
     def registration_import(self) -> str:
         return f"from .{self.op.module} import {self.op.name}"
 
-    def tensor(self, name: str) -> TensorSpec:
-        return self.op.tensor(name)
-
 
 class FunctionView:
     """Template-facing view of one function of ``tileops.functional``."""
@@ -421,7 +405,7 @@ class FunctionView:
         out = [p.split(" = ")[0] + (" = None" if "Optional" in p else "") for p in self.view.forward_params]
         for p in self.op.params:
             default = f" = {_literal(p.default)}" if p.has_default else ""
-            out.append(f"{p.name}: {_py_type(p)}{default}")
+            out.append(f"{p.name}: {p.type}{default}")
         return out
 
     @property
