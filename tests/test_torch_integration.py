@@ -165,3 +165,19 @@ def test_absent_optional_inputs_get_no_gradient() -> None:
     torch.nn.functional.layer_norm(expected_x, (8,), expected_w, None, 1e-5).square().sum().backward()
     torch.testing.assert_close(x.grad, expected_x.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(weight.grad, expected_w.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("with_weight, with_bias", [(False, False), (True, False), (False, True), (True, True)])
+def test_layer_norm_gradients_with_any_affine(with_weight: bool, with_bias: bool) -> None:
+    from tileops.ops import LayerNormFwdOp
+
+    x = torch.randn(3, 8, requires_grad=True)
+    weight = torch.randn(8, requires_grad=True) if with_weight else None
+    bias = torch.randn(8, requires_grad=True) if with_bias else None
+    LayerNormFwdOp(N=8, dtype=torch.float32)(x, weight, bias).square().sum().backward()
+    ours = [t for t in (x, weight, bias) if t is not None]
+    theirs = [t.detach().clone().requires_grad_() for t in ours]
+    named = dict(zip([n for n, t in (("x", x), ("weight", weight), ("bias", bias)) if t is not None], theirs))
+    torch.nn.functional.layer_norm(named["x"], (8,), named.get("weight"), named.get("bias")).square().sum().backward()
+    for mine, expected in zip(ours, theirs):
+        torch.testing.assert_close(mine.grad, expected.grad, rtol=1e-4, atol=1e-5)

@@ -92,18 +92,6 @@ class LayerNormOp(NormOp):
 
     kernel_key = "layer_norm_fwd"
 
-    def _dispatch(self, x: torch.Tensor, weight: Optional[torch.Tensor] = None,
-                  bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-        if (weight is None or bias is None) and torch.is_grad_enabled() and any(
-                t is not None and t.requires_grad for t in (x, weight, bias)):
-            # The custom op's autograd returns a gradient for every tensor argument,
-            # and autograd refuses one for an argument that was None.  A differentiable
-            # call therefore passes an absent affine as its identity (ones, zeros),
-            # which does not require grad: its gradient is computed and dropped.
-            weight = x.new_ones(self.N) if weight is None else weight
-            bias = x.new_zeros(self.N) if bias is None else bias
-        return super()._dispatch(x, weight, bias)
-
     def _run_kernel(self, x: torch.Tensor, weight: Optional[torch.Tensor],
                     bias: Optional[torch.Tensor]) -> torch.Tensor:
         """``y`` shaped like ``x``."""
