@@ -1,7 +1,7 @@
 """``python -m benchmarks`` (``make bench``): ceilings, then every case, then the reports.
 
     python -m benchmarks [--ops RMSNormFwdOp ...] [--workloads llama-4k ...] [--dtypes bfloat16]
-                         [--results-dir DIR] [--no-compile] [--no-plot] [--list]
+                         [--results-dir DIR] [--no-compile] [--no-plot] [--list] [--jobs N]
 
 Writes ``<results-dir>/<gpu>.csv`` (rows appended as each case finishes), ``<gpu>.md``
 (this run's summary) and ``<gpu>.png``, and prints the summary table. Exit status 1
@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="warm-up per variant")
     parser.add_argument("--rep-ms", type=float, default=150.0, help="timed repetitions per variant, in ms")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="processes that compile every case ahead of the timed run "
+                             "(default: half the cores, at most 8; 0: compile while timing)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,6 +109,7 @@ def _run(args: argparse.Namespace, manifest, cases) -> int:
 
     from .ceilings import measure_ceilings
     from .plot import plot_sol
+    from .prewarm import default_jobs, prewarm
     from .results import RunInfo, append_csv, gpu_slug, read_csv, render_markdown, render_table, result_rows
     from .runner import RunContext, run_cases
     from .timing import CudaBackend, TimingSettings
@@ -114,6 +118,8 @@ def _run(args: argparse.Namespace, manifest, cases) -> int:
     began = time.perf_counter()
     device = torch.device("cuda")
     gpu = torch.cuda.get_device_name(device)
+    # Compiling is most of a cold run; workers fill the on-disk caches first, in parallel.
+    prewarm(cases, default_jobs() if args.jobs is None else args.jobs, with_compile=not args.no_compile)
     backend = CudaBackend(device, TimingSettings(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms))
     logger.info("%s: %d cases; measuring ceilings", gpu, len(cases))
     ceilings = measure_ceilings(backend, device)

@@ -1,0 +1,117 @@
+"""Fill the compile caches for a benchmark run in parallel worker processes.
+
+Every variant's first call compiles: TileLang programs for ``tileops`` and inductor
+graphs plus Triton kernels for ``compile``. One process compiles them one after
+another, which dominates a cold run. Here each worker process (spawned, one CUDA
+context each) sets a case up and calls every variant once; TileLang's on-disk cache
+and inductor's FX-graph and Triton caches then serve the timed run, which loads
+instead of compiling.
+
+Nothing is checked or timed here, and a failure only means the timed run compiles
+that case itself (and reports what went wrong there), so failures are logged, not
+raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, List, Optional, Sequence, Tuple
+
+__all__ = ["prewarm", "warm_case"]
+
+logger = logging.getLogger(__name__)
+
+# (op name, workload label, dtype): what a worker needs to find its case again.
+CaseKey = Tuple[str, str, str]
+
+
+def _find_case(key: CaseKey) -> Tuple[Any, Any]:
+    """The manifest and the one case ``key`` names."""
+    from codegen.loader import load_manifest
+
+    from .workloads import load_entries, select_cases
+
+    op, label, dtype = key
+    manifest = load_manifest()
+    cases = select_cases(manifest, load_entries(), [op], [label], [dtype])
+    if len(cases) != 1:
+        raise LookupError(f"{'/'.join(key)} selects {len(cases)} cases")
+    return manifest, cases[0]
+
+
+def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tuple[CaseKey, float, str]:
+    """Call every variant of one case once; returns its key, seconds and an error note ("" if none)."""
+    import torch
+
+    from .runner import RunContext, _variants_and_inputs
+    from .variants import default_compiler
+    from .workloads import constructor_kwargs
+
+    began = time.perf_counter()
+    try:
+        manifest, case = _find_case(key)
+        device = torch.device(device_name)
+        ctx = RunContext(manifest, None, device,  # no timing here: no backend
+                         compiler=default_compiler if with_compile else None,
+                         generator=torch.Generator(device).manual_seed(0))
+        op = ctx.resolve(case.spec)(**constructor_kwargs(case.spec, case.workload, getattr(torch, case.dtype)))
+        variants, make_inputs, _ = _variants_and_inputs(case, op, ctx)
+        inputs = make_inputs()
+        for variant in variants:
+            variant.bind(inputs)()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        note = ""
+    except Exception as exc:  # noqa: BLE001 - the timed run reports it properly
+        note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    finally:
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return key, time.perf_counter() - began, note
+
+
+def prewarm(cases: Sequence[Any], jobs: int, with_compile: bool = True,
+            device_name: str = "cuda") -> List[Tuple[CaseKey, str]]:
+    """Warm every case in ``jobs`` spawned processes; returns the (case, error) pairs that failed."""
+    keys: List[CaseKey] = [(case.spec.name, case.workload.label, case.dtype) for case in cases]
+    if jobs <= 0 or not keys:
+        return []
+    began = time.perf_counter()
+    failures: List[Tuple[CaseKey, str]] = []
+    # spawn: a forked child cannot use the parent's CUDA context.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(keys)), mp_context=context) as pool:
+        futures = {pool.submit(warm_case, key, with_compile, device_name): key for key in keys}
+        for done, future in enumerate(as_completed(futures), 1):
+            key, seconds, note = _result(future, futures[future])
+            if note:
+                failures.append((key, note))
+                logger.warning("prewarm %s failed (the timed run compiles it): %s", "/".join(key), note)
+            else:
+                logger.debug("prewarm %s: %.1f s", "/".join(key), seconds)
+            if done % 20 == 0:
+                logger.info("prewarmed %d/%d cases", done, len(keys))
+    logger.info("prewarmed %d cases with %d processes in %.0f s (%d failed)",
+                len(keys), jobs, time.perf_counter() - began, len(failures))
+    return failures
+
+
+def _result(future: Any, key: CaseKey) -> Tuple[CaseKey, float, str]:
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001 - a worker that died (e.g. out of memory)
+        return key, 0.0, f"worker died: {type(exc).__name__}: {exc}"[:200]
+
+
+def default_jobs(cpu_count: Optional[int] = None) -> int:
+    """Half the cores, at most 8: each worker holds a CUDA context and one case's tensors."""
+    import os
+
+    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    return max(1, min(8, cores // 2))
