@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, List, Set, Tuple
@@ -84,7 +85,8 @@ def main() -> None:
     tasks = collect()
     logger.info("compiling %d reduction programs with %d workers", len(tasks), args.workers)
     failures = 0
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+    # spawn: collecting the tasks may initialise CUDA, which a forked child cannot reuse.
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(compile_task, task) for task in tasks]
         for future in as_completed(futures):
             try:
