@@ -212,8 +212,11 @@ def _autograd_bind(plan: AutogradPlan, reference: Callable[..., Any]) -> Callabl
         by_name = dict(zip(plan.forward.input_names, leaves))
         outputs = dict(zip(plan.forward.output_names, as_outputs(reference(*leaves))))
         named = dict(zip(plan.backward.input_names, inputs.args))
-        roots = [outputs[fwd] for fwd, _ in plan.grad_outputs]
-        seeds = [named[bwd] for _, bwd in plan.grad_outputs]
+        # An absent gradient (an optional input left None) is an output nothing used:
+        # it is no root of the backward, as in a model that ignores it.
+        pairs = [(outputs[fwd], named[bwd]) for fwd, bwd in plan.grad_outputs if named[bwd] is not None]
+        roots = [root for root, _ in pairs]
+        seeds = [seed for _, seed in pairs]
         targets = [by_name[fwd] for _, fwd in plan.wrt]
 
         def backward() -> Tuple[Any, ...]:

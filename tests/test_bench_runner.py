@@ -316,3 +316,17 @@ def test_backward_inputs_are_consistent_with_the_forward(scale_manifest):
     (x,) = made.forward_args
     grad_y, y = made.args
     assert torch.equal(y, torch.exp(x)) and grad_y.shape == y.shape and not torch.equal(grad_y, y)
+
+
+def test_an_absent_gradient_input_is_no_root_of_the_autograd_baseline(manifest):
+    # CrossEntropyBwdOp's entry passes grad_lse=None, as training does: autograd of the
+    # forward's (loss, lse) then differentiates the loss alone.
+    from benchmarks.workloads import load_entries
+
+    spec = manifest.op("CrossEntropyBwdOp")
+    case = Case(spec, next(w for w in spec.workloads if w.label == "tiny-3"), "float32",
+                load_entries()["CrossEntropyBwdOp"])
+    ctx = RunContext(manifest, FakeBackend(), "cpu", compiler=identity_compiler,
+                     generator=torch.Generator().manual_seed(0))
+    result = run_case(case, ctx)
+    assert [(o.variant, o.status) for o in result.outcomes] == [("tileops", "ok"), ("eager", "ok"), ("compile", "ok")]
