@@ -56,23 +56,24 @@ def test_longer_forward_rows_are_streamed() -> None:
 
 
 @pytest.mark.parametrize("cls, N, dtype, program, in_registers, in_shared", [
-    (RMSNormBwdKernel, 1024, torch.bfloat16, RESIDENT, True, 0),
-    (LayerNormBwdKernel, 1024, torch.float32, RESIDENT, True, 0),
-    (RMSNormBwdKernel, 4096, torch.bfloat16, RESIDENT, False, 1),
-    (LayerNormBwdKernel, 4096, torch.float32, RESIDENT, False, 2),
-    (LayerNormBwdKernel, 4097, torch.float32, RESIDENT, False, 2),
-    (RMSNormBwdKernel, 16384, torch.bfloat16, RESIDENT, False, 1),
-    (LayerNormBwdKernel, 16384, torch.bfloat16, RESIDENT, False, 2),
-    (RMSNormBwdKernel, 32768, torch.bfloat16, STREAMED, False, 1),
-    (LayerNormBwdKernel, 32768, torch.bfloat16, STREAMED, False, 1),
-    (RMSNormBwdKernel, 32768, torch.float32, STREAMED, False, 1),
-    (RMSNormBwdKernel, 65537, torch.float16, STREAMED, False, 0),
+    (RMSNormBwdKernel, 1024, torch.bfloat16, RESIDENT, True, (0,)),
+    (LayerNormBwdKernel, 1024, torch.float32, RESIDENT, True, (0, 0)),
+    (RMSNormBwdKernel, 4096, torch.bfloat16, RESIDENT, False, (4096,)),
+    (LayerNormBwdKernel, 4096, torch.float32, RESIDENT, False, (4096, 4096)),
+    (LayerNormBwdKernel, 4097, torch.float32, RESIDENT, False, (4097, 4097)),
+    (RMSNormBwdKernel, 16384, torch.bfloat16, RESIDENT, False, (16384,)),
+    (LayerNormBwdKernel, 16384, torch.bfloat16, RESIDENT, False, (16384, 16384)),
+    (RMSNormBwdKernel, 32768, torch.bfloat16, STREAMED, False, (32768,)),
+    # 212 KiB of shared memory: the weight's sums and the bias's first 21 x 1024 columns.
+    (LayerNormBwdKernel, 32768, torch.bfloat16, STREAMED, False, (32768, 21504)),
+    (RMSNormBwdKernel, 32768, torch.float32, STREAMED, False, (32768,)),
+    (RMSNormBwdKernel, 65537, torch.float16, STREAMED, False, (54272,)),
 ])
 def test_backward_programs_and_where_partial_sums_live(cls, N, dtype, program, in_registers, in_shared) -> None:
     kernel = cls(N, dtype)
     assert kernel.main_program() == program
     assert kernel.partials_in_registers(kernel.layout()) == in_registers
-    assert kernel.smem_accumulators(kernel.layout()) == in_shared
+    assert kernel.smem_columns(kernel.layout()) == in_shared
     assert [name for name, _ in kernel.program_keys()] == [program, COLUMN_SUM]
 
 

@@ -59,10 +59,14 @@ __all__ = ["NormBwdKernel", "norm_bwd_default_config", "RESIDENT", "STREAMED", "
 RESIDENT = "norm_bwd_resident"
 STREAMED = "norm_bwd_streamed"
 COLUMN_SUM = "column_sum"
-# Shared memory the streamed program may give to per-column partial sums, and
-# what an SM offers blocks in all (for the number of blocks that fit at once).
-SMEM_ACC_BUDGET = 160 * 1024
+# Shared memory a block may give to per-column partial sums (an H100 block may
+# have 227 KiB; the rest is left to the row-sum scratch), and what an SM offers
+# blocks in all (for the number of blocks that fit at once).
+SMEM_ACC_BUDGET = 212 * 1024
 SMEM_PER_SM = 220 * 1024
+# Partial sums split between shared memory and the partials buffer change sides
+# at a multiple of this many columns (a multiple of every vector width).
+SMEM_SPLIT_ALIGN = 1024
 
 
 # Bytes of each row tensor a thread may hold in registers when the partial sums live in memory
@@ -94,21 +98,37 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
             "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024}
 
 
-def _accumulator_macros(T: Any, smem_accumulators: int, vector: int) -> Tuple[Any, Any]:
-    """Macro updating partial sum ``index`` (0: weight, 1: bias) of column ``col`` of row group ``group``.
+def smem_offsets(smem_columns: Tuple[int, ...]) -> Tuple[int, ...]:
+    """Where each partial sum's columns start in the flat shared-memory buffer."""
+    return tuple(sum(smem_columns[:index]) for index in range(len(smem_columns)))
 
-    The first ``smem_accumulators`` partial sums live in shared memory
-    (``acc_smem[index, col]``), the others in the group's own row of the
-    partials buffer.  Only the thread that owns a column touches it.
+
+def _accumulator_macros(T: Any, smem_columns: Tuple[int, ...], N: int, vector: int) -> Tuple[Any, Any, Any]:
+    """Macros on partial sum ``index`` (0: weight, 1: bias) of column ``col`` of row group ``group``.
+
+    Columns below ``smem_columns[index]`` of partial sum ``index`` live in
+    shared memory (``acc_smem[offset + col]``), the others in the group's own
+    row of the partials buffer, which then stays in L2: the weight's and the
+    bias's float32 sums of a 32768-wide row do not both fit in shared memory,
+    so the bias's spill over.  Only the thread that owns a column touches it.
     """
+    offsets = smem_offsets(smem_columns)
+
+    def in_smem(index, col):
+        """Whether the column is in shared memory: a Python bool when the answer is the same for all."""
+        if index >= len(smem_columns) or smem_columns[index] == 0:
+            return False
+        if smem_columns[index] >= N:
+            return True
+        return col < smem_columns[index]
 
     @T.macro
     def acc_update(acc_smem, PW, PB, index, group, col, value, reset):
-        if index < smem_accumulators:
+        if in_smem(index, col):
             if reset:
-                acc_smem[index, col] = value
+                acc_smem[offsets[index] + col] = value
             else:
-                acc_smem[index, col] = acc_smem[index, col] + value
+                acc_smem[offsets[index] + col] = acc_smem[offsets[index] + col] + value
         elif index == 0:
             if reset:
                 PW[group, col] = value
@@ -128,8 +148,8 @@ def _accumulator_macros(T: Any, smem_accumulators: int, vector: int) -> Tuple[An
         than each waiting for the store before it.
         """
         for k in T.unroll(vector):
-            if index < smem_accumulators:
-                tmp[k] = acc_smem[index, col0 + k]
+            if in_smem(index, col0 + k):
+                tmp[k] = acc_smem[offsets[index] + col0 + k]
             elif index == 0:
                 tmp[k] = PW[group, col0 + k]
             else:
@@ -137,16 +157,25 @@ def _accumulator_macros(T: Any, smem_accumulators: int, vector: int) -> Tuple[An
         for k in T.unroll(vector):
             acc_update(acc_smem, PW, PB, index, group, col0 + k, tmp[k] + term(gb, xb, st, base + k), True)
 
-    return acc_update, acc_add_group
+    @T.macro
+    def acc_flush(acc_smem, PW, PB, index, group, col):
+        """Copy a partial sum kept in shared memory to the group's row of the partials buffer."""
+        if in_smem(index, col):
+            if index == 0:
+                PW[group, col] = acc_smem[offsets[index] + col]
+            else:
+                PB[group, col] = acc_smem[offsets[index] + col]
+
+    return acc_update, acc_add_group, acc_flush
 
 
 # ---- resident rows ------------------------------------------------------------------------------
 
 
 def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, layer: bool, has_weight: bool,
-                          smem_accumulators: Optional[int], blocks_per_sm: int) -> Any:
-    """``smem_accumulators`` None: partial sums in registers; else (one row per block) in shared
-    memory for the first ``smem_accumulators`` of them and in the partials buffer for the rest.
+                          smem_columns: Optional[Tuple[int, ...]], blocks_per_sm: int) -> Any:
+    """``smem_columns`` None: partial sums in registers; else (one row per block) the columns
+    of each partial sum kept in shared memory, the rest being in the partials buffer.
     ``blocks_per_sm``: blocks that must fit on an SM at once (it caps registers per thread)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -160,10 +189,11 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     sum2 = row_sum_macro(T, row_threads, 2)
     sum3 = row_sum_macro(T, row_threads, 3)
     inv_n = 1.0 / N
-    in_registers = smem_accumulators is None
-    in_smem = 0 if in_registers else smem_accumulators
-    acc_update, acc_add_group = _accumulator_macros(T, in_smem, vector)
+    in_registers = smem_columns is None
+    columns = (0, 0) if in_registers else smem_columns
+    acc_update, acc_add_group, acc_flush = _accumulator_macros(T, columns, N, vector)
     accumulators = 2 if layer else 1
+    smem_size = max(sum(columns), 1)
 
     def scaled(g, w):
         """``g * w`` in float32 (``g`` without a weight)."""
@@ -284,21 +314,21 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                 reset_group(acc_smem, PW, PB, group, lane, full_vecs)
 
     @T.macro
-    def store_partials(P, acc, acc_smem, index, group, lane):
+    def store_partials(P, acc, acc_smem, PW, PB, index, group, lane):
         """Partial sums ``index`` to row ``group`` of ``P``: from registers, or from shared memory."""
         for j in T.unroll(full_vecs):
             for k in T.unroll(vector):
                 if in_registers:
                     P[group, column(j, lane) + k] = acc[j * vector + k]
                 else:
-                    P[group, column(j, lane) + k] = acc_smem[index, column(j, lane) + k]
+                    acc_flush(acc_smem, PW, PB, index, group, column(j, lane) + k)
         if has_tail:
             if column(full_vecs, lane) < N:
                 for k in T.unroll(vector):
                     if in_registers:
                         P[group, column(full_vecs, lane) + k] = acc[full_vecs * vector + k]
                     else:
-                        P[group, column(full_vecs, lane) + k] = acc_smem[index, column(full_vecs, lane) + k]
+                        acc_flush(acc_smem, PW, PB, index, group, column(full_vecs, lane) + k)
 
     @T.macro
     def body(G, X, W, DX, PW, PB):
@@ -313,7 +343,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
             st = T.alloc_local((4,), ACCUM)
             tmp = T.alloc_local((vector,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(layout.block_threads, 3), ACCUM)
-            acc_smem = T.alloc_shared((max(in_smem, 1), N if in_smem else 1), ACCUM)
+            acc_smem = T.alloc_shared((smem_size,), ACCUM)
             group = bx * rows_per_block + tx // row_threads
             lane = tx % row_threads
             if has_weight and in_registers:
@@ -336,10 +366,10 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                 else:
                     rms_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, it % 2, it * Q + group, group,
                             lane, tx, DX, tmp)
-            if in_registers or in_smem > 0:
-                store_partials(PW, accw, acc_smem, 0, group, lane)
-            if layer and (in_registers or in_smem > 1):
-                store_partials(PB, accb, acc_smem, 1, group, lane)
+            if in_registers or columns[0] > 0:
+                store_partials(PW, accw, acc_smem, PW, PB, 0, group, lane)
+            if layer and (in_registers or columns[1] > 0):
+                store_partials(PB, accb, acc_smem, PW, PB, 1, group, lane)
 
     return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body)
 
@@ -348,7 +378,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
 
 
 def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, layer: bool, has_weight: bool,
-                          smem_accumulators: int, blocks_per_sm: int) -> Any:
+                          smem_columns: Tuple[int, ...], blocks_per_sm: int) -> Any:
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
@@ -367,7 +397,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     def f32(v):
         return T.cast(v, ACCUM)
 
-    acc_update, acc_add_group = _accumulator_macros(T, smem_accumulators, vector)
+    acc_update, acc_add_group, acc_flush = _accumulator_macros(T, smem_columns, N, vector)
 
     @T.macro
     def reset_partials(acc_smem, PW, PB, block, tx):
@@ -382,14 +412,14 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     @T.macro
     def flush_partials(acc_smem, PW, PB, block, tx):
         """Copy the partial sums kept in shared memory to the block's partials rows."""
-        if smem_accumulators > 0:
+        if sum(smem_columns) > 0:
             for step in T.serial(steps):
                 for u in T.unroll(unroll):
                     if valid(step, u, tx):
                         for k in T.unroll(vector):
-                            PW[block, column(step, u, tx) + k] = acc_smem[0, column(step, u, tx) + k]
-                            if smem_accumulators > 1:
-                                PB[block, column(step, u, tx) + k] = acc_smem[1, column(step, u, tx) + k]
+                            acc_flush(acc_smem, PW, PB, 0, block, column(step, u, tx) + k)
+                            if accumulators > 1:
+                                acc_flush(acc_smem, PW, PB, 1, block, column(step, u, tx) + k)
 
     @T.macro
     def load_all(G, X, W, gb, xb, wb, row, step, tx):
@@ -489,7 +519,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
             tmp = T.alloc_local((vector,), ACCUM)
             st = T.alloc_local((8,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(threads, sums), ACCUM)
-            acc_smem = T.alloc_shared((max(smem_accumulators, 1), N if smem_accumulators else 1), ACCUM)
+            acc_smem = T.alloc_shared((max(sum(smem_columns), 1),), ACCUM)
             reset_partials(acc_smem, PW, PB, block, tx)
             for it in T.serial(T.ceildiv(M, Q)):
                 if it * Q + block < M:  # the same for the whole block
@@ -582,11 +612,18 @@ class NormBwdKernel(RowNormKernel):
     def partials_in_registers(self, layout: Any) -> bool:
         return isinstance(layout, RowLayout) and layout.per_thread <= resident_cap(self.dtype, self.layer)
 
-    def smem_accumulators(self, layout: Any) -> int:
-        """Partial sums a block keeps in shared memory (the rest live in registers or the partials buffer)."""
+    def smem_columns(self, layout: Any) -> Tuple[int, ...]:
+        """Columns of each partial sum a block keeps in shared memory (the rest live in registers or
+        the partials buffer): the weight's first, then the bias's, as many as the budget holds."""
         if self.partials_in_registers(layout):
-            return 0
-        return min(self.accumulators, SMEM_ACC_BUDGET // (4 * self.N))
+            return (0,) * self.accumulators
+        room = SMEM_ACC_BUDGET // 4
+        columns = []
+        for _ in range(self.accumulators):
+            held = self.N if self.N <= room else room // SMEM_SPLIT_ALIGN * SMEM_SPLIT_ALIGN
+            columns.append(held)
+            room -= held
+        return tuple(columns)
 
     def main_program(self) -> str:
         return self.cached("program", lambda: RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED)
@@ -597,11 +634,11 @@ class NormBwdKernel(RowNormKernel):
             return column_sum_program(self.N, dtype)
         layout = self.layout(config)
         if isinstance(layout, RowLayout):
-            smem = None if self.partials_in_registers(layout) else self.smem_accumulators(layout)
+            smem = None if self.partials_in_registers(layout) else self.smem_columns(layout)
             return _resident_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight, smem,
                                          self.blocks_per_sm(layout, config))
         return _streamed_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight,
-                                     self.smem_accumulators(layout), self.blocks_per_sm(layout, config))
+                                     self.smem_columns(layout), self.blocks_per_sm(layout, config))
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
         return [(self.main_program(), (("has_weight", True),)), (COLUMN_SUM, ())]
@@ -611,7 +648,7 @@ class NormBwdKernel(RowNormKernel):
         if config is None:
             return self.cached("blocks_per_sm", lambda: self.blocks_per_sm(layout, self.config))
         threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
-        smem = 4 * self.N * self.smem_accumulators(layout)
+        smem = 4 * sum(self.smem_columns(layout))
         fit = min(THREADS_PER_SM // threads, SMEM_PER_SM // smem if smem else THREADS_PER_SM)
         return max(1, min(fit, config["sm_threads"] // threads))
 
