@@ -158,10 +158,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
 
     spec = REDUCERS[reducer]
     macros = reducer_macros(T, reducer, 1, correction)
-    # A thread folds element e of each vector into its own state e: ``vector``
-    # independent chains instead of one, so the latency of a fold (an exp, a
-    # compare, a select) overlaps instead of adding up.
-    lanes = reducer_macros(T, reducer, vector, correction)
+    init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
     tree = _tree_merge(T, spec, macros, 1, threads, 1)
     stores = _store_macros(T, spec, macros, out_dtype)
     chunk = threads * vector
@@ -171,28 +168,11 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     S = T.dynamic("S")
 
     @T.macro
-    def merge_lanes(st, sti, stl, stil, ot, oti, shift):
-        """The ``vector`` lane states of a thread merged into its one state ``st``."""
-        for k in T.unroll(vector):
-            lanes["prepare"](stl, stil, k, shift[0])
-        for k in T.unroll(vector - 1):
-            for j in T.unroll(spec.slots):
-                ot[j] = stl[j * vector + k + 1]
-            if spec.index:
-                oti[0] = stil[k + 1]
-            lanes["merge"](stl, stil, 0, ot, oti)
-        for j in T.unroll(spec.slots):
-            st[j] = stl[j * vector]
-        if spec.index:
-            sti[0] = stil[0]
-
-    @T.macro
-    def reduce_segment(X, st, sti, stl, stil, ot, oti, sh, shi, buf, bounds, shift, row, seg, segments, tx):
+    def reduce_segment(X, st, sti, ot, oti, sh, shi, buf, bounds, shift, row, seg, segments, tx):
         # [first, last) chunks of this segment.
         bounds[0] = T.cast(seg, "int64") * T.ceildiv(T.ceildiv(N, chunk), T.cast(segments, "int64"))
         bounds[1] = T.min(bounds[0] + T.ceildiv(T.ceildiv(N, chunk), T.cast(segments, "int64")), T.ceildiv(N, chunk))
-        for k in T.unroll(vector):
-            lanes["init"](stl, stil, k)
+        init(st, sti, 0)
         if spec.shifted:
             shift[0] = T.cast(X[row, T.min(bounds[0] * chunk, N - 1)], ACCUM)
         for step in T.serial(T.ceildiv(bounds[1] - bounds[0], unroll)):
@@ -205,9 +185,9 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
                 if T.And(bounds[0] + step * unroll + u < bounds[1],
                          (bounds[0] + step * unroll + u) * chunk + tx * vector < N):
                     for e in T.unroll(vector):
-                        lanes["fold"](stl, stil, e, T.cast(buf[u * vector + e], ACCUM),
-                                      (bounds[0] + step * unroll + u) * chunk + tx * vector + e, shift[0])
-        merge_lanes(st, sti, stl, stil, ot, oti, shift)
+                        fold(st, sti, 0, T.cast(buf[u * vector + e], ACCUM),
+                             (bounds[0] + step * unroll + u) * chunk + tx * vector + e, shift[0])
+        prepare(st, sti, 0, shift[0])
         tree(st, sti, ot, oti, sh, shi, tx)
 
     if fused:
@@ -219,8 +199,6 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
                 buf = T.alloc_local((unroll * vector,), dtype)
                 st = T.alloc_local((spec.slots,), ACCUM)
                 sti = T.alloc_local((1,), "int64")
-                stl = T.alloc_local((spec.slots * vector,), ACCUM)
-                stil = T.alloc_local((vector,), "int64")
                 ot = T.alloc_local((spec.slots,), ACCUM)
                 oti = T.alloc_local((1,), "int64")
                 shift = T.alloc_local((1,), ACCUM)
@@ -230,7 +208,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
                 T.assume(LDX % vector == 0)
                 T.assume(N % vector == 0)
                 shift[0] = T.cast(0, ACCUM)
-                reduce_segment(X, st, sti, stl, stil, ot, oti, sh, shi, buf, bounds, shift, row, 0, 1, tx)
+                reduce_segment(X, st, sti, ot, oti, sh, shi, buf, bounds, shift, row, 0, 1, tx)
                 if tx == 0:
                     Y[row] = stores["final"](st, sti, 0)
 
@@ -245,8 +223,6 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
             buf = T.alloc_local((unroll * vector,), dtype)
             st = T.alloc_local((spec.slots,), ACCUM)
             sti = T.alloc_local((1,), "int64")
-            stl = T.alloc_local((spec.slots * vector,), ACCUM)
-            stil = T.alloc_local((vector,), "int64")
             ot = T.alloc_local((spec.slots,), ACCUM)
             oti = T.alloc_local((1,), "int64")
             shift = T.alloc_local((1,), ACCUM)
@@ -256,7 +232,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
             T.assume(LDX % vector == 0)
             T.assume(N % vector == 0)
             shift[0] = T.cast(0, ACCUM)
-            reduce_segment(X, st, sti, stl, stil, ot, oti, sh, shi, buf, bounds, shift, row, seg, S, tx)
+            reduce_segment(X, st, sti, ot, oti, sh, shi, buf, bounds, shift, row, seg, S, tx)
             if tx == 0:
                 stores["store_partial"](P, st, sti, 0, 1, row, seg, 0)
 
