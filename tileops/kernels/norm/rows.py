@@ -174,9 +174,12 @@ def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
     slower thread is still reading from the one before (the barrier of the
     reduction in between orders them).  Every thread of the block must call it.
     """
+    if row_threads & (row_threads - 1):
+        raise ValueError(f"row_sum: {row_threads} threads a row is not a power of two")
     in_warp = min(row_threads, WARP)
     shuffle_steps = in_warp.bit_length() - 1
     warps_per_row = max(1, row_threads // WARP)
+    warp_steps = warps_per_row.bit_length() - 1
 
     @T.macro
     def row_sum(st, base, scratch, slot, tx):
@@ -189,10 +192,12 @@ def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
                 for v in T.unroll(count):
                     scratch[slot, v, tx // WARP] = st[base + v]
             T.sync_threads()
+            # Each lane loads one warp's sum and the warp adds them with shuffles: one
+            # shared-memory read per thread instead of one per warp of the row.
             for v in T.unroll(count):
-                st[base + v] = scratch[slot, v, (tx // row_threads) * warps_per_row]
-                for w in T.unroll(1, warps_per_row):
-                    st[base + v] = st[base + v] + scratch[slot, v, (tx // row_threads) * warps_per_row + w]
+                st[base + v] = scratch[slot, v, (tx // row_threads) * warps_per_row + tx % warps_per_row]
+                for step in T.unroll(warp_steps):
+                    st[base + v] = st[base + v] + T.shfl_xor(st[base + v], 1 << step)
 
     return row_sum
 
