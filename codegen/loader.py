@@ -221,9 +221,15 @@ class _EntryBuilder:
                 raise self.fail(f"dtype union {dtype_text!r} repeats a dtype", "signature", group, name, "dtype")
             if t.get("optional") and group == "outputs":
                 raise self.fail("outputs cannot be optional", "signature", group, name, "optional")
+            if t.get("saved") and group == "inputs":
+                raise self.fail("only outputs can be saved for the backward", "signature", group, name, "saved")
             shape = tuple(t["shape"]) if "shape" in t else None
             out.append(TensorSpec(name, dtype, shape, bool(t.get("optional", False)),
-                                  t.get("description", ""), self.at("signature", group, name)))
+                                  t.get("description", ""), self.at("signature", group, name),
+                                  saved=bool(t.get("saved", False))))
+        if group == "outputs" and out and all(t.saved for t in out):
+            raise self.fail("every output is saved: the functional form would return nothing",
+                            "signature", group, out[0].name, "saved")
         return tuple(out)
 
     def _check_tensor_names(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:

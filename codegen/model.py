@@ -55,6 +55,7 @@ class TensorSpec:
     optional: bool
     description: str
     location: Location
+    saved: bool = False  # an output kept for the backward, not returned by the functional form
 
 
 @dataclass(frozen=True)

@@ -411,3 +411,30 @@ class FunctionView:
     @property
     def library_args(self) -> str:
         return ", ".join(list(self.op.input_names) + list(self.op.param_names) + ["SHARED_INSTANCE"])
+
+    @property
+    def returned(self) -> List[int]:
+        """Positions of the outputs the function returns: all but those saved for the backward."""
+        return [index for index, t in enumerate(self.op.outputs) if not t.saved]
+
+    @property
+    def return_type(self) -> str:
+        if len(self.returned) == 1:
+            return "torch.Tensor"
+        return "Tuple[" + ", ".join("torch.Tensor" for _ in self.returned) + "]"
+
+    @property
+    def selection(self) -> str:
+        """The expression picking the returned outputs from ``outputs``; "" when every output is returned."""
+        if len(self.returned) == len(self.op.outputs):
+            return ""
+        picked = [f"outputs[{index}]" for index in self.returned]
+        return picked[0] if len(picked) == 1 else "(" + ", ".join(picked) + ")"
+
+    @property
+    def saved_note(self) -> str:
+        saved = [t.name for t in self.op.outputs if t.saved]
+        if not saved:
+            return ""
+        return (f" Returns {', '.join(self.op.outputs[i].name for i in self.returned)};"
+                f" {', '.join(saved)} (kept for the backward) comes from ``{self.op.name}`` itself.")

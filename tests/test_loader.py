@@ -84,6 +84,10 @@ def test_good_manifest_builds_a_located_model(tmp_path: Path) -> None:
     (lambda t: t.replace("inputs:\n", "inputs:\n      x: {dtype: float16}\n", 1), "x: {dtype: \"float16 | bfloat16", "duplicate key 'x'"),
     (lambda t: t.replace("  kernel_map:\n    add_one: AddOneFwdKernel\n", ""), "AddOneFwdOp:", "'kernel_map' is a required property"),
     (lambda t: t.replace('x: {dtype: "float16 | bfloat16 | float32"}', 'x: {dtype: "float16 | half"}'), "float16 | half", "does not match"),
+    (lambda t: t.replace('w: {dtype: "same_as(x)", shape: [N]}', 'w: {dtype: "same_as(x)", shape: [N], saved: true}'),
+     "saved: true", "only outputs can be saved"),
+    (lambda t: t.replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", saved: true}'),
+     "saved: true", "every output is saved"),
 ])
 def test_each_defect_is_one_located_error(tmp_path: Path, edit, needle: str, message: str) -> None:
     text = edit(GOOD)

@@ -107,6 +107,24 @@ def test_functional_api_matches_reference_and_compiles() -> None:
     torch.testing.assert_close(compiled(x, w), torch.cumsum(torch.nn.functional.rms_norm(x, (32,), w, 1e-6), 1))
 
 
+def test_functional_cross_entropy_returns_the_loss_alone_as_torch_does() -> None:
+    # lse is an output of CrossEntropyFwdOp kept for the backward (``saved`` in the manifest).
+    logits = torch.randn(9, 33, requires_grad=True)
+    target = torch.randint(0, 33, (9,))
+    target[2] = -100
+    loss = F.cross_entropy(logits, target, label_smoothing=0.1)
+    expected = torch.nn.functional.cross_entropy(logits, target, label_smoothing=0.1)
+    assert isinstance(loss, torch.Tensor) and loss.shape == ()
+    torch.testing.assert_close(loss, expected)
+    (grad,) = torch.autograd.grad(loss, logits)
+    (expected_grad,) = torch.autograd.grad(expected, logits)
+    torch.testing.assert_close(grad, expected_grad)
+    compiled = torch.compile(lambda a, b: F.cross_entropy(a, b, reduction="none"), fullgraph=True,
+                             backend="aot_eager")
+    torch.testing.assert_close(compiled(logits, target),
+                               torch.nn.functional.cross_entropy(logits, target, reduction="none"))
+
+
 def test_functional_api_shares_instances_by_static_configuration() -> None:
     from tileops.ops import CumsumFwdOp
 

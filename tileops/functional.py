@@ -132,11 +132,13 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
     return GeluAndMulFwdOp._shared_for(x, approximate)(x)
 
 
-def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = 'mean') -> Tuple[torch.Tensor, torch.Tensor]:
-    """CrossEntropy forward: loss_i = (1 - s) * (lse_i - logits[i, target_i]) + s * (lse_i - mean(logits[i])), 0 where target_i == ignore_index; reduced by none, sum or mean over kept rows. Functional form of ``CrossEntropyFwdOp``."""
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = 'mean') -> torch.Tensor:
+    """CrossEntropy forward: loss_i = (1 - s) * (lse_i - logits[i, target_i]) + s * (lse_i - mean(logits[i])), 0 where target_i == ignore_index; reduced by none, sum or mean over kept rows. Functional form of ``CrossEntropyFwdOp``. Returns loss; lse (kept for the backward) comes from ``CrossEntropyFwdOp`` itself."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, reduction, SHARED_INSTANCE)
-    return CrossEntropyFwdOp._shared_for(logits, target, ignore_index, label_smoothing, reduction)(logits, target)
+        outputs = torch.ops.tileops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, reduction, SHARED_INSTANCE)
+    else:
+        outputs = CrossEntropyFwdOp._shared_for(logits, target, ignore_index, label_smoothing, reduction)(logits, target)
+    return outputs[0]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> torch.Tensor:
