@@ -46,7 +46,7 @@ def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tu
     """Call every variant of one case once; returns its key, seconds and an error note ("" if none)."""
     import torch
 
-    from .runner import RunContext, _variants_and_inputs
+    from .runner import RunContext, variants_and_inputs
     from .variants import default_compiler
     from .workloads import constructor_kwargs
 
@@ -58,7 +58,7 @@ def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tu
                          compiler=default_compiler if with_compile else None,
                          generator=torch.Generator(device).manual_seed(0))
         op = ctx.resolve(case.spec)(**constructor_kwargs(case.spec, case.workload, getattr(torch, case.dtype)))
-        variants, make_inputs, _ = _variants_and_inputs(case, op, ctx)
+        variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
         inputs = make_inputs()
         for variant in variants:
             variant.bind(inputs)()

@@ -25,7 +25,7 @@ from .workloads import (
     Case, build_inputs, constructor_kwargs, input_shapes, resolve_op_class, tensor_bytes,
 )
 
-__all__ = ["Outcome", "CaseResult", "RunContext", "run_case", "run_cases"]
+__all__ = ["Outcome", "CaseResult", "RunContext", "run_case", "run_cases", "variants_and_inputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def _fallback(case: Case, op: Any, ctx: RunContext, why: str) -> Tuple[List[Vari
     return forward_variants(op, ctx.compiler), _case_inputs(case, ctx), f"baseline: {case.spec.name}.reference ({why})"
 
 
-def _variants_and_inputs(case: Case, op: Any, ctx: RunContext) -> Tuple[List[Variant], Callable[[], InputSet], str]:
+def variants_and_inputs(case: Case, op: Any, ctx: RunContext) -> Tuple[List[Variant], Callable[[], InputSet], str]:
     """The variants of a case, a maker of its input sets, and a note for every row."""
     if case.spec.direction != "Bwd":
         return forward_variants(op, ctx.compiler), _case_inputs(case, ctx), ""
@@ -169,7 +169,7 @@ def run_case(case: Case, ctx: RunContext) -> CaseResult:
         op_cls = ctx.resolve(case.spec)
         op = op_cls(**constructor_kwargs(case.spec, case.workload, _torch_dtype(case.dtype)))
         flops, moved = (int(v) for v in op.eval_roofline(*shapes))
-        variants, make_inputs, case_note = _variants_and_inputs(case, op, ctx)
+        variants, make_inputs, case_note = variants_and_inputs(case, op, ctx)
         input_sets = _input_sets(make_inputs, ctx)
         oracle, own_error, expected_dtypes = _oracle(op, input_sets[0].args)
     except Exception as exc:  # noqa: BLE001 - e.g. an op file not generated yet
