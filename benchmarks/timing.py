@@ -13,6 +13,11 @@ How ``CudaBackend`` times, and why:
     inputs rotated over several copies that together exceed L2: otherwise repeated
     runs over one buffer measure the cache, not the memory.
   * Repetitions sized from a first estimate so each variant takes about ``rep_ms``.
+  * Each repetition starts behind a device-side spin (``HOLD_CYCLES``) queued ahead of
+    the flush: the host then enqueues the flush, the events and the call while the
+    device is still busy, so a slow or preempted host thread never leaves the device
+    idle between the two events. Without it, a call whose host path takes longer than
+    the flush plus the kernel shows host time in its median.
 
 ``loop_us`` answers another question: what one call costs in a model's eager loop,
 where the host launches call after call. It is the wall time of many back-to-back
@@ -35,6 +40,10 @@ __all__ = ["Backend", "CudaBackend", "TimingSettings", "rotation_count"]
 logger = logging.getLogger(__name__)
 
 Call = Callable[[], Any]
+
+# Device clock cycles of the spin before each timed repetition: about 0.5 ms on an
+# H100 (1.98 GHz), well over what any op's host path takes to launch.
+HOLD_CYCLES = 1_000_000
 
 
 class Backend(Protocol):
@@ -95,10 +104,14 @@ class CudaBackend:
     def _flush_l2(self) -> None:
         self._flush.zero_()
 
+    def _hold_device(self) -> None:
+        self._torch.cuda._sleep(HOLD_CYCLES)
+
     def _seconds_per_rep(self, calls: Sequence[Call], probes: int = 5) -> float:
         self.synchronize()
         began = time.perf_counter()
         for index in range(probes):
+            self._hold_device()
             self._flush_l2()
             calls[index % len(calls)]()
         self.synchronize()
@@ -116,6 +129,7 @@ class CudaBackend:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for index in range(reps):
+            self._hold_device()
             self._flush_l2()
             starts[index].record()
             calls[index % len(calls)]()
