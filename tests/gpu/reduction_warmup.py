@@ -9,14 +9,12 @@ building each test's inputs on the CPU and asking the kernels for their launch p
 
 from __future__ import annotations
 
-import argparse
 import logging
-import multiprocessing
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, List, Set, Tuple
+from typing import Any, List, Optional, Sequence, Set, Tuple
 
 import torch
+
+from tests.gpu.warmup import compile_in_parallel
 
 logger = logging.getLogger("tests.gpu.reduction_warmup")
 
@@ -76,26 +74,9 @@ def compile_task(task: Task) -> str:
     return f"{cls_name} {dtype} {name} {params}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=16)
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    start = time.perf_counter()
-    tasks = collect()
-    logger.info("compiling %d reduction programs with %d workers", len(tasks), args.workers)
-    failures = 0
-    # spawn: collecting the tasks may initialise CUDA, which a forked child cannot reuse.
-    with ProcessPoolExecutor(max_workers=args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(compile_task, task) for task in tasks]
-        for future in as_completed(futures):
-            try:
-                future.result()
-            except Exception as exc:  # noqa: BLE001 - report every failure, keep compiling the rest
-                failures += 1
-                logger.error("compile failed: %s", exc)
-    logger.info("done in %.1f s, %d failures", time.perf_counter() - start, failures)
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return compile_in_parallel(__doc__, collect, compile_task, argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -10,15 +10,12 @@ programs an input of the test's shape launches.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import multiprocessing
-import os
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Dict, List, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
+
+from tests.gpu.warmup import compile_in_parallel
 
 logger = logging.getLogger("tests.gpu.scan_warmup")
 
@@ -78,43 +75,15 @@ def inventory() -> List[Task]:
     return list(dict.fromkeys(tasks))
 
 
-def compile_task(task: Task) -> Tuple[Task, float, str]:
+def compile_task(task: Task) -> None:
     import importlib
 
     module, class_name, N, dtype, config, program = task
-    start = time.time()
-    try:
-        cls = getattr(importlib.import_module(module), class_name)
-        cls(N, getattr(torch, dtype), config=dict(config)).compile_program(program)
-        return task, time.time() - start, ""
-    except Exception as error:  # noqa: BLE001 - reported; the test that needs it fails on its own
-        return task, time.time() - start, repr(error)
+    cls = getattr(importlib.import_module(module), class_name)
+    cls(N, getattr(torch, dtype), config=dict(config)).compile_program(program)
 
-
-def main(argv: Any = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 4)
-    parser.add_argument("--list", action="store_true", help="print the programs and exit (no GPU needed)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    tasks = inventory()
-    if args.list:
-        for task in tasks:
-            print(task[1], task[2], task[3], task[5])
-        print(f"{len(tasks)} programs")
-        return 0
-    logger.info("compiling %d programs with %d processes", len(tasks), args.workers)
-    start = time.time()
-    failures: Dict[Task, str] = {}
-    # Spawned workers: building the ops above may have initialised CUDA, which a fork cannot inherit.
-    with ProcessPoolExecutor(max_workers=args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for future in as_completed([pool.submit(compile_task, task) for task in tasks]):
-            task, _, error = future.result()
-            if error:
-                failures[task] = error
-                logger.error("failed %s: %s", task, error)
-    logger.info("compiled in %.0f s, %d failures", time.time() - start, len(failures))
-    return 1 if failures else 0
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return compile_in_parallel(__doc__, inventory, compile_task, argv)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,14 @@ and alignments) and asking the kernels which programs those inputs launch.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Dict, List, Set, Tuple
+from typing import Any, List, Optional, Sequence, Set, Tuple
 
 import torch
+
+from tests.gpu.warmup import compile_in_parallel
 
 logger = logging.getLogger("tests.gpu.softmax_warmup")
 
@@ -97,31 +96,8 @@ def _compile(task: Task) -> float:
     return time.perf_counter() - began
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--list", action="store_true", help="only count the programs")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    began = time.perf_counter()
-    tasks = inventory()
-    logger.info("%d programs to compile (inventory took %.1f s)", len(tasks), time.perf_counter() - began)
-    if args.list:
-        return 0
-    import multiprocessing
-
-    failures: Dict[Task, str] = {}
-    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_compile, task): task for task in tasks}
-        for future in as_completed(futures):
-            try:
-                future.result()
-            except Exception as error:  # noqa: BLE001 - report every failure, then fail
-                failures[futures[future]] = repr(error)[:500]
-    for task, error in failures.items():
-        logger.error("failed %s: %s", task, error)
-    logger.info("compiled %d programs in %.0f s, %d failures", len(tasks), time.perf_counter() - began, len(failures))
-    return 1 if failures else 0
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return compile_in_parallel(__doc__, inventory, _compile, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,49 @@
+"""The command shared by the ``*_warmup`` scripts: compile a family's programs in parallel processes.
+
+Each script lists the programs its GPU tests and timings launch (``inventory``) and
+how to compile one (``compile_one``, raising on failure); TileLang keeps the results
+in its on-disk cache, so the tests load them afterwards instead of compiling one
+after another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Callable, Dict, Optional, Sequence
+
+logger = logging.getLogger("tests.gpu.warmup")
+
+
+def compile_in_parallel(description: str, inventory: Callable[[], Sequence[Any]],
+                        compile_one: Callable[[Any], Any], argv: Optional[Sequence[str]] = None) -> int:
+    """Parse ``--workers``/``--list``, then compile every task; exit status 1 if any failed."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--list", action="store_true", help="only list the programs (no GPU needed)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    began = time.perf_counter()
+    tasks = list(inventory())
+    logger.info("%d programs to compile (inventory took %.1f s)", len(tasks), time.perf_counter() - began)
+    if args.list:
+        for task in tasks:
+            logger.info("%s", task)
+        return 0
+    failures: Dict[Any, str] = {}
+    # spawn: building the inventory may have initialised CUDA, which a forked child cannot reuse.
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(compile_one, task): task for task in tasks}
+        for future in as_completed(futures):
+            try:
+                future.result()
+            except Exception as error:  # noqa: BLE001 - report every failure, keep compiling the rest
+                failures[futures[future]] = repr(error)[-800:]
+    for task, error in failures.items():
+        logger.error("failed %s: %s", task, error)
+    logger.info("compiled %d programs in %.0f s, %d failures", len(tasks), time.perf_counter() - began, len(failures))
+    return 1 if failures else 0
