@@ -71,6 +71,13 @@ class RuleCheck:
     guard: Optional[str]  # an optional tensor that must be present for the rule to apply
 
 
+
+def tensors_annotation(count: int) -> str:
+    """The annotation of ``count`` returned tensors."""
+    if count == 1:
+        return "torch.Tensor"
+    return "Tuple[" + ", ".join("torch.Tensor" for _ in range(count)) + "]"
+
 class OpView:
     """Template-facing view of one op."""
 
@@ -168,9 +175,7 @@ class OpView:
 
     @property
     def forward_return(self) -> str:
-        if len(self.op.outputs) == 1:
-            return "torch.Tensor"
-        return "Tuple[" + ", ".join("torch.Tensor" for _ in self.op.outputs) + "]"
+        return tensors_annotation(len(self.op.outputs))
 
     @property
     def input_args(self) -> str:
@@ -419,16 +424,14 @@ class FunctionView:
 
     @property
     def return_type(self) -> str:
-        if len(self.returned) == 1:
-            return "torch.Tensor"
-        return "Tuple[" + ", ".join("torch.Tensor" for _ in self.returned) + "]"
+        return tensors_annotation(len(self.returned))
 
     @property
     def selection(self) -> str:
-        """The expression picking the returned outputs from ``outputs``; "" when every output is returned."""
+        """The expression of the returned outputs, given what the op returned as ``result``."""
         if len(self.returned) == len(self.op.outputs):
-            return ""
-        picked = [f"outputs[{index}]" for index in self.returned]
+            return "result"
+        picked = [f"result[{index}]" for index in self.returned]
         return picked[0] if len(picked) == 1 else "(" + ", ".join(picked) + ")"
 
     @property

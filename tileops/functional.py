@@ -72,175 +72,223 @@ __all__ = [
 def relu(x: torch.Tensor) -> torch.Tensor:
     """Relu forward: y = max(x, 0). Functional form of ``ReluFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.relu_fwd(x, SHARED_INSTANCE)
-    return ReluFwdOp._shared_for(x)(x)
+        result = torch.ops.tileops.relu_fwd(x, SHARED_INSTANCE)
+    else:
+        result = ReluFwdOp._shared_for(x)(x)
+    return result
 
 
 def sigmoid(x: torch.Tensor) -> torch.Tensor:
     """Sigmoid forward: y = 1 / (1 + exp(-x)). Functional form of ``SigmoidFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.sigmoid_fwd(x, SHARED_INSTANCE)
-    return SigmoidFwdOp._shared_for(x)(x)
+        result = torch.ops.tileops.sigmoid_fwd(x, SHARED_INSTANCE)
+    else:
+        result = SigmoidFwdOp._shared_for(x)(x)
+    return result
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
     """Silu forward: y = x * sigmoid(x). Functional form of ``SiluFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.silu_fwd(x, SHARED_INSTANCE)
-    return SiluFwdOp._shared_for(x)(x)
+        result = torch.ops.tileops.silu_fwd(x, SHARED_INSTANCE)
+    else:
+        result = SiluFwdOp._shared_for(x)(x)
+    return result
 
 
 def gelu(x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
     """Gelu forward: y = x * Phi(x) (exact, with erf) or its tanh approximation. Functional form of ``GeluFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.gelu_fwd(x, approximate, SHARED_INSTANCE)
-    return GeluFwdOp._shared_for(x, approximate)(x)
+        result = torch.ops.tileops.gelu_fwd(x, approximate, SHARED_INSTANCE)
+    else:
+        result = GeluFwdOp._shared_for(x, approximate)(x)
+    return result
 
 
 def exp(x: torch.Tensor) -> torch.Tensor:
     """Exp forward: y = exp(x). Functional form of ``ExpFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.exp_fwd(x, SHARED_INSTANCE)
-    return ExpFwdOp._shared_for(x)(x)
+        result = torch.ops.tileops.exp_fwd(x, SHARED_INSTANCE)
+    else:
+        result = ExpFwdOp._shared_for(x)(x)
+    return result
 
 
 def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Add forward: y = a + b, with PyTorch broadcasting. Functional form of ``AddFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.add_fwd(a, b, SHARED_INSTANCE)
-    return AddFwdOp._shared_for(a, b)(a, b)
+        result = torch.ops.tileops.add_fwd(a, b, SHARED_INSTANCE)
+    else:
+        result = AddFwdOp._shared_for(a, b)(a, b)
+    return result
 
 
 def mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Mul forward: y = a * b, with PyTorch broadcasting. Functional form of ``MulFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.mul_fwd(a, b, SHARED_INSTANCE)
-    return MulFwdOp._shared_for(a, b)(a, b)
+        result = torch.ops.tileops.mul_fwd(a, b, SHARED_INSTANCE)
+    else:
+        result = MulFwdOp._shared_for(a, b)(a, b)
+    return result
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """SiluAndMul forward: y = silu(x[..., :H]) * x[..., H:], H = N / 2. Functional form of ``SiluAndMulFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.silu_and_mul_fwd(x, SHARED_INSTANCE)
-    return SiluAndMulFwdOp._shared_for(x)(x)
+        result = torch.ops.tileops.silu_and_mul_fwd(x, SHARED_INSTANCE)
+    else:
+        result = SiluAndMulFwdOp._shared_for(x)(x)
+    return result
 
 
 def gelu_and_mul(x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
     """GeluAndMul forward: y = gelu(x[..., :H]) * x[..., H:], H = N / 2. Functional form of ``GeluAndMulFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.gelu_and_mul_fwd(x, approximate, SHARED_INSTANCE)
-    return GeluAndMulFwdOp._shared_for(x, approximate)(x)
+        result = torch.ops.tileops.gelu_and_mul_fwd(x, approximate, SHARED_INSTANCE)
+    else:
+        result = GeluAndMulFwdOp._shared_for(x, approximate)(x)
+    return result
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = 'mean') -> torch.Tensor:
     """CrossEntropy forward: loss_i = (1 - s) * (lse_i - logits[i, target_i]) + s * (lse_i - mean(logits[i])), 0 where target_i == ignore_index; reduced by none, sum or mean over kept rows. Functional form of ``CrossEntropyFwdOp``. Returns loss; lse (kept for the backward) comes from ``CrossEntropyFwdOp`` itself."""
     if torch.compiler.is_compiling():
-        outputs = torch.ops.tileops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, reduction, SHARED_INSTANCE)
+        result = torch.ops.tileops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, reduction, SHARED_INSTANCE)
     else:
-        outputs = CrossEntropyFwdOp._shared_for(logits, target, ignore_index, label_smoothing, reduction)(logits, target)
-    return outputs[0]
+        result = CrossEntropyFwdOp._shared_for(logits, target, ignore_index, label_smoothing, reduction)(logits, target)
+    return result[0]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> torch.Tensor:
     """RMSNorm forward: y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight. Functional form of ``RMSNormFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.rms_norm_fwd(x, weight, eps, SHARED_INSTANCE)
-    return RMSNormFwdOp._shared_for(x, weight, eps)(x, weight)
+        result = torch.ops.tileops.rms_norm_fwd(x, weight, eps, SHARED_INSTANCE)
+    else:
+        result = RMSNormFwdOp._shared_for(x, weight, eps)(x, weight)
+    return result
 
 
 def layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None, eps: float = 1e-05) -> torch.Tensor:
     """LayerNorm forward: y = (x - mean(x, -1)) * rsqrt(var(x, -1) + eps) * weight + bias (biased variance; weight and bias optional). Functional form of ``LayerNormFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.layer_norm_fwd(x, weight, bias, eps, SHARED_INSTANCE)
-    return LayerNormFwdOp._shared_for(x, weight, bias, eps)(x, weight, bias)
+        result = torch.ops.tileops.layer_norm_fwd(x, weight, bias, eps, SHARED_INSTANCE)
+    else:
+        result = LayerNormFwdOp._shared_for(x, weight, bias, eps)(x, weight, bias)
+    return result
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> Tuple[torch.Tensor, torch.Tensor]:
     """FusedAddRMSNorm forward: residual_out = x + residual; y = residual_out * rsqrt(mean(residual_out^2, dim=-1) + eps) * weight. Functional form of ``FusedAddRMSNormFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.fused_add_rms_norm_fwd(x, residual, weight, eps, SHARED_INSTANCE)
-    return FusedAddRMSNormFwdOp._shared_for(x, residual, weight, eps)(x, residual, weight)
+        result = torch.ops.tileops.fused_add_rms_norm_fwd(x, residual, weight, eps, SHARED_INSTANCE)
+    else:
+        result = FusedAddRMSNormFwdOp._shared_for(x, residual, weight, eps)(x, residual, weight)
+    return result
 
 
 def sum(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
     """Sum forward: y = sum(x, dim). Functional form of ``SumFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.sum_fwd(x, dim, keepdim, SHARED_INSTANCE)
-    return SumFwdOp._shared_for(x, dim, keepdim)(x)
+        result = torch.ops.tileops.sum_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    else:
+        result = SumFwdOp._shared_for(x, dim, keepdim)(x)
+    return result
 
 
 def mean(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
     """Mean forward: y = sum(x, dim) / (number of reduced elements). Functional form of ``MeanFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.mean_fwd(x, dim, keepdim, SHARED_INSTANCE)
-    return MeanFwdOp._shared_for(x, dim, keepdim)(x)
+        result = torch.ops.tileops.mean_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    else:
+        result = MeanFwdOp._shared_for(x, dim, keepdim)(x)
+    return result
 
 
 def amax(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
     """Amax forward: y = max(x, dim). Functional form of ``AmaxFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.amax_fwd(x, dim, keepdim, SHARED_INSTANCE)
-    return AmaxFwdOp._shared_for(x, dim, keepdim)(x)
+        result = torch.ops.tileops.amax_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    else:
+        result = AmaxFwdOp._shared_for(x, dim, keepdim)(x)
+    return result
 
 
 def amin(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
     """Amin forward: y = min(x, dim). Functional form of ``AminFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.amin_fwd(x, dim, keepdim, SHARED_INSTANCE)
-    return AminFwdOp._shared_for(x, dim, keepdim)(x)
+        result = torch.ops.tileops.amin_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    else:
+        result = AminFwdOp._shared_for(x, dim, keepdim)(x)
+    return result
 
 
 def var(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False, correction: int = 1) -> torch.Tensor:
     """Var forward: y = sum((x - mean(x, dim))^2, dim) / max(n - correction, 0). Functional form of ``VarFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.var_fwd(x, dim, keepdim, correction, SHARED_INSTANCE)
-    return VarFwdOp._shared_for(x, dim, keepdim, correction)(x)
+        result = torch.ops.tileops.var_fwd(x, dim, keepdim, correction, SHARED_INSTANCE)
+    else:
+        result = VarFwdOp._shared_for(x, dim, keepdim, correction)(x)
+    return result
 
 
 def log_sum_exp(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
     """LogSumExp forward: y = log(sum(exp(x), dim)), computed stably. Functional form of ``LogSumExpFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.log_sum_exp_fwd(x, dim, keepdim, SHARED_INSTANCE)
-    return LogSumExpFwdOp._shared_for(x, dim, keepdim)(x)
+        result = torch.ops.tileops.log_sum_exp_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    else:
+        result = LogSumExpFwdOp._shared_for(x, dim, keepdim)(x)
+    return result
 
 
 def argmax(x: torch.Tensor, dim: Optional[int] = None, keepdim: bool = False) -> torch.Tensor:
     """Argmax forward: y = index of the first maximum of x along dim (of the flattened x when dim is None). Functional form of ``ArgmaxFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.argmax_fwd(x, dim, keepdim, SHARED_INSTANCE)
-    return ArgmaxFwdOp._shared_for(x, dim, keepdim)(x)
+        result = torch.ops.tileops.argmax_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    else:
+        result = ArgmaxFwdOp._shared_for(x, dim, keepdim)(x)
+    return result
 
 
 def l2_norm(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
     """L2Norm forward: y = sqrt(sum(x^2, dim)). Functional form of ``L2NormFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.l2_norm_fwd(x, dim, keepdim, SHARED_INSTANCE)
-    return L2NormFwdOp._shared_for(x, dim, keepdim)(x)
+        result = torch.ops.tileops.l2_norm_fwd(x, dim, keepdim, SHARED_INSTANCE)
+    else:
+        result = L2NormFwdOp._shared_for(x, dim, keepdim)(x)
+    return result
 
 
 def cumsum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Cumsum forward: y = cumsum(x, dim). Functional form of ``CumsumFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.cumsum_fwd(x, dim, SHARED_INSTANCE)
-    return CumsumFwdOp._shared_for(x, dim)(x)
+        result = torch.ops.tileops.cumsum_fwd(x, dim, SHARED_INSTANCE)
+    else:
+        result = CumsumFwdOp._shared_for(x, dim)(x)
+    return result
 
 
 def cumprod(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Cumprod forward: y = cumprod(x, dim). Functional form of ``CumprodFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.cumprod_fwd(x, dim, SHARED_INSTANCE)
-    return CumprodFwdOp._shared_for(x, dim)(x)
+        result = torch.ops.tileops.cumprod_fwd(x, dim, SHARED_INSTANCE)
+    else:
+        result = CumprodFwdOp._shared_for(x, dim)(x)
+    return result
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax forward: y = exp(x - max(x, dim)) / sum(exp(x - max(x, dim)), dim). Functional form of ``SoftmaxFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.softmax_fwd(x, dim, SHARED_INSTANCE)
-    return SoftmaxFwdOp._shared_for(x, dim)(x)
+        result = torch.ops.tileops.softmax_fwd(x, dim, SHARED_INSTANCE)
+    else:
+        result = SoftmaxFwdOp._shared_for(x, dim)(x)
+    return result
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """LogSoftmax forward: y = x - max(x, dim) - log(sum(exp(x - max(x, dim)), dim)). Functional form of ``LogSoftmaxFwdOp``."""
     if torch.compiler.is_compiling():
-        return torch.ops.tileops.log_softmax_fwd(x, dim, SHARED_INSTANCE)
-    return LogSoftmaxFwdOp._shared_for(x, dim)(x)
+        result = torch.ops.tileops.log_softmax_fwd(x, dim, SHARED_INSTANCE)
+    else:
+        result = LogSoftmaxFwdOp._shared_for(x, dim)(x)
+    return result
