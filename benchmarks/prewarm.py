@@ -14,8 +14,10 @@ raised.
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, List, Optional, Sequence, Tuple
@@ -28,15 +30,23 @@ logger = logging.getLogger(__name__)
 CaseKey = Tuple[str, str, str]
 
 
-def _find_case(key: CaseKey) -> Tuple[Any, Any]:
-    """The manifest and the one case ``key`` names."""
+@functools.lru_cache(maxsize=1)
+def _catalogue() -> Tuple[Any, Any]:
+    """The manifest and the benchmark entries, loaded once per worker process."""
     from codegen.loader import load_manifest
 
-    from .workloads import load_entries, select_cases
+    from .workloads import load_entries
+
+    return load_manifest(), load_entries()
+
+
+def _find_case(key: CaseKey) -> Tuple[Any, Any]:
+    """The manifest and the one case ``key`` names."""
+    from .workloads import select_cases
 
     op, label, dtype = key
-    manifest = load_manifest()
-    cases = select_cases(manifest, load_entries(), [op], [label], [dtype])
+    manifest, entries = _catalogue()
+    cases = select_cases(manifest, entries, [op], [label], [dtype])
     if len(cases) != 1:
         raise LookupError(f"{'/'.join(key)} selects {len(cases)} cases")
     return manifest, cases[0]
@@ -46,7 +56,7 @@ def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tu
     """Call every variant of one case once; returns its key, seconds and an error note ("" if none)."""
     import torch
 
-    from .runner import RunContext, variants_and_inputs
+    from .runner import RunContext, release_memory, variants_and_inputs
     from .variants import default_compiler
     from .workloads import constructor_kwargs
 
@@ -68,11 +78,7 @@ def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tu
     except Exception as exc:  # noqa: BLE001 - the timed run reports it properly
         note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
     finally:
-        import gc
-
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release_memory()
     return key, time.perf_counter() - began, note
 
 
@@ -111,7 +117,5 @@ def _result(future: Any, key: CaseKey) -> Tuple[CaseKey, float, str]:
 
 def default_jobs(cpu_count: Optional[int] = None) -> int:
     """Half the cores, at most 8: each worker holds a CUDA context and one case's tensors."""
-    import os
-
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     return max(1, min(8, cores // 2))

@@ -25,7 +25,7 @@ from .workloads import (
     Case, build_inputs, constructor_kwargs, input_shapes, resolve_op_class, tensor_bytes,
 )
 
-__all__ = ["Outcome", "CaseResult", "RunContext", "run_case", "run_cases", "variants_and_inputs"]
+__all__ = ["Outcome", "CaseResult", "RunContext", "run_case", "run_cases", "variants_and_inputs", "release_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +186,8 @@ def run_case(case: Case, ctx: RunContext) -> CaseResult:
     return CaseResult(case, shapes, flops, moved, tuple(outcomes), time.perf_counter() - began)
 
 
-def _release_memory() -> None:
+def release_memory() -> None:
+    """Drop what the last case left: Python garbage and the CUDA caching allocator's free blocks."""
     gc.collect()
     try:
         import torch
@@ -210,5 +211,5 @@ def run_cases(cases: Sequence[Case], ctx: RunContext,
         results.append(result)
         if on_result is not None:
             on_result(result)
-        _release_memory()
+        release_memory()
     return results
