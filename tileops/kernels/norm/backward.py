@@ -116,7 +116,7 @@ def _accumulator_macros(T: Any, smem_columns: Tuple[int, ...], N: int, vector: i
 
     def in_smem(index, col):
         """Whether the column is in shared memory: a Python bool when the answer is the same for all."""
-        if index >= len(smem_columns) or smem_columns[index] == 0:
+        if smem_columns[index] == 0:
             return False
         if smem_columns[index] >= N:
             return True
