@@ -20,6 +20,7 @@ from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
 from tileops.kernels.launch import direct_launcher
+from tileops.kernels.sizes import SUPPORTED_DTYPES, VECTOR_BYTES
 
 __all__ = [
     "ElementwiseKernel", "ProgramSpec", "SUPPORTED_DTYPES", "elementwise_default_config",
@@ -28,8 +29,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-VECTOR_BYTES = 16
 # (layout name, shape parameters...): identifies one program of a kernel besides its config.
 ProgramSpec = Tuple[Hashable, ...]
 

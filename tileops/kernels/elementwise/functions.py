@@ -27,7 +27,6 @@ __all__ = [
     "gelu_fn", "gelu_bwd_fn", "gelu_and_mul_fn", "gelu_and_mul_bwd_fn",
 ]
 
-ACCUM = "float32"
 GELU_APPROXIMATIONS = ("none", "tanh")
 # 1 / sqrt(2), 1 / sqrt(2 * pi), sqrt(2 / pi) and the cubic coefficient of the tanh form.
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)

@@ -35,7 +35,8 @@ tensors over 2**31 elements are addressed correctly.
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
 from typing import Any
 
-from tileops.kernels.elementwise.functions import ACCUM, PointwiseFn
+from tileops.kernels.elementwise.functions import PointwiseFn
+from tileops.kernels.sizes import ACCUM
 
 __all__ = ["flat_program", "gated_program", "broadcast_program", "MAX_LAUNCH_ELEMENTS", "PASS_CONFIGS"]
 

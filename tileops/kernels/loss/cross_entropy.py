@@ -38,6 +38,7 @@ import torch
 
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, SUPPORTED_DTYPES, VECTOR_BYTES, WARP, next_pow2
 
 __all__ = [
     "CrossEntropyFwdKernel",
@@ -49,11 +50,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-ACCUM = "float32"
-WARP = 32
-MAX_THREADS = 1024
-VECTOR_BYTES = 16
 LOG2E = 1.4426950408889634
 # Programs index arrays under conditions they check themselves; TileLang's extra
 # bounds checks would only block their 16-byte accesses.
@@ -64,8 +60,6 @@ _MAX, _SUM, _XSUM, _NEW_MAX, _OFFSET, _LSE = 0, 1, 2, 3, 4, 5
 _STATE = 6
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def row_vector(V: int, dtype: torch.dtype) -> int:
@@ -79,7 +73,7 @@ def row_vector(V: int, dtype: torch.dtype) -> int:
 
 def _threads_for(V: int, vector: int, most: int) -> int:
     """Threads that cover a row with one vector each, as a power of two in [32, most]."""
-    return max(WARP, min(most, _next_pow2(-(-V // vector))))
+    return max(WARP, min(most, next_pow2(-(-V // vector))))
 
 
 def _check_config(config: Dict[str, int]) -> None:

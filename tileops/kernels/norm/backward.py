@@ -36,11 +36,8 @@ import torch
 
 from tileops.kernels.kernel_base import torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
-    ACCUM,
     MAX_ROWS_PER_LAUNCH,
-    MAX_THREADS,
     THREADS_PER_SM,
-    VECTOR_BYTES,
     RowLayout,
     RowNormKernel,
     StreamLayout,
@@ -53,6 +50,7 @@ from tileops.kernels.norm.rows import (
     stream_layout,
     stream_macros,
 )
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, VECTOR_BYTES
 
 __all__ = ["NormBwdKernel", "norm_bwd_default_config", "RESIDENT", "STREAMED", "COLUMN_SUM"]
 

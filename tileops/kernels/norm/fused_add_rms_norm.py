@@ -17,10 +17,7 @@ import torch
 
 from tileops.kernels.kernel_base import torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
-    ACCUM,
     MAX_ROWS_PER_LAUNCH,
-    MAX_THREADS,
-    VECTOR_BYTES,
     RowLayout,
     RowNormKernel,
     StreamLayout,
@@ -32,6 +29,7 @@ from tileops.kernels.norm.rows import (
     stream_layout,
     stream_macros,
 )
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, VECTOR_BYTES
 
 __all__ = ["FusedAddRMSNormFwdKernel", "fused_add_rms_norm_default_config"]
 

@@ -22,10 +22,7 @@ import torch
 from tileops.kernels.kernel_base import torch_dtype_to_tl
 from tileops.kernels.norm.backward import NormBwdKernel
 from tileops.kernels.norm.rows import (
-    ACCUM,
     MAX_ROWS_PER_LAUNCH,
-    MAX_THREADS,
-    VECTOR_BYTES,
     RowLayout,
     RowNormKernel,
     StreamLayout,
@@ -37,6 +34,7 @@ from tileops.kernels.norm.rows import (
     stream_layout,
     stream_macros,
 )
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, VECTOR_BYTES
 
 __all__ = ["LayerNormFwdKernel", "LayerNormBwdKernel", "layer_norm_fwd_default_config"]
 

@@ -24,31 +24,26 @@ import torch
 
 from tileops.kernels.kernel_base import Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
+from tileops.kernels.sizes import (
+    MAX_THREADS,
+    MIN_BLOCK_THREADS,
+    SUPPORTED_DTYPES,
+    largest_pow2_divisor,
+    next_pow2,
+)
 
 __all__ = ["RMSNormFwdKernel", "rms_norm_default_config", "rms_norm_autotune_configs"]
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
-MAX_THREADS = 1024
 # A thread keeps at most this many row elements in registers in the single
 # pass; longer rows switch to the chunked program (1024 threads x 32).
 MAX_ELEMENTS_PER_THREAD = 32
-# Small rows share a block: never launch fewer threads than this per block.
-MIN_BLOCK_THREADS = 128
 
 
-def _largest_pow2_divisor(n: int, cap: int) -> int:
-    """The largest power of two that divides ``n`` and is at most ``cap``."""
-    width = 1
-    while width * 2 <= cap and n % (width * 2) == 0:
-        width *= 2
-    return width
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -57,12 +52,12 @@ def _round_up(n: int, multiple: int) -> int:
 
 def _vector_width(N: int, elem_bytes: int) -> int:
     """Elements per 16-byte access that keep every row start aligned."""
-    return _largest_pow2_divisor(N, 16 // elem_bytes)
+    return largest_pow2_divisor(N, 16 // elem_bytes)
 
 
 def _single_pass_config(N: int, elem_bytes: int, elements_per_thread: int) -> Dict[str, int]:
     vector = _vector_width(N, elem_bytes)
-    row_threads = min(MAX_THREADS, _next_pow2(-(-N // elements_per_thread)))
+    row_threads = min(MAX_THREADS, next_pow2(-(-N // elements_per_thread)))
     threads = max(row_threads, MIN_BLOCK_THREADS)
     return {
         "block_rows": threads // row_threads,

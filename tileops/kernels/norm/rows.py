@@ -33,6 +33,16 @@ import torch
 
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
 from tileops.kernels.launch import direct_launcher
+from tileops.kernels.sizes import (
+    ACCUM,
+    MAX_THREADS,
+    MIN_BLOCK_THREADS,
+    SUPPORTED_DTYPES,
+    VECTOR_BYTES,
+    WARP,
+    largest_pow2_divisor,
+    next_pow2,
+)
 
 __all__ = [
     "ACCUM",
@@ -54,13 +64,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-ACCUM = "float32"
-WARP = 32
-MAX_THREADS = 1024
-# Short rows share a block: never launch fewer threads than this per block.
-MIN_BLOCK_THREADS = 128
-VECTOR_BYTES = 16
 # Threads of an SM; persistent programs launch this many per SM at most.
 THREADS_PER_SM = 2048
 # Kernels take the row count as an int32 extent.
@@ -73,16 +76,6 @@ PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
 COLUMN_UNROLL = 4
 
 
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def largest_pow2_divisor(n: int, cap: int) -> int:
-    """The largest power of two that divides ``n`` and is at most ``cap``."""
-    width = 1
-    while width * 2 <= cap and n % (width * 2) == 0:
-        width *= 2
-    return width
 
 
 def row_vector(N: int, dtype: torch.dtype) -> int:

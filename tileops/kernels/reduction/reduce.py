@@ -31,7 +31,8 @@ import torch
 
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
-from tileops.kernels.reduction.reducers import ACCUM, REDUCERS, ReducerSpec, reducer_macros
+from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
+from tileops.kernels.sizes import ACCUM, SUPPORTED_DTYPES, VECTOR_BYTES, is_pow2, largest_pow2_divisor
 
 __all__ = [
     "ReductionKernel",
@@ -51,9 +52,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 PARTIAL = "float64"
-VECTOR_BYTES = 16
 MAX_COL_THREADS = 32
 NARROW_COL_THREADS = 8
 # Blocks per SM the split programs aim for when choosing the segment count.
@@ -73,20 +72,10 @@ ProgramParams = Tuple[Tuple[str, int], ...]
 PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
 
 
-def _pow2(n: int) -> bool:
-    return n >= 1 and n & (n - 1) == 0
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
-def _largest_pow2_divisor(n: int, cap: int) -> int:
-    """The largest power of two dividing ``n`` (0 counts as divisible) that is at most ``cap``."""
-    width = 1
-    while width * 2 <= cap and n % (width * 2) == 0:
-        width *= 2
-    return width
 
 
 # ---- shared building blocks -------------------------------------------------------------------
@@ -247,7 +236,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     """Reduce the axis of ``(O, N, I)``: into ``Y[O, I]`` (fused) or into partials ``P[O, S, I, width]``."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
-    if not (_pow2(cvec) and _pow2(col_threads) and col_threads <= MAX_COL_THREADS and threads % col_threads == 0):
+    if not (is_pow2(cvec) and is_pow2(col_threads) and col_threads <= MAX_COL_THREADS and threads % col_threads == 0):
         raise ValueError(f"reduction column program: bad tile cvec={cvec} col_threads={col_threads}")
     spec = REDUCERS[reducer]
     W = cvec
@@ -357,7 +346,7 @@ def combine_program(reducer: str, dtype: str, out_dtype: str, correction: float,
     """Merge the ``S`` partials ``P[o, :, i]`` of every output into ``Y[o, i]``; ``group`` threads per output."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
-    if not (_pow2(group) and group <= threads):
+    if not (is_pow2(group) and group <= threads):
         raise ValueError(f"reduction combine program: bad group {group} for {threads} threads")
     spec = REDUCERS[reducer]
     macros = reducer_macros(T, reducer, 1, correction)
@@ -479,7 +468,7 @@ class ReductionKernel(Kernel):
 
     def program_specs(self, inner: int = 8) -> List[Tuple[str, ProgramParams]]:
         """Every program a call may launch on aligned tensors (rows, and columns of ``inner`` positions)."""
-        cvec = _largest_pow2_divisor(inner, self._max_vector)
+        cvec = largest_pow2_divisor(inner, self._max_vector)
         specs = [(ROW, self._row_params(self._max_vector, fused)) for fused in (True, False)]
         specs += [(COLUMN, self._column_params(inner, cvec, fused)) for fused in (True, False)]
         specs += [(COMBINE, self._combine_params(s)) for s in (1, 64, 1024)]
@@ -538,7 +527,7 @@ class ReductionKernel(Kernel):
             segments = max(1, min(-(-target_blocks // x.shape[0]), most))
             return ROW, self._row_params(vector, segments == 1), segments
         inner = x.shape[2]
-        cvec = self._aligned(x, x.stride(0) | x.stride(1), _largest_pow2_divisor(inner, self._max_vector))
+        cvec = self._aligned(x, x.stride(0) | x.stride(1), largest_pow2_divisor(inner, self._max_vector))
         params = self._column_params(inner, cvec, True)
         shape = dict(params)
         lanes = shape["threads"] // shape["col_threads"]

@@ -17,10 +17,10 @@ mean is large next to the spread.
 
 from dataclasses import dataclass
 from typing import Any, Callable, Dict
+from tileops.kernels.sizes import ACCUM
 
 __all__ = ["ReducerSpec", "REDUCERS", "reducer_macros", "ACCUM"]
 
-ACCUM = "float32"
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 

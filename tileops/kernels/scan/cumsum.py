@@ -33,6 +33,15 @@ import torch
 
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
+from tileops.kernels.sizes import (
+    ACCUM,
+    MAX_THREADS,
+    MIN_BLOCK_THREADS,
+    SUPPORTED_DTYPES,
+    WARP,
+    largest_pow2_divisor,
+    next_pow2,
+)
 
 __all__ = [
     "ScanKernel",
@@ -44,11 +53,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-ACCUM = "float32"
-MAX_THREADS = 1024
-MIN_BLOCK_THREADS = 128
-WARP = 32
 MAX_GRID_Y = 65535
 
 # Program names, besides the row scan that ``program`` returns.
@@ -75,19 +79,10 @@ def _combiner(combine: str) -> Tuple[Callable[[Any, Any], Any], int]:
     raise ValueError(f"scan kernel: combine must be one of {sorted(_IDENTITY)}, got {combine!r}")
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
-def _largest_pow2_divisor(n: int, cap: int) -> int:
-    width = 1
-    while width * 2 <= cap and n % (width * 2) == 0:
-        width *= 2
-    return width
 
 
-def _elem_bytes(dtype: torch.dtype) -> int:
-    return dtype.itemsize
 
 
 def _row_layout(N: int, items: int, row_threads: int) -> Tuple[int, int, int]:
@@ -98,8 +93,8 @@ def _row_layout(N: int, items: int, row_threads: int) -> Tuple[int, int, int]:
 
 
 def _row_config(N: int, elem_bytes: int, items: int, threads_cap: int) -> Dict[str, int]:
-    items = min(items, _next_pow2(N))
-    row_threads = min(threads_cap, _next_pow2(-(-N // items)))
+    items = min(items, next_pow2(N))
+    row_threads = min(threads_cap, next_pow2(-(-N // items)))
     return {"threads": max(row_threads, MIN_BLOCK_THREADS), "items": items, "row_threads": row_threads}
 
 
@@ -113,7 +108,7 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     or, with ``lookback=1``, into one block per chunk for the single-pass
     look-back scan.
     """
-    elem_bytes = _elem_bytes(dtype)
+    elem_bytes = dtype.itemsize
     config = _row_config(N, elem_bytes, 2 * (16 // elem_bytes), 256)
     chunk, full_chunks, tail = _row_layout(N, config["items"], config["row_threads"])
     total_chunks = full_chunks + (tail > 0)
@@ -138,7 +133,7 @@ def cumsum_autotune_configs(N: int, dtype: torch.dtype) -> List[Dict[str, int]]:
     Candidates vary the row layout (items per thread, threads per row); each
     keeps the split heuristic of its own layout.
     """
-    elem_bytes = _elem_bytes(dtype)
+    elem_bytes = dtype.itemsize
     vector = 16 // elem_bytes
     default = cumsum_default_config(N, dtype)
     candidates = [default]
@@ -179,7 +174,7 @@ def _segment_layout(N: int, items: int, row_threads: int, segments: int) -> Tupl
 def _load_vector(N: int, items: int, dtype: str) -> int:
     """Elements per vectorized access: divides ``items`` and ``N`` (aligned rows), <= 16 bytes."""
     elem_bytes = 4 if dtype == "float32" else 2
-    return _largest_pow2_divisor(N, _largest_pow2_divisor(items, 16 // elem_bytes))
+    return largest_pow2_divisor(N, largest_pow2_divisor(items, 16 // elem_bytes))
 
 
 # Status of a tile in the single-pass (look-back) scan; also the index of the
@@ -805,7 +800,7 @@ def column_program_name(inner: int, elem_bytes: int = 2) -> str:
     vector = 16 // elem_bytes
     if inner % vector == 0 and inner >= WARP * vector:
         return f"{COLUMN_SCAN}_{WARP}x{vector}"
-    return f"{COLUMN_SCAN}_{min(WARP, _next_pow2(inner))}"
+    return f"{COLUMN_SCAN}_{min(WARP, next_pow2(inner))}"
 
 
 def _column_block_count(outer: int, inner: int, name: str) -> int:

@@ -51,6 +51,17 @@ import torch
 
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
+from tileops.kernels.sizes import (
+    ACCUM,
+    MAX_THREADS,
+    MIN_BLOCK_THREADS,
+    SUPPORTED_DTYPES,
+    VECTOR_BYTES,
+    WARP,
+    is_pow2,
+    largest_pow2_divisor,
+    next_pow2,
+)
 
 __all__ = [
     "SoftmaxFwdKernel",
@@ -69,12 +80,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-ACCUM = "float32"
-WARP = 32
-MAX_THREADS = 1024
-MIN_BLOCK_THREADS = 128
-VECTOR_BYTES = 16
 # Input bytes a thread of the fused program keeps in registers (32 registers):
 # with 1024 threads a block may use at most 64 registers per thread.
 FUSED_REGISTER_BYTES = 128
@@ -119,43 +124,31 @@ class SoftmaxVariant:
 # ---- sizes and configs ------------------------------------------------------------------------
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
-def _pow2(n: int) -> bool:
-    return n >= 1 and n & (n - 1) == 0
 
 
-def _largest_pow2_divisor(n: int, cap: int) -> int:
-    """The largest power of two that divides ``n`` (0 counts as divisible) and is at most ``cap``."""
-    width = 1
-    while width * 2 <= cap and n % (width * 2) == 0:
-        width *= 2
-    return width
 
 
-def _elem_bytes(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
 
 
 def max_vector(dtype: torch.dtype) -> int:
     """Elements of one 16-byte access."""
-    return VECTOR_BYTES // _elem_bytes(dtype)
+    return VECTOR_BYTES // dtype.itemsize
 
 
 def row_vector(N: int, dtype: torch.dtype) -> int:
     """Elements per access along a row: divides ``N`` so that every row start stays aligned."""
-    return _largest_pow2_divisor(N, max_vector(dtype))
+    return largest_pow2_divisor(N, max_vector(dtype))
 
 
 def fused_elements_cap(dtype: torch.dtype, backward: bool) -> int:
     """Row elements one thread may hold in registers in the fused program."""
-    return FUSED_REGISTER_BYTES // (_elem_bytes(dtype) * (2 if backward else 1))
+    return FUSED_REGISTER_BYTES // (dtype.itemsize * (2 if backward else 1))
 
 
 def _fused_row_config(N: int, per_thread: int) -> Dict[str, int]:
-    row_threads = min(MAX_THREADS, _next_pow2(-(-N // per_thread)))
+    row_threads = min(MAX_THREADS, next_pow2(-(-N // per_thread)))
     return {"row_threads": row_threads, "block_threads": max(row_threads, MIN_BLOCK_THREADS)}
 
 
@@ -205,7 +198,7 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
 def _check_config(config: Dict[str, int]) -> None:
     for key in ("row_threads", "block_threads", "split_threads", "column_threads"):
         value = config[key]
-        if not (_pow2(value) and value <= MAX_THREADS):
+        if not (is_pow2(value) and value <= MAX_THREADS):
             raise ValueError(f"softmax kernels: {key} must be a power of two <= {MAX_THREADS}, got {value}")
     if config["block_threads"] < config["row_threads"] or config["block_threads"] < WARP:
         raise ValueError("softmax kernels: block_threads must be >= row_threads and >= 32")
@@ -226,7 +219,7 @@ def fused_fits(N: int, dtype: torch.dtype, backward: bool, row_threads: int) -> 
 
 def column_tile(inner: int, cvec: int) -> int:
     """Threads across the inner extent in a column block (a power of two, at most 32)."""
-    return min(MAX_COL_THREADS, _next_pow2(-(-inner // cvec)))
+    return min(MAX_COL_THREADS, next_pow2(-(-inner // cvec)))
 
 
 # ---- TileLang building blocks -------------------------------------------------------------------
@@ -806,7 +799,7 @@ def _column_walk(T: Any, N: int, cvec: int, lanes: int, unroll: int) -> Dict[str
 
 def _column_layout(cvec: int, col_threads: int, column_threads: int) -> Tuple[int, int]:
     """(lanes along the axis, inner positions per block) of a column block."""
-    if not (_pow2(cvec) and _pow2(col_threads) and col_threads <= MAX_COL_THREADS):
+    if not (is_pow2(cvec) and is_pow2(col_threads) and col_threads <= MAX_COL_THREADS):
         raise ValueError(f"softmax column programs: bad tile cvec={cvec} col_threads={col_threads}")
     return column_threads // col_threads, col_threads * cvec
 
@@ -1118,7 +1111,7 @@ class SoftmaxFamilyKernel(Kernel):
         if N < 1:
             raise ValueError(f"{name}: N must be positive, got {N}")
         self.N = int(N)
-        self._elem_bytes = _elem_bytes(dtype)
+        self._elem_bytes = dtype.itemsize
         self._row_vector = row_vector(self.N, dtype)
         self._max_vector = max_vector(dtype)
         # (config object, whether rows fuse under it, {(program, params): launcher}): what a
@@ -1162,7 +1155,7 @@ class SoftmaxFamilyKernel(Kernel):
             vector = row_vector(self.N, self.dtype) if vector is None else vector
             names = [ROW_FUSED] if self.fused() else [ROW_STATS, ROW_APPLY]
             return [(name, self.row_params(vector)) for name in names]
-        cvec = _largest_pow2_divisor(inner, max_vector(self.dtype)) if vector is None else vector
+        cvec = largest_pow2_divisor(inner, max_vector(self.dtype)) if vector is None else vector
         return [(name, self.column_params(inner, cvec)) for name in (COLUMN_STATS, COLUMN_APPLY)]
 
     def compile_program(self, name: str, params: ProgramParams, config: Optional[Dict[str, Any]] = None,
@@ -1262,7 +1255,7 @@ class SoftmaxFamilyKernel(Kernel):
             names = (ROW_FUSED,) if self._state()[1] else (ROW_STATS, ROW_APPLY)
             return names, (("vector", vector),)
         inner = out.shape[2]
-        cvec = _largest_pow2_divisor(inner, self._max_vector)
+        cvec = largest_pow2_divisor(inner, self._max_vector)
         for tensor in tensors:
             cvec = self._aligned(tensor, tensor.stride(0) | tensor.stride(1), cvec)
         return (COLUMN_STATS, COLUMN_APPLY), self.column_params(inner, cvec)

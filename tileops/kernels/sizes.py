@@ -1,0 +1,35 @@
+"""Sizes every kernel family shares: the H100's thread and access limits, and power-of-two helpers."""
+
+import torch
+
+__all__ = [
+    "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "MIN_BLOCK_THREADS", "VECTOR_BYTES",
+    "is_pow2", "next_pow2", "largest_pow2_divisor",
+]
+
+# Input dtypes of every kernel; they accumulate in ``ACCUM``.
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+ACCUM = "float32"
+WARP = 32
+MAX_THREADS = 1024
+# Short rows share a block: never launch fewer threads than this per block.
+MIN_BLOCK_THREADS = 128
+# The widest global-memory access of one thread (one 128-bit load or store).
+VECTOR_BYTES = 16
+
+
+def is_pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two at least ``n`` (1 for ``n <= 1``)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def largest_pow2_divisor(n: int, cap: int) -> int:
+    """The largest power of two that divides ``n`` (0 counts as divisible) and is at most ``cap``."""
+    width = 1
+    while width * 2 <= cap and n % (width * 2) == 0:
+        width *= 2
+    return width
