@@ -93,7 +93,7 @@ def _cumsum_jobs(N: int, dtype_name: str, config: Dict[str, Any], inners: Sequen
 
 def precompile_jobs() -> List[tuple]:
     from tileops.kernels.norm.rms_norm import rms_norm_autotune_configs, rms_norm_default_config
-    from tileops.kernels.scan.cumsum import cumsum_autotune_configs, cumsum_default_config
+    from tileops.kernels.scan.cumsum import cumsum_default_config
 
     jobs: List[tuple] = []
     for dtype_name, dtype in DTYPE_NAMES.items():

@@ -6,11 +6,10 @@ Each function builds (once per static configuration: sizes, dtype and params) th
 instance it needs and calls it; under ``torch.compile`` it calls the registered custom op.
 """
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 
-from tileops import _shape_rules as rules
 from tileops.ops import (
     ReluFwdOp,
     SigmoidFwdOp,

@@ -23,7 +23,6 @@ import logging
 import os
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Callable, Dict, Iterator, Optional, Tuple, Union
 
 from tileops.tuning.cache import CacheDirectory, CacheEntry, MemoryCache, PersistentCache, default_cache_dir
 from tileops.tuning.fingerprint import DeviceFingerprint, device_fingerprint

@@ -42,7 +42,6 @@ A slice whose maximum is ``-inf`` (all ``-inf``) gives NaN, as PyTorch does.
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
 import logging
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -567,7 +566,7 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 
     threads, unroll = split_threads, split_unroll
     walk = _row_segment_macros(T, N, vector, threads, unroll)
-    chunks, valid, load_step = walk["chunks"], walk["valid"], walk["load_step"]
+    valid, load_step = walk["valid"], walk["load_step"]
     segment_bounds = walk["segment_bounds"]
     reduce = _group_reduce(T, 1, threads)
     scratch_shape = _scratch_shape(threads, 1, threads, 2)
@@ -675,7 +674,7 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 
     threads, unroll = split_threads, split_unroll
     walk = _row_segment_macros(T, N, vector, threads, unroll)
-    chunk, chunks, valid, load_step = walk["chunk"], walk["chunks"], walk["valid"], walk["load_step"]
+    chunk, valid, load_step = walk["chunk"], walk["valid"], walk["load_step"]
     segment_bounds = walk["segment_bounds"]
     reduce = _group_reduce(T, 1, threads)
     scratch_shape = _scratch_shape(threads, 1, threads, 2)
