@@ -364,6 +364,14 @@ class OpView:
                          else f"tuple({t.name}.shape)" for t in self.op.inputs)
 
     @property
+    def typing_imports(self) -> str:
+        """The ``typing`` names the op file uses: ``Sequence`` only for a param typed with it."""
+        names = ["Dict", "Optional", "Tuple", "Type"]
+        if any("Sequence" in p.type for p in self.op.params):
+            names.append("Sequence")
+        return ", ".join(sorted(names))
+
+    @property
     def backward_construction(self) -> str:
         link = self.op.backward
         assert link is not None

@@ -6,7 +6,7 @@ Provides:
   - AddFwdOp: y = a + b, with PyTorch broadcasting
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.binary import AddFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import BinaryElementwiseOp
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["AddFwdOp"]
 

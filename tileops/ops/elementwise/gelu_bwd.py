@@ -6,7 +6,7 @@ Provides:
   - GeluBwdOp: grad_x = grad_y * d/dx gelu(x) (exact or tanh approximation)
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.unary import GeluBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import UnaryElementwiseOp
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["GeluBwdOp"]
 

@@ -6,7 +6,7 @@ Provides:
   - GeluFwdOp: y = x * Phi(x) (exact, with erf) or its tanh approximation
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 

@@ -6,7 +6,7 @@ Provides:
   - SiluAndMulBwdOp: grad_x = [grad_y * up * silu'(gate), grad_y * silu(gate)], gate = x[..., :H], up = x[..., H:]
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.gated import SiluAndMulBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import GatedElementwiseOp
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["SiluAndMulBwdOp"]
 

@@ -6,7 +6,7 @@ Provides:
   - SiluAndMulFwdOp: y = silu(x[..., :H]) * x[..., H:], H = N / 2
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 

@@ -6,7 +6,7 @@ Provides:
   - SiluBwdOp: grad_x = grad_y * s * (1 + x * (1 - s)), s = sigmoid(x)
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.unary import SiluBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import UnaryElementwiseOp
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["SiluBwdOp"]
 

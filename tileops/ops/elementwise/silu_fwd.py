@@ -6,7 +6,7 @@ Provides:
   - SiluFwdOp: y = x * sigmoid(x)
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 

@@ -6,7 +6,7 @@ Provides:
   - CrossEntropyBwdOp: grad_logits[i] = (c_i + grad_lse_i) * softmax(logits[i]) - c_i * ((1 - s) * onehot(target_i) + s / V), c_i = grad_loss (per row, or / kept rows for mean), 0 on ignored rows
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import CrossEntropyBwdBase
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["CrossEntropyBwdOp"]
 

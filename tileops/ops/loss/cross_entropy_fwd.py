@@ -6,7 +6,7 @@ Provides:
   - CrossEntropyFwdOp: loss_i = (1 - s) * (lse_i - logits[i, target_i]) + s * (lse_i - mean(logits[i])), 0 where target_i == ignore_index; reduced by none, sum or mean over kept rows
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 

@@ -6,7 +6,7 @@ Provides:
   - FusedAddRMSNormFwdOp: residual_out = x + residual; y = residual_out * rsqrt(mean(residual_out^2, dim=-1) + eps) * weight
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import FusedAddNormOp
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["FusedAddRMSNormFwdOp"]
 

@@ -6,7 +6,7 @@ Provides:
   - LayerNormBwdOp: grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = grad_y * weight, grad_weight = sum(grad_y * xhat), grad_bias = sum(grad_y) over rows
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.norm.layer_norm import LayerNormBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import NormBwdOp
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["LayerNormBwdOp"]
 

@@ -6,7 +6,7 @@ Provides:
   - LayerNormFwdOp: y = (x - mean(x, -1)) * rsqrt(var(x, -1) + eps) * weight + bias (biased variance; weight and bias optional)
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 

@@ -6,7 +6,7 @@ Provides:
   - RMSNormBwdOp: grad_x = r * (grad_y * weight - x * r^2 * mean(grad_y * weight * x)), grad_weight = sum(grad_y * x * r) over rows, r = rsqrt(mean(x^2) + eps)
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import NormBwdOp
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["RMSNormBwdOp"]
 

@@ -6,7 +6,7 @@ Provides:
   - RMSNormFwdOp: y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 

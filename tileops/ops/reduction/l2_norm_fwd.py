@@ -6,7 +6,7 @@ Provides:
   - L2NormFwdOp: y = sqrt(sum(x^2, dim))
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Sequence, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.reduction.reduce import L2NormKernel
 from tileops import _shape_rules as rules
 
 from .base import ReductionOp
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["L2NormFwdOp"]
 

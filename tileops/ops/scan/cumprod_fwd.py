@@ -6,7 +6,7 @@ Provides:
   - CumprodFwdOp: y = cumprod(x, dim)
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.scan.cumprod import CumprodFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import ScanOp
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["CumprodFwdOp"]
 

@@ -6,7 +6,7 @@ Provides:
   - CumsumBwdOp: grad_x = reverse inclusive cumsum of grad_y along dim (grad_x[i] = sum of grad_y[j] for j >= i)
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
@@ -15,7 +15,7 @@ from tileops.kernels.scan.cumsum import CumsumBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import ScanOp
-from ..op_base import BackwardWiring, register_library_op
+from ..op_base import register_library_op
 
 __all__ = ["CumsumBwdOp"]
 

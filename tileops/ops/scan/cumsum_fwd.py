@@ -6,7 +6,7 @@ Provides:
   - CumsumFwdOp: y = cumsum(x, dim)
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 

@@ -6,7 +6,7 @@ Provides:
   - LogSoftmaxFwdOp: y = x - max(x, dim) - log(sum(exp(x - max(x, dim)), dim))
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 
