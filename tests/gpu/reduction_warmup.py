@@ -18,8 +18,8 @@ from tests.gpu.warmup import compile_in_parallel
 
 logger = logging.getLogger("tests.gpu.reduction_warmup")
 
-# H100: 132 SMs, four blocks each.
-TARGET_BLOCKS = 4 * 132
+# The H100's SM count.
+SM_COUNT = 132
 # (kernel class name, dtype name, correction, program, params)
 Task = Tuple[str, str, float, str, Tuple[Tuple[str, int], ...]]
 
@@ -36,7 +36,7 @@ def _tasks_for(op: Any, x: torch.Tensor) -> List[Task]:
         return []
     kernel = op._build_kernel(op.kernel_key, (0,))
     view = reduction_view(x, axes)
-    name, params, segments = kernel.launch_plan(view, TARGET_BLOCKS)
+    name, params, segments = kernel.launch_plan(view, SM_COUNT)
     dtype = str(kernel.dtype).replace("torch.", "")
     tasks = [(type(kernel).__name__, dtype, kernel.correction, name, params)]
     if segments > 1:

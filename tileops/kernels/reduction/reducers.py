@@ -5,7 +5,11 @@ index), stored slot-major: slot ``j`` of the ``k``-th of ``W`` slices a thread
 serves is ``st[j * W + k]``.  Programs call
 
 * ``init(st, sti, k)``: the identity state,
-* ``fold(st, sti, k, v, idx, shift)``: one float32 element ``v`` at position ``idx``,
+* per chunk (the values a thread loaded in one step, ``n`` of them valid, the
+  first at position ``first``): ``chunk_init(cm, k)`` and ``chunk_fold(cm, k, v)``
+  over the chunk (reducers with ``chunk_slots``), then
+  ``rebase(st, sti, k, cm, n, first)`` once,
+* ``fold(st, sti, k, v, idx, shift, cm)``: one float32 element ``v`` at position ``idx``,
 * ``prepare(st, sti, k, shift)``: turn what ``fold`` built into a mergeable state,
 * ``merge(st, sti, k, ot, oti)``: fold another mergeable state (``ot[j]``, ``oti[0]``) in,
 * ``finish(st, sti, k, W)``: the output value (an expression).
@@ -13,6 +17,13 @@ serves is ``st[j * W + k]``.  Programs call
 ``shift`` is a value of the slice (its segment's first element), read only by
 the variance: sums of ``x - shift`` keep the second moment accurate when the
 mean is large next to the spread.
+
+The chunk pass keeps per-element work to a few instructions: log-sum-exp
+rescales its sum once per chunk instead of branching on every new maximum
+(16384 x 16384 bf16 rows: 274 -> 184 us on an H100), and counts grow by ``n``
+per chunk instead of by one per element.  Argmax folds element by element: a
+chunk pass (a NaN-aware chunk maximum, then a search only in winning chunks)
+measured slower.
 """
 
 from dataclasses import dataclass
@@ -33,6 +44,8 @@ class ReducerSpec:
     slots: int  # float32 state values
     index: bool = False  # carries an int64 position (argmax)
     shifted: bool = False  # folds need the slice's shift value (variance)
+    counted: bool = False  # rebase needs the chunk's count of valid elements
+    chunk_slots: int = 0  # float32 values of the chunk pass (``cm[j * W + k]``); 0: no chunk pass
 
     @property
     def partial_width(self) -> int:
@@ -42,11 +55,11 @@ class ReducerSpec:
 
 REDUCERS: Dict[str, ReducerSpec] = {
     "sum": ReducerSpec("sum", 1),
-    "mean": ReducerSpec("mean", 2),
+    "mean": ReducerSpec("mean", 2, counted=True),
     "amax": ReducerSpec("amax", 1),
     "amin": ReducerSpec("amin", 1),
-    "var": ReducerSpec("var", 3, shifted=True),
-    "logsumexp": ReducerSpec("logsumexp", 2),
+    "var": ReducerSpec("var", 3, shifted=True, counted=True),
+    "logsumexp": ReducerSpec("logsumexp", 2, chunk_slots=2),
     "argmax": ReducerSpec("argmax", 1, index=True),
     "l2_norm": ReducerSpec("l2_norm", 1),
 }
@@ -91,13 +104,15 @@ def _additive(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
             st[W + k] = T.cast(0, ACCUM)
 
     @T.macro
-    def fold(st, sti, k, v, idx, shift):
+    def fold(st, sti, k, v, idx, shift, cm):
         if name == "l2_norm":
             st[k] = st[k] + v * v
         else:
             st[k] = st[k] + v
-        if counted:
-            st[W + k] = st[W + k] + T.cast(1, ACCUM)
+
+    @T.macro
+    def rebase(st, sti, k, cm, n, first):
+        st[W + k] = st[W + k] + T.cast(n, ACCUM)
 
     @T.macro
     def merge(st, sti, k, ot, oti):
@@ -112,7 +127,10 @@ def _additive(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
             return st[k] / st[W + k]
         return st[k]
 
-    return {"init": init, "fold": fold, "prepare": _no_prepare(T), "merge": merge, "finish": finish}
+    hooks = {"init": init, "fold": fold, "prepare": _no_prepare(T), "merge": merge, "finish": finish}
+    if counted:
+        hooks["rebase"] = rebase
+    return hooks
 
 
 def _extremum(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
@@ -128,7 +146,7 @@ def _extremum(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
         st[k] = -T.infinity(ACCUM) if largest else T.infinity(ACCUM)
 
     @T.macro
-    def fold(st, sti, k, v, idx, shift):
+    def fold(st, sti, k, v, idx, shift, cm):
         st[k] = pick(st[k], v)
 
     @T.macro
@@ -153,10 +171,13 @@ def _variance(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
             st[j * W + k] = T.cast(0, ACCUM)
 
     @T.macro
-    def fold(st, sti, k, v, idx, shift):
-        st[k] = st[k] + T.cast(1, ACCUM)
+    def fold(st, sti, k, v, idx, shift, cm):
         st[W + k] = st[W + k] + (v - shift)
         st[2 * W + k] = st[2 * W + k] + (v - shift) * (v - shift)
+
+    @T.macro
+    def rebase(st, sti, k, cm, n, first):
+        st[k] = st[k] + T.cast(n, ACCUM)
 
     @T.macro
     def prepare(st, sti, k, shift):
@@ -176,15 +197,21 @@ def _variance(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
     def finish(st, sti, k):
         return st[2 * W + k] / T.max(st[k] - T.cast(correction, ACCUM), T.cast(0, ACCUM))
 
-    return {"init": init, "fold": fold, "prepare": prepare, "merge": merge, "finish": finish}
+    return {"init": init, "fold": fold, "prepare": prepare, "merge": merge, "finish": finish, "rebase": rebase}
 
 
 def _log_sum_exp(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
-    """Slots (m, s): a running maximum and the sum of ``exp(x - m)`` (online, one exp per element)."""
+    """Slots (m, s): a running maximum and the sum of ``exp(x - m)``.
+
+    Each chunk first finds its maximum, rescales ``s`` to the new running
+    maximum once, then adds one ``exp2`` per element; the chunk slots are the
+    chunk's maximum and the running maximum's offset times log2(e).
+    """
 
     def offset(m):
-        # The maximum, or 0 while it is -inf, so that an all -inf slice sums zeros instead of NaN.
-        return T.if_then_else(m == -T.infinity(ACCUM), T.cast(0, ACCUM), m)
+        # The maximum, or 0 while it is infinite: an all -inf slice then sums
+        # zeros instead of NaN, and a +inf one sums to +inf.
+        return T.if_then_else(T.abs(m) == T.infinity(ACCUM), T.cast(0, ACCUM), m)
 
     @T.macro
     def init(st, sti, k):
@@ -192,14 +219,24 @@ def _log_sum_exp(T: Any, name: str, W: int, correction: float) -> Dict[str, Call
         st[W + k] = T.cast(0, ACCUM)
 
     @T.macro
-    def fold(st, sti, k, v, idx, shift):
-        if v > st[k]:
-            st[W + k] = st[W + k] * T.exp2((st[k] - v) * LOG2E) + T.cast(1, ACCUM)
-            st[k] = v
-        else:
-            st[W + k] = st[W + k] + T.if_then_else(
-                v == -T.infinity(ACCUM), T.cast(0, ACCUM), T.exp2((v - st[k]) * LOG2E)
-            )
+    def chunk_init(cm, k):
+        cm[k] = -T.infinity(ACCUM)
+
+    @T.macro
+    def chunk_fold(cm, k, v):
+        # fmaxf skips NaN; a NaN still reaches the sum through its exp2.
+        cm[k] = T.max(cm[k], v)
+
+    @T.macro
+    def rebase(st, sti, k, cm, n, first):
+        largest = T.max(st[k], cm[k])
+        st[W + k] = st[W + k] * T.exp2((st[k] - offset(largest)) * LOG2E)
+        st[k] = largest
+        cm[W + k] = offset(largest) * LOG2E
+
+    @T.macro
+    def fold(st, sti, k, v, idx, shift, cm):
+        st[W + k] = st[W + k] + T.exp2(v * LOG2E - cm[W + k])
 
     @T.macro
     def merge(st, sti, k, ot, oti):
@@ -211,7 +248,8 @@ def _log_sum_exp(T: Any, name: str, W: int, correction: float) -> Dict[str, Call
     def finish(st, sti, k):
         return offset(st[k]) + T.log2(st[W + k]) * LN2
 
-    return {"init": init, "fold": fold, "prepare": _no_prepare(T), "merge": merge, "finish": finish}
+    return {"init": init, "chunk_init": chunk_init, "chunk_fold": chunk_fold, "rebase": rebase, "fold": fold,
+            "prepare": _no_prepare(T), "merge": merge, "finish": finish}
 
 
 def _argmax(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
@@ -229,7 +267,7 @@ def _argmax(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[
         sti[k] = T.int64(_NO_INDEX)
 
     @T.macro
-    def fold(st, sti, k, v, idx, shift):
+    def fold(st, sti, k, v, idx, shift, cm):
         if better(v, idx, st[k], sti[k]):
             st[k] = v
             sti[k] = idx
