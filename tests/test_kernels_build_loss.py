@@ -45,12 +45,15 @@ def test_vector_width_keeps_rows_aligned(V: int, dtype: torch.dtype, expected: i
     assert row_vector(V, dtype) == expected
 
 
-@pytest.mark.parametrize("kernel_cls", (CrossEntropyFwdKernel, CrossEntropyBwdKernel))
-def test_default_configs_cover_short_and_long_rows(kernel_cls) -> None:
+@pytest.mark.parametrize("kernel_cls, long_config, llama2_config", [
+    (CrossEntropyFwdKernel, {"threads": 512, "unroll": 8}, {"threads": 256, "unroll": 8}),
+    (CrossEntropyBwdKernel, {"threads": 256, "unroll": 4}, {"threads": 256, "unroll": 4}),
+])
+def test_default_configs_cover_short_and_long_rows(kernel_cls, long_config, llama2_config) -> None:
     short = kernel_cls(3, torch.float32, config={}).config
-    long = kernel_cls(262144, torch.bfloat16, config={}).config
     assert short == {"threads": 32, "unroll": 1}
-    assert long["threads"] >= 256 and long["unroll"] == 4
+    assert kernel_cls(262144, torch.bfloat16, config={}).config == long_config
+    assert kernel_cls(32000, torch.bfloat16, config={}).config == llama2_config
     assert all(c["threads"] >= 32 for c in kernel_cls(4097, torch.float16, config={}).autotune_configs)
 
 

@@ -97,6 +97,20 @@ def test_argmax_takes_the_first_maximum_and_nan() -> None:
     assert torch.isnan(AmaxFwdOp(dtype=torch.float32, dim=(-1,))(x)[1])
 
 
+@pytest.mark.parametrize("fill", [0.0, float("-inf"), float("nan")])
+def test_argmax_of_equal_values_is_the_first_position(fill: float) -> None:
+    from tileops.ops import ArgmaxFwdOp
+
+    # Rows long enough to be split over blocks, and columns over many lanes.
+    x = torch.full((3, 70000), fill, device="cuda", dtype=torch.bfloat16)
+    assert ArgmaxFwdOp(dtype=torch.bfloat16, dim=-1)(x).tolist() == [0, 0, 0]
+    assert ArgmaxFwdOp(dtype=torch.bfloat16, dim=None)(x).item() == 0
+    assert torch.argmax(x.cpu().float(), -1).tolist() == [0, 0, 0]
+    columns = torch.full((20000, 24), fill, device="cuda")
+    columns[7000:, 5] = float("inf")
+    assert ArgmaxFwdOp(dtype=torch.float32, dim=0)(columns).tolist() == torch.argmax(columns.cpu(), 0).tolist()
+
+
 def test_amax_of_nothing_is_refused() -> None:
     from tileops.ops import AmaxFwdOp
 

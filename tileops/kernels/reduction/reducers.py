@@ -266,9 +266,16 @@ def _argmax(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[
         st[k] = -T.infinity(ACCUM)
         sti[k] = T.int64(_NO_INDEX)
 
+    def follows(v, best, best_i):
+        # A thread folds its positions in increasing order, so a later element wins only
+        # by being larger (or the first NaN): no tie-break on the index is needed, only
+        # the first element's unconditional take.  (Not ``not (v <= best)``: the
+        # simplifier rewrites it to ``best < v``, which drops the NaN.)
+        return T.Or(T.And(T.Or(v > best, T.isnan(v)), T.Not(T.isnan(best))), best_i == T.int64(_NO_INDEX))
+
     @T.macro
     def fold(st, sti, k, v, idx, shift, cm):
-        if better(v, idx, st[k], sti[k]):
+        if follows(v, st[k], sti[k]):
             st[k] = v
             sti[k] = idx
 
