@@ -803,25 +803,41 @@ def _column_layout(cvec: int, col_threads: int, column_threads: int) -> Tuple[in
     return column_threads // col_threads, col_threads * cvec
 
 
+def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unroll: int) -> Dict[str, Any]:
+    """What both column programs share: the walk, the layout, the lane reduction and the state slots.
+
+    ``first_inner(bx, o, tx)`` is the first inner position of thread ``tx`` in
+    block ``bx`` of outer index ``o``; ``slot(name, k)`` is state ``name`` of
+    the thread's ``k``-th inner position.
+    """
+    lanes, tile = _column_layout(cvec, col_threads, threads)
+
+    def slot(name, k):
+        return name * cvec + k
+
+    def first_inner(bx, o, tx, inner):
+        return ((bx - o * T.ceildiv(inner, tile)) * col_threads + tx % col_threads) * cvec
+
+    return {**_column_walk(T, N, cvec, lanes, unroll), "lanes": lanes, "tile": tile, "slot": slot,
+            "first_inner": first_inner, "reduce": _group_reduce(T, col_threads, lanes),
+            "scratch_shape": _scratch_shape(threads, col_threads, lanes, 2 * cvec)}
+
+
 def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
                          column_threads: int, column_unroll: int, **_: Any) -> Any:
     """Partial reductions of the ``S`` axis segments of every column: ``P*[o, seg, i]`` (float32)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     threads, unroll = column_threads, column_unroll
-    lanes, tile = _column_layout(cvec, col_threads, threads)
-    walk = _column_walk(T, N, cvec, lanes, unroll)
-    valid, segment_bounds, load_step = walk["valid"], walk["segment_bounds"], walk["load_step"]
-    reduce = _group_reduce(T, col_threads, lanes)
-    scratch_shape = _scratch_shape(threads, col_threads, lanes, 2 * cvec)
+    setup = _column_setup(T, N, cvec, col_threads, threads, unroll)
+    valid, segment_bounds, load_step = setup["valid"], setup["segment_bounds"], setup["load_step"]
+    lanes, tile, slot, first_inner = setup["lanes"], setup["tile"], setup["slot"], setup["first_inner"]
+    reduce, scratch_shape = setup["reduce"], setup["scratch_shape"]
     online = _online_macros(T)
     term = _backward_term(T, variant)
     O = T.dynamic("O")
     I = T.dynamic("I")
     S = T.dynamic("S")
-
-    def slot(name, k):
-        return name * cvec + k
 
     @T.macro
     def fold_step(st, a, b, n0, last, i0):
@@ -885,7 +901,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
                 T.assume(SXN % cvec == 0)
                 T.assume(I % cvec == 0)
                 o = T.truncdiv(bx, T.ceildiv(I, tile))
-                i0 = ((bx - o * T.ceildiv(I, tile)) * col_threads + tx % col_threads) * cvec
+                i0 = first_inner(bx, o, tx, I)
                 walk_segment(X, X, a, a, st, bounds, o, seg, tx // col_threads, i0)
                 combine_block(st, scratch, tx)
                 if tx < col_threads and i0 < I:
@@ -920,7 +936,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             T.assume(SYN % cvec == 0)
             T.assume(I % cvec == 0)
             o = T.truncdiv(bx, T.ceildiv(I, tile))
-            i0 = ((bx - o * T.ceildiv(I, tile)) * col_threads + tx % col_threads) * cvec
+            i0 = first_inner(bx, o, tx, I)
             walk_segment(G, Yv, a, b, st, bounds, o, seg, tx // col_threads, i0)
             combine_block(st, scratch, tx)
             if tx < col_threads and i0 < I:
@@ -936,20 +952,16 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     threads, unroll = column_threads, column_unroll
-    lanes, tile = _column_layout(cvec, col_threads, threads)
-    walk = _column_walk(T, N, cvec, lanes, unroll)
-    valid, segment_bounds, load_step = walk["valid"], walk["segment_bounds"], walk["load_step"]
-    reduce = _group_reduce(T, col_threads, lanes)
-    scratch_shape = _scratch_shape(threads, col_threads, lanes, 2 * cvec)
+    setup = _column_setup(T, N, cvec, col_threads, threads, unroll)
+    valid, segment_bounds, load_step = setup["valid"], setup["segment_bounds"], setup["load_step"]
+    lanes, tile, slot, first_inner = setup["lanes"], setup["tile"], setup["slot"], setup["first_inner"]
+    reduce, scratch_shape = setup["reduce"], setup["scratch_shape"]
     online = _online_macros(T)
     finalize = _finalize_forward(T, variant, cvec)
     output = _output_value(T, variant, dtype, cvec)
     O = T.dynamic("O")
     I = T.dynamic("I")
     S = T.dynamic("S")
-
-    def slot(name, k):
-        return name * cvec + k
 
     @T.macro
     def gather_partials(PM, PS, st, scratch, o, lane, i0, tx):
@@ -1011,7 +1023,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
                 T.assume(SXN % cvec == 0)
                 T.assume(I % cvec == 0)
                 o = T.truncdiv(bx, T.ceildiv(I, tile))
-                i0 = ((bx - o * T.ceildiv(I, tile)) * col_threads + tx % col_threads) * cvec
+                i0 = first_inner(bx, o, tx, I)
                 gather_partials(PM, PS, st, scratch, o, tx // col_threads, i0, tx)
                 write_segment(X, X, Y, a, a, st, bounds, o, seg, tx // col_threads, i0)
 
@@ -1042,7 +1054,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             T.assume(SYN % cvec == 0)
             T.assume(I % cvec == 0)
             o = T.truncdiv(bx, T.ceildiv(I, tile))
-            i0 = ((bx - o * T.ceildiv(I, tile)) * col_threads + tx % col_threads) * cvec
+            i0 = first_inner(bx, o, tx, I)
             gather_partials(PS, PS, st, scratch, o, tx // col_threads, i0, tx)
             write_segment(G, Yv, DX, a, b, st, bounds, o, seg, tx // col_threads, i0)
 
