@@ -19,6 +19,10 @@ CASES = [
     ("amin", programs.COMBINE, (("threads", 256), ("group", 1))),
     ("mean", programs.ROW, (("vector", 1), ("threads", 256), ("unroll", 4), ("fused", 1))),
     ("l2_norm", programs.COMBINE, (("threads", 256), ("group", 32))),
+    # The chunk pass: log-sum-exp's rescale per chunk, and the counts of mean and variance.
+    ("logsumexp", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 1))),
+    ("var", programs.COLUMN, (("cvec", 8), ("col_threads", 32), ("threads", 256), ("unroll", 4), ("fused", 0))),
+    ("mean", programs.COLUMN, (("cvec", 4), ("col_threads", 8), ("threads", 256), ("unroll", 4), ("fused", 1))),
 ]
 
 
@@ -49,3 +53,21 @@ def test_unknown_program_and_bad_tile_are_refused() -> None:
     with pytest.raises(ValueError, match="bad tile"):
         programs.build_program(programs.COLUMN, "sum", torch.float32, torch.float32, 0.0,
                                (("cvec", 3), ("col_threads", 4), ("threads", 256), ("unroll", 4), ("fused", 1)))
+
+
+def test_launch_plans_split_rows_and_columns_to_fill_the_sms() -> None:
+    kernel = programs.SumKernel(torch.bfloat16, config={})
+    sms = 132
+    # Many rows: one fused block per row.
+    name, params, segments = kernel.launch_plan(torch.empty(16384, 1024, dtype=torch.bfloat16), sms)
+    assert (name, segments, dict(params)["fused"]) == (programs.ROW, 1, 1)
+    # One long row: split into ROW_BLOCKS_PER_SM blocks per SM, then combined.
+    name, params, segments = kernel.launch_plan(torch.empty(1, 1 << 24, dtype=torch.bfloat16), sms)
+    assert (name, segments, dict(params)["fused"]) == (programs.ROW, programs.ROW_BLOCKS_PER_SM * sms, 0)
+    # 16384 x 16384 reduced over the first axis: 64 column tiles, each split so that
+    # the blocks reach COLUMN_BLOCKS_PER_SM per SM (a stride-0 view stands in for the data).
+    columns = torch.empty(1, 1, 16384, dtype=torch.bfloat16).expand(1, 16384, 16384)
+    name, params, segments = kernel.launch_plan(columns, sms)
+    tiles = 16384 // (dict(params)["col_threads"] * dict(params)["cvec"])
+    assert (name, dict(params)["fused"]) == (programs.COLUMN, 0)
+    assert segments == -(-programs.COLUMN_BLOCKS_PER_SM * sms // tiles)
