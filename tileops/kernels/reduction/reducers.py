@@ -8,11 +8,11 @@ serves is ``st[j * W + k]``.  Programs call
 * per chunk (the values a thread loaded in one step, ``n`` of them valid, the
   first at position ``first``): ``chunk_init(cm, k)`` and ``chunk_fold(cm, k, v)``
   over the chunk (reducers with ``chunk_slots``), then
-  ``rebase(st, sti, k, cm, n, first)`` once,
+  ``rebase(st, sti, k, cm, n, first)`` once (reducers with ``chunk_slots`` or ``counted``),
 * ``fold(st, sti, k, v, idx, shift, cm)``: one float32 element ``v`` at position ``idx``,
 * ``prepare(st, sti, k, shift)``: turn what ``fold`` built into a mergeable state,
 * ``merge(st, sti, k, ot, oti)``: fold another mergeable state (``ot[j]``, ``oti[0]``) in,
-* ``finish(st, sti, k, W)``: the output value (an expression).
+* ``finish(st, sti, k)``: the output value (an expression).
 
 ``shift`` is a value of the slice (its segment's first element), read only by
 the variance: sums of ``x - shift`` keep the second moment accurate when the
