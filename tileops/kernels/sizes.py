@@ -3,7 +3,7 @@
 import torch
 
 __all__ = [
-    "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "MIN_BLOCK_THREADS", "VECTOR_BYTES",
+    "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "MIN_BLOCK_THREADS", "VECTOR_BYTES", "MAX_EXTENT",
     "is_pow2", "next_pow2", "largest_pow2_divisor",
 ]
 
@@ -16,6 +16,9 @@ MAX_THREADS = 1024
 MIN_BLOCK_THREADS = 128
 # The widest global-memory access of one thread (one 128-bit load or store).
 VECTOR_BYTES = 16
+# Programs take row counts, outer and inner extents and grid sizes as int32: larger
+# inputs are launched in slices of at most this many.
+MAX_EXTENT = 2**31 - 1
 
 
 def is_pow2(n: int) -> bool:

@@ -36,7 +36,7 @@ import torch
 
 from tileops.kernels.kernel_base import torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
-    MAX_ROWS_PER_LAUNCH,
+    MAX_EXTENT,
     THREADS_PER_SM,
     RowLayout,
     RowNormKernel,
@@ -673,7 +673,7 @@ class NormBwdKernel(RowNormKernel):
             for grad in grads:
                 grad.zero_()
             return grad_x
-        slices = [(0, rows)] if rows <= MAX_ROWS_PER_LAUNCH else list(row_slices(rows))
+        slices = [(0, rows)] if rows <= MAX_EXTENT else list(row_slices(rows))
         groups = [self.partial_rows(stop - start, x.device) for start, stop in slices]
         partials = torch.empty((self.accumulators, sum(groups), self.N), dtype=torch.float32, device=x.device)
         launch = self.launcher(self.main_program(), (("has_weight", weight is not None),))

@@ -17,7 +17,7 @@ import torch
 
 from tileops.kernels.kernel_base import torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
-    MAX_ROWS_PER_LAUNCH,
+    MAX_EXTENT,
     RowLayout,
     RowNormKernel,
     StreamLayout,
@@ -212,7 +212,7 @@ class FusedAddRMSNormFwdKernel(RowNormKernel):
                 residual_out: torch.Tensor) -> torch.Tensor:
         """Write ``residual_out = x + residual`` and ``y = rms_norm(residual_out) * weight``; return ``y``."""
         launch = self.launcher(self.main_program())
-        if x.shape[0] <= MAX_ROWS_PER_LAUNCH:
+        if x.shape[0] <= MAX_EXTENT:
             launch(x, residual, weight, y, residual_out)
             return y
         for start, stop in row_slices(x.shape[0]):

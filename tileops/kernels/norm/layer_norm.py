@@ -22,7 +22,7 @@ import torch
 from tileops.kernels.kernel_base import torch_dtype_to_tl
 from tileops.kernels.norm.backward import NormBwdKernel
 from tileops.kernels.norm.rows import (
-    MAX_ROWS_PER_LAUNCH,
+    MAX_EXTENT,
     RowLayout,
     RowNormKernel,
     StreamLayout,
@@ -270,7 +270,7 @@ class LayerNormFwdKernel(RowNormKernel):
         variant = (("has_bias", bias is not None), ("has_weight", weight is not None))
         launch = self.launcher(self.main_program(), variant)
         affine = [t for t in (weight, bias) if t is not None]
-        if x.shape[0] <= MAX_ROWS_PER_LAUNCH:
+        if x.shape[0] <= MAX_EXTENT:
             launch(x, *affine, y)
             return y
         for start, stop in row_slices(x.shape[0]):

@@ -19,7 +19,7 @@ Two ways to walk a row:
 
 Sums accumulate in float32 whatever the input dtype.  Global offsets are
 64-bit (TileLang widens them), and hosts split launches into slices of at
-most ``MAX_ROWS_PER_LAUNCH`` rows, since ``M`` is an int32 extent.
+most ``MAX_EXTENT`` rows, since ``M`` is an int32 extent.
 """
 
 # No ``from __future__ import annotations``: TileLang evaluates the
@@ -35,6 +35,7 @@ from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     ACCUM,
+    MAX_EXTENT,
     MAX_THREADS,
     MIN_BLOCK_THREADS,
     SUPPORTED_DTYPES,
@@ -46,7 +47,7 @@ from tileops.kernels.sizes import (
 
 __all__ = [
     "ACCUM",
-    "MAX_ROWS_PER_LAUNCH",
+    "MAX_EXTENT",
     "PASS_CONFIGS",
     "SUPPORTED_DTYPES",
     "RowLayout",
@@ -66,8 +67,6 @@ logger = logging.getLogger(__name__)
 
 # Threads of an SM; persistent programs launch this many per SM at most.
 THREADS_PER_SM = 2048
-# Kernels take the row count as an int32 extent.
-MAX_ROWS_PER_LAUNCH = 2**31 - 1
 # Programs guard their own accesses; TileLang's extra bounds checks would only
 # block their 16-byte accesses.
 PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
@@ -316,8 +315,8 @@ def column_sum_program(N: int, dtype: str) -> Any:
 
 def row_slices(rows: int) -> Iterator[Tuple[int, int]]:
     """``[start, stop)`` row ranges small enough for a launch."""
-    for start in range(0, rows, MAX_ROWS_PER_LAUNCH):
-        yield start, min(rows, start + MAX_ROWS_PER_LAUNCH)
+    for start in range(0, rows, MAX_EXTENT):
+        yield start, min(rows, start + MAX_EXTENT)
 
 
 ProgramKey = Tuple[str, Tuple[Tuple[str, Any], ...]]

@@ -60,8 +60,6 @@ NARROW_COL_THREADS = 8
 # SMs' shares of a wide axis (16 measured faster than 4 or 8 on 16384 x 16384 columns).
 ROW_BLOCKS_PER_SM = 4
 COLUMN_BLOCKS_PER_SM = 16
-# Extents of the grid and the row/outer counts are int32 in the programs.
-MAX_EXTENT = 2**31 - 1
 
 ROW = "row"
 COLUMN = "column"
@@ -73,12 +71,6 @@ ProgramParams = Tuple[Tuple[str, int], ...]
 # Programs index arrays with conditions they check themselves; TileLang's
 # extra bounds checks would only block their 16-byte accesses.
 PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
-
-
-
-
-
-
 
 
 # ---- shared building blocks -------------------------------------------------------------------
@@ -151,7 +143,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     spec = REDUCERS[reducer]
     macros = reducer_macros(T, reducer, 1, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
-    chunk_init, chunk_fold, rebase = macros.get("chunk_init"), macros.get("chunk_fold"), macros.get("rebase")
+    tally, chunk_init, chunk_fold, rebase = (macros.get(hook) for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
     tree = _tree_merge(T, spec, macros, 1, threads, 1)
     stores = _store_macros(T, spec, macros, out_dtype)
     chunk = threads * vector
@@ -179,17 +171,19 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
                 if loaded(bounds, step, u, tx):
                     for e in T.vectorized(vector):
                         buf[u * vector + e] = X[row, position(bounds, step, u, tx) + e]
-            if rebase is not None:
+            if tally is not None:
                 nv[0] = 0
-                if spec.chunk_slots:
-                    chunk_init(cm, 0)
                 for u in T.unroll(unroll):
                     if loaded(bounds, step, u, tx):
                         nv[0] = nv[0] + vector
-                        if spec.chunk_slots:
-                            for e in T.unroll(vector):
-                                chunk_fold(cm, 0, T.cast(buf[u * vector + e], ACCUM))
-                rebase(st, sti, 0, cm, nv[0], position(bounds, step, 0, tx))
+                tally(st, 0, nv[0])
+            if rebase is not None:
+                chunk_init(cm, 0)
+                for u in T.unroll(unroll):
+                    if loaded(bounds, step, u, tx):
+                        for e in T.unroll(vector):
+                            chunk_fold(cm, 0, T.cast(buf[u * vector + e], ACCUM))
+                rebase(st, 0, cm)
             for u in T.unroll(unroll):
                 if loaded(bounds, step, u, tx):
                     for e in T.unroll(vector):
@@ -265,7 +259,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     W = cvec
     macros = reducer_macros(T, reducer, W, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
-    chunk_init, chunk_fold, rebase = macros.get("chunk_init"), macros.get("chunk_fold"), macros.get("rebase")
+    tally, chunk_init, chunk_fold, rebase = (macros.get(hook) for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
     lanes = threads // col_threads
     tile = col_threads * cvec
     tree = _tree_merge(T, spec, macros, W, lanes, col_threads)
@@ -300,19 +294,22 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
                 if loaded(bounds, step, u, lane, i0):
                     for e in T.vectorized(cvec):
                         buf[u * cvec + e] = X[o, position(bounds, step, u, lane), i0 + e]
-            if rebase is not None:
+            if tally is not None:
                 nv[0] = 0
-                for k in T.unroll(W):
-                    if spec.chunk_slots:
-                        chunk_init(cm, k)
                 for u in T.unroll(unroll):
                     if loaded(bounds, step, u, lane, i0):
                         nv[0] = nv[0] + 1
-                        if spec.chunk_slots:
-                            for k in T.unroll(W):
-                                chunk_fold(cm, k, T.cast(buf[u * cvec + k], ACCUM))
                 for k in T.unroll(W):
-                    rebase(st, sti, k, cm, nv[0], position(bounds, step, 0, lane))
+                    tally(st, k, nv[0])
+            if rebase is not None:
+                for k in T.unroll(W):
+                    chunk_init(cm, k)
+                for u in T.unroll(unroll):
+                    if loaded(bounds, step, u, lane, i0):
+                        for k in T.unroll(W):
+                            chunk_fold(cm, k, T.cast(buf[u * cvec + k], ACCUM))
+                for k in T.unroll(W):
+                    rebase(st, k, cm)
             for u in T.unroll(unroll):
                 if loaded(bounds, step, u, lane, i0):
                     for k in T.unroll(W):

@@ -5,10 +5,10 @@ index), stored slot-major: slot ``j`` of the ``k``-th of ``W`` slices a thread
 serves is ``st[j * W + k]``.  Programs call
 
 * ``init(st, sti, k)``: the identity state,
-* per chunk (the values a thread loaded in one step, ``n`` of them valid, the
-  first at position ``first``): ``chunk_init(cm, k)`` and ``chunk_fold(cm, k, v)``
-  over the chunk (reducers with ``chunk_slots``), then
-  ``rebase(st, sti, k, cm, n, first)`` once (reducers with ``chunk_slots`` or ``counted``),
+* per chunk (the values a thread loaded in one step, ``n`` of them valid), only
+  the hooks a reducer defines: ``tally(st, k, n)`` once (reducers that count
+  their elements), and ``chunk_init(cm, k)``, ``chunk_fold(cm, k, v)`` over the
+  chunk, then ``rebase(st, k, cm)`` once (reducers with ``chunk_slots``),
 * ``fold(st, sti, k, v, idx, shift, cm)``: one float32 element ``v`` at position ``idx``,
 * ``prepare(st, sti, k, shift)``: turn what ``fold`` built into a mergeable state,
 * ``merge(st, sti, k, ot, oti)``: fold another mergeable state (``ot[j]``, ``oti[0]``) in,
@@ -44,7 +44,6 @@ class ReducerSpec:
     slots: int  # float32 state values
     index: bool = False  # carries an int64 position (argmax)
     shifted: bool = False  # folds need the slice's shift value (variance)
-    counted: bool = False  # rebase needs the chunk's count of valid elements
     chunk_slots: int = 0  # float32 values of the chunk pass (``cm[j * W + k]``); 0: no chunk pass
 
     @property
@@ -55,10 +54,10 @@ class ReducerSpec:
 
 REDUCERS: Dict[str, ReducerSpec] = {
     "sum": ReducerSpec("sum", 1),
-    "mean": ReducerSpec("mean", 2, counted=True),
+    "mean": ReducerSpec("mean", 2),
     "amax": ReducerSpec("amax", 1),
     "amin": ReducerSpec("amin", 1),
-    "var": ReducerSpec("var", 3, shifted=True, counted=True),
+    "var": ReducerSpec("var", 3, shifted=True),
     "logsumexp": ReducerSpec("logsumexp", 2, chunk_slots=2),
     "argmax": ReducerSpec("argmax", 1, index=True),
     "l2_norm": ReducerSpec("l2_norm", 1),
@@ -111,7 +110,7 @@ def _additive(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
             st[k] = st[k] + v
 
     @T.macro
-    def rebase(st, sti, k, cm, n, first):
+    def tally(st, k, n):
         st[W + k] = st[W + k] + T.cast(n, ACCUM)
 
     @T.macro
@@ -129,7 +128,7 @@ def _additive(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
 
     hooks = {"init": init, "fold": fold, "prepare": _no_prepare(T), "merge": merge, "finish": finish}
     if counted:
-        hooks["rebase"] = rebase
+        hooks["tally"] = tally
     return hooks
 
 
@@ -176,7 +175,7 @@ def _variance(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
         st[2 * W + k] = st[2 * W + k] + (v - shift) * (v - shift)
 
     @T.macro
-    def rebase(st, sti, k, cm, n, first):
+    def tally(st, k, n):
         st[k] = st[k] + T.cast(n, ACCUM)
 
     @T.macro
@@ -197,7 +196,7 @@ def _variance(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
     def finish(st, sti, k):
         return st[2 * W + k] / T.max(st[k] - T.cast(correction, ACCUM), T.cast(0, ACCUM))
 
-    return {"init": init, "fold": fold, "prepare": prepare, "merge": merge, "finish": finish, "rebase": rebase}
+    return {"init": init, "fold": fold, "prepare": prepare, "merge": merge, "finish": finish, "tally": tally}
 
 
 def _log_sum_exp(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
@@ -228,7 +227,7 @@ def _log_sum_exp(T: Any, name: str, W: int, correction: float) -> Dict[str, Call
         cm[k] = T.max(cm[k], v)
 
     @T.macro
-    def rebase(st, sti, k, cm, n, first):
+    def rebase(st, k, cm):
         largest = T.max(st[k], cm[k])
         st[W + k] = st[W + k] * T.exp2((st[k] - offset(largest)) * LOG2E)
         st[k] = largest

@@ -18,12 +18,10 @@ import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import aligned_contiguous, on_device
+from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
 __all__ = ["NormOp", "LayerNormOp", "FusedAddNormOp", "NormBwdOp"]
-
-# Kernels take the row count as an int32 extent.
-MAX_ROWS_PER_LAUNCH = 2**31 - 1
 
 
 class NormOp(Op):
@@ -67,13 +65,13 @@ class NormOp(Op):
         device = x.device
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
-            if rows <= MAX_ROWS_PER_LAUNCH:
+            if rows <= MAX_EXTENT:
                 kernel.forward(x_rows, weight, y_rows)
             else:
                 # Slices start at a multiple of N elements, so they stay as
                 # aligned as the kernel's vector accesses need.
-                for start in range(0, rows, MAX_ROWS_PER_LAUNCH):
-                    stop = min(rows, start + MAX_ROWS_PER_LAUNCH)
+                for start in range(0, rows, MAX_EXTENT):
+                    stop = min(rows, start + MAX_EXTENT)
                     kernel.forward(x_rows[start:stop], weight, y_rows[start:stop])
         return y
 

@@ -19,12 +19,11 @@ import torch
 from tileops import _shape_rules as rules
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import on_device
+from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
 __all__ = ["ReductionOp", "reduction_view"]
 
-# Kernels take row counts, outer and inner extents and grid sizes as int32.
-MAX_EXTENT = 2**31 - 1
 ROWS, COLUMNS = 2, 3
 
 

@@ -12,12 +12,10 @@ import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import aligned_contiguous, on_device
+from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
 __all__ = ["ScanOp"]
-
-# Kernels take extents as int32.
-MAX_EXTENT = 2**31 - 1
 
 
 class ScanOp(Op):

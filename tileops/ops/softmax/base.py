@@ -18,12 +18,10 @@ import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import on_device
+from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
 __all__ = ["SoftmaxFamilyOp", "axis_view", "kernel_view"]
-
-# Kernels take extents (rows, outer, inner, block counts) as int32.
-MAX_EXTENT = 2**31 - 1
 
 
 def _collapsed_stride(sizes: Sequence[int], strides: Sequence[int]) -> Tuple[bool, Optional[int]]:
