@@ -11,7 +11,8 @@ import shutil
 import pytest
 import torch
 
-from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel, row_vector
+from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel
+from tileops.kernels.sizes import row_vector
 
 
 def _toolchain_available() -> bool:

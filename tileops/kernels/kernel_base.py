@@ -15,12 +15,15 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
-__all__ = ["Kernel", "UnsupportedArchError", "SM90_BUILD_TARGET", "torch_dtype_to_tl"]
+__all__ = ["Kernel", "UnsupportedArchError", "SM90_BUILD_TARGET", "PASS_CONFIGS", "torch_dtype_to_tl"]
 
 logger = logging.getLogger(__name__)
 
 # The target used to build kernels on a machine without a GPU (nvcc suffices).
 SM90_BUILD_TARGET: Dict[str, str] = {"kind": "cuda", "arch": "sm_90"}
+# Programs index arrays under conditions they check themselves; TileLang's extra
+# bounds checks would only block their 16-byte accesses.
+PASS_CONFIGS: Dict[str, bool] = {"tl.disable_safe_memory_legalize": True}
 
 _TL_DTYPE_NAMES = {
     torch.float16: "float16",

@@ -4,7 +4,7 @@ import torch
 
 __all__ = [
     "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "MIN_BLOCK_THREADS", "VECTOR_BYTES", "MAX_EXTENT",
-    "is_pow2", "next_pow2", "largest_pow2_divisor",
+    "is_pow2", "next_pow2", "largest_pow2_divisor", "max_vector", "row_vector",
 ]
 
 # Input dtypes of every kernel; they accumulate in ``ACCUM``.
@@ -36,3 +36,13 @@ def largest_pow2_divisor(n: int, cap: int) -> int:
     while width * 2 <= cap and n % (width * 2) == 0:
         width *= 2
     return width
+
+
+def max_vector(dtype: torch.dtype) -> int:
+    """Elements of one 16-byte access."""
+    return VECTOR_BYTES // dtype.itemsize
+
+
+def row_vector(N: int, dtype: torch.dtype) -> int:
+    """Elements per access along rows of ``N``: at most 16 bytes, and dividing ``N`` so every row start stays aligned."""
+    return largest_pow2_divisor(N, max_vector(dtype))

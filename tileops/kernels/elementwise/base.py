@@ -20,7 +20,7 @@ from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
 from tileops.kernels.launch import direct_launcher
-from tileops.kernels.sizes import SUPPORTED_DTYPES, VECTOR_BYTES
+from tileops.kernels.sizes import SUPPORTED_DTYPES, max_vector
 
 __all__ = [
     "ElementwiseKernel", "ProgramSpec", "SUPPORTED_DTYPES", "elementwise_default_config",
@@ -31,11 +31,6 @@ logger = logging.getLogger(__name__)
 
 # (layout name, shape parameters...): identifies one program of a kernel besides its config.
 ProgramSpec = Tuple[Hashable, ...]
-
-
-def max_vector(dtype: torch.dtype) -> int:
-    """Elements of one 16-byte access."""
-    return VECTOR_BYTES // dtype.itemsize
 
 
 def alignment_vector(tensor: torch.Tensor, strides: Sequence[int], cap: int) -> int:

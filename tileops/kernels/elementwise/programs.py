@@ -36,15 +36,13 @@ tensors over 2**31 elements are addressed correctly.
 from typing import Any
 
 from tileops.kernels.elementwise.functions import PointwiseFn
+from tileops.kernels.kernel_base import PASS_CONFIGS
 from tileops.kernels.sizes import ACCUM
 
-__all__ = ["flat_program", "gated_program", "broadcast_program", "MAX_LAUNCH_ELEMENTS", "PASS_CONFIGS"]
+__all__ = ["flat_program", "gated_program", "broadcast_program", "MAX_LAUNCH_ELEMENTS"]
 
 # Elements one launch may cover: int32 index arithmetic stays far from overflow.
 MAX_LAUNCH_ELEMENTS = 1 << 30
-# Programs guard every access themselves; TileLang's extra bounds checks
-# would only split their 16-byte accesses.
-PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
 
 
 def _check_shape_params(vector: int, threads: int, unroll: int) -> None:

@@ -36,39 +36,24 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, SUPPORTED_DTYPES, VECTOR_BYTES, WARP, next_pow2
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, SUPPORTED_DTYPES, WARP, next_pow2, row_vector
 
 __all__ = [
     "CrossEntropyFwdKernel",
     "CrossEntropyBwdKernel",
     "cross_entropy_fwd_program",
     "cross_entropy_bwd_program",
-    "row_vector",
 ]
 
 logger = logging.getLogger(__name__)
 
 LOG2E = 1.4426950408889634
-# Programs index arrays under conditions they check themselves; TileLang's extra
-# bounds checks would only block their 16-byte accesses.
-PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
 
 # float32 state slots of the forward program.
 _MAX, _SUM, _XSUM, _NEW_MAX, _OFFSET, _LSE = 0, 1, 2, 3, 4, 5
 _STATE = 6
-
-
-
-
-def row_vector(V: int, dtype: torch.dtype) -> int:
-    """Elements per access: the largest power of two dividing ``V`` within 16 bytes, so rows stay aligned."""
-    cap = VECTOR_BYTES // torch.empty((), dtype=dtype).element_size()
-    width = 1
-    while width * 2 <= cap and V % (width * 2) == 0:
-        width *= 2
-    return width
 
 
 def _threads_for(V: int, vector: int, most: int) -> int:
@@ -285,15 +270,16 @@ class _CrossEntropyKernel(Kernel):
 
     # Vectors in flight per thread, at most, once a row spans that many steps.
     most_unroll = 4
-
-    def _threads_cap(self) -> int:
-        return self.most_threads
+    # Rows shorter than ``short_row`` use at most ``short_row_threads`` threads.
+    short_row = 0
+    short_row_threads = 0
 
     @property
     def default_config(self) -> Dict[str, Any]:
-        threads = _threads_for(self.V, self._vector, self._threads_cap())
+        most = self.short_row_threads if self.V < self.short_row else self.most_threads
+        threads = _threads_for(self.V, self._vector, most)
         step = threads * self._vector
-        unroll = self.most_unroll if self.V >= self.most_unroll * step else (4 if self.V >= 4 * step else 1)
+        unroll = next((u for u in (self.most_unroll, 4) if self.V >= u * step), 1)
         return {"threads": threads, "unroll": unroll}
 
     @property
@@ -339,9 +325,7 @@ class CrossEntropyFwdKernel(_CrossEntropyKernel):
     # for 512 x 4 on 4096 rows); 256000 was level.
     most_unroll = 8
     short_row = 65536
-
-    def _threads_cap(self) -> int:
-        return 256 if self.V < self.short_row else self.most_threads
+    short_row_threads = 256
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Tensor,
                 lse: torch.Tensor) -> torch.Tensor:

@@ -50,7 +50,7 @@ from tileops.kernels.norm.rows import (
     stream_layout,
     stream_macros,
 )
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, VECTOR_BYTES
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector
 
 __all__ = ["NormBwdKernel", "norm_bwd_default_config", "RESIDENT", "STREAMED", "COLUMN_SUM"]
 
@@ -90,7 +90,7 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     ``sm_threads``: threads of the row program an SM must hold at once; it caps
     the registers of a thread (1024 threads: 64 each), and the persistent grid
     is sized to it."""
-    vector_elems = VECTOR_BYTES // dtype.itemsize
+    vector_elems = max_vector(dtype)
     per_thread = 2 * vector_elems if N >= 2048 else vector_elems
     return {"per_thread": max(per_thread, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 4,
             "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024}
@@ -580,7 +580,7 @@ class NormBwdKernel(RowNormKernel):
     @property
     def autotune_configs(self) -> List[Dict[str, Any]]:
         default = self.default_config
-        vector_elems = VECTOR_BYTES // self.dtype.itemsize
+        vector_elems = max_vector(self.dtype)
         candidates = [default]
         for per_thread in (vector_elems // 2, vector_elems, 2 * vector_elems):
             candidates.append({**default, "per_thread": max(per_thread, 1, -(-self.N // MAX_THREADS))})

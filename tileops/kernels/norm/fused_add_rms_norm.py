@@ -29,7 +29,7 @@ from tileops.kernels.norm.rows import (
     stream_layout,
     stream_macros,
 )
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, VECTOR_BYTES
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector
 
 __all__ = ["FusedAddRMSNormFwdKernel", "fused_add_rms_norm_default_config"]
 
@@ -43,7 +43,7 @@ STREAMED = "fused_add_rms_norm_streamed"
 def fused_add_rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     """Two 16-byte vectors of each input per thread (more for long rows, at most 1024 threads a row);
     streamed rows: 512 threads with two vectors of each input in flight."""
-    vector_elems = VECTOR_BYTES // dtype.itemsize
+    vector_elems = max_vector(dtype)
     return {"per_thread": max(2 * vector_elems, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 2}
 
 
@@ -168,7 +168,7 @@ class FusedAddRMSNormFwdKernel(RowNormKernel):
     @property
     def autotune_configs(self) -> List[Dict[str, Any]]:
         default = self.default_config
-        vector_elems = VECTOR_BYTES // self.dtype.itemsize
+        vector_elems = max_vector(self.dtype)
         candidates = [default]
         for per_thread in (vector_elems, 2 * vector_elems, 4 * vector_elems):
             candidates.append({**default, "per_thread": max(per_thread, -(-self.N // MAX_THREADS))})

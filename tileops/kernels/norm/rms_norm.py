@@ -28,6 +28,7 @@ from tileops.kernels.sizes import (
     MAX_THREADS,
     MIN_BLOCK_THREADS,
     SUPPORTED_DTYPES,
+    VECTOR_BYTES,
     largest_pow2_divisor,
     next_pow2,
 )
@@ -42,21 +43,12 @@ logger = logging.getLogger(__name__)
 MAX_ELEMENTS_PER_THREAD = 32
 
 
-
-
-
-
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def _vector_width(N: int, elem_bytes: int) -> int:
-    """Elements per 16-byte access that keep every row start aligned."""
-    return largest_pow2_divisor(N, 16 // elem_bytes)
-
-
 def _single_pass_config(N: int, elem_bytes: int, elements_per_thread: int) -> Dict[str, int]:
-    vector = _vector_width(N, elem_bytes)
+    vector = largest_pow2_divisor(N, VECTOR_BYTES // elem_bytes)  # rows stay aligned
     row_threads = min(MAX_THREADS, next_pow2(-(-N // elements_per_thread)))
     threads = max(row_threads, MIN_BLOCK_THREADS)
     return {
@@ -76,7 +68,7 @@ def rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     several blocks per SM to overlap their load and reduce phases.
     """
     elem_bytes = dtype.itemsize
-    vector_elems = 16 // elem_bytes
+    vector_elems = VECTOR_BYTES // elem_bytes
     if N <= MAX_THREADS * MAX_ELEMENTS_PER_THREAD:
         per_thread = max(2 * vector_elems, -(-N // MAX_THREADS))
         return _single_pass_config(N, elem_bytes, per_thread)
@@ -87,7 +79,7 @@ def rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
 def rms_norm_autotune_configs(N: int, dtype: torch.dtype) -> List[Dict[str, int]]:
     """Valid candidate configs around the heuristic (the heuristic first)."""
     elem_bytes = dtype.itemsize
-    vector_elems = 16 // elem_bytes
+    vector_elems = VECTOR_BYTES // elem_bytes
     candidates = [rms_norm_default_config(N, dtype)]
     # Registers allow 64 half-precision (32 packed registers) or 32 fp32 elements per thread.
     register_cap = 64 if elem_bytes == 2 else MAX_ELEMENTS_PER_THREAD

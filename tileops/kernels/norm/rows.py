@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tupl
 
 import torch
 
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
+from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     ACCUM,
@@ -39,16 +39,14 @@ from tileops.kernels.sizes import (
     MAX_THREADS,
     MIN_BLOCK_THREADS,
     SUPPORTED_DTYPES,
-    VECTOR_BYTES,
     WARP,
-    largest_pow2_divisor,
     next_pow2,
+    row_vector,
 )
 
 __all__ = [
     "ACCUM",
     "MAX_EXTENT",
-    "PASS_CONFIGS",
     "SUPPORTED_DTYPES",
     "RowLayout",
     "StreamLayout",
@@ -67,19 +65,9 @@ logger = logging.getLogger(__name__)
 
 # Threads of an SM; persistent programs launch this many per SM at most.
 THREADS_PER_SM = 2048
-# Programs guard their own accesses; TileLang's extra bounds checks would only
-# block their 16-byte accesses.
-PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
 # Column-sum program: 32 columns (one warp wide) by 32 row lanes per block, each
 # lane keeping this many independent loads in flight.
 COLUMN_UNROLL = 4
-
-
-
-
-def row_vector(N: int, dtype: torch.dtype) -> int:
-    """Elements per 16-byte access that keep every row start aligned."""
-    return largest_pow2_divisor(N, VECTOR_BYTES // dtype.itemsize)
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
-from tileops.kernels.sizes import ACCUM, SUPPORTED_DTYPES, VECTOR_BYTES, is_pow2, largest_pow2_divisor
+from tileops.kernels.sizes import ACCUM, SUPPORTED_DTYPES, is_pow2, largest_pow2_divisor, max_vector
 
 __all__ = [
     "ReductionKernel",
@@ -67,10 +67,6 @@ COMBINE = "combine"
 
 # A program's shape parameters: ((name, value), ...), e.g. (("vector", 8), ("fused", 1)).
 ProgramParams = Tuple[Tuple[str, int], ...]
-
-# Programs index arrays with conditions they check themselves; TileLang's
-# extra bounds checks would only block their 16-byte accesses.
-PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
 
 
 # ---- shared building blocks -------------------------------------------------------------------
@@ -472,8 +468,8 @@ class ReductionKernel(Kernel):
         if dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"{type(self).__name__}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
         self.correction = float(correction)
-        self._elem_bytes = torch.empty((), dtype=dtype).element_size()
-        self._max_vector = VECTOR_BYTES // self._elem_bytes
+        self._elem_bytes = dtype.itemsize
+        self._max_vector = max_vector(dtype)
         self._launchers: Dict[Tuple[str, ProgramParams], Any] = {}
         self._sm_counts: Dict[int, int] = {}
         self._sm_lock = threading.Lock()

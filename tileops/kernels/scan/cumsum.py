@@ -38,6 +38,7 @@ from tileops.kernels.sizes import (
     MAX_THREADS,
     MIN_BLOCK_THREADS,
     SUPPORTED_DTYPES,
+    VECTOR_BYTES,
     WARP,
     largest_pow2_divisor,
     next_pow2,
@@ -109,7 +110,7 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     look-back scan.
     """
     elem_bytes = dtype.itemsize
-    config = _row_config(N, elem_bytes, 2 * (16 // elem_bytes), 256)
+    config = _row_config(N, elem_bytes, 2 * (VECTOR_BYTES // elem_bytes), 256)
     chunk, full_chunks, tail = _row_layout(N, config["items"], config["row_threads"])
     total_chunks = full_chunks + (tail > 0)
     config["segments"] = min(32, total_chunks // 2) if total_chunks >= 4 else 1
@@ -134,7 +135,7 @@ def cumsum_autotune_configs(N: int, dtype: torch.dtype) -> List[Dict[str, int]]:
     keeps the split heuristic of its own layout.
     """
     elem_bytes = dtype.itemsize
-    vector = 16 // elem_bytes
+    vector = VECTOR_BYTES // elem_bytes
     default = cumsum_default_config(N, dtype)
     candidates = [default]
     for items in (vector, 2 * vector, 4 * vector):
@@ -174,7 +175,7 @@ def _segment_layout(N: int, items: int, row_threads: int, segments: int) -> Tupl
 def _load_vector(N: int, items: int, dtype: str) -> int:
     """Elements per vectorized access: divides ``items`` and ``N`` (aligned rows), <= 16 bytes."""
     elem_bytes = 4 if dtype == "float32" else 2
-    return largest_pow2_divisor(N, largest_pow2_divisor(items, 16 // elem_bytes))
+    return largest_pow2_divisor(N, largest_pow2_divisor(items, VECTOR_BYTES // elem_bytes))
 
 
 # Status of a tile in the single-pass (look-back) scan; also the index of the
@@ -797,7 +798,7 @@ def column_program_name(inner: int, elem_bytes: int = 2) -> str:
     and at least a warp of them) get one vector per thread; otherwise one
     column per thread, tiles as wide as the columns up to a warp.
     """
-    vector = 16 // elem_bytes
+    vector = VECTOR_BYTES // elem_bytes
     if inner % vector == 0 and inner >= WARP * vector:
         return f"{COLUMN_SCAN}_{WARP}x{vector}"
     return f"{COLUMN_SCAN}_{min(WARP, next_pow2(inner))}"

@@ -48,18 +48,19 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     ACCUM,
     MAX_THREADS,
     MIN_BLOCK_THREADS,
     SUPPORTED_DTYPES,
-    VECTOR_BYTES,
     WARP,
     is_pow2,
     largest_pow2_divisor,
+    max_vector,
     next_pow2,
+    row_vector,
 )
 
 __all__ = [
@@ -121,24 +122,6 @@ class SoftmaxVariant:
 
 
 # ---- sizes and configs ------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-def max_vector(dtype: torch.dtype) -> int:
-    """Elements of one 16-byte access."""
-    return VECTOR_BYTES // dtype.itemsize
-
-
-def row_vector(N: int, dtype: torch.dtype) -> int:
-    """Elements per access along a row: divides ``N`` so that every row start stays aligned."""
-    return largest_pow2_divisor(N, max_vector(dtype))
 
 
 def fused_elements_cap(dtype: torch.dtype, backward: bool) -> int:
@@ -1063,9 +1046,6 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
 # ---- program table and kernels ------------------------------------------------------------------------
 
-# Programs index arrays with conditions they check themselves; TileLang's
-# extra bounds checks would only block their 16-byte accesses.
-PASS_CONFIGS = {"tl.disable_safe_memory_legalize": True}
 
 _BUILDERS: Dict[str, Callable[..., Any]] = {
     ROW_FUSED: row_fused_program,
