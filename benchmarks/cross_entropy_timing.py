@@ -2,17 +2,17 @@
 
 ``python -m benchmarks.cross_entropy_timing [--rows 8192] [--classes 131072]`` prints a
 Markdown table: median milliseconds of one training step's loss (forward and backward,
-CUDA events, L2 flushed) and the peak memory allocated during it beyond the inputs.
+timed as ``make bench`` times) and the peak memory allocated during it beyond the inputs.
 """
 
 import argparse
 import logging
-import statistics
-from typing import Callable, Dict, List
+from typing import Callable, Dict
 
 import torch
 import torch.nn.functional as F
 
+from benchmarks.timing import CudaBackend, TimingSettings
 from tileops.ops import CrossEntropyFwdOp
 
 logger = logging.getLogger(__name__)
@@ -20,42 +20,21 @@ logger = logging.getLogger(__name__)
 MIB = 1 << 20
 
 
-def _flush_l2(buffer: torch.Tensor) -> None:
-    buffer.zero_()
+def measure(backend: CudaBackend, step: Callable[[torch.Tensor], None], logits: torch.Tensor) -> Dict[str, float]:
+    """Median ms of ``step`` (the harness's timing) and its peak memory beyond what was allocated before it."""
 
+    def call() -> None:
+        step(logits)
+        logits.grad = None  # every step starts without a gradient, as in training
 
-def measure(step: Callable[[torch.Tensor], None], logits: torch.Tensor, repeats: int) -> Dict[str, float]:
-    """Median ms of ``step`` and its peak memory beyond what was allocated before it."""
-    flush = torch.empty(256 * MIB, dtype=torch.uint8, device="cuda")
-    for _ in range(3):  # warm-up: compilation, allocator growth
-        step(logits)
-        logits.grad = None
-    times: List[float] = []
-    for _ in range(repeats):
-        _flush_l2(flush)
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step(logits)
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-        logits.grad = None
-    del flush
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step(logits)
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated()
-    logits.grad = None
-    return {"ms": statistics.median(times), "peak_mib": peak / MIB, "extra_mib": (peak - before) / MIB}
+    return {"ms": backend.time_us([call]) / 1e3, "extra_mib": backend.peak_memory_bytes(call) / MIB}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=8192)
     parser.add_argument("--classes", type=int, default=131072)
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--rep-ms", type=float, default=150.0, help="timed repetitions per variant, in ms")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     rows, classes, dtype = args.rows, args.classes, torch.bfloat16
@@ -74,16 +53,16 @@ def main() -> None:
     def inductor(x: torch.Tensor) -> None:
         compiled(x, target).backward()
 
-    results = {name: measure(fn, logits, args.repeats) for name, fn in
+    backend = CudaBackend(settings=TimingSettings(rep_ms=args.rep_ms))
+    results = {name: measure(backend, fn, logits) for name, fn in
                (("tileops", ours), ("eager", eager), ("torch.compile", inductor))}
     moved = 3 * rows * classes * logits.element_size()  # logits read twice, gradient written once
-    logger.info("| %d x %d bfloat16, fwd+bwd | ms | GB/s (3 passes) | peak MiB | peak beyond inputs MiB | tileops speedup |",
+    logger.info("| %d x %d bfloat16, fwd+bwd | ms | GB/s (3 passes) | peak beyond inputs MiB | tileops speedup |",
                 rows, classes)
-    logger.info("|---|---|---|---|---|---|")
+    logger.info("|---|---|---|---|---|")
     for name, r in results.items():
         speedup = r["ms"] / results["tileops"]["ms"]
-        logger.info("| %s | %.3f | %.0f | %.3f | %.3f | %.2fx |", name, r["ms"], moved / r["ms"] / 1e6,
-                    r["peak_mib"], r["extra_mib"], speedup)
+        logger.info("| %s | %.3f | %.0f | %.0f | %.2fx |", name, r["ms"], moved / r["ms"] / 1e6, r["extra_mib"], speedup)
 
 
 if __name__ == "__main__":
