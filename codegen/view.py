@@ -60,10 +60,6 @@ def shapes_naming(op: OpSpec, local_names: Sequence[str] = ()) -> rules.Naming:
     )
 
 
-def _literal(value: object) -> str:
-    return repr(value)
-
-
 @dataclass(frozen=True)
 class RuleCheck:
     condition: str
@@ -71,12 +67,12 @@ class RuleCheck:
     guard: Optional[str]  # an optional tensor that must be present for the rule to apply
 
 
-
 def tensors_annotation(count: int) -> str:
     """The annotation of ``count`` returned tensors."""
     if count == 1:
         return "torch.Tensor"
     return "Tuple[" + ", ".join("torch.Tensor" for _ in range(count)) + "]"
+
 
 class OpView:
     """Template-facing view of one op."""
@@ -106,7 +102,7 @@ class OpView:
         dtypes = ", ".join(self.op.resolved_dtype_names(self.op.primary_input.name))
         docs.append(("dtype", f"Dtype of {self.op.primary_input.name} ({dtypes})."))
         for p in self.op.params:
-            default = f" Default: {_literal(p.default)}." if p.has_default else ""
+            default = f" Default: {repr(p.default)}." if p.has_default else ""
             choices = f" One of {list(p.choices)}." if p.choices else ""
             docs.append((p.name, f"{p.description or p.type}{choices}{default}".strip()))
         docs.append(("kernel_map", "Overrides of entries of default_kernel_map."))
@@ -136,7 +132,7 @@ class OpView:
         out = [f"{d.name}: int" for d in self.op.static_dims]
         out.append("dtype: torch.dtype")
         for p in self.op.params:
-            default = f" = {_literal(p.default)}" if p.has_default else ""
+            default = f" = {repr(p.default)}" if p.has_default else ""
             out.append(f"{p.name}: {p.type}{default}")
         out.append("kernel_map: Optional[Dict[str, Type[Kernel]]] = None")
         out.append("tune: bool = False")
@@ -417,7 +413,7 @@ class FunctionView:
     def params(self) -> List[str]:
         out = [p.split(" = ")[0] + (" = None" if "Optional" in p else "") for p in self.view.forward_params]
         for p in self.op.params:
-            default = f" = {_literal(p.default)}" if p.has_default else ""
+            default = f" = {repr(p.default)}" if p.has_default else ""
             out.append(f"{p.name}: {p.type}{default}")
         return out
 

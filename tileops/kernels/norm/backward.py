@@ -30,7 +30,7 @@ results are reproducible.
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -167,6 +167,41 @@ def _accumulator_macros(T: Any, smem_columns: Tuple[int, ...], N: int, vector: i
     return acc_update, acc_add_group, acc_flush
 
 
+def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) -> Dict[str, Callable[..., Any]]:
+    """Per-element expressions of both backward programs, reading the row state ``st``.
+
+    RMSNorm rows leave ``r`` in ``st[0]`` and ``mean(g * w * x) * r^2`` in ``st[1]``;
+    LayerNorm rows leave their mean and rstd in ``st[mean]`` and ``st[rstd]``,
+    ``mean(g * w)`` in ``st[2]`` and ``mean(g * w * xhat)`` in ``st[3]``.
+    """
+
+    def f32(v):
+        return T.cast(v, ACCUM)
+
+    def scaled(g, w):
+        """``g * w`` in float32 (``g`` without a weight)."""
+        return f32(g) * f32(w) if has_weight else f32(g)
+
+    def rms_grad(g, x, w, st):
+        return T.cast(st[0] * (scaled(g, w) - f32(x) * st[1]), dtype)
+
+    def layer_grad(g, x, w, st):
+        return T.cast(st[rstd] * (scaled(g, w) - st[2] - (f32(x) - st[mean]) * st[rstd] * st[3]), dtype)
+
+    # Terms of the weight and bias partial sums for element i of a thread's buffers.
+    def rms_weight_term(gb, xb, st, i):
+        return f32(gb[i]) * f32(xb[i]) * st[0]
+
+    def layer_weight_term(gb, xb, st, i):
+        return f32(gb[i]) * (f32(xb[i]) - st[mean]) * st[rstd]
+
+    def bias_term(gb, xb, st, i):
+        return f32(gb[i])
+
+    return {"f32": f32, "scaled": scaled, "rms_grad": rms_grad, "layer_grad": layer_grad,
+            "rms_weight_term": rms_weight_term, "layer_weight_term": layer_weight_term, "bias_term": bias_term}
+
+
 # ---- resident rows ------------------------------------------------------------------------------
 
 
@@ -193,12 +228,10 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     accumulators = 2 if layer else 1
     smem_size = max(sum(columns), 1)
 
-    def scaled(g, w):
-        """``g * w`` in float32 (``g`` without a weight)."""
-        return T.cast(g, ACCUM) * T.cast(w, ACCUM) if has_weight else T.cast(g, ACCUM)
-
-    def f32(v):
-        return T.cast(v, ACCUM)
+    element = _element_math(T, dtype, has_weight, 0, 1)
+    f32, scaled, rms_grad, layer_grad = element["f32"], element["scaled"], element["rms_grad"], element["layer_grad"]
+    rms_weight_term, layer_weight_term, bias_term = (
+        element["rms_weight_term"], element["layer_weight_term"], element["bias_term"])
 
     @T.macro
     def store_row(DX, row, lane, value, gb, xb, wb, st):
@@ -211,22 +244,6 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                     for k in T.vectorized(vector):
                         DX[row, column(full_vecs, lane) + k] = value(
                             gb[full_vecs * vector + k], xb[full_vecs * vector + k], wb[full_vecs * vector + k], st)
-
-    def rms_grad(g, x, w, st):
-        return T.cast(st[0] * (scaled(g, w) - f32(x) * st[1]), dtype)
-
-    def layer_grad(g, x, w, st):
-        return T.cast(st[1] * (scaled(g, w) - st[2] - (f32(x) - st[0]) * st[1] * st[3]), dtype)
-
-    # Terms of the partial sums for element i of a lane's buffers (st: mean/rstd or r, as the rows leave them).
-    def rms_weight_term(gb, xb, st, i):
-        return f32(gb[i]) * f32(xb[i]) * st[0]
-
-    def layer_weight_term(gb, xb, st, i):
-        return f32(gb[i]) * (f32(xb[i]) - st[0]) * st[1]
-
-    def bias_term(gb, xb, st, i):
-        return f32(gb[i])
 
     @T.macro
     def add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, j, tmp):
@@ -243,10 +260,10 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         if in_registers:
             for i in T.unroll(per_thread):  # missing elements have g = 0 and add nothing
                 if layer:
-                    accw[i] = accw[i] + f32(gb[i]) * (f32(xb[i]) - st[0]) * st[1]
-                    accb[i] = accb[i] + f32(gb[i])
+                    accw[i] = accw[i] + layer_weight_term(gb, xb, st, i)
+                    accb[i] = accb[i] + bias_term(gb, xb, st, i)
                 else:
-                    accw[i] = accw[i] + f32(gb[i]) * f32(xb[i]) * st[0]
+                    accw[i] = accw[i] + rms_weight_term(gb, xb, st, i)
         else:
             for j in T.unroll(full_vecs):
                 add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, j, tmp)
@@ -389,11 +406,10 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     inv_n = 1.0 / N
     accumulators = 2 if layer else 1
 
-    def scaled(g, w):
-        return T.cast(g, ACCUM) * T.cast(w, ACCUM) if has_weight else T.cast(g, ACCUM)
-
-    def f32(v):
-        return T.cast(v, ACCUM)
+    element = _element_math(T, dtype, has_weight, 5, 6)
+    f32, scaled, rms_grad, layer_grad = element["f32"], element["scaled"], element["rms_grad"], element["layer_grad"]
+    rms_weight_term, layer_weight_term, bias_term = (
+        element["rms_weight_term"], element["layer_weight_term"], element["bias_term"])
 
     acc_update, acc_add_group, acc_flush = _accumulator_macros(T, smem_columns, N, vector)
 
@@ -464,22 +480,6 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
         st[6] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
         st[3] = st[6] * (st[3] - (st[5] - st[4]) * st[2]) * inv_n  # mean(gw * xhat)
         st[2] = st[2] * inv_n  # mean(gw)
-
-    def rms_grad(g, x, w, st):
-        return T.cast(st[0] * (scaled(g, w) - f32(x) * st[1]), dtype)
-
-    def layer_grad(g, x, w, st):
-        return T.cast(st[6] * (scaled(g, w) - st[2] - (f32(x) - st[5]) * st[6] * st[3]), dtype)
-
-    # Terms of the partial sums for element i of a thread's buffers (st as the reductions leave it).
-    def rms_weight_term(gb, xb, st, i):
-        return f32(gb[i]) * f32(xb[i]) * st[0]
-
-    def layer_weight_term(gb, xb, st, i):
-        return f32(gb[i]) * (f32(xb[i]) - st[5]) * st[6]
-
-    def bias_term(gb, xb, st, i):
-        return f32(gb[i])
 
     @T.macro
     def write_row(G, X, W, DX, PW, PB, acc_smem, gb, xb, wb, st, row, block, tx, tmp):
