@@ -60,12 +60,13 @@ def test_longer_forward_rows_are_streamed() -> None:
     (LayerNormBwdKernel, 1024, torch.float32, RESIDENT, True, (0, 0)),
     (RMSNormBwdKernel, 4096, torch.bfloat16, RESIDENT, False, (4096,)),
     (LayerNormBwdKernel, 4096, torch.float32, RESIDENT, False, (4096, 4096)),
-    (LayerNormBwdKernel, 4097, torch.float32, RESIDENT, False, (4097, 4097)),
+    # Slots come in whole column groups (1024 lanes x 1 column for an odd N).
+    (LayerNormBwdKernel, 4097, torch.float32, RESIDENT, False, (5120, 5120)),
     (RMSNormBwdKernel, 16384, torch.bfloat16, RESIDENT, False, (16384,)),
     (LayerNormBwdKernel, 16384, torch.bfloat16, RESIDENT, False, (16384, 16384)),
     (RMSNormBwdKernel, 32768, torch.bfloat16, STREAMED, False, (32768,)),
-    # 212 KiB of shared memory: the weight's sums and the bias's first 21 x 1024 columns.
-    (LayerNormBwdKernel, 32768, torch.bfloat16, STREAMED, False, (32768, 21504)),
+    # 212 KiB of shared memory: the weight's sums and the bias's first 5 column groups of 512 x 8.
+    (LayerNormBwdKernel, 32768, torch.bfloat16, STREAMED, False, (32768, 20480)),
     (RMSNormBwdKernel, 32768, torch.float32, STREAMED, False, (32768,)),
     (RMSNormBwdKernel, 65537, torch.float16, STREAMED, False, (54272,)),
 ])
@@ -73,8 +74,20 @@ def test_backward_programs_and_where_partial_sums_live(cls, N, dtype, program, i
     kernel = cls(N, dtype)
     assert kernel.main_program() == program
     assert kernel.partials_in_registers(kernel.layout()) == in_registers
-    assert kernel.smem_columns(kernel.layout()) == in_shared
+    assert kernel.smem_slots(kernel.layout()) == in_shared
     assert [name for name, _ in kernel.program_keys()] == [program, COLUMN_SUM]
+
+
+@pytest.mark.parametrize("cls, N, dtype, in_registers", [
+    # The bias's last 3 column groups of 512 x 8 (24 sums a thread) do not fit in shared memory.
+    (LayerNormBwdKernel, 32768, torch.bfloat16, (0, 3)),
+    (RMSNormBwdKernel, 32768, torch.bfloat16, (0,)),
+    (LayerNormBwdKernel, 4096, torch.bfloat16, (0, 0)),  # resident: all in shared memory
+    (RMSNormBwdKernel, 65537, torch.float16, (0,)),  # 33 steps a row: too many to unroll
+])
+def test_streamed_partial_sums_past_shared_memory_go_to_registers(cls, N, dtype, in_registers) -> None:
+    kernel = cls(N, dtype)
+    assert kernel.register_groups(kernel.layout()) == in_registers
 
 
 def test_backward_launches_as_many_row_groups_as_fit(monkeypatch: pytest.MonkeyPatch) -> None:

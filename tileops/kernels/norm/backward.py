@@ -30,6 +30,7 @@ results are reproducible.
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
+import functools
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -62,9 +63,11 @@ COLUMN_SUM = "column_sum"
 # blocks in all (for the number of blocks that fit at once).
 SMEM_ACC_BUDGET = 212 * 1024
 SMEM_PER_SM = 220 * 1024
-# Partial sums split between shared memory and the partials buffer change sides
-# at a multiple of this many columns (a multiple of every vector width).
-SMEM_SPLIT_ALIGN = 1024
+# Float32 partial sums a streamed thread may hold in registers when shared memory
+# is full (a 512-thread block has 128 registers a thread), and the most steps of a
+# streamed row that are unrolled so that each register is named.
+MAX_REGISTER_PARTIALS = 32
+MAX_UNROLLED_STEPS = 4
 
 
 # Bytes of each row tensor a thread may hold in registers when the partial sums live in memory
@@ -96,75 +99,112 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
             "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024}
 
 
-def smem_offsets(smem_columns: Tuple[int, ...]) -> Tuple[int, ...]:
-    """Where each partial sum's columns start in the flat shared-memory buffer."""
-    return tuple(sum(smem_columns[:index]) for index in range(len(smem_columns)))
+def smem_offsets(smem_slots: Tuple[int, ...]) -> Tuple[int, ...]:
+    """Where each partial sum's slots start in the flat shared-memory buffer."""
+    return tuple(sum(smem_slots[:index]) for index in range(len(smem_slots)))
 
 
-def _accumulator_macros(T: Any, smem_columns: Tuple[int, ...], N: int, vector: int) -> Tuple[Any, Any, Any]:
-    """Macros on partial sum ``index`` (0: weight, 1: bias) of column ``col`` of row group ``group``.
+def _accumulator_macros(T: Any, smem_slots: Tuple[int, ...], N: int, vector: int, group_threads: int,
+                        register_groups: Tuple[int, ...] = (0, 0)) -> Tuple[Any, Any, Any]:
+    """Macros on partial sum ``index`` (0: weight, 1: bias) of row group ``group``.
 
-    Columns below ``smem_columns[index]`` of partial sum ``index`` live in
-    shared memory (``acc_smem[offset + col]``), the others in the group's own
-    row of the partials buffer, which then stays in L2: the weight's and the
-    bias's float32 sums of a 32768-wide row do not both fit in shared memory,
-    so the bias's spill over.  Only the thread that owns a column touches it.
+    A thread owns column groups ``g``: columns ``(g * group_threads + lane) * vector + k``
+    for ``k < vector``; the macros take ``(g, lane)`` (and ``k``).  In shared memory
+    that column sits at slot ``g * group_threads * vector + k * group_threads + lane``:
+    for each ``k`` the threads of a warp touch consecutive words.  (In column order they
+    would be ``vector`` words apart, an up to 8-way bank conflict on every update.)
+
+    Partial sum ``index`` keeps its first ``smem_slots[index]`` slots (whole column
+    groups, or every column) in shared memory.  The weight's and the bias's float32
+    sums of a 32768-wide row do not both fit there, so the bias's spill over: into the
+    thread's registers (``accr``) when ``register_groups[index]`` says how many groups
+    (the loop over groups must then be unrolled), else into the row group's own row of
+    the partials buffer, which stays in L2.  Only the thread that owns a column touches it.
     """
-    offsets = smem_offsets(smem_columns)
+    offsets = smem_offsets(smem_slots)
+    group_columns = group_threads * vector
+    first_spilled = tuple(slots // group_columns for slots in smem_slots)
+    register_offsets = tuple(sum(register_groups[:index]) * vector for index in range(len(register_groups)))
 
-    def in_smem(index, col):
-        """Whether the column is in shared memory: a Python bool when the answer is the same for all."""
-        if smem_columns[index] == 0:
+    def column(g, lane, k):
+        return (g * group_threads + lane) * vector + k
+
+    def slot(index, g, lane, k):
+        return offsets[index] + g * group_columns + k * group_threads + lane
+
+    def register(index, g, k):
+        return register_offsets[index] + (g - first_spilled[index]) * vector + k
+
+    def in_registers(index, g):
+        """Whether the column group is in registers: a Python bool when the answer is the same for all."""
+        if register_groups[index] == 0 or smem_slots[index] >= N:
             return False
-        if smem_columns[index] >= N:
+        return g >= first_spilled[index]
+
+    def in_smem(index, g):
+        """Whether the column group is in shared memory: a Python bool when the answer is the same for all."""
+        if smem_slots[index] >= N:
             return True
-        return col < smem_columns[index]
+        if first_spilled[index] == 0:
+            return False
+        return g < first_spilled[index]
 
     @T.macro
-    def acc_update(acc_smem, PW, PB, index, group, col, value, reset):
-        if in_smem(index, col):
-            if reset:
-                acc_smem[offsets[index] + col] = value
-            else:
-                acc_smem[offsets[index] + col] = acc_smem[offsets[index] + col] + value
+    def acc_store(acc_smem, accr, PW, PB, index, group, g, lane, k, value):
+        if in_registers(index, g):
+            accr[register(index, g, k)] = value
+        elif in_smem(index, g):
+            acc_smem[slot(index, g, lane, k)] = value
         elif index == 0:
-            if reset:
-                PW[group, col] = value
-            else:
-                PW[group, col] = PW[group, col] + value
+            PW[group, column(g, lane, k)] = value
         else:
-            if reset:
-                PB[group, col] = value
-            else:
-                PB[group, col] = PB[group, col] + value
+            PB[group, column(g, lane, k)] = value
 
     @T.macro
-    def acc_add_group(acc_smem, PW, PB, index, group, col0, term, gb, xb, st, base, tmp):
-        """Add ``term(gb, xb, st, base + k)`` to partial sum ``index`` of columns ``col0 + k``, k < vector.
+    def acc_add_group(acc_smem, accr, PW, PB, index, group, g, lane, term, gb, xb, st, base, tmp):
+        """Add ``term(gb, xb, st, base + k)`` to partial sum ``index`` of column group ``(g, lane)``.
 
         All loads come before all stores, so they are in flight together rather
         than each waiting for the store before it.
         """
-        for k in T.unroll(vector):
-            if in_smem(index, col0 + k):
-                tmp[k] = acc_smem[offsets[index] + col0 + k]
-            elif index == 0:
-                tmp[k] = PW[group, col0 + k]
-            else:
-                tmp[k] = PB[group, col0 + k]
-        for k in T.unroll(vector):
-            acc_update(acc_smem, PW, PB, index, group, col0 + k, tmp[k] + term(gb, xb, st, base + k), True)
+        if in_registers(index, g):
+            for k in T.unroll(vector):
+                accr[register(index, g, k)] = accr[register(index, g, k)] + term(gb, xb, st, base + k)
+        elif in_smem(index, g):
+            for k in T.unroll(vector):
+                tmp[k] = acc_smem[slot(index, g, lane, k)]
+            for k in T.unroll(vector):
+                acc_smem[slot(index, g, lane, k)] = tmp[k] + term(gb, xb, st, base + k)
+        elif index == 0:
+            for k in T.vectorized(vector):
+                tmp[k] = PW[group, column(g, lane, k)]
+            for k in T.unroll(vector):
+                tmp[k] = tmp[k] + term(gb, xb, st, base + k)
+            for k in T.vectorized(vector):
+                PW[group, column(g, lane, k)] = tmp[k]
+        else:
+            for k in T.vectorized(vector):
+                tmp[k] = PB[group, column(g, lane, k)]
+            for k in T.unroll(vector):
+                tmp[k] = tmp[k] + term(gb, xb, st, base + k)
+            for k in T.vectorized(vector):
+                PB[group, column(g, lane, k)] = tmp[k]
 
     @T.macro
-    def acc_flush(acc_smem, PW, PB, index, group, col):
-        """Copy a partial sum kept in shared memory to the group's row of the partials buffer."""
-        if in_smem(index, col):
+    def acc_flush(acc_smem, accr, PW, PB, index, group, g, lane, k):
+        """Copy a partial sum kept in shared memory or registers to the group's row of the partials buffer."""
+        if in_registers(index, g):
             if index == 0:
-                PW[group, col] = acc_smem[offsets[index] + col]
+                PW[group, column(g, lane, k)] = accr[register(index, g, k)]
             else:
-                PB[group, col] = acc_smem[offsets[index] + col]
+                PB[group, column(g, lane, k)] = accr[register(index, g, k)]
+        elif in_smem(index, g):
+            if index == 0:
+                PW[group, column(g, lane, k)] = acc_smem[slot(index, g, lane, k)]
+            else:
+                PB[group, column(g, lane, k)] = acc_smem[slot(index, g, lane, k)]
 
-    return acc_update, acc_add_group, acc_flush
+    return acc_store, acc_add_group, acc_flush
 
 
 def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) -> Dict[str, Callable[..., Any]]:
@@ -206,9 +246,9 @@ def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) ->
 
 
 def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, layer: bool, has_weight: bool,
-                          smem_columns: Optional[Tuple[int, ...]], blocks_per_sm: int) -> Any:
-    """``smem_columns`` None: partial sums in registers; else (one row per block) the columns
-    of each partial sum kept in shared memory, the rest being in the partials buffer.
+                          smem_slots: Optional[Tuple[int, ...]], blocks_per_sm: int) -> Any:
+    """``smem_slots`` None: partial sums in registers; else (one row per block) the shared-memory
+    slots of each partial sum (see ``_accumulator_macros``), the rest being in the partials buffer.
     ``blocks_per_sm``: blocks that must fit on an SM at once (it caps registers per thread)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -222,11 +262,12 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     sum2 = row_sum_macro(T, row_threads, 2)
     sum3 = row_sum_macro(T, row_threads, 3)
     inv_n = 1.0 / N
-    in_registers = smem_columns is None
-    columns = (0, 0) if in_registers else smem_columns
-    acc_update, acc_add_group, acc_flush = _accumulator_macros(T, columns, N, vector)
+    in_registers = smem_slots is None
+    slots = (0, 0) if in_registers else smem_slots
+    acc_store, acc_add_group, acc_flush = _accumulator_macros(T, slots, N, vector, row_threads)
+    accr = None  # no partial sums spill into registers here
     accumulators = 2 if layer else 1
-    smem_size = max(sum(columns), 1)
+    smem_size = max(sum(slots), 1)
 
     element = _element_math(T, dtype, has_weight, 0, 1)
     f32, scaled, rms_grad, layer_grad = element["f32"], element["scaled"], element["rms_grad"], element["layer_grad"]
@@ -249,10 +290,10 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     def add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, j, tmp):
         """Add the terms of column group ``j`` to partial sums kept in memory."""
         if layer:
-            acc_add_group(acc_smem, PW, PB, 0, group, column(j, lane), layer_weight_term, gb, xb, st, j * vector, tmp)
-            acc_add_group(acc_smem, PW, PB, 1, group, column(j, lane), bias_term, gb, xb, st, j * vector, tmp)
+            acc_add_group(acc_smem, accr, PW, PB, 0, group, j, lane, layer_weight_term, gb, xb, st, j * vector, tmp)
+            acc_add_group(acc_smem, accr, PW, PB, 1, group, j, lane, bias_term, gb, xb, st, j * vector, tmp)
         else:
-            acc_add_group(acc_smem, PW, PB, 0, group, column(j, lane), rms_weight_term, gb, xb, st, j * vector, tmp)
+            acc_add_group(acc_smem, accr, PW, PB, 0, group, j, lane, rms_weight_term, gb, xb, st, j * vector, tmp)
 
     @T.macro
     def add_terms(accw, accb, acc_smem, PW, PB, gb, xb, st, group, lane, tmp):
@@ -316,9 +357,9 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     @T.macro
     def reset_group(acc_smem, PW, PB, group, lane, j):
         for k in T.unroll(vector):
-            acc_update(acc_smem, PW, PB, 0, group, column(j, lane) + k, T.cast(0, ACCUM), True)
+            acc_store(acc_smem, accr, PW, PB, 0, group, j, lane, k, T.cast(0, ACCUM))
             if accumulators > 1:
-                acc_update(acc_smem, PW, PB, 1, group, column(j, lane) + k, T.cast(0, ACCUM), True)
+                acc_store(acc_smem, accr, PW, PB, 1, group, j, lane, k, T.cast(0, ACCUM))
 
     @T.macro
     def reset_memory_partials(acc_smem, PW, PB, group, lane):
@@ -336,14 +377,14 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                 if in_registers:
                     P[group, column(j, lane) + k] = acc[j * vector + k]
                 else:
-                    acc_flush(acc_smem, PW, PB, index, group, column(j, lane) + k)
+                    acc_flush(acc_smem, accr, PW, PB, index, group, j, lane, k)
         if has_tail:
             if column(full_vecs, lane) < N:
                 for k in T.unroll(vector):
                     if in_registers:
                         P[group, column(full_vecs, lane) + k] = acc[full_vecs * vector + k]
                     else:
-                        acc_flush(acc_smem, PW, PB, index, group, column(full_vecs, lane) + k)
+                        acc_flush(acc_smem, accr, PW, PB, index, group, full_vecs, lane, k)
 
     @T.macro
     def body(G, X, W, DX, PW, PB):
@@ -381,9 +422,9 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                 else:
                     rms_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, it % 2, it * Q + group, group,
                             lane, tx, DX, tmp)
-            if in_registers or columns[0] > 0:
+            if in_registers or slots[0] > 0:
                 store_partials(PW, accw, acc_smem, PW, PB, 0, group, lane)
-            if layer and (in_registers or columns[1] > 0):
+            if layer and (in_registers or slots[1] > 0):
                 store_partials(PB, accb, acc_smem, PW, PB, 1, group, lane)
 
     return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body)
@@ -393,7 +434,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
 
 
 def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, layer: bool, has_weight: bool,
-                          smem_columns: Tuple[int, ...], blocks_per_sm: int) -> Any:
+                          smem_slots: Tuple[int, ...], register_groups: Tuple[int, ...], blocks_per_sm: int) -> Any:
+    """``register_groups``: column groups of each partial sum held in registers (see ``_accumulator_macros``)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
@@ -411,29 +453,31 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     rms_weight_term, layer_weight_term, bias_term = (
         element["rms_weight_term"], element["layer_weight_term"], element["bias_term"])
 
-    acc_update, acc_add_group, acc_flush = _accumulator_macros(T, smem_columns, N, vector)
+    acc_store, acc_add_group, acc_flush = _accumulator_macros(T, smem_slots, N, vector, threads, register_groups)
+    # Partial sums in registers need every column group's index known after unrolling.
+    steps_loop = functools.partial(T.unroll, explicit=True) if sum(register_groups) else T.serial
 
     @T.macro
-    def reset_partials(acc_smem, PW, PB, block, tx):
-        for step in T.serial(steps):
+    def reset_partials(acc_smem, accr, PW, PB, block, tx):
+        for step in steps_loop(steps):
             for u in T.unroll(unroll):
                 if valid(step, u, tx):
                     for k in T.unroll(vector):
-                        acc_update(acc_smem, PW, PB, 0, block, column(step, u, tx) + k, T.cast(0, ACCUM), True)
+                        acc_store(acc_smem, accr, PW, PB, 0, block, step * unroll + u, tx, k, T.cast(0, ACCUM))
                         if accumulators > 1:
-                            acc_update(acc_smem, PW, PB, 1, block, column(step, u, tx) + k, T.cast(0, ACCUM), True)
+                            acc_store(acc_smem, accr, PW, PB, 1, block, step * unroll + u, tx, k, T.cast(0, ACCUM))
 
     @T.macro
-    def flush_partials(acc_smem, PW, PB, block, tx):
-        """Copy the partial sums kept in shared memory to the block's partials rows."""
-        if sum(smem_columns) > 0:
-            for step in T.serial(steps):
+    def flush_partials(acc_smem, accr, PW, PB, block, tx):
+        """Copy the partial sums kept in shared memory or registers to the block's partials rows."""
+        if sum(smem_slots) + sum(register_groups) > 0:
+            for step in steps_loop(steps):
                 for u in T.unroll(unroll):
                     if valid(step, u, tx):
                         for k in T.unroll(vector):
-                            acc_flush(acc_smem, PW, PB, 0, block, column(step, u, tx) + k)
+                            acc_flush(acc_smem, accr, PW, PB, 0, block, step * unroll + u, tx, k)
                             if accumulators > 1:
-                                acc_flush(acc_smem, PW, PB, 1, block, column(step, u, tx) + k)
+                                acc_flush(acc_smem, accr, PW, PB, 1, block, step * unroll + u, tx, k)
 
     @T.macro
     def load_all(G, X, W, gb, xb, wb, row, step, tx):
@@ -482,9 +526,9 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
         st[2] = st[2] * inv_n  # mean(gw)
 
     @T.macro
-    def write_row(G, X, W, DX, PW, PB, acc_smem, gb, xb, wb, st, row, block, tx, tmp):
+    def write_row(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, st, row, block, tx, tmp):
         # Reverse order: the chunks read last are the likeliest L2 hits.
-        for back in T.serial(steps):
+        for back in steps_loop(steps):
             load_all(G, X, W, gb, xb, wb, row, steps - 1 - back, tx)
             for u in T.unroll(unroll):
                 if valid(steps - 1 - back, u, tx):
@@ -496,14 +540,12 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
                         for k in T.vectorized(vector):
                             DX[row, column(steps - 1 - back, u, tx) + k] = rms_grad(
                                 gb[u * vector + k], xb[u * vector + k], wb[u * vector + k], st)
+                    g = (steps - 1 - back) * unroll + u
                     if layer:
-                        acc_add_group(acc_smem, PW, PB, 0, block, column(steps - 1 - back, u, tx),
-                                      layer_weight_term, gb, xb, st, u * vector, tmp)
-                        acc_add_group(acc_smem, PW, PB, 1, block, column(steps - 1 - back, u, tx),
-                                      bias_term, gb, xb, st, u * vector, tmp)
+                        acc_add_group(acc_smem, accr, PW, PB, 0, block, g, tx, layer_weight_term, gb, xb, st, u * vector, tmp)
+                        acc_add_group(acc_smem, accr, PW, PB, 1, block, g, tx, bias_term, gb, xb, st, u * vector, tmp)
                     else:
-                        acc_add_group(acc_smem, PW, PB, 0, block, column(steps - 1 - back, u, tx),
-                                      rms_weight_term, gb, xb, st, u * vector, tmp)
+                        acc_add_group(acc_smem, accr, PW, PB, 0, block, g, tx, rms_weight_term, gb, xb, st, u * vector, tmp)
 
     @T.macro
     def body(G, X, W, DX, PW, PB):
@@ -517,16 +559,17 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
             tmp = T.alloc_local((vector,), ACCUM)
             st = T.alloc_local((8,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(threads, sums), ACCUM)
-            acc_smem = T.alloc_shared((max(sum(smem_columns), 1),), ACCUM)
-            reset_partials(acc_smem, PW, PB, block, tx)
+            acc_smem = T.alloc_shared((max(sum(smem_slots), 1),), ACCUM)
+            accr = T.alloc_local((max(sum(register_groups), 1) * vector,), ACCUM)
+            reset_partials(acc_smem, accr, PW, PB, block, tx)
             for it in T.serial(T.ceildiv(M, Q)):
                 if it * Q + block < M:  # the same for the whole block
                     if layer:
                         reduce_layer(G, X, W, gb, xb, wb, first, st, scratch, it % 2, it * Q + block, tx)
                     else:
                         reduce_rms(G, X, W, gb, xb, wb, st, scratch, it % 2, it * Q + block, tx)
-                    write_row(G, X, W, DX, PW, PB, acc_smem, gb, xb, wb, st, it * Q + block, block, tx, tmp)
-            flush_partials(acc_smem, PW, PB, block, tx)
+                    write_row(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, st, it * Q + block, block, tx, tmp)
+            flush_partials(acc_smem, accr, PW, PB, block, tx)
 
     return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body)
 
@@ -610,18 +653,33 @@ class NormBwdKernel(RowNormKernel):
     def partials_in_registers(self, layout: Any) -> bool:
         return isinstance(layout, RowLayout) and layout.per_thread <= resident_cap(self.dtype, self.layer)
 
-    def smem_columns(self, layout: Any) -> Tuple[int, ...]:
-        """Columns of each partial sum a block keeps in shared memory (the rest live in registers or
-        the partials buffer): the weight's first, then the bias's, as many as the budget holds."""
+    def smem_slots(self, layout: Any) -> Tuple[int, ...]:
+        """Shared-memory slots of each partial sum (see ``_accumulator_macros``), in whole column
+        groups: the weight's first, then the bias's, as many as the budget holds (the rest live in
+        registers or the partials buffer)."""
         if self.partials_in_registers(layout):
             return (0,) * self.accumulators
+        threads = layout.row_threads if isinstance(layout, RowLayout) else layout.threads
+        group = threads * layout.vector
+        every_column = -(-self.N // group) * group
         room = SMEM_ACC_BUDGET // 4
-        columns = []
+        slots = []
         for _ in range(self.accumulators):
-            held = self.N if self.N <= room else room // SMEM_SPLIT_ALIGN * SMEM_SPLIT_ALIGN
-            columns.append(held)
+            held = every_column if every_column <= room else room // group * group
+            slots.append(held)
             room -= held
-        return tuple(columns)
+        return tuple(slots)
+
+    def register_groups(self, layout: Any) -> Tuple[int, ...]:
+        """Column groups of each partial sum a streamed thread keeps in registers: those past the
+        shared-memory ones, when they are few enough (else they live in the partials buffer)."""
+        none = (0,) * self.accumulators
+        if not isinstance(layout, StreamLayout) or layout.steps > MAX_UNROLLED_STEPS:
+            return none
+        group = layout.threads * layout.vector
+        groups = layout.steps * layout.unroll
+        spilled = tuple(0 if slots >= self.N else groups - slots // group for slots in self.smem_slots(layout))
+        return spilled if 0 < sum(spilled) * layout.vector <= MAX_REGISTER_PARTIALS else none
 
     def main_program(self) -> str:
         return self.cached("program", lambda: RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED)
@@ -632,11 +690,12 @@ class NormBwdKernel(RowNormKernel):
             return column_sum_program(self.N, dtype)
         layout = self.layout(config)
         if isinstance(layout, RowLayout):
-            smem = None if self.partials_in_registers(layout) else self.smem_columns(layout)
+            smem = None if self.partials_in_registers(layout) else self.smem_slots(layout)
             return _resident_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight, smem,
                                          self.blocks_per_sm(layout, config))
         return _streamed_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight,
-                                     self.smem_columns(layout), self.blocks_per_sm(layout, config))
+                                     self.smem_slots(layout), self.register_groups(layout),
+                                     self.blocks_per_sm(layout, config))
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
         return [(self.main_program(), (("has_weight", True),)), (COLUMN_SUM, ())]
@@ -646,7 +705,7 @@ class NormBwdKernel(RowNormKernel):
         if config is None:
             return self.cached("blocks_per_sm", lambda: self.blocks_per_sm(layout, self.config))
         threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
-        smem = 4 * sum(self.smem_columns(layout))
+        smem = 4 * sum(self.smem_slots(layout))
         fit = min(THREADS_PER_SM // threads, SMEM_PER_SM // smem if smem else THREADS_PER_SM)
         return max(1, min(fit, config["sm_threads"] // threads))
 
