@@ -177,7 +177,7 @@ def test_cumsum_default_config_is_valid(N: int, dtype: torch.dtype) -> None:
 def test_cumsum_cuts_long_rows_only() -> None:
     short = CumsumFwdKernel(4096, torch.bfloat16)
     assert short.program_names() == [ROW_SCAN] and short.split_segments == 1
-    assert CumsumFwdKernel(4096, torch.bfloat16, config={"lookback": 1}).program_names() == [ROW_SCAN]
+    assert CumsumFwdKernel(2048, torch.bfloat16, config={"lookback": 1}).program_names() == [ROW_SCAN]
     long_rows = CumsumFwdKernel(262144, torch.bfloat16)
     assert long_rows.split_segments > 1
     assert long_rows.config["split_max_rows"] >= 64

@@ -35,14 +35,15 @@ needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building ker
 # ---- program choice -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("N, dtype, threads, per_thread", [
-    (4096, torch.bfloat16, 256, 16),
-    (32768, torch.bfloat16, 1024, 32),
-    (4097, torch.float32, 1024, 5),
-    (1, torch.float16, 1, 1),
+@pytest.mark.parametrize("classes, N, dtype, threads, per_thread", [
+    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel), 4096, torch.bfloat16, 256, 16),
+    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel), 16384, torch.bfloat16, 1024, 16),
+    ((FusedAddRMSNormFwdKernel,), 32768, torch.bfloat16, 1024, 32),
+    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel), 4097, torch.float32, 1024, 5),
+    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel), 1, torch.float16, 1, 1),
 ])
-def test_forward_rows_fit_in_registers_up_to_32k(N, dtype, threads, per_thread) -> None:
-    for cls in (LayerNormFwdKernel, FusedAddRMSNormFwdKernel):
+def test_forward_rows_fit_in_registers(classes, N, dtype, threads, per_thread) -> None:
+    for cls in classes:
         layout = cls(N, dtype).layout()
         assert isinstance(layout, RowLayout)
         assert (layout.row_threads, layout.per_thread) == (threads, per_thread)
@@ -53,6 +54,9 @@ def test_longer_forward_rows_are_streamed() -> None:
     for cls in (LayerNormFwdKernel, FusedAddRMSNormFwdKernel):
         assert isinstance(cls(65536, torch.bfloat16).layout(), StreamLayout)
         assert isinstance(cls(65537, torch.float32).layout(), StreamLayout)
+    # LayerNorm holds at most two 16-byte vectors of a row per thread.
+    assert LayerNormFwdKernel(32768, torch.bfloat16).layout() == StreamLayout(32768, 8, 1024, 1)
+    assert isinstance(LayerNormFwdKernel(16384, torch.float32).layout(), StreamLayout)
 
 
 @pytest.mark.parametrize("cls, N, dtype, program, in_registers, in_shared", [
