@@ -16,6 +16,7 @@ from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.softmax.log_softmax import LogSoftmaxBwdKernel, LogSoftmaxFwdKernel
 from tileops.kernels.softmax.softmax import (
     COLUMN_APPLY,
+    COLUMN_FUSED,
     COLUMN_STATS,
     ROW_APPLY,
     ROW_FUSED,
@@ -25,6 +26,7 @@ from tileops.kernels.softmax.softmax import (
     SoftmaxFwdKernel,
     build_program,
     column_tile,
+    fused_column_tile,
     fused_elements_cap,
     row_vector,
     softmax_autotune_configs,
@@ -55,12 +57,13 @@ needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building ker
 @pytest.mark.parametrize(
     "kernel_cls, N, dtype, inner, expected",
     [
-        (SoftmaxFwdKernel, 4096, torch.bfloat16, 64, {ROW_FUSED, COLUMN_STATS, COLUMN_APPLY}),
+        (SoftmaxFwdKernel, 4096, torch.bfloat16, 64, {ROW_FUSED, COLUMN_FUSED}),
+        (LogSoftmaxFwdKernel, 4096, torch.float32, 16, {ROW_FUSED, COLUMN_FUSED}),
         (LogSoftmaxBwdKernel, 127, torch.float16, 5, {ROW_FUSED, COLUMN_STATS, COLUMN_APPLY}),
         (LogSoftmaxFwdKernel, 65537, torch.float32, 1, {ROW_STATS, ROW_APPLY}),
         (SoftmaxBwdKernel, 262144, torch.bfloat16, 1, {ROW_STATS, ROW_APPLY}),
     ],
-    ids=["softmax-fwd-4096-bf16", "log-bwd-127-fp16", "log-fwd-65537-fp32-split", "softmax-bwd-256k-bf16-split"],
+    ids=["softmax-fwd-4096-bf16", "log-fwd-4096-fp32", "log-bwd-127-fp16", "log-fwd-65537-fp32-split", "softmax-bwd-256k-bf16-split"],
 )
 def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, inner: int, expected) -> None:
     kernel = kernel_cls(N, dtype)
@@ -281,3 +284,17 @@ def test_only_the_softmax_forward_keeps_exponentials_in_registers() -> None:
     # 64 elements a thread exceed the budget: the exponentials are recomputed instead.
     assert "e = T.sblock_alloc_buffer" not in script(SoftmaxFwdKernel, 65536)
     assert "T.annotate_min_blocks_per_sm" not in script(SoftmaxFwdKernel, 4096)
+
+
+@pytest.mark.parametrize("N, dtype, backward, inner, cvec, tile", [
+    (4096, torch.bfloat16, False, 64, 8, 16),  # 128 KiB slab, 32-byte rows
+    (4096, torch.bfloat16, True, 64, 8, 0),  # the backward takes two steps
+    (4096, torch.bfloat16, False, 8, 8, 8),  # inner holds one vector only
+    (3000, torch.float32, False, 8, 4, 8),
+    (8192, torch.float32, False, 8, 4, 4),  # two vectors a row would not fit
+    (16384, torch.bfloat16, False, 64, 8, 0),  # too long: two steps
+    (127, torch.float16, False, 5, 1, 0),  # 2-byte rows
+    (4096, torch.bfloat16, False, 4, 4, 0),  # 8-byte rows
+])
+def test_fused_columns_when_the_slab_fits(N, dtype, backward, inner, cvec, tile) -> None:
+    assert fused_column_tile(N, dtype, backward, inner, cvec) == tile

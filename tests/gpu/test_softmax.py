@@ -32,11 +32,14 @@ PAIRS: Dict[str, Tuple[str, str, Callable[..., torch.Tensor]]] = {
 }
 
 MANIFEST_CASES = [case for name in OPS for case in manifest_cases(name)]
-# (shape, dim, dtype) for the backward checks: fused rows, two-step rows, columns, tiny.
+# (shape, dim, dtype) for the backward checks: fused rows, two-step rows, fused and two-step columns, tiny.
 GRAD_CASES = [
     ((5, 4097), -1, torch.bfloat16),
     ((3, 65537), -1, torch.float32),
     ((4, 127, 6), 1, torch.bfloat16),
+    ((4, 1000, 16), 1, torch.bfloat16),  # fused columns, forward and backward
+    ((2, 3000, 8), 1, torch.float32),  # fused columns, one vector a row of the backward's slabs
+    ((2, 9000, 64), 1, torch.bfloat16),  # too long for fused columns: two steps
     ((2, 3, 3), 0, torch.float16),
     ((1,), 0, torch.float32),
     ((2, 262144), -1, torch.bfloat16),

@@ -63,7 +63,6 @@ LOOKBACK_ROW_SCAN = "lookback_row_scan"
 COLUMN_SCAN = "column_scan"  # one program per tile width: "column_scan_<tile>"
 ROW_SCAN = "row_scan"
 COLUMN_TILES = (1, 2, 4, 8, 16, 32)
-ROW_ITEMS = 8  # elements per thread and chunk of a row scan, by default
 
 
 # Scan operators: how two partial results combine, and the value that changes nothing.
@@ -103,18 +102,18 @@ def _row_config(N: int, elem_bytes: int, items: int, threads_cap: int) -> Dict[s
 def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     """Heuristic config for scan length ``N`` and ``dtype``.
 
-    Eight elements per thread and chunk (one 16-byte vector of a 16-bit dtype,
-    two of float32); a row gets as many threads as cover it in one chunk, up to
-    256 (longer rows loop).  (H100, 8192 x 32768 bf16: eight elements 374 us for
-    both cumsum and cumprod at 128 to 512 threads; sixteen swung between 383
-    and 465 us with the operator and the thread count.)  When at most
+    One 16-byte vector per thread and chunk; a row gets as many threads as
+    cover it in one chunk, up to 256 (longer rows loop).  (H100: 8192 x 32768
+    bf16, one vector 374 us for both cumsum and cumprod at 128 to 512 threads,
+    two swung between 383 and 465 us with the operator and the thread count;
+    64 x 262144 float32, one vector 79 us, two 121 us forward and 86 backward.)  When at most
     ``split_max_rows`` rows come, rows of four or more chunks are cut into
     ``segments`` slices of two chunks each for the split scan (the default),
     or, with ``lookback=1``, into one block per chunk for the single-pass
     look-back scan.
     """
     elem_bytes = dtype.itemsize
-    config = _row_config(N, elem_bytes, max(VECTOR_BYTES // elem_bytes, ROW_ITEMS), 256)
+    config = _row_config(N, elem_bytes, VECTOR_BYTES // elem_bytes, 256)
     chunk, full_chunks, tail = _row_layout(N, config["items"], config["row_threads"])
     total_chunks = full_chunks + (tail > 0)
     config["segments"] = min(32, total_chunks // 2) if total_chunks >= 4 else 1
