@@ -20,8 +20,9 @@ The row statistics are recomputed from ``x``.  Two launches per call:
    Rows that fit in registers are read once (*resident*); longer rows are
    walked twice (*streamed*, the second walk hitting L2).  The partial sums
    sit in registers for short resident rows; otherwise (one row per block) in
-   shared memory when they fit, else in the block's own row of the partials
-   buffer, which then stays in L2.
+   shared memory as far as it holds them, and the rest in registers (streamed
+   rows of a few steps, e.g. LayerNorm's bias sums of a 32768-wide row) or in
+   the block's own row of the partials buffer, which then stays in L2.
 2. **column sum**: the ``Q`` partial rows summed per column into the gradient.
 
 No atomics: every partial sum has one owner and a fixed summation order, so
