@@ -162,6 +162,15 @@ def _accumulator_macros(T: Any, smem_slots: Tuple[int, ...], N: int, vector: int
             PB[group, column(g, lane, k)] = value
 
     @T.macro
+    def add_in_memory(P, group, g, lane, term, gb, xb, st, base, tmp):
+        for k in T.vectorized(vector):
+            tmp[k] = P[group, column(g, lane, k)]
+        for k in T.unroll(vector):
+            tmp[k] = tmp[k] + term(gb, xb, st, base + k)
+        for k in T.vectorized(vector):
+            P[group, column(g, lane, k)] = tmp[k]
+
+    @T.macro
     def acc_add_group(acc_smem, accr, PW, PB, index, group, g, lane, term, gb, xb, st, base, tmp):
         """Add ``term(gb, xb, st, base + k)`` to partial sum ``index`` of column group ``(g, lane)``.
 
@@ -176,20 +185,8 @@ def _accumulator_macros(T: Any, smem_slots: Tuple[int, ...], N: int, vector: int
                 tmp[k] = acc_smem[slot(index, g, lane, k)]
             for k in T.unroll(vector):
                 acc_smem[slot(index, g, lane, k)] = tmp[k] + term(gb, xb, st, base + k)
-        elif index == 0:
-            for k in T.vectorized(vector):
-                tmp[k] = PW[group, column(g, lane, k)]
-            for k in T.unroll(vector):
-                tmp[k] = tmp[k] + term(gb, xb, st, base + k)
-            for k in T.vectorized(vector):
-                PW[group, column(g, lane, k)] = tmp[k]
         else:
-            for k in T.vectorized(vector):
-                tmp[k] = PB[group, column(g, lane, k)]
-            for k in T.unroll(vector):
-                tmp[k] = tmp[k] + term(gb, xb, st, base + k)
-            for k in T.vectorized(vector):
-                PB[group, column(g, lane, k)] = tmp[k]
+            add_in_memory(PW if index == 0 else PB, group, g, lane, term, gb, xb, st, base, tmp)
 
     @T.macro
     def acc_flush(acc_smem, accr, PW, PB, index, group, g, lane, k):
