@@ -100,6 +100,13 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
             "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024}
 
 
+def group_columns(layout: Any) -> int:
+    """Columns of one column group (see ``_accumulator_macros``): ``vector`` columns for each
+    thread sharing a row, a row's lanes (resident) or the whole block (streamed)."""
+    threads = layout.row_threads if isinstance(layout, RowLayout) else layout.threads
+    return threads * layout.vector
+
+
 def smem_offsets(smem_slots: Tuple[int, ...]) -> Tuple[int, ...]:
     """Where each partial sum's slots start in the flat shared-memory buffer."""
     return tuple(sum(smem_slots[:index]) for index in range(len(smem_slots)))
@@ -657,8 +664,7 @@ class NormBwdKernel(RowNormKernel):
         registers or the partials buffer)."""
         if self.partials_in_registers(layout):
             return (0,) * self.accumulators
-        threads = layout.row_threads if isinstance(layout, RowLayout) else layout.threads
-        group = threads * layout.vector
+        group = group_columns(layout)
         every_column = -(-self.N // group) * group
         room = SMEM_ACC_BUDGET // 4
         slots = []
@@ -674,7 +680,7 @@ class NormBwdKernel(RowNormKernel):
         none = (0,) * self.accumulators
         if not isinstance(layout, StreamLayout) or layout.steps > MAX_UNROLLED_STEPS:
             return none
-        group = layout.threads * layout.vector
+        group = group_columns(layout)
         groups = layout.steps * layout.unroll
         spilled = tuple(0 if slots >= self.N else groups - slots // group for slots in self.smem_slots(layout))
         return spilled if 0 < sum(spilled) * layout.vector <= MAX_REGISTER_PARTIALS else none
