@@ -246,14 +246,17 @@ def _group_reduce(T: Any, stride: int, count: int) -> Callable[..., Any]:
     Threads ``tx`` with equal ``tx // (stride * count)`` and ``tx % stride``
     form a group (a row's threads have stride 1; a column's threads have the
     column tile width as stride).  Every thread of a group ends with the
-    group's result.  Warps combine with xor shuffles, then through
-    ``scratch[slot, group, warp, tx % stride]``; each slot serves one
-    reduction per program, so no barrier is needed between reductions.
+    group's result.  Members within a warp combine with xor shuffles; then
+    one member per warp (or every member, when ``stride`` spans a warp or
+    more) combines through ``scratch[slot, group, part, tx % stride]``.
+    Each slot serves one reduction per program, so no barrier is needed
+    between reductions.
     """
     span = stride * count
     in_warp = min(span, WARP)
     shuffle_steps = max(0, (in_warp // stride).bit_length() - 1)
-    warps = max(1, span // WARP)
+    part_width = max(stride, WARP)  # threads whose members agree after the shuffles
+    parts = max(1, span // part_width)
 
     @T.macro
     def reduce(values, index, scratch, slot, tx, use_max):
@@ -262,12 +265,12 @@ def _group_reduce(T: Any, stride: int, count: int) -> Callable[..., Any]:
                 values[index] = T.max(values[index], T.shfl_xor(values[index], stride * (1 << step)))
             else:
                 values[index] = values[index] + T.shfl_xor(values[index], stride * (1 << step))
-        if warps > 1:
+        if parts > 1:
             if tx % WARP < stride:
-                scratch[slot, tx // span, (tx % span) // WARP, tx % stride] = values[index]
+                scratch[slot, tx // span, (tx % span) // part_width, tx % stride] = values[index]
             T.sync_threads()
             values[index] = scratch[slot, tx // span, 0, tx % stride]
-            for w in T.unroll(1, warps):
+            for w in T.unroll(1, parts):
                 if use_max:
                     values[index] = T.max(values[index], scratch[slot, tx // span, w, tx % stride])
                 else:
@@ -278,7 +281,7 @@ def _group_reduce(T: Any, stride: int, count: int) -> Callable[..., Any]:
 
 def _scratch_shape(threads: int, stride: int, count: int, slots: int) -> Tuple[int, int, int, int]:
     span = stride * count
-    return (slots, threads // span, max(1, span // WARP), stride)
+    return (slots, threads // span, max(1, span // max(stride, WARP)), stride)
 
 
 def _online_macros(T: Any) -> Dict[str, Callable[..., Any]]:
@@ -1102,6 +1105,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     steps = -(-N // lanes)
     unroll = min(FUSED_COLUMN_UNROLL, steps)
     walkers = threads // tile  # threads reducing one column
+    column_reduce = _group_reduce(T, tile, walkers)
     finalize = _finalize_forward(T, variant)
     output = _output_value(T, variant, dtype, cvec)
     online = _online_macros(T)
@@ -1114,18 +1118,6 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         return (step * unroll + u) * lanes + lane
 
     @T.macro
-    def column_total(st, index, red, slot, column, walker, use_max):
-        """Combine ``st[index]`` over the walkers of ``column`` (through ``red[slot]``)."""
-        red[slot, walker, column] = st[index]
-        T.sync_threads()
-        st[index] = red[slot, 0, column]
-        for w in T.unroll(1, walkers):
-            if use_max:
-                st[index] = T.max(st[index], red[slot, w, column])
-            else:
-                st[index] = st[index] + red[slot, w, column]
-
-    @T.macro
     def reduce_columns(slab, st, red, stats, tx):
         column = tx % tile
         walker = tx // tile
@@ -1133,13 +1125,13 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         for j in T.serial(-(-N // walkers)):
             if j * walkers + walker < N:
                 st[_MAX] = T.max(st[_MAX], T.cast(slab[j * walkers + walker, column], ACCUM))
-        column_total(st, _MAX, red, 0, column, walker, True)
+        column_reduce(st, _MAX, red, 0, tx, True)
         online["safe_scaled"](st, _OFFSET, _MAX)
         st[_SUM] = T.cast(0, ACCUM)
         for j in T.serial(-(-N // walkers)):
             if j * walkers + walker < N:
                 st[_SUM] = st[_SUM] + T.exp2(T.cast(slab[j * walkers + walker, column], ACCUM) * LOG2E - st[_OFFSET])
-        column_total(st, _SUM, red, 1, column, walker, False)
+        column_reduce(st, _SUM, red, 1, tx, False)
         finalize(st, 0)
         # The compiler may place ``stats`` over ``red``: every thread must be done reading it.
         T.sync_threads()
@@ -1160,7 +1152,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             T.assume(I % tile == 0)
             slab = T.alloc_shared((N, tile), dtype)
             st = T.alloc_local((_STATE * cvec,), ACCUM)
-            red = T.alloc_shared((2, walkers, tile), ACCUM)
+            red = T.alloc_shared(_scratch_shape(threads, tile, walkers, 2), ACCUM)
             stats = T.alloc_shared((_STATE, tile), ACCUM)
             o = T.truncdiv(bx, T.truncdiv(I, tile))
             lane = tx // col_threads
