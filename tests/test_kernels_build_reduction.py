@@ -22,6 +22,7 @@ CASES = [
     # The chunk pass: log-sum-exp's rescale per chunk, and the counts of mean and variance.
     ("logsumexp", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 1))),
     ("var", programs.COLUMN, (("cvec", 8), ("col_threads", 32), ("threads", 256), ("unroll", 4), ("fused", 0))),
+    ("amax", programs.COLUMN, (("cvec", 8), ("col_threads", 8), ("threads", 512), ("unroll", 8), ("fused", 1))),
     ("mean", programs.COLUMN, (("cvec", 4), ("col_threads", 8), ("threads", 256), ("unroll", 4), ("fused", 1))),
 ]
 
@@ -64,10 +65,34 @@ def test_launch_plans_split_rows_and_columns_to_fill_the_sms() -> None:
     # One long row: split into ROW_BLOCKS_PER_SM blocks per SM, then combined.
     name, params, segments = kernel.launch_plan(torch.empty(1, 1 << 24, dtype=torch.bfloat16), sms)
     assert (name, segments, dict(params)["fused"]) == (programs.ROW, programs.ROW_BLOCKS_PER_SM * sms, 0)
-    # 16384 x 16384 reduced over the first axis: 64 column tiles, each split so that
-    # the blocks reach COLUMN_BLOCKS_PER_SM per SM (a stride-0 view stands in for the data).
+    # 16384 x 16384 reduced over the first axis (a stride-0 view stands in for the data):
+    # 256 tiles of 64 columns fill the SMs, so one fused pass walks the whole axis.
     columns = torch.empty(1, 1, 16384, dtype=torch.bfloat16).expand(1, 16384, 16384)
     name, params, segments = kernel.launch_plan(columns, sms)
+    assert (name, segments) == (programs.COLUMN, 1)
+    assert dict(params) == {"cvec": 8, "col_threads": 8, "threads": 512, "unroll": 4, "fused": 1}
+    # Argmax never takes one pass: 64 tiles of 256 columns, each split so that the blocks
+    # reach COLUMN_BLOCKS_PER_SM per SM.
+    name, params, segments = programs.ArgmaxKernel(torch.bfloat16, config={}).launch_plan(columns, sms)
     tiles = 16384 // (dict(params)["col_threads"] * dict(params)["cvec"])
-    assert (name, dict(params)["fused"]) == (programs.COLUMN, 0)
+    assert (name, dict(params)["fused"], dict(params)["col_threads"]) == (programs.COLUMN, 0, 32)
     assert segments == -(-programs.COLUMN_BLOCKS_PER_SM * sms // tiles)
+
+
+@pytest.mark.parametrize("shape, why", [
+    ((1, 32768, 8192), "128 tiles of 64 columns are too few blocks"),
+    ((1, 200, 16384), "200 rows are less than one step of 64 lanes x 4"),
+])
+def test_one_pass_columns_need_enough_tiles_and_rows(shape, why) -> None:
+    kernel = programs.SumKernel(torch.bfloat16, config={})
+    columns = torch.empty(1, 1, shape[2], dtype=torch.bfloat16).expand(*shape)
+    name, params, segments = kernel.launch_plan(columns, 132)
+    assert dict(params)["col_threads"] == programs.MAX_COL_THREADS, why
+
+
+def test_one_pass_columns_need_16_byte_accesses() -> None:
+    kernel = programs.SumKernel(torch.bfloat16, config={})
+    storage = torch.empty(16385, dtype=torch.bfloat16)
+    name, params, segments = kernel.launch_plan(storage[1:].expand(1, 16384, 16384), 132)
+    assert (dict(params)["cvec"], dict(params)["col_threads"]) == (1, programs.MAX_COL_THREADS)
+    assert segments > 1

@@ -32,6 +32,9 @@ for _op in OPS:
         EXTRA.append((_op, (6, 96, 130), torch.float32, {"dim": (-1,) if _op != "ArgmaxFwdOp" else -1}, _layout))
     EXTRA.append((_op, (3, 1 << 20), torch.bfloat16, {"dim": None}, "contiguous"))  # split rows + combine
     EXTRA.append((_op, (40000, 24), torch.float32, {"dim": (0,) if _op != "ArgmaxFwdOp" else 0}, "contiguous"))
+    # Enough 64- or 32-column tiles for the one-pass column program, the last one partial.
+    EXTRA.append((_op, (600, 20000), torch.bfloat16, {"dim": (0,) if _op != "ArgmaxFwdOp" else 0}, "contiguous"))
+    EXTRA.append((_op, (3, 700, 4160), torch.float32, {"dim": (1,) if _op != "ArgmaxFwdOp" else 1}, "sliced"))
     EXTRA.append((_op, (), torch.float32, {"dim": None}, "contiguous"))
 EXTRA.append(("VarFwdOp", (64, 1000), torch.float32, {"dim": (1,), "correction": 0}, "contiguous"))
 EXTRA.append(("VarFwdOp", (64, 1), torch.float32, {"dim": (1,)}, "contiguous"))  # 1 element: NaN, as torch
