@@ -280,7 +280,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
         return T.And(position(bounds, step, u, lane) < bounds[1], i0 < I)
 
     @T.macro
-    def reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, o, i0, seg, segments, tx):
+    def reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, seg, segments, tx):
         lane = tx // col_threads
         bounds[0] = T.cast(seg, "int64") * T.ceildiv(N, T.cast(segments, "int64"))
         bounds[1] = T.min(bounds[0] + T.ceildiv(N, T.cast(segments, "int64")), N)
@@ -296,13 +296,6 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
                 if loaded(bounds, step, u, lane, i0):
                     for e in T.vectorized(cvec):
                         buf[u * cvec + e] = X[o, position(bounds, step, u, lane), i0 + e]
-            if tally is not None:
-                nv[0] = 0
-                for u in T.unroll(unroll):
-                    if loaded(bounds, step, u, lane, i0):
-                        nv[0] = nv[0] + 1
-                for k in T.unroll(W):
-                    tally(st, k, nv[0])
             if rebase is not None:
                 for k in T.unroll(W):
                     chunk_init(cm, k)
@@ -317,6 +310,10 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
                     for k in T.unroll(W):
                         fold(st, sti, k, T.cast(buf[u * cvec + k], ACCUM), position(bounds, step, u, lane),
                              shift[k], cm)
+        if tally is not None:
+            # A lane folds every lanes-th position of its segment from its own on: counted once, here.
+            for k in T.unroll(W):
+                tally(st, k, T.truncdiv(T.max(bounds[1] - bounds[0] - lane, 0) + lanes - 1, lanes))
         for k in T.unroll(W):
             prepare(st, sti, k, shift[k])
         tree(st, sti, ot, oti, sh, shi, tx)
@@ -334,7 +331,6 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
                 tx = T.get_thread_binding()
                 buf = T.alloc_local((unroll * cvec,), dtype)
                 cm = T.alloc_local((max(1, spec.chunk_slots) * W,), ACCUM)
-                nv = T.alloc_local((1,), "int32")
                 st = T.alloc_local((spec.slots * W,), ACCUM)
                 sti = T.alloc_local((W,), "int64")
                 ot = T.alloc_local((spec.slots,), ACCUM)
@@ -347,7 +343,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
                 T.assume(SXN % cvec == 0)
                 T.assume(I % cvec == 0)
                 o, i0 = locals_and_position(bx, tx)
-                reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, o, i0, 0, 1, tx)
+                reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, 0, 1, tx)
                 if T.And(tx < col_threads, i0 < I):
                     for k in T.unroll(W):
                         Y[o, i0 + k] = stores["final"](st, sti, k)
@@ -363,7 +359,6 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
             tx = T.get_thread_binding()
             buf = T.alloc_local((unroll * cvec,), dtype)
             cm = T.alloc_local((max(1, spec.chunk_slots) * W,), ACCUM)
-            nv = T.alloc_local((1,), "int32")
             st = T.alloc_local((spec.slots * W,), ACCUM)
             sti = T.alloc_local((W,), "int64")
             ot = T.alloc_local((spec.slots,), ACCUM)
@@ -376,7 +371,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
             T.assume(SXN % cvec == 0)
             T.assume(I % cvec == 0)
             o, i0 = locals_and_position(bx, tx)
-            reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, o, i0, seg, S, tx)
+            reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, seg, S, tx)
             if T.And(tx < col_threads, i0 < I):
                 for k in T.unroll(W):
                     stores["store_partial"](P, st, sti, k, W, o, seg, i0 + k)

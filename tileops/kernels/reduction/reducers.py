@@ -5,10 +5,12 @@ index), stored slot-major: slot ``j`` of the ``k``-th of ``W`` slices a thread
 serves is ``st[j * W + k]``.  Programs call
 
 * ``init(st, sti, k)``: the identity state,
-* per chunk (the values a thread loaded in one step, ``n`` of them valid), only
-  the hooks a reducer defines: ``tally(st, k, n)`` once (reducers that count
-  their elements), and ``chunk_init(cm, k)``, ``chunk_fold(cm, k, v)`` over the
-  chunk, then ``rebase(st, k, cm)`` once (reducers with ``chunk_slots``),
+* ``tally(st, k, n)``, only for reducers that count their elements: ``n``
+  more elements folded (once per chunk, or once for all of a thread's
+  elements where the program knows that count up front),
+* per chunk (the values a thread loaded in one step), for reducers with
+  ``chunk_slots``: ``chunk_init(cm, k)``, ``chunk_fold(cm, k, v)`` over the
+  chunk, then ``rebase(st, k, cm)`` once,
 * ``fold(st, sti, k, v, idx, shift, cm)``: one float32 element ``v`` at position ``idx``,
 * ``prepare(st, sti, k, shift)``: turn what ``fold`` built into a mergeable state,
 * ``merge(st, sti, k, ot, oti)``: fold another mergeable state (``ot[j]``, ``oti[0]``) in,
