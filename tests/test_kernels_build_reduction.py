@@ -96,3 +96,11 @@ def test_one_pass_columns_need_16_byte_accesses() -> None:
     name, params, segments = kernel.launch_plan(storage[1:].expand(1, 16384, 16384), 132)
     assert (dict(params)["cvec"], dict(params)["col_threads"]) == (1, programs.MAX_COL_THREADS)
     assert segments > 1
+
+
+def test_wide_state_reducers_split_columns_into_blocks_of_at_least_eight_steps() -> None:
+    # 64 x 4096 x 64 over the middle axis: 64 tiles of 64 columns, 32 lanes x 4 rows a step.
+    columns = torch.empty(64, 1, 64, dtype=torch.bfloat16).expand(64, 4096, 64)
+    assert programs.SumKernel(torch.bfloat16, config={}).launch_plan(columns, 132)[2] == 32
+    for kernel_class in (programs.VarKernel, programs.LogSumExpKernel, programs.ArgmaxKernel):
+        assert kernel_class(torch.bfloat16, config={}).launch_plan(columns, 132)[2] == 4096 // (32 * 4 * 8)

@@ -473,6 +473,11 @@ class ReductionKernel(Kernel):
     # 16384 x 16384, 4096 x 65536, 8192 x 32768 and 8 x 2048 x 16384 bf16 column
     # reductions (H100); col_threads 0: always the split program.
     one_pass: Tuple[int, int, int] = (8, 512, 4)
+    # The fewest load steps a split column block takes.  Reducers with wide states (the
+    # variance, log-sum-exp, argmax) take 8: each block's merge and stored partials cost
+    # several steps' worth (64 x 4096 x 64 bf16 over the middle axis: variance 51 -> 31 us,
+    # argmax 54 -> 38), while the sums measured fastest with single-step blocks.
+    min_column_steps: int = 1
     # "2": the one_pass_* config keys.
     version = "2"
 
@@ -609,7 +614,7 @@ class ReductionKernel(Kernel):
         shape = dict(params)
         lanes = shape["threads"] // shape["col_threads"]
         blocks = x.shape[0] * -(-inner // (shape["col_threads"] * cvec))
-        most = max(1, -(-N // (lanes * shape["unroll"])))
+        most = max(1, -(-N // (lanes * shape["unroll"] * self.min_column_steps)))
         segments = max(1, min(-(-COLUMN_BLOCKS_PER_SM * sm_count // blocks), most))
         return COLUMN, self._column_params(inner, cvec, segments == 1), segments
 
@@ -658,6 +663,7 @@ class VarKernel(ReductionKernel):
     """``y = sum((x - mean)^2) / max(n - correction, 0)`` along the reduced extent."""
 
     reducer = "var"
+    min_column_steps = 8
     # 16384 x 16384 bf16 columns: 196 us, against 252 split.
     one_pass = (8, 256, 8)
 
@@ -666,12 +672,14 @@ class LogSumExpKernel(ReductionKernel):
     """``y = log(sum(exp(x)))`` along the reduced extent, computed stably."""
 
     reducer = "logsumexp"
+    min_column_steps = 8
 
 
 class ArgmaxKernel(ReductionKernel):
     """``y = index of the first maximum`` along the reduced extent (int64; NaN counts as the maximum)."""
 
     reducer = "argmax"
+    min_column_steps = 8
     # One pass measured slower than the split program (16384 x 16384 bf16 columns: 321 us against 298).
     one_pass = (0, 0, 0)
     out_dtype = torch.int64
