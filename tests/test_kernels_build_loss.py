@@ -35,7 +35,11 @@ needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building ker
 ])
 def test_builds_for_sm90(kernel_cls, V: int, dtype: torch.dtype, label_smoothing: float) -> None:
     kernel = kernel_cls(V, dtype, ignore_index=-100, label_smoothing=label_smoothing)
-    assert set(kernel.build_all_for_sm90()) == {"main"}
+    built = kernel.build_all_for_sm90()
+    # The main program, and the batch program (the forward's total, the backward's coefficients)
+    # for every flag combination.
+    assert set(built) == {"main"} | {f"batch{dict(flags)}" for flags in kernel_cls.batch_flags}
+    assert len(built) == {CrossEntropyFwdKernel: 3, CrossEntropyBwdKernel: 9}[kernel_cls]
 
 
 @pytest.mark.parametrize("V, dtype, expected", [

@@ -52,7 +52,10 @@ def prebuilt_kernels() -> Iterator[None]:
 
     def build(config: Tuple[int, torch.dtype, int, float]) -> None:
         for op in _ops(*config, "mean"):
-            op._device_kernel(device).compile()
+            kernel = op._device_kernel(device)
+            kernel.compile()
+            for flags in kernel.batch_flags:
+                kernel._compile_batch(flags)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(build, CONFIGS))

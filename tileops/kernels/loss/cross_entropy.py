@@ -21,6 +21,12 @@ computes ``cs`` from ``grad_loss`` and the reduction (a few ``[N]`` float32
 operations), which keeps the programs independent of the reduction; ``cp`` is
 formed in the kernel, so no other per-row buffer is allocated.
 
+Two one-block programs serve the batch as a whole, each in one launch where
+tensor arithmetic would take four or five: the forward's **total** (the sum of
+the row losses, divided for ``mean`` by the rows whose target is kept) and the
+backward's **coefficients** (``cs`` per row, next to ``grad_lse`` or zeros, so
+the backward reads both from one ``(2, R)`` buffer).
+
 ``V``, ``ignore_index`` and the label smoothing are compile-time constants; the
 row count is a TileLang symbolic value, so one program serves every batch.
 Row offsets are 64-bit (the row stride is an int64 symbolic value).  A row
@@ -32,7 +38,7 @@ would need a device synchronisation).
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -72,6 +78,36 @@ def _check_config(config: Dict[str, int]) -> None:
 # ---- programs ------------------------------------------------------------------------------------
 
 
+def _block_reduce(T: Any, threads: int) -> Any:
+    """Macro: ``st[slot]`` of every thread combined (max or sum) into every thread's ``st[slot]``.
+
+    Warps combine with xor shuffles, then through ``scratch[row_slot, warp]``;
+    each reduction of a program takes its own scratch row, so no barrier is
+    needed between reductions.
+    """
+    warps = threads // WARP
+
+    @T.macro
+    def block_reduce(st, slot, scratch, row_slot, tx, use_max):
+        for step in T.unroll(5):
+            if use_max:
+                st[slot] = T.max(st[slot], T.shfl_xor(st[slot], 1 << step))
+            else:
+                st[slot] = st[slot] + T.shfl_xor(st[slot], 1 << step)
+        if warps > 1:
+            if tx % WARP == 0:
+                scratch[row_slot, tx // WARP] = st[slot]
+            T.sync_threads()
+            st[slot] = scratch[row_slot, 0]
+            for w in T.unroll(1, warps):
+                if use_max:
+                    st[slot] = T.max(st[slot], scratch[row_slot, w])
+                else:
+                    st[slot] = st[slot] + scratch[row_slot, w]
+
+    return block_reduce
+
+
 def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
                               ignore_index: int, label_smoothing: float) -> Any:
     """Per-row ``loss`` and ``lse`` (float32) of ``logits`` ``(R, V)`` and ``target`` ``(R,)``."""
@@ -84,28 +120,7 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
     R = T.dynamic("R")
     LDX = T.dynamic("LDX", "int64")
 
-    @T.macro
-    def warp_reduce(st, slot, use_max):
-        for step in T.unroll(5):
-            if use_max:
-                st[slot] = T.max(st[slot], T.shfl_xor(st[slot], 1 << step))
-            else:
-                st[slot] = st[slot] + T.shfl_xor(st[slot], 1 << step)
-
-    @T.macro
-    def block_reduce(st, slot, scratch, row_slot, tx, use_max):
-        """``st[slot]`` of every thread combined into every thread's ``st[slot]``; one scratch row each."""
-        warp_reduce(st, slot, use_max)
-        if warps > 1:
-            if tx % WARP == 0:
-                scratch[row_slot, tx // WARP] = st[slot]
-            T.sync_threads()
-            st[slot] = scratch[row_slot, 0]
-            for w in T.unroll(1, warps):
-                if use_max:
-                    st[slot] = T.max(st[slot], scratch[row_slot, w])
-                else:
-                    st[slot] = st[slot] + scratch[row_slot, w]
+    block_reduce = _block_reduce(T, threads)
 
     @T.macro
     def set_offset(st):
@@ -234,6 +249,102 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
     return cross_entropy_bwd
 
 
+# ---- batch programs (one block) ---------------------------------------------------------------------
+
+BATCH_THREADS = 1024
+
+
+def cross_entropy_total_program(dtype: str, *, mean: bool, ignore_index: int,
+                                threads: int = BATCH_THREADS) -> Any:
+    """``Out[0]``: the sum of ``LossRows`` (``mean``: over the rows whose target is kept), cast to ``dtype``.
+
+    The kept rows are counted in float32, exact up to 2^24 rows (logits of
+    that many rows would not fit in GPU memory).  No kept row: 0 / 0 = NaN,
+    as PyTorch gives.
+    """
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    block_reduce = _block_reduce(T, threads)
+    R = T.dynamic("R")
+
+    @T.prim_func
+    def cross_entropy_total(
+        LossRows: T.Tensor((R,), ACCUM),
+        Target: T.Tensor((R,), "int64"),
+        Out: T.Tensor((1,), dtype),
+    ):
+        with T.Kernel(1, threads=threads):
+            tx = T.get_thread_binding()
+            acc = T.alloc_local((2,), ACCUM)
+            scratch = T.alloc_shared((2, threads // WARP), ACCUM)
+            acc[0] = T.cast(0, ACCUM)
+            acc[1] = T.cast(0, ACCUM)
+            for i in T.serial(T.ceildiv(R, threads)):
+                if i * threads + tx < R:
+                    acc[0] = acc[0] + LossRows[i * threads + tx]
+                    acc[1] = acc[1] + T.if_then_else(Target[i * threads + tx] == ignore_index,
+                                                      T.cast(0, ACCUM), T.cast(1, ACCUM))
+            block_reduce(acc, 0, scratch, 0, tx, False)
+            if mean:
+                block_reduce(acc, 1, scratch, 1, tx, False)
+            if tx == 0:
+                if mean:
+                    Out[0] = T.cast(acc[0] / acc[1], dtype)
+                else:
+                    Out[0] = T.cast(acc[0], dtype)
+
+    return cross_entropy_total
+
+
+def cross_entropy_coefficients_program(dtype: str, *, per_row: bool, mean: bool, has_grad_lse: bool,
+                                       ignore_index: int, threads: int = BATCH_THREADS) -> Any:
+    """``Out[0, r]``: row ``r``'s share of ``grad_loss`` (0 where ignored); ``Out[1, r]``: ``grad_lse[r]`` or 0.
+
+    ``GradLoss`` holds one value per row (``per_row``) or one for the batch;
+    ``mean`` divides it by the kept rows (counted as in the total).  Without
+    ``has_grad_lse`` the ``GradLse`` argument is not read (any 1-element
+    tensor will do).
+    """
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    block_reduce = _block_reduce(T, threads)
+    R = T.dynamic("R")
+    G = T.dynamic("G")
+    L = T.dynamic("L")
+
+    @T.prim_func
+    def cross_entropy_coefficients(
+        GradLoss: T.Tensor((G,), dtype),
+        GradLse: T.Tensor((L,), ACCUM),
+        Target: T.Tensor((R,), "int64"),
+        Out: T.Tensor((2, R), ACCUM),
+    ):
+        with T.Kernel(1, threads=threads):
+            tx = T.get_thread_binding()
+            acc = T.alloc_local((2,), ACCUM)  # the kept-row count, then the divisor
+            scratch = T.alloc_shared((1, threads // WARP), ACCUM)
+            acc[1] = T.cast(1, ACCUM)
+            if mean:
+                acc[0] = T.cast(0, ACCUM)
+                for i in T.serial(T.ceildiv(R, threads)):
+                    if i * threads + tx < R:
+                        acc[0] = acc[0] + T.if_then_else(Target[i * threads + tx] == ignore_index,
+                                                          T.cast(0, ACCUM), T.cast(1, ACCUM))
+                block_reduce(acc, 0, scratch, 0, tx, False)
+                acc[1] = acc[0]
+            for i in T.serial(T.ceildiv(R, threads)):
+                if i * threads + tx < R:
+                    Out[0, i * threads + tx] = T.if_then_else(
+                        Target[i * threads + tx] == ignore_index, T.cast(0, ACCUM),
+                        T.cast(GradLoss[i * threads + tx if per_row else 0], ACCUM) / acc[1])
+                    if has_grad_lse:
+                        Out[1, i * threads + tx] = GradLse[i * threads + tx]
+                    else:
+                        Out[1, i * threads + tx] = T.cast(0, ACCUM)
+
+    return cross_entropy_coefficients
+
+
 # ---- kernels -------------------------------------------------------------------------------------
 
 
@@ -304,14 +415,46 @@ class _CrossEntropyKernel(Kernel):
                             ignore_index=self.ignore_index, label_smoothing=self.label_smoothing, **config)
         return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
 
+    # The one-block batch program: its builder, and every flag combination a call may take.
+    batch_builder: Any = None
+    batch_flags: Tuple[Tuple[Tuple[str, bool], ...], ...] = ()
+
     def build_all_for_sm90(self) -> Dict[str, Any]:
-        return {"main": self.compile(target=SM90_BUILD_TARGET)}
+        built = {"main": self.compile(target=SM90_BUILD_TARGET)}
+        for flags in self.batch_flags:
+            built[f"batch{dict(flags)}"] = self._compile_batch(flags, target=SM90_BUILD_TARGET)
+        return built
 
     def _launcher(self) -> Any:
         key = tuple(sorted(self.config.items()))
         launcher = self._launchers.get(key)
         if launcher is None:
             launcher = self._launchers[key] = direct_launcher(self.compile())
+        return launcher
+
+    def _compile_batch(self, flags: Tuple[Tuple[str, bool], ...], target: Any = "auto") -> Any:
+        """The batch program for ``flags`` (``((name, value), ...)``), compiled once."""
+        import tilelang  # deferred: importing tilelang costs seconds
+
+        key = ("batch", flags, repr(target))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._compile_lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    logger.info("compiling %s batch program %s target=%s", type(self).__name__, flags, target)
+                    program = self.batch_builder(torch_dtype_to_tl(self.dtype), ignore_index=self.ignore_index,
+                                                 **dict(flags))
+                    compiled = tilelang.compile(program.with_attr("tilelang_pass_configs", PASS_CONFIGS),
+                                                target=target)
+                    self._compiled[key] = compiled
+        return compiled
+
+    def _batch_launcher(self, **flags: bool) -> Any:
+        key = tuple(sorted(flags.items()))
+        launcher = self._launchers.get(key)
+        if launcher is None:
+            launcher = self._launchers[key] = direct_launcher(self._compile_batch(key))
         return launcher
 
 
@@ -326,11 +469,18 @@ class CrossEntropyFwdKernel(_CrossEntropyKernel):
     most_unroll = 8
     short_row = 65536
     short_row_threads = 256
+    batch_builder = staticmethod(cross_entropy_total_program)
+    batch_flags = ((("mean", False),), (("mean", True),))
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Tensor,
                 lse: torch.Tensor) -> torch.Tensor:
         self._launcher()(logits, target, loss_rows, lse)
         return loss_rows
+
+    def total(self, loss_rows: torch.Tensor, target: torch.Tensor, out: torch.Tensor, *, mean: bool) -> torch.Tensor:
+        """Write into ``out`` (one element, the logits' dtype) the sum or kept-row mean of ``loss_rows``."""
+        self._batch_launcher(mean=mean)(loss_rows, target, out)
+        return out
 
     def tuning_inputs(self, rows: Optional[int] = None) -> tuple:
         rows = self.tuning_rows if rows is None else rows
@@ -345,11 +495,25 @@ class CrossEntropyBwdKernel(_CrossEntropyKernel):
 
     builder = staticmethod(cross_entropy_bwd_program)
     most_threads = 256
+    batch_builder = staticmethod(cross_entropy_coefficients_program)
+    batch_flags = tuple((("has_grad_lse", lse), ("mean", mean), ("per_row", row))
+                        for lse in (False, True) for mean in (False, True) for row in (False, True))
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor,
                 target_coef: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         self._launcher()(logits, target, lse, grad_lse, target_coef, grad)
         return grad
+
+    def coefficients(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], target: torch.Tensor,
+                     out: torch.Tensor, *, mean: bool, per_row: bool) -> torch.Tensor:
+        """Write ``out`` ``(2, R)`` float32: each row's share of ``grad_loss``, then ``grad_lse`` (or 0).
+
+        ``grad_loss`` (the logits' dtype) holds one value per row (``per_row``)
+        or one for the batch; ``mean`` divides it by the rows whose target is kept.
+        """
+        launch = self._batch_launcher(has_grad_lse=grad_lse is not None, mean=mean, per_row=per_row)
+        launch(grad_loss.reshape(-1), out[1] if grad_lse is None else grad_lse, target, out)
+        return out
 
     def tuning_inputs(self, rows: Optional[int] = None) -> tuple:
         rows = self.tuning_rows if rows is None else rows

@@ -2,12 +2,15 @@
 
 The forward kernel writes a float32 loss and logsumexp per row; the reduction
 (sum, or mean over rows whose target is not ``ignore_index``) is a float32 sum
-over those ``N`` values, cast to the logits' dtype as PyTorch returns it.  The
-backward turns ``grad_loss`` and the reduction into one float32 coefficient
-per row (the kernel adds ``grad_lse``), so its kernel reads the logits once and
-writes the gradient once, whatever the reduction.
+over those ``N`` values, cast to the logits' dtype as PyTorch returns it, in
+one more launch.  The backward first turns ``grad_loss`` and the reduction
+into one float32 coefficient per row (one launch, which also places
+``grad_lse`` or zeros beside them; the kernel adds ``grad_lse``), so its main
+kernel reads the logits once and writes the gradient once, whatever the
+reduction.
 """
 
+import math
 from typing import Hashable, Optional, Tuple
 
 import torch
@@ -56,16 +59,19 @@ class CrossEntropyFwdBase(_CrossEntropyOp):
         if rows:
             with on_device(device):
                 self._device_kernel(device)(aligned_contiguous(logits), target.contiguous(), loss_rows, lse)
-        return self._reduce(loss_rows, target).to(logits.dtype), lse
+        return self._reduce(loss_rows, target, logits.dtype), lse
 
-    def _reduce(self, loss_rows: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def _reduce(self, loss_rows: torch.Tensor, target: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         if self.reduction == "none":
-            return loss_rows
-        total = loss_rows.sum()
-        if self.reduction == "sum":
-            return total
-        # As PyTorch: 0 / 0 = NaN when every target is ignored.
-        return total / (target != self.ignore_index).sum()
+            return loss_rows.to(dtype)
+        if loss_rows.numel() == 0:
+            # As PyTorch: an empty sum is 0, and its mean 0 / 0 = NaN.
+            return torch.full((), math.nan if self.reduction == "mean" else 0.0, dtype=dtype, device=loss_rows.device)
+        out = torch.empty((), dtype=dtype, device=loss_rows.device)
+        with on_device(loss_rows.device):
+            self._device_kernel(loss_rows.device).total(loss_rows, target.contiguous(), out.view(1),
+                                                         mean=self.reduction == "mean")
+        return out
 
 
 class CrossEntropyBwdBase(_CrossEntropyOp):
@@ -76,23 +82,17 @@ class CrossEntropyBwdBase(_CrossEntropyOp):
         grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
         if grad_logits.numel() == 0:
             return grad_logits
-        target_coef = self._target_coefficients(grad_loss, target)
-        if grad_lse is None:
-            grad_lse = torch.zeros_like(target_coef)
         device = logits.device
+        target = target.contiguous()
+        # Row 0: each row's share c of grad_loss (0 for ignored rows); row 1: grad_lse, or 0.
+        # The loss's gradient is c * (softmax - smoothed target); lse's is grad_lse * softmax.
+        coefficients = torch.empty((2, target.numel()), dtype=torch.float32, device=device)
+        if grad_lse is not None:
+            grad_lse = grad_lse.contiguous()
         with on_device(device):
-            self._device_kernel(device)(aligned_contiguous(logits), target.contiguous(), lse.contiguous(),
-                                        grad_lse.contiguous(), target_coef, grad_logits)
+            kernel = self._device_kernel(device)
+            kernel.coefficients(grad_loss.contiguous(), grad_lse, target, coefficients,
+                                mean=self.reduction == "mean", per_row=self.reduction == "none")
+            kernel(aligned_contiguous(logits), target, lse.contiguous(), coefficients[1], coefficients[0],
+                   grad_logits)
         return grad_logits
-
-    def _target_coefficients(self, grad_loss: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Each row's share ``c`` of ``grad_loss`` (0 for ignored rows), float32 ``[N]``.
-
-        The loss's gradient is ``c * (softmax - smoothed target)``; ``lse``'s is
-        ``grad_lse * softmax``, which the kernel adds.
-        """
-        kept = target != self.ignore_index
-        scale = grad_loss.float()
-        if self.reduction == "mean":
-            scale = scale / kept.sum()
-        return (scale * kept).contiguous()  # broadcasts a scalar grad_loss to [N]
