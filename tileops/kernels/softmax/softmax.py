@@ -837,9 +837,35 @@ def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unr
     def first_inner(bx, o, tx, inner):
         return ((bx - o * T.ceildiv(inner, tile)) * col_threads + tx % col_threads) * cvec
 
-    return {**_column_walk(T, N, cvec, lanes, unroll), "lanes": lanes, "tile": tile, "slot": slot,
+    return {**_column_walk(T, N, cvec, lanes, unroll), "cvec": cvec, "lanes": lanes, "tile": tile, "slot": slot,
             "first_inner": first_inner, "reduce": _group_reduce(T, col_threads, lanes),
             "scratch_shape": _scratch_shape(threads, col_threads, lanes, 2 * cvec)}
+
+
+def _combine_lanes(T: Any, variant: SoftmaxVariant, setup: Dict[str, Any],
+                   finalize: Optional[Callable[..., Any]] = None) -> Callable[..., Any]:
+    """Macro: merge each of a thread's ``cvec`` column states over the block's lanes.
+
+    The backward sums; the forward takes the maximum, moves every sum to it and
+    sums.  ``finalize(st, k)``, if given, then runs on each merged state.
+    """
+    cvec, slot, reduce = setup["cvec"], setup["slot"], setup["reduce"]
+    online = _online_macros(T)
+
+    @T.macro
+    def combine_lanes(st, scratch, tx):
+        for k in T.unroll(cvec):
+            if variant.backward:
+                reduce(st, slot(_SUM, k), scratch, k, tx, False)
+            else:
+                st[slot(_T2, k)] = st[slot(_MAX, k)]
+                reduce(st, slot(_T2, k), scratch, k, tx, True)
+                online["rescale"](st, slot(_MAX, k), slot(_SUM, k), slot(_T2, k), slot(_OFFSET, k))
+                reduce(st, slot(_SUM, k), scratch, cvec + k, tx, False)
+                if finalize is not None:
+                    finalize(st, k)
+
+    return combine_lanes
 
 
 def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
@@ -851,7 +877,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll)
     valid, segment_bounds, load_step = setup["valid"], setup["segment_bounds"], setup["load_step"]
     lanes, tile, slot, first_inner = setup["lanes"], setup["tile"], setup["slot"], setup["first_inner"]
-    reduce, scratch_shape = setup["reduce"], setup["scratch_shape"]
+    scratch_shape = setup["scratch_shape"]
     online = _online_macros(T)
     term = _backward_term(T, variant)
     O = T.dynamic("O")
@@ -889,16 +915,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
                 load_step(B, b, o, bounds[0] + step * lanes * unroll + lane, bounds[1], i0, I)
             fold_step(st, a, b, bounds[0] + step * lanes * unroll + lane, bounds[1], i0)
 
-    @T.macro
-    def combine_block(st, scratch, tx):
-        for k in T.unroll(cvec):
-            if variant.backward:
-                reduce(st, slot(_SUM, k), scratch, k, tx, False)
-            else:
-                st[slot(_T2, k)] = st[slot(_MAX, k)]
-                reduce(st, slot(_T2, k), scratch, k, tx, True)
-                online["rescale"](st, slot(_MAX, k), slot(_SUM, k), slot(_T2, k), slot(_OFFSET, k))
-                reduce(st, slot(_SUM, k), scratch, cvec + k, tx, False)
+    combine_block = _combine_lanes(T, variant, setup)
 
     if not variant.backward:
         SXO = T.dynamic("SXO", "int64")
@@ -974,9 +991,9 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll)
     valid, segment_bounds, load_step = setup["valid"], setup["segment_bounds"], setup["load_step"]
     lanes, tile, slot, first_inner = setup["lanes"], setup["tile"], setup["slot"], setup["first_inner"]
-    reduce, scratch_shape = setup["reduce"], setup["scratch_shape"]
+    scratch_shape = setup["scratch_shape"]
     online = _online_macros(T)
-    finalize = _finalize_forward(T, variant, cvec)
+    combine_lanes = _combine_lanes(T, variant, setup, _finalize_forward(T, variant, cvec))
     output = _output_value(T, variant, dtype, cvec)
     O = T.dynamic("O")
     I = T.dynamic("I")
@@ -997,15 +1014,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
                             st, slot(_MAX, k), slot(_SUM, k), PM[o, p * lanes + lane, i0 + k],
                             PS[o, p * lanes + lane, i0 + k], slot(_T0, k), slot(_T1, k),
                         )
-        for k in T.unroll(cvec):
-            if variant.backward:
-                reduce(st, slot(_SUM, k), scratch, k, tx, False)
-            else:
-                st[slot(_T2, k)] = st[slot(_MAX, k)]
-                reduce(st, slot(_T2, k), scratch, k, tx, True)
-                online["rescale"](st, slot(_MAX, k), slot(_SUM, k), slot(_T2, k), slot(_OFFSET, k))
-                reduce(st, slot(_SUM, k), scratch, cvec + k, tx, False)
-                finalize(st, k)
+        combine_lanes(st, scratch, tx)
 
     @T.macro
     def write_segment(A, B, D, a, b, st, bounds, o, seg, lane, i0):
