@@ -627,18 +627,10 @@ class NormBwdKernel(RowNormKernel):
 
     @property
     def autotune_configs(self) -> List[Dict[str, Any]]:
-        default = self.default_config
         vector_elems = max_vector(self.dtype)
-        candidates = [default]
-        for per_thread in (vector_elems // 2, vector_elems, 2 * vector_elems):
-            candidates.append({**default, "per_thread": max(per_thread, 1, -(-self.N // MAX_THREADS))})
-        for threads, unroll in ((512, 2), (512, 4), (1024, 1), (1024, 4)):
-            candidates.append({**default, "stream_threads": threads, "stream_unroll": unroll})
-        unique: List[Dict[str, Any]] = []
-        for config in candidates:
-            if config not in unique:
-                unique.append(config)
-        return unique
+        streams = tuple({"stream_threads": threads, "stream_unroll": unroll}
+                        for threads, unroll in ((512, 2), (512, 4), (1024, 1), (1024, 4)))
+        return self._autotune_candidates((vector_elems // 2, vector_elems, 2 * vector_elems), streams)
 
     def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
         """The resident layout when a row fits in registers under ``config``, else the streamed one.

@@ -226,18 +226,9 @@ class LayerNormFwdKernel(RowNormKernel):
 
     @property
     def autotune_configs(self) -> List[Dict[str, Any]]:
-        default = self.default_config
         vector_elems = max_vector(self.dtype)
-        candidates = [default]
-        for per_thread in (vector_elems, 2 * vector_elems, 4 * vector_elems):
-            candidates.append({**default, "per_thread": max(per_thread, -(-self.N // MAX_THREADS))})
-        for threads in (256, 512, 1024):
-            candidates.append({**default, "stream_threads": threads})
-        unique: List[Dict[str, Any]] = []
-        for config in candidates:
-            if config not in unique:
-                unique.append(config)
-        return unique
+        return self._autotune_candidates((vector_elems, 2 * vector_elems, 4 * vector_elems),
+                                         tuple({"stream_threads": threads} for threads in (256, 512, 1024)))
 
     def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
         """The resident layout when a row fits in registers under ``config``, else the streamed one."""

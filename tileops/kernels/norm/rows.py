@@ -360,6 +360,22 @@ class RowNormKernel(Kernel):
         name, shape = self.program_keys()[0]
         return self._checked_program(name, {**self.default_config, **config}, shape)
 
+    def _autotune_candidates(self, per_thread: Tuple[int, ...], streams: Tuple[Dict[str, int], ...]) -> List[Dict[str, Any]]:
+        """The default config, then one layout change each, without repeats.
+
+        A change is a resident width (raised to what ``MAX_THREADS`` threads
+        need for a row) or a streamed shape.
+        """
+        default = self.default_config
+        candidates = [default]
+        candidates += [{**default, "per_thread": max(width, 1, -(-self.N // MAX_THREADS))} for width in per_thread]
+        candidates += [{**default, **stream} for stream in streams]
+        unique: List[Dict[str, Any]] = []
+        for config in candidates:
+            if config not in unique:
+                unique.append(config)
+        return unique
+
     # ---- compilation and launch ----------------------------------------------------------
     def _checked_program(self, name: str, config: Dict[str, Any], shape: Tuple[Tuple[str, Any], ...]) -> Any:
         return self.build_program(name, config, **dict(shape)).with_attr("tilelang_pass_configs", PASS_CONFIGS)
