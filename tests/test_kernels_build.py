@@ -31,6 +31,7 @@ from tileops.kernels.scan.cumsum import (
 )
 from tileops.ops.norm.base import NormOp
 from tileops.ops.scan.base import ScanOp
+from tests.toolchain import needs_nvcc
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SIZES = (1, 2, 3, 7, 8, 127, 128, 1000, 4096, 4097, 8192, 32767, 32768, 32769, 65537, 131072, 262144)
@@ -38,19 +39,6 @@ SIZES = (1, 2, 3, 7, 8, 127, 128, 1000, 4096, 4097, 8192, 32767, 32768, 32769, 6
 
 def _pow2(n: int) -> bool:
     return n >= 1 and n & (n - 1) == 0
-
-
-def _toolchain_available() -> bool:
-    import shutil
-
-    try:
-        import tilelang  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
-        return False
-    return shutil.which("nvcc") is not None
-
-
-needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
 
 
 # ---- builds for sm_90 ------------------------------------------------------------------------

@@ -10,7 +10,6 @@ computes with PyTorch on the views it is given and records them.
 from __future__ import annotations
 
 import math
-import shutil
 import types
 from typing import Dict, List, Tuple
 
@@ -25,7 +24,7 @@ from tileops.kernels.elementwise.base import (
     elementwise_default_config,
     launch_slices,
 )
-from tileops.kernels.elementwise.binary import AddFwdKernel, BroadcastKernel, MulFwdKernel, launch_boxes
+from tileops.kernels.elementwise.binary import AddFwdKernel, MulFwdKernel, launch_boxes
 from tileops.kernels.elementwise.gated import GeluAndMulBwdKernel, SiluAndMulFwdKernel, gated_vector
 from tileops.kernels.elementwise.programs import broadcast_program, flat_program, gated_program
 from tileops.kernels.elementwise.unary import GeluBwdKernel, SiluFwdKernel
@@ -37,19 +36,9 @@ from tileops.ops.elementwise.base import (
     fold_broadcast,
     row_view,
 )
+from tests.toolchain import needs_nvcc
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
-
-
-def _toolchain_available() -> bool:
-    try:
-        import tilelang  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
-        return False
-    return shutil.which("nvcc") is not None
-
-
-needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
 
 
 # ---- builds for sm_90: every layout at least once ------------------------------------------

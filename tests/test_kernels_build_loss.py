@@ -6,24 +6,12 @@ so only the first run pays ~2 s per program.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
 from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel
 from tileops.kernels.sizes import row_vector
-
-
-def _toolchain_available() -> bool:
-    try:
-        import tilelang  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
-        return False
-    return shutil.which("nvcc") is not None
-
-
-needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
+from tests.toolchain import needs_nvcc
 
 
 @needs_nvcc

@@ -6,7 +6,6 @@ so only the first run pays ~3-5 s per program (eight programs here).
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 import pytest
@@ -17,19 +16,9 @@ from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
 from tileops.kernels.norm.layer_norm import LayerNormBwdKernel, LayerNormFwdKernel
 from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
 from tileops.kernels.norm.rows import RowLayout, StreamLayout, resident_layout
+from tests.toolchain import needs_nvcc
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
-
-
-def _toolchain_available() -> bool:
-    try:
-        import tilelang  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
-        return False
-    return shutil.which("nvcc") is not None
-
-
-needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
 
 
 # ---- program choice -------------------------------------------------------------------------------

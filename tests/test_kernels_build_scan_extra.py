@@ -28,19 +28,7 @@ from tileops.kernels.scan.cumsum import (
     cumsum_autotune_configs,
 )
 from tileops.ops.scan.base import ScanOp
-
-
-def _toolchain_available() -> bool:
-    import shutil
-
-    try:
-        import tilelang  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
-        return False
-    return shutil.which("nvcc") is not None
-
-
-needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
+from tests.toolchain import needs_nvcc
 
 
 def _global_symbols(source: str) -> List[str]:

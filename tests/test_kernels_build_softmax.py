@@ -6,7 +6,6 @@ so only the first run pays ~3-5 s per program (ten programs here).
 
 from __future__ import annotations
 
-import shutil
 from typing import Dict, List, Tuple
 
 import pytest
@@ -22,7 +21,6 @@ from tileops.kernels.softmax.softmax import (
     ROW_FUSED,
     ROW_STATS,
     SoftmaxBwdKernel,
-    SoftmaxFamilyKernel,
     SoftmaxFwdKernel,
     build_program,
     column_tile,
@@ -33,21 +31,11 @@ from tileops.kernels.softmax.softmax import (
     softmax_default_config,
 )
 from tileops.ops.softmax.base import SoftmaxFamilyOp, axis_view, kernel_view
+from tests.toolchain import needs_nvcc
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SIZES = (1, 2, 3, 7, 8, 127, 128, 1000, 4096, 4097, 8192, 32768, 32769, 65536, 65537, 262144)
 KERNELS = (SoftmaxFwdKernel, SoftmaxBwdKernel, LogSoftmaxFwdKernel, LogSoftmaxBwdKernel)
-
-
-def _toolchain_available() -> bool:
-    try:
-        import tilelang  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means "cannot build here"
-        return False
-    return shutil.which("nvcc") is not None
-
-
-needs_nvcc = pytest.mark.skipif(not _toolchain_available(), reason="building kernels needs tilelang and nvcc")
 
 
 # ---- builds for sm_90: every program of every variant at least once --------------------------
