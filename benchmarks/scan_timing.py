@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from benchmarks.ceilings import measure_copy_gbps
+from benchmarks.family_tables import print_table
 from benchmarks.ops import cumprod_fwd as cumprod_entry
 from benchmarks.timing import CudaBackend, TimingSettings, rotation_count
 from codegen import load_manifest
@@ -124,22 +125,6 @@ def run(ops: Sequence[str], compile_ops: Sequence[str], compile_labels: Sequence
         torch.cuda.empty_cache()
     print_table(rows, copy_gbps)
     return rows
-
-
-def _fmt(value: Optional[float], spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def print_table(rows: Sequence[Dict[str, Any]], copy_gbps: float) -> None:
-    print(f"\ncopy bandwidth: {copy_gbps:.0f} GB/s (read + written)\n")
-    print("| op | workload | dtype | rel err | us | GB/s | % copy | eager us | x eager | compile us | x compile |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        vs_eager = r["eager_us"] / r["us"]
-        vs_compile = None if r["compile_us"] is None else r["compile_us"] / r["us"]
-        print(f"| {r['op']} | {r['workload']} | {r['dtype']} | {r['error']:.1e} | {r['us']:.1f} | "
-              f"{r['gbps']:.0f} | {r['copy_pct']:.1f} | {r['eager_us']:.1f} | {vs_eager:.2f} | "
-              f"{_fmt(r['compile_us'], '.1f')} | {_fmt(vs_compile, '.2f')} |")
 
 
 def inventory(ops: Sequence[str] = OPS) -> List[Tuple[Any, Tuple[int, ...]]]:

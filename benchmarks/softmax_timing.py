@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from benchmarks.ceilings import measure_copy_gbps
+from benchmarks.family_tables import print_table
 from benchmarks.timing import CudaBackend, TimingSettings, rotation_count
 from codegen import load_manifest
 
@@ -175,22 +176,6 @@ def run_sweeps(backend: CudaBackend, copy_gbps: float) -> List[Dict[str, Any]]:
         del inputs, out
         torch.cuda.empty_cache()
     return rows
-
-
-def _fmt(value: Optional[float], spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def print_table(rows: Sequence[Dict[str, Any]], copy_gbps: float) -> None:
-    print(f"\ncopy bandwidth: {copy_gbps:.0f} GB/s (read + written)\n")
-    print("| op | workload | dtype | rel err | us | loop us | GB/s | % copy | eager us | x eager | compile us | x compile |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        vs_eager = None if r["eager_us"] is None else r["eager_us"] / r["us"]
-        vs_compile = None if r["compile_us"] is None else r["compile_us"] / r["us"]
-        print(f"| {r['op']} | {r['workload']} | {r['dtype']} | {r['error']:.1e} | {r['us']:.1f} | "
-              f"{_fmt(r['loop_us'], '.1f')} | {r['gbps']:.0f} | {r['copy_pct']:.1f} | {_fmt(r['eager_us'], '.1f')} | "
-              f"{_fmt(vs_eager, '.2f')} | {_fmt(r['compile_us'], '.1f')} | {_fmt(vs_compile, '.2f')} |")
 
 
 def inventory() -> List[Tuple[Any, List[Tuple[str, Any]]]]:
