@@ -75,6 +75,8 @@ class Kernel:
         self.dtype = dtype
         self._compiled: Dict[Tuple[Hashable, ...], Any] = {}
         self._compile_lock = threading.Lock()
+        self._sm_counts: Dict[int, int] = {}
+        self._sm_lock = threading.Lock()
         self._config_override: Optional[Dict[str, Any]] = None
         self.config: Dict[str, Any] = {}
         self.init_config(config, tune)
@@ -167,6 +169,15 @@ class Kernel:
 
         self.config = autotune_kernel(self, force=force)
         return dict(self.config)
+
+    def sm_count(self, device: torch.device) -> int:
+        """The SM count of CUDA ``device`` (its index, or the current device), looked up once."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        count = self._sm_counts.get(index)
+        if count is None:
+            with self._sm_lock:
+                count = self._sm_counts.setdefault(index, torch.cuda.get_device_properties(index).multi_processor_count)
+        return count
 
     # ---- compilation ------------------------------------------------------------
     def compile(self, config: Optional[Dict[str, Any]] = None, target: Any = "auto") -> Any:

@@ -9,7 +9,7 @@ from typing import Any, Callable, ContextManager
 
 import torch
 
-__all__ = ["ALIGNMENT", "aligned_contiguous", "direct_launcher", "on_device"]
+__all__ = ["ALIGNMENT", "aligned_contiguous", "direct_launcher", "on_device", "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
 ALIGNMENT = 16
@@ -25,6 +25,18 @@ def aligned_contiguous(tensor: torch.Tensor) -> torch.Tensor:
         # A view at an odd offset into its storage: a fresh allocation is aligned.
         return tensor.clone()
     return tensor
+
+
+def widest_access(tensor: torch.Tensor, strides: int, cap: int) -> int:
+    """The widest access, in elements (a power of two <= ``cap``), that ``tensor``'s address and ``strides`` allow.
+
+    ``strides`` is the or of every stride (in elements) a program steps by
+    between accesses of that width.
+    """
+    bits = tensor.data_ptr() // tensor.element_size() | strides
+    while cap > 1 and bits % cap:
+        cap >>= 1
+    return cap
 
 
 def on_device(device: torch.device) -> ContextManager[Any]:

@@ -25,7 +25,6 @@ most ``MAX_EXTENT`` rows, since ``M`` is an int32 extent.
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tuple
 
@@ -343,8 +342,6 @@ class RowNormKernel(Kernel):
         self.eps = float(eps)
         # (config object, {program key or name: launcher or derived value}) for the current config.
         self._bound: Tuple[Optional[Dict[str, Any]], Dict[Hashable, Any]] = (None, {})
-        self._sm_counts: Dict[int, int] = {}
-        self._sm_lock = threading.Lock()
         super().__init__(dtype, config=config, tune=tune)
 
     # ---- what subclasses supply ----------------------------------------------------------
@@ -431,10 +428,3 @@ class RowNormKernel(Kernel):
             cache[name] = compute()
         return cache[name]
 
-    def sm_count(self, device: torch.device) -> int:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        count = self._sm_counts.get(index)
-        if count is None:
-            with self._sm_lock:
-                count = self._sm_counts.setdefault(index, torch.cuda.get_device_properties(index).multi_processor_count)
-        return count

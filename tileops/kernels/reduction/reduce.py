@@ -26,13 +26,12 @@ give too few blocks to fill the GPU):
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
 import logging
-import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
-from tileops.kernels.launch import direct_launcher
+from tileops.kernels.launch import direct_launcher, widest_access
 from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
 from tileops.kernels.sizes import ACCUM, SUPPORTED_DTYPES, is_pow2, largest_pow2_divisor, max_vector
 
@@ -486,11 +485,8 @@ class ReductionKernel(Kernel):
         if dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"{type(self).__name__}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
         self.correction = float(correction)
-        self._elem_bytes = dtype.itemsize
         self._max_vector = max_vector(dtype)
         self._launchers: Dict[Tuple[str, ProgramParams], Any] = {}
-        self._sm_counts: Dict[int, int] = {}
-        self._sm_lock = threading.Lock()
         super().__init__(dtype, config=config, tune=tune)
 
     @property
@@ -582,32 +578,17 @@ class ReductionKernel(Kernel):
         return launcher
 
     # ---- launch ------------------------------------------------------------------------------
-    def _aligned(self, tensor: torch.Tensor, strides: int, cap: int) -> int:
-        """The widest access (a power of two <= ``cap`` elements) that the address and ``strides`` allow."""
-        bits = tensor.data_ptr() // self._elem_bytes | strides
-        while cap > 1 and bits % cap:
-            cap >>= 1
-        return cap
-
-    def _sm_count(self, device: torch.device) -> int:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        count = self._sm_counts.get(index)
-        if count is None:
-            with self._sm_lock:
-                count = self._sm_counts.setdefault(index, torch.cuda.get_device_properties(index).multi_processor_count)
-        return count
-
     def launch_plan(self, x: torch.Tensor, sm_count: int) -> Tuple[str, ProgramParams, int]:
         """(program, shape parameters, segments) for ``x`` on ``sm_count`` SMs; one segment: the fused program."""
         N = x.shape[1]
         if x.dim() == 2:
-            vector = self._aligned(x, x.stride(0) | N, self._max_vector)
+            vector = widest_access(x, x.stride(0) | N, self._max_vector)
             threads, unroll = self.config["row_threads"], self.config["row_unroll"]
             most = max(1, -(-N // (threads * vector * unroll)))
             segments = max(1, min(-(-ROW_BLOCKS_PER_SM * sm_count // x.shape[0]), most))
             return ROW, self._row_params(vector, segments == 1), segments
         inner = x.shape[2]
-        cvec = self._aligned(x, x.stride(0) | x.stride(1), largest_pow2_divisor(inner, self._max_vector))
+        cvec = widest_access(x, x.stride(0) | x.stride(1), largest_pow2_divisor(inner, self._max_vector))
         if self._one_pass_fits(x, cvec, sm_count):
             return COLUMN, self._one_pass_params(), 1
         params = self._column_params(inner, cvec, True)
@@ -620,7 +601,7 @@ class ReductionKernel(Kernel):
 
     def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """Write the reduction of ``x`` into ``out`` and return it."""
-        name, params, segments = self.launch_plan(x, self._sm_count(x.device))
+        name, params, segments = self.launch_plan(x, self.sm_count(x.device))
         if segments == 1:
             self._launcher(name, params)(x, out)
             return out

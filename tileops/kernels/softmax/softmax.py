@@ -46,14 +46,13 @@ A slice whose maximum is ``-inf`` (all ``-inf``) gives NaN, as PyTorch does.
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
-from tileops.kernels.launch import direct_launcher
+from tileops.kernels.launch import direct_launcher, widest_access
 from tileops.kernels.sizes import (
     ACCUM,
     MAX_THREADS,
@@ -1247,14 +1246,11 @@ class SoftmaxFamilyKernel(Kernel):
         if N < 1:
             raise ValueError(f"{name}: N must be positive, got {N}")
         self.N = int(N)
-        self._elem_bytes = dtype.itemsize
         self._row_vector = row_vector(self.N, dtype)
         self._max_vector = max_vector(dtype)
         # (config object, whether rows fuse under it, {(program, params): launcher}): what a
         # call needs from the current config, rebuilt only when the config object changes.
         self._bound: Tuple[Optional[Dict[str, Any]], bool, Dict[Tuple[str, ProgramParams], Any]] = (None, False, {})
-        self._sm_counts: Dict[int, int] = {}
-        self._sm_lock = threading.Lock()
         super().__init__(dtype, config=config, tune=tune)
 
     # ---- configs -----------------------------------------------------------------------------
@@ -1349,22 +1345,8 @@ class SoftmaxFamilyKernel(Kernel):
             launcher = launchers[(name, params)] = direct_launcher(self.compile_program(name, params))
         return launcher
 
-    def _aligned(self, tensor: torch.Tensor, strides: int, cap: int) -> int:
-        """The widest access (a power of two <= ``cap`` elements) that the address and ``strides`` (or-ed) allow."""
-        bits = tensor.data_ptr() // self._elem_bytes | strides
-        while cap > 1 and bits % cap:
-            cap >>= 1
-        return cap
-
     def _target_blocks(self, device: torch.device) -> int:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        count = self._sm_counts.get(index)
-        if count is None:
-            with self._sm_lock:
-                count = self._sm_counts.setdefault(
-                    index, torch.cuda.get_device_properties(index).multi_processor_count
-                )
-        return BLOCKS_PER_SM * count
+        return BLOCKS_PER_SM * self.sm_count(device)
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
         """Write the result for ``tensors = (*inputs, out)`` into ``out`` and return it."""
@@ -1395,13 +1377,13 @@ class SoftmaxFamilyKernel(Kernel):
         if out.dim() == 2:
             vector = self._row_vector
             for tensor in tensors:
-                vector = self._aligned(tensor, tensor.stride(0), vector)
+                vector = widest_access(tensor, tensor.stride(0), vector)
             names = (ROW_FUSED,) if self._state()[1] else (ROW_STATS, ROW_APPLY)
             return names, (("vector", vector),)
         inner = out.shape[2]
         cvec = largest_pow2_divisor(inner, self._max_vector)
         for tensor in tensors:
-            cvec = self._aligned(tensor, tensor.stride(0) | tensor.stride(1), cvec)
+            cvec = widest_access(tensor, tensor.stride(0) | tensor.stride(1), cvec)
         return self.column_programs(inner, cvec)
 
     def _segments(self, out: torch.Tensor, params: ProgramParams) -> int:
