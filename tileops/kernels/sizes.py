@@ -4,7 +4,7 @@ import torch
 
 __all__ = [
     "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "MIN_BLOCK_THREADS", "VECTOR_BYTES", "MAX_EXTENT",
-    "is_pow2", "next_pow2", "largest_pow2_divisor", "max_vector", "row_vector",
+    "is_pow2", "next_pow2", "largest_pow2_divisor", "max_vector", "row_vector", "check_kernel_args",
 ]
 
 # Input dtypes of every kernel; they accumulate in ``ACCUM``.
@@ -46,3 +46,12 @@ def max_vector(dtype: torch.dtype) -> int:
 def row_vector(N: int, dtype: torch.dtype) -> int:
     """Elements per access along rows of ``N``: at most 16 bytes, and dividing ``N`` so every row start stays aligned."""
     return largest_pow2_divisor(N, max_vector(dtype))
+
+
+def check_kernel_args(kernel: str, dtype: torch.dtype, **extents: int) -> None:
+    """Refuse a dtype outside ``SUPPORTED_DTYPES`` (TypeError) or an extent below 1 (ValueError), naming ``kernel``."""
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{kernel}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+    for name, value in extents.items():
+        if value < 1:
+            raise ValueError(f"{kernel}: {name} must be positive, got {value}")

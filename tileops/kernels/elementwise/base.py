@@ -20,7 +20,7 @@ from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
 from tileops.kernels.launch import direct_launcher
-from tileops.kernels.sizes import SUPPORTED_DTYPES, max_vector
+from tileops.kernels.sizes import SUPPORTED_DTYPES, check_kernel_args, max_vector
 
 __all__ = [
     "ElementwiseKernel", "ProgramSpec", "SUPPORTED_DTYPES", "elementwise_default_config",
@@ -85,8 +85,7 @@ class ElementwiseKernel(Kernel):
     op_params: Tuple[str, ...] = ()
 
     def __init__(self, dtype: torch.dtype, *, config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{type(self).__name__}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+        check_kernel_args(type(self).__name__, dtype)
         # (config object, {program spec: launcher}) of the current config.
         self._bound: Tuple[Optional[Dict[str, Any]], Dict[ProgramSpec, Any]] = (None, {})
         super().__init__(dtype, config=config, tune=tune)

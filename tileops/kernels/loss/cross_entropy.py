@@ -44,7 +44,7 @@ import torch
 
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, SUPPORTED_DTYPES, WARP, next_pow2, row_vector
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, WARP, check_kernel_args, next_pow2, row_vector
 
 __all__ = [
     "CrossEntropyFwdKernel",
@@ -366,10 +366,7 @@ class _CrossEntropyKernel(Kernel):
     def __init__(self, V: int, dtype: torch.dtype, *, ignore_index: int = -100, label_smoothing: float = 0.0,
                  config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
         name = type(self).__name__
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
-        if V < 1:
-            raise ValueError(f"{name}: V must be positive, got {V}")
+        check_kernel_args(name, dtype, V=V)
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"{name}: label_smoothing must be in [0, 1], got {label_smoothing}")
         self.V = int(V)

@@ -27,8 +27,8 @@ from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     MAX_THREADS,
     MIN_BLOCK_THREADS,
-    SUPPORTED_DTYPES,
     VECTOR_BYTES,
+    check_kernel_args,
     largest_pow2_divisor,
     next_pow2,
 )
@@ -214,10 +214,7 @@ class RMSNormFwdKernel(Kernel):
         config: Optional[Dict[str, Any]] = None,
         tune: bool = False,
     ) -> None:
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"RMSNormFwdKernel: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
-        if N < 1:
-            raise ValueError(f"RMSNormFwdKernel: N must be positive, got {N}")
+        check_kernel_args(type(self).__name__, dtype, N=N)
         self.N = int(N)
         self.eps = float(eps)
         self._bound = None  # (config object, compiled program) of the latest launch

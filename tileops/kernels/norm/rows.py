@@ -39,6 +39,7 @@ from tileops.kernels.sizes import (
     MIN_BLOCK_THREADS,
     SUPPORTED_DTYPES,
     WARP,
+    check_kernel_args,
     next_pow2,
     row_vector,
 )
@@ -334,10 +335,7 @@ class RowNormKernel(Kernel):
         tune: bool = False,
     ) -> None:
         name = type(self).__name__
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
-        if N < 1:
-            raise ValueError(f"{name}: N must be positive, got {N}")
+        check_kernel_args(name, dtype, N=N)
         self.N = int(N)
         self.eps = float(eps)
         # (config object, {program key or name: launcher or derived value}) for the current config.

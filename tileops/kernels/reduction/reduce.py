@@ -33,7 +33,7 @@ import torch
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher, widest_access
 from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
-from tileops.kernels.sizes import ACCUM, SUPPORTED_DTYPES, is_pow2, largest_pow2_divisor, max_vector
+from tileops.kernels.sizes import ACCUM, check_kernel_args, is_pow2, largest_pow2_divisor, max_vector
 
 __all__ = [
     "ReductionKernel",
@@ -482,8 +482,7 @@ class ReductionKernel(Kernel):
 
     def __init__(self, dtype: torch.dtype, *, correction: float = 0.0, config: Optional[Dict[str, Any]] = None,
                  tune: bool = False) -> None:
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{type(self).__name__}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
+        check_kernel_args(type(self).__name__, dtype)
         self.correction = float(correction)
         self._max_vector = max_vector(dtype)
         self._launchers: Dict[Tuple[str, ProgramParams], Any] = {}

@@ -37,9 +37,9 @@ from tileops.kernels.sizes import (
     ACCUM,
     MAX_THREADS,
     MIN_BLOCK_THREADS,
-    SUPPORTED_DTYPES,
     VECTOR_BYTES,
     WARP,
+    check_kernel_args,
     largest_pow2_divisor,
     next_pow2,
 )
@@ -843,10 +843,7 @@ class ScanKernel(Kernel):
         config: Optional[Dict[str, Any]] = None,
         tune: bool = False,
     ) -> None:
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{type(self).__name__}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
-        if N < 1:
-            raise ValueError(f"{type(self).__name__}: N must be positive, got {N}")
+        check_kernel_args(type(self).__name__, dtype, N=N)
         self.N = int(N)
         # (config object, {program name: compiled}) of the current config.
         self._bound: Tuple[Optional[Dict[str, Any]], Dict[str, Any]] = (None, {})

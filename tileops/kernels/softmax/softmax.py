@@ -57,9 +57,9 @@ from tileops.kernels.sizes import (
     ACCUM,
     MAX_THREADS,
     MIN_BLOCK_THREADS,
-    SUPPORTED_DTYPES,
     VECTOR_BYTES,
     WARP,
+    check_kernel_args,
     is_pow2,
     largest_pow2_divisor,
     max_vector,
@@ -1241,10 +1241,7 @@ class SoftmaxFamilyKernel(Kernel):
         tune: bool = False,
     ) -> None:
         name = type(self).__name__
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name}: dtype must be one of {SUPPORTED_DTYPES}, got {dtype}")
-        if N < 1:
-            raise ValueError(f"{name}: N must be positive, got {N}")
+        check_kernel_args(name, dtype, N=N)
         self.N = int(N)
         self._row_vector = row_vector(self.N, dtype)
         self._max_vector = max_vector(dtype)
