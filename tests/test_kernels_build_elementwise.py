@@ -19,7 +19,6 @@ import torch
 from tileops.kernels.elementwise import functions
 from tileops.kernels.elementwise.base import (
     ElementwiseKernel,
-    alignment_vector,
     elementwise_autotune_configs,
     elementwise_default_config,
     launch_slices,
@@ -29,6 +28,7 @@ from tileops.kernels.elementwise.gated import GeluAndMulBwdKernel, SiluAndMulFwd
 from tileops.kernels.elementwise.programs import broadcast_program, flat_program, gated_program
 from tileops.kernels.elementwise.unary import GeluBwdKernel, SiluFwdKernel
 from tileops.kernels.kernel_base import Kernel
+from tileops.kernels.launch import widest_access
 from tileops.ops.elementwise.base import (
     BinaryElementwiseOp,
     GatedElementwiseOp,
@@ -107,10 +107,10 @@ def test_configs_and_widths() -> None:
     assert gated_vector(11008, torch.bfloat16) == 8 and gated_vector(127, torch.bfloat16) == 1
     assert gated_vector(4098, torch.float32) == 2
     base = torch.empty(64, dtype=torch.bfloat16)
-    assert alignment_vector(base, (), 8) == 8
-    assert alignment_vector(base[1:], (), 8) == 1
-    assert alignment_vector(base[4:], (), 8) == 4
-    assert alignment_vector(base, (12,), 8) == 4
+    assert widest_access(base, 0, 8) == 8
+    assert widest_access(base[1:], 0, 8) == 1
+    assert widest_access(base[4:], 0, 8) == 4
+    assert widest_access(base, 12, 8) == 4
 
 
 def test_launches_stay_within_int32_extents() -> None:

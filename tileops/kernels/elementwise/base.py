@@ -19,28 +19,18 @@ import torch
 from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
-from tileops.kernels.launch import direct_launcher
+from tileops.kernels.launch import direct_launcher, widest_access
 from tileops.kernels.sizes import SUPPORTED_DTYPES, check_kernel_args, max_vector
 
 __all__ = [
     "ElementwiseKernel", "ProgramSpec", "SUPPORTED_DTYPES", "elementwise_default_config",
-    "elementwise_autotune_configs", "max_vector", "alignment_vector", "launch_slices",
+    "elementwise_autotune_configs", "max_vector", "launch_slices",
 ]
 
 logger = logging.getLogger(__name__)
 
 # (layout name, shape parameters...): identifies one program of a kernel besides its config.
 ProgramSpec = Tuple[Hashable, ...]
-
-
-def alignment_vector(tensor: torch.Tensor, strides: Sequence[int], cap: int) -> int:
-    """The widest access (a power of two <= ``cap`` elements) the tensor's address and ``strides`` keep aligned."""
-    elem = tensor.element_size()
-    address = tensor.data_ptr()
-    vector = cap
-    while vector > 1 and (address % (vector * elem) or any(stride % vector for stride in strides)):
-        vector //= 2
-    return vector
 
 
 def launch_slices(length: int, limit: int = MAX_LAUNCH_ELEMENTS) -> Iterator[slice]:
@@ -156,7 +146,7 @@ class ElementwiseKernel(Kernel):
         """The access width that every (1-D, contiguous) tensor's address allows."""
         vector = max_vector(self.dtype)
         for tensor in tensors:
-            vector = min(vector, alignment_vector(tensor, (), vector))
+            vector = widest_access(tensor, 0, vector)
         return vector
 
     def _check_count(self, tensors: Sequence[torch.Tensor], expected: int) -> None:

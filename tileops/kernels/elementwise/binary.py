@@ -25,12 +25,12 @@ from tileops.kernels.elementwise import functions
 from tileops.kernels.elementwise.base import (
     ElementwiseKernel,
     ProgramSpec,
-    alignment_vector,
     launch_slices,
     max_vector,
 )
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS, broadcast_program, flat_program
 from tileops.kernels.kernel_base import torch_dtype_to_tl
+from tileops.kernels.launch import widest_access
 
 __all__ = ["BroadcastKernel", "AddFwdKernel", "MulFwdKernel", "launch_boxes"]
 
@@ -105,7 +105,7 @@ class BroadcastKernel(ElementwiseKernel):
             vector //= 2
         for tensor, varies in ((a, a_inner), (b, b_inner), (out, True)):
             if varies:
-                vector = min(vector, alignment_vector(tensor, tensor.stride()[:2], vector))
+                vector = widest_access(tensor, tensor.stride(0) | tensor.stride(1), vector)
         return BROADCAST, vector, a_inner, b_inner
 
     def _flat(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:

@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from tileops.kernels.elementwise import functions
-from tileops.kernels.elementwise.base import ElementwiseKernel, ProgramSpec, alignment_vector, max_vector
+from tileops.kernels.elementwise.base import ElementwiseKernel, ProgramSpec, max_vector
+from tileops.kernels.launch import widest_access
 from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS, gated_program
 from tileops.kernels.kernel_base import torch_dtype_to_tl
@@ -83,7 +84,7 @@ class GatedKernel(ElementwiseKernel):
         """The access width these 2-D row views allow."""
         vector = gated_vector(self.H, self.dtype)
         for tensor in tensors:
-            vector = min(vector, alignment_vector(tensor, (tensor.stride(0),), vector))
+            vector = widest_access(tensor, tensor.stride(0), vector)
         return vector
 
     def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
