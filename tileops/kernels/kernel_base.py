@@ -180,22 +180,29 @@ class Kernel:
         return count
 
     # ---- compilation ------------------------------------------------------------
+    def compile_once(self, key: Tuple[Hashable, ...], build: Callable[[], Any], target: Any, what: Any) -> Any:
+        """The program ``build()`` returns, compiled for ``target`` once per ``key`` (thread-safe).
+
+        ``key`` tells apart everything the program depends on, ``target``
+        included; ``what`` names the program in the log (formatted only when logged).
+        """
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._compile_lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    import tilelang  # deferred: importing tilelang costs seconds
+
+                    logger.info("compiling %s %s target=%s", type(self).__name__, what, target)
+                    compiled = tilelang.compile(build(), target=target)
+                    self._compiled[key] = compiled
+        return compiled
+
     def compile(self, config: Optional[Dict[str, Any]] = None, target: Any = "auto") -> Any:
         """The compiled TileLang kernel for ``config`` (default: ``self.config``), cached."""
-        import tilelang  # deferred: importing tilelang costs seconds
-
         config = dict(self.config if config is None else config)
         key = (repr(target),) + tuple(sorted(config.items()))
-        compiled = self._compiled.get(key)
-        if compiled is not None:
-            return compiled
-        with self._compile_lock:
-            compiled = self._compiled.get(key)
-            if compiled is None:
-                logger.info("compiling %s config=%s target=%s", type(self).__name__, config, target)
-                compiled = tilelang.compile(self.program(**config), target=target)
-                self._compiled[key] = compiled
-        return compiled
+        return self.compile_once(key, lambda: self.program(**config), target, ("config", config))
 
     @property
     def kernel(self) -> Callable[..., Any]:

@@ -11,7 +11,6 @@ launches once.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -27,7 +26,6 @@ __all__ = [
     "elementwise_autotune_configs", "max_vector", "launch_slices",
 ]
 
-logger = logging.getLogger(__name__)
 
 # (layout name, shape parameters...): identifies one program of a kernel besides its config.
 ProgramSpec = Tuple[Hashable, ...]
@@ -112,19 +110,9 @@ class ElementwiseKernel(Kernel):
     def compile_program(self, spec: ProgramSpec, config: Optional[Dict[str, Any]] = None,
                         target: Any = "auto") -> Any:
         """The compiled program ``spec`` for ``config`` (default: the current one), cached."""
-        import tilelang  # deferred: importing tilelang costs seconds
-
         config = dict(self.config if config is None else config)
         key = (spec, repr(target)) + tuple(sorted(config.items()))
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            with self._compile_lock:
-                compiled = self._compiled.get(key)
-                if compiled is None:
-                    logger.info("compiling %s %s config=%s target=%s", type(self).__name__, spec, config, target)
-                    compiled = tilelang.compile(self.build_program(spec, config), target=target)
-                    self._compiled[key] = compiled
-        return compiled
+        return self.compile_once(key, lambda: self.build_program(spec, config), target, (spec, config))
 
     def build_all_for_sm90(self) -> Dict[ProgramSpec, Any]:
         """Compile the typical programs for sm_90, without a GPU."""

@@ -37,7 +37,6 @@ would need a device synchronisation).
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
-import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -53,7 +52,6 @@ __all__ = [
     "cross_entropy_bwd_program",
 ]
 
-logger = logging.getLogger(__name__)
 
 LOG2E = 1.4426950408889634
 
@@ -431,21 +429,12 @@ class _CrossEntropyKernel(Kernel):
 
     def _compile_batch(self, flags: Tuple[Tuple[str, bool], ...], target: Any = "auto") -> Any:
         """The batch program for ``flags`` (``((name, value), ...)``), compiled once."""
-        import tilelang  # deferred: importing tilelang costs seconds
 
-        key = ("batch", flags, repr(target))
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            with self._compile_lock:
-                compiled = self._compiled.get(key)
-                if compiled is None:
-                    logger.info("compiling %s batch program %s target=%s", type(self).__name__, flags, target)
-                    program = self.batch_builder(torch_dtype_to_tl(self.dtype), ignore_index=self.ignore_index,
-                                                 **dict(flags))
-                    compiled = tilelang.compile(program.with_attr("tilelang_pass_configs", PASS_CONFIGS),
-                                                target=target)
-                    self._compiled[key] = compiled
-        return compiled
+        def build() -> Any:
+            program = self.batch_builder(torch_dtype_to_tl(self.dtype), ignore_index=self.ignore_index, **dict(flags))
+            return program.with_attr("tilelang_pass_configs", PASS_CONFIGS)
+
+        return self.compile_once(("batch", flags, repr(target)), build, target, ("batch", flags))
 
     def _batch_launcher(self, **flags: bool) -> Any:
         key = tuple(sorted(flags.items()))

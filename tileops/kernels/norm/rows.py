@@ -24,7 +24,6 @@ most ``MAX_EXTENT`` rows, since ``M`` is an int32 extent.
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tuple
 
@@ -61,7 +60,6 @@ __all__ = [
     "row_slices",
 ]
 
-logger = logging.getLogger(__name__)
 
 # Threads of an SM; persistent programs launch this many per SM at most.
 THREADS_PER_SM = 2048
@@ -378,20 +376,10 @@ class RowNormKernel(Kernel):
     def compile_program(self, name: str, shape: Tuple[Tuple[str, Any], ...] = (),
                         config: Optional[Dict[str, Any]] = None, target: Any = "auto") -> Any:
         """Program ``name`` with shape parameters ``shape``, compiled for ``config`` (default: current), cached."""
-        import tilelang  # deferred: importing tilelang costs seconds
-
         config = dict(self.config if config is None else config)
         key: Tuple[Hashable, ...] = (name, shape, repr(target)) + tuple(sorted(config.items()))
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            with self._compile_lock:
-                compiled = self._compiled.get(key)
-                if compiled is None:
-                    logger.info("compiling %s.%s %s config=%s target=%s", type(self).__name__, name, shape,
-                                config, target)
-                    compiled = tilelang.compile(self._checked_program(name, config, shape), target=target)
-                    self._compiled[key] = compiled
-        return compiled
+        return self.compile_once(key, lambda: self._checked_program(name, config, shape), target,
+                                 (name, shape, config))
 
     def build_all_for_sm90(self) -> Dict[str, Any]:
         """Compile every program of the current config for sm_90, without a GPU."""

@@ -25,7 +25,6 @@ give too few blocks to fill the GPU):
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
-import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -51,7 +50,6 @@ __all__ = [
     "COMBINE",
 ]
 
-logger = logging.getLogger(__name__)
 
 PARTIAL = "float64"
 MAX_COL_THREADS = 32
@@ -551,19 +549,10 @@ class ReductionKernel(Kernel):
 
     def compile_program(self, name: str, params: ProgramParams, target: Any = "auto") -> Any:
         """The compiled program ``name`` with shape ``params`` (cached)."""
-        import tilelang  # deferred: importing tilelang costs seconds
-
-        key = (name, params, repr(target))
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            with self._compile_lock:
-                compiled = self._compiled.get(key)
-                if compiled is None:
-                    logger.info("compiling %s.%s %s target=%s", type(self).__name__, name, params, target)
-                    program = build_program(name, self.reducer, self.dtype, self.result_dtype, self.correction, params)
-                    compiled = tilelang.compile(program, target=target)
-                    self._compiled[key] = compiled
-        return compiled
+        return self.compile_once(
+            (name, params, repr(target)),
+            lambda: build_program(name, self.reducer, self.dtype, self.result_dtype, self.correction, params),
+            target, (name, params))
 
     def build_all_for_sm90(self, inner: int = 8) -> Dict[str, Any]:
         """Compile every row, column and combine program for sm_90, without a GPU."""

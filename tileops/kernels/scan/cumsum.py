@@ -26,7 +26,6 @@ Global indices are computed in 64-bit by TileLang.
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
-import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -52,7 +51,6 @@ __all__ = [
     "cumsum_autotune_configs",
 ]
 
-logger = logging.getLogger(__name__)
 
 MAX_GRID_Y = 65535
 
@@ -78,12 +76,6 @@ def _combiner(combine: str) -> Tuple[Callable[[Any, Any], Any], int]:
     if combine == MUL:
         return (lambda a, b: a * b), _IDENTITY[MUL]
     raise ValueError(f"scan kernel: combine must be one of {sorted(_IDENTITY)}, got {combine!r}")
-
-
-
-
-
-
 
 
 def _row_layout(N: int, items: int, row_threads: int) -> Tuple[int, int, int]:
@@ -891,20 +883,9 @@ class ScanKernel(Kernel):
         """The compiled program ``name`` for ``config`` (default: ``self.config``), cached."""
         if name == ROW_SCAN:
             return self.compile(config, target)
-        import tilelang  # deferred: importing tilelang costs seconds
-
         config = dict(self.config if config is None else config)
         key = (name, repr(target)) + tuple(sorted(config.items()))
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            with self._compile_lock:
-                compiled = self._compiled.get(key)
-                if compiled is None:
-                    logger.info("compiling %s.%s config=%s target=%s", type(self).__name__, name, config, target)
-                    program = self._build(name, config)
-                    compiled = tilelang.compile(program, target=target)
-                    self._compiled[key] = compiled
-        return compiled
+        return self.compile_once(key, lambda: self._build(name, config), target, (name, config))
 
     def build_all_for_sm90(self, inner: int = 1) -> Dict[str, Any]:
         """Compile every program of the current config for sm_90 (no GPU needed)."""

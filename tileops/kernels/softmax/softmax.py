@@ -45,7 +45,6 @@ A slice whose maximum is ``-inf`` (all ``-inf``) gives NaN, as PyTorch does.
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -83,7 +82,6 @@ __all__ = [
     "COLUMN_FUSED",
 ]
 
-logger = logging.getLogger(__name__)
 
 # Input bytes a thread of the fused program keeps in registers (32 registers):
 # with 1024 threads a block may use at most 64 registers per thread.
@@ -1298,20 +1296,10 @@ class SoftmaxFamilyKernel(Kernel):
     def compile_program(self, name: str, params: ProgramParams, config: Optional[Dict[str, Any]] = None,
                         target: Any = "auto") -> Any:
         """The compiled program ``name`` with shape ``params`` for ``config`` (default: the current one), cached."""
-        import tilelang  # deferred: importing tilelang costs seconds
-
         config = dict(self.config if config is None else config)
         key = (name, params, repr(target)) + tuple(sorted(config.items()))
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            with self._compile_lock:
-                compiled = self._compiled.get(key)
-                if compiled is None:
-                    logger.info("compiling %s.%s %s config=%s target=%s", type(self).__name__, name, params, config, target)
-                    program = build_program(name, self.N, self.dtype, self.variant, config, params)
-                    compiled = tilelang.compile(program, target=target)
-                    self._compiled[key] = compiled
-        return compiled
+        return self.compile_once(key, lambda: build_program(name, self.N, self.dtype, self.variant, config, params),
+                                 target, (name, params, config))
 
     def build_all_for_sm90(self, inner: int = 8) -> Dict[str, Any]:
         """Compile the row programs and the column programs (for ``inner``) for sm_90, without a GPU."""
