@@ -16,16 +16,15 @@ the softmax),
 
     grad = cp * exp(x - lse) - cs * ((1 - eps) * [col == target] + eps / V)
 
-so the only ``[N, V]`` tensor written is the gradient itself.  The op
-computes ``cs`` from ``grad_loss`` and the reduction (a few ``[N]`` float32
-operations), which keeps the programs independent of the reduction; ``cp`` is
-formed in the kernel, so no other per-row buffer is allocated.
+so the only ``[N, V]`` tensor written is the gradient itself; ``cp`` is
+formed in the kernel.
 
 Two one-block programs serve the batch as a whole, each in one launch where
 tensor arithmetic would take four or five: the forward's **total** (the sum of
 the row losses, divided for ``mean`` by the rows whose target is kept) and the
-backward's **coefficients** (``cs`` per row, next to ``grad_lse`` or zeros, so
-the backward reads both from one ``(2, R)`` buffer).
+backward's **coefficients** (``cs`` per row from ``grad_loss`` and the
+reduction, next to ``grad_lse`` or zeros, so the backward reads both from one
+``(2, R)`` buffer).  The main programs thus stay independent of the reduction.
 
 ``V``, ``ignore_index`` and the label smoothing are compile-time constants; the
 row count is a TileLang symbolic value, so one program serves every batch.
@@ -252,6 +251,11 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
 BATCH_THREADS = 1024
 
 
+def _kept(T: Any, target: Any, ignore_index: int) -> Any:
+    """1.0 for a row whose target is kept, 0.0 for an ignored one (float32, to be counted)."""
+    return T.if_then_else(target == ignore_index, T.cast(0, ACCUM), T.cast(1, ACCUM))
+
+
 def cross_entropy_total_program(dtype: str, *, mean: bool, ignore_index: int,
                                 threads: int = BATCH_THREADS) -> Any:
     """``Out[0]``: the sum of ``LossRows`` (``mean``: over the rows whose target is kept), cast to ``dtype``.
@@ -280,8 +284,7 @@ def cross_entropy_total_program(dtype: str, *, mean: bool, ignore_index: int,
             for i in T.serial(T.ceildiv(R, threads)):
                 if i * threads + tx < R:
                     acc[0] = acc[0] + LossRows[i * threads + tx]
-                    acc[1] = acc[1] + T.if_then_else(Target[i * threads + tx] == ignore_index,
-                                                      T.cast(0, ACCUM), T.cast(1, ACCUM))
+                    acc[1] = acc[1] + _kept(T, Target[i * threads + tx], ignore_index)
             block_reduce(acc, 0, scratch, 0, tx, False)
             if mean:
                 block_reduce(acc, 1, scratch, 1, tx, False)
@@ -326,8 +329,7 @@ def cross_entropy_coefficients_program(dtype: str, *, per_row: bool, mean: bool,
                 acc[0] = T.cast(0, ACCUM)
                 for i in T.serial(T.ceildiv(R, threads)):
                     if i * threads + tx < R:
-                        acc[0] = acc[0] + T.if_then_else(Target[i * threads + tx] == ignore_index,
-                                                          T.cast(0, ACCUM), T.cast(1, ACCUM))
+                        acc[0] = acc[0] + _kept(T, Target[i * threads + tx], ignore_index)
                 block_reduce(acc, 0, scratch, 0, tx, False)
                 acc[1] = acc[0]
             for i in T.serial(T.ceildiv(R, threads)):
