@@ -27,10 +27,10 @@ from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     MAX_THREADS,
     MIN_BLOCK_THREADS,
-    VECTOR_BYTES,
     check_kernel_args,
-    largest_pow2_divisor,
+    max_vector,
     next_pow2,
+    row_vector,
 )
 
 __all__ = ["RMSNormFwdKernel", "rms_norm_default_config", "rms_norm_autotune_configs"]
@@ -47,8 +47,8 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def _single_pass_config(N: int, elem_bytes: int, elements_per_thread: int) -> Dict[str, int]:
-    vector = largest_pow2_divisor(N, VECTOR_BYTES // elem_bytes)  # rows stay aligned
+def _single_pass_config(N: int, dtype: torch.dtype, elements_per_thread: int) -> Dict[str, int]:
+    vector = row_vector(N, dtype)
     row_threads = min(MAX_THREADS, next_pow2(-(-N // elements_per_thread)))
     threads = max(row_threads, MIN_BLOCK_THREADS)
     return {
@@ -67,26 +67,24 @@ def rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     rows take the chunked program with 512 threads, which leaves room for
     several blocks per SM to overlap their load and reduce phases.
     """
-    elem_bytes = dtype.itemsize
-    vector_elems = VECTOR_BYTES // elem_bytes
+    vector_elems = max_vector(dtype)
     if N <= MAX_THREADS * MAX_ELEMENTS_PER_THREAD:
         per_thread = max(2 * vector_elems, -(-N // MAX_THREADS))
-        return _single_pass_config(N, elem_bytes, per_thread)
+        return _single_pass_config(N, dtype, per_thread)
     threads = 512
     return {"block_rows": 1, "threads": threads, "chunk": threads * 2 * vector_elems}
 
 
 def rms_norm_autotune_configs(N: int, dtype: torch.dtype) -> List[Dict[str, int]]:
     """Valid candidate configs around the heuristic (the heuristic first)."""
-    elem_bytes = dtype.itemsize
-    vector_elems = VECTOR_BYTES // elem_bytes
+    vector_elems = max_vector(dtype)
     candidates = [rms_norm_default_config(N, dtype)]
     # Registers allow 64 half-precision (32 packed registers) or 32 fp32 elements per thread.
-    register_cap = 64 if elem_bytes == 2 else MAX_ELEMENTS_PER_THREAD
+    register_cap = 64 if dtype.itemsize == 2 else MAX_ELEMENTS_PER_THREAD
     if N <= MAX_THREADS * register_cap:
         for per_thread in (vector_elems, 2 * vector_elems, 4 * vector_elems, MAX_ELEMENTS_PER_THREAD, register_cap):
             if -(-N // per_thread) <= MAX_THREADS:
-                candidates.append(_single_pass_config(N, elem_bytes, per_thread))
+                candidates.append(_single_pass_config(N, dtype, per_thread))
     for threads in (256, 512, 1024):
         for vectors in (1, 2, 4):
             chunk = threads * vectors * vector_elems
