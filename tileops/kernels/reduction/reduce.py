@@ -520,16 +520,16 @@ class ReductionKernel(Kernel):
                 ("threads", self.config["one_pass_threads"]), ("unroll", self.config["one_pass_unroll"]),
                 ("fused", 1))
 
-    def _one_pass_fits(self, x: torch.Tensor, cvec: int, sm_count: int) -> bool:
-        """Whether ``(O, N, I)`` takes the one-pass column program: 16-byte accesses, a full step, enough tiles."""
+    def _one_pass_plan(self, x: torch.Tensor, cvec: int, sm_count: int) -> Optional[ProgramParams]:
+        """The one-pass column program if ``(O, N, I)`` takes it (16-byte accesses, a full step, enough tiles)."""
         params = self._one_pass_params()
         if params is None or cvec != self._max_vector:
-            return False
+            return None
         shape = dict(params)
         outer, N, inner = x.shape
         tiles = outer * -(-inner // (shape["col_threads"] * cvec))
         full_step = shape["threads"] // shape["col_threads"] * shape["unroll"]
-        return N >= full_step and 8 * tiles >= ONE_PASS_EIGHTHS_PER_SM * sm_count
+        return params if N >= full_step and 8 * tiles >= ONE_PASS_EIGHTHS_PER_SM * sm_count else None
 
     def _combine_params(self, segments: int) -> ProgramParams:
         # Many segments: a block's threads share one output; few: a thread per output.
@@ -577,8 +577,9 @@ class ReductionKernel(Kernel):
             return ROW, self._row_params(vector, segments == 1), segments
         inner = x.shape[2]
         cvec = widest_access(x, x.stride(0) | x.stride(1), largest_pow2_divisor(inner, self._max_vector))
-        if self._one_pass_fits(x, cvec, sm_count):
-            return COLUMN, self._one_pass_params(), 1
+        one_pass = self._one_pass_plan(x, cvec, sm_count)
+        if one_pass is not None:
+            return COLUMN, one_pass, 1
         params = self._column_params(inner, cvec, True)
         shape = dict(params)
         lanes = shape["threads"] // shape["col_threads"]
