@@ -56,22 +56,21 @@ class CrossEntropyFwdBase(_CrossEntropyOp):
         device = logits.device
         loss_rows = torch.empty(rows, dtype=torch.float32, device=device)
         lse = torch.empty(rows, dtype=torch.float32, device=device)
-        if rows:
-            with on_device(device):
-                self._device_kernel(device)(aligned_contiguous(logits), target.contiguous(), loss_rows, lse)
-        return self._reduce(loss_rows, target, logits.dtype), lse
-
-    def _reduce(self, loss_rows: torch.Tensor, target: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         if self.reduction == "none":
-            return loss_rows.to(dtype)
-        if loss_rows.numel() == 0:
+            loss = loss_rows
+        elif rows:
+            loss = torch.empty((), dtype=logits.dtype, device=device)
+        else:
             # As PyTorch: an empty sum is 0, and its mean 0 / 0 = NaN.
-            return torch.full((), math.nan if self.reduction == "mean" else 0.0, dtype=dtype, device=loss_rows.device)
-        out = torch.empty((), dtype=dtype, device=loss_rows.device)
-        with on_device(loss_rows.device):
-            self._device_kernel(loss_rows.device).total(loss_rows, target.contiguous(), out.view(1),
-                                                         mean=self.reduction == "mean")
-        return out
+            loss = torch.full((), math.nan if self.reduction == "mean" else 0.0, dtype=logits.dtype, device=device)
+        if rows:
+            target = target.contiguous()
+            with on_device(device):
+                kernel = self._device_kernel(device)
+                kernel(aligned_contiguous(logits), target, loss_rows, lse)
+                if self.reduction != "none":
+                    kernel.total(loss_rows, target, loss.view(1), mean=self.reduction == "mean")
+        return loss.to(logits.dtype), lse
 
 
 class CrossEntropyBwdBase(_CrossEntropyOp):
