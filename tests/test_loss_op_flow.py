@@ -1,0 +1,66 @@
+"""The cross-entropy ops' CUDA flow on the CPU, with a stand-in kernel: which launches each
+reduction takes, what reaches them, and the empty-batch results."""
+
+import math
+from typing import Any, List
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tileops.ops import CrossEntropyBwdOp, CrossEntropyFwdOp
+
+
+class _StandInKernel:
+    """Computes what the programs compute, with torch, and records each launch."""
+
+    def __init__(self) -> None:
+        self.calls: List[Any] = []
+
+    def __call__(self, *args: torch.Tensor) -> None:
+        self.calls.append("main")
+        if len(args) == 4:  # forward: logits, target, loss_rows, lse
+            logits, target, loss_rows, lse = args
+            lse.copy_(torch.logsumexp(logits.float(), -1))
+            loss_rows.copy_(lse - logits.float().gather(1, target[:, None])[:, 0])
+
+    def total(self, loss_rows: torch.Tensor, target: torch.Tensor, out: torch.Tensor, *, mean: bool) -> None:
+        self.calls.append(("total", mean))
+        out.fill_(loss_rows.sum() / (target.numel() if mean else 1))
+
+    def coefficients(self, grad_loss, grad_lse, target, out, *, mean: bool, per_row: bool) -> None:
+        self.calls.append(("coefficients", mean, per_row, grad_lse is None))
+
+
+def _with_stand_in(op: Any) -> _StandInKernel:
+    kernel = _StandInKernel()
+    op._device_kernel = lambda device: kernel
+    return kernel
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_each_reduction_takes_its_launches(reduction: str) -> None:
+    logits, target = torch.randn(5, 7), torch.randint(0, 7, (5,))
+    fwd = CrossEntropyFwdOp(V=7, dtype=torch.float32, reduction=reduction)
+    kernel = _with_stand_in(fwd)
+    loss, lse = fwd._run_kernel(logits, target)
+    torch.testing.assert_close(loss, F.cross_entropy(logits, target, reduction=reduction))
+    assert kernel.calls == (["main"] if reduction == "none" else ["main", ("total", reduction == "mean")])
+
+    bwd = CrossEntropyBwdOp(V=7, dtype=torch.float32, reduction=reduction)
+    kernel = _with_stand_in(bwd)
+    grad_loss = torch.ones(5) if reduction == "none" else torch.tensor(1.0)
+    assert bwd._run_kernel(grad_loss, None, logits, target, lse).shape == logits.shape
+    assert kernel.calls == [("coefficients", reduction == "mean", reduction == "none", True), "main"]
+
+
+@pytest.mark.parametrize("reduction, expected", [("none", (0,)), ("sum", 0.0), ("mean", math.nan)])
+def test_an_empty_batch_launches_nothing(reduction: str, expected: Any) -> None:
+    fwd = CrossEntropyFwdOp(V=7, dtype=torch.float16, reduction=reduction)
+    kernel = _with_stand_in(fwd)
+    loss, lse = fwd._run_kernel(torch.empty(0, 7, dtype=torch.float16), torch.empty(0, dtype=torch.int64))
+    assert kernel.calls == [] and loss.dtype == torch.float16 and lse.shape == (0,)
+    if reduction == "none":
+        assert loss.shape == expected
+    else:
+        torch.testing.assert_close(loss, torch.tensor(expected, dtype=torch.float16), equal_nan=True)
