@@ -9,9 +9,11 @@ How ``CudaBackend`` times, and why:
   * CUDA events around each call, median of many: host clocks would include launch
     queueing, and a mean is pulled by the odd preempted run.
   * Warm-up first (kernel compilation, allocator growth, cuBLAS handles stay out).
-  * L2 flushed before every call by overwriting a buffer twice the L2 size, and small
+  * L2 flushed before every call by reading a buffer twice the L2 size, and small
     inputs rotated over several copies that together exceed L2: otherwise repeated
-    runs over one buffer measure the cache, not the memory.
+    runs over one buffer measure the cache, not the memory. The flush reads rather
+    than writes (``tileops.tuning.tuner.L2Flush`` says why): with a written buffer a
+    64 MB copy reached 80 % of the copy ceiling on an H100, with a read one 100 %.
   * Repetitions sized from a first estimate so each variant takes about ``rep_ms``.
   * Each repetition starts behind a device-side spin (``HOLD_CYCLES``) queued ahead of
     the flush: the host then enqueues the flush, the events and the call while the
@@ -34,6 +36,8 @@ import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Protocol, Sequence
+
+from tileops.tuning.tuner import L2Flush
 
 __all__ = ["Backend", "CudaBackend", "TimingSettings", "rotation_count"]
 
@@ -94,15 +98,11 @@ class CudaBackend:
         self._torch = torch
         self.device = torch.device(device if device is not None else "cuda")
         self.settings = settings
-        props = torch.cuda.get_device_properties(self.device)
-        self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
-        self._flush = torch.empty(2 * self.l2_bytes, dtype=torch.int8, device=self.device)
+        self._flush_l2 = L2Flush(self.device)
+        self.l2_bytes = self._flush_l2.l2_bytes or 50 * 2**20
 
     def synchronize(self) -> None:
         self._torch.cuda.synchronize(self.device)
-
-    def _flush_l2(self) -> None:
-        self._flush.zero_()
 
     def _hold_device(self) -> None:
         self._torch.cuda._sleep(HOLD_CYCLES)
