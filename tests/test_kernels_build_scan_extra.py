@@ -54,10 +54,14 @@ def test_reverse_scan_builds_every_program_for_sm90() -> None:
 
 @needs_nvcc
 def test_product_scan_builds_for_sm90() -> None:
+    # Few long float32 rows take the look-back scan, bf16 ones the split scan.
     kernel = CumprodFwdKernel(262144, torch.float32)
     built = {name: kernel.compile_program(name, target=SM90_BUILD_TARGET) for name in kernel.programs_for((3, 262144))}
     built[f"{COLUMN_SCAN}_32x4"] = kernel.compile_program(f"{COLUMN_SCAN}_32x4", target=SM90_BUILD_TARGET)
-    assert set(built) == {SEGMENT_SUMS, SPLIT_ROW_SCAN, f"{COLUMN_SCAN}_32x4"}
+    assert set(built) == {LOOKBACK_ROW_SCAN, f"{COLUMN_SCAN}_32x4"}
+    half = CumprodFwdKernel(262144, torch.bfloat16)
+    assert half.programs_for((3, 262144)) == [SEGMENT_SUMS, SPLIT_ROW_SCAN]
+    built.update({name: half.compile_program(name, target=SM90_BUILD_TARGET) for name in half.programs_for((3, 262144))})
     for compiled in built.values():
         source = compiled.get_kernel_source()
         assert all(symbol.startswith("cumprod_") for symbol in _global_symbols(source))

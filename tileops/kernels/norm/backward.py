@@ -39,7 +39,6 @@ import torch
 from tileops.kernels.kernel_base import torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
     MAX_EXTENT,
-    THREADS_PER_SM,
     RowLayout,
     RowNormKernel,
     StreamLayout,
@@ -52,7 +51,7 @@ from tileops.kernels.norm.rows import (
     stream_layout,
     stream_macros,
 )
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, THREADS_PER_SM, max_vector
 
 __all__ = ["NormBwdKernel", "norm_bwd_default_config", "RESIDENT", "STREAMED", "COLUMN_SUM"]
 

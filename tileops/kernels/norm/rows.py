@@ -61,8 +61,6 @@ __all__ = [
 ]
 
 
-# Threads of an SM; persistent programs launch this many per SM at most.
-THREADS_PER_SM = 2048
 # Column-sum program: 32 columns (one warp wide) by 32 row lanes per block, each
 # lane keeping this many independent loads in flight.
 COLUMN_UNROLL = 4

@@ -17,7 +17,10 @@ for a forward sum):
 * **split row scan**, for few long rows that would leave SMs idle: a first
   program sums each of ``segments`` slices of every row, a second scans each
   slice in its own block, starting from the sum of the slices before it
-  (reduce-then-scan: the second read of the input is mostly an L2 hit).
+  (reduce-then-scan: the second read of the input is partly an L2 hit).
+* **look-back row scan**, the single-pass alternative for the same rows: a
+  block loads its tile of the row whole, publishes the tile's sum, adds the
+  sums its predecessors published, then scans and stores.
 * **column scan** (``inner > 1``): one thread per ``(outer, inner)`` column
   walks the axis; neighbouring threads read neighbouring addresses.
 
@@ -36,6 +39,7 @@ from tileops.kernels.sizes import (
     ACCUM,
     MAX_THREADS,
     MIN_BLOCK_THREADS,
+    THREADS_PER_SM,
     VECTOR_BYTES,
     WARP,
     check_kernel_args,
@@ -91,6 +95,16 @@ def _row_config(N: int, elem_bytes: int, items: int, threads_cap: int) -> Dict[s
     return {"threads": max(row_threads, MIN_BLOCK_THREADS), "items": items, "row_threads": row_threads}
 
 
+def _default_segments(config: Dict[str, int]) -> int:
+    """Slices of a long row for the split or look-back scan: at least two chunks each,
+    at most 32 (look-back) or 64 (split); 1 (no split) below four chunks."""
+    chunk, full_chunks, tail = _row_layout(config["N"], config["items"], config["row_threads"])
+    total_chunks = full_chunks + (tail > 0)
+    if total_chunks < 4:
+        return 1
+    return min(32 if config["lookback"] else 64, total_chunks // 2)
+
+
 def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     """Heuristic config for scan length ``N`` and ``dtype``.
 
@@ -100,20 +114,24 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     two swung between 383 and 465 us with the operator and the thread count;
     64 x 262144 float32, one vector 79 us, two 121 us forward and 86 backward.)  When at most
     ``split_max_rows`` rows come, rows of four or more chunks are cut into
-    ``segments`` slices of two chunks each for the split scan (the default),
-    or, with ``lookback=1``, into one block per chunk for the single-pass
-    look-back scan.
+    ``segments`` slices of at least two chunks each, for the split scan or,
+    with ``lookback=1``, for the single-pass look-back scan.
     """
     elem_bytes = dtype.itemsize
     config = _row_config(N, elem_bytes, VECTOR_BYTES // elem_bytes, 256)
-    chunk, full_chunks, tail = _row_layout(N, config["items"], config["row_threads"])
-    total_chunks = full_chunks + (tail > 0)
-    config["segments"] = min(32, total_chunks // 2) if total_chunks >= 4 else 1
-    # Few long rows (at most ``split_max_rows``) are cut across blocks: by the
-    # single-pass look-back scan (``lookback``), else by the split scan.
+    # Few long rows (at most ``split_max_rows``) are cut across blocks.  H100,
+    # 64 x 262144 (cumsum and its reverse alike), flushed L2, copy 21.8 us bf16
+    # and 43.6 us float32:
+    # * bf16: split scan, 64 segments, 8 blocks an SM: 32.7-33.0 us; 32
+    #   segments with the compiler's register choice: 34.1-34.6; look-back
+    #   37.2 at best (tiles of 8 chunks).
+    # * float32: look-back, 32 tiles of 8 chunks: 59.0-60.2 us; split 65.3-67.8.
     config["split_max_rows"] = 128
-    # Measured on an H100 at 64 x 262144 bf16: split 44 us, look-back 51 us.
-    config["lookback"] = 0
+    config["lookback"] = int(elem_bytes >= 4)
+    config["segments"] = _default_segments({**config, "N": N})
+    # A lower bound on resident blocks (``__launch_bounds__``) for the split and
+    # look-back programs: it caps registers per thread (8 at 256 threads: 32).
+    config["blocks_per_sm"] = 0 if config["lookback"] else 8
     config["column_threads"] = 256
     config["column_items"] = 16  # H100, 8 x 4096 x 4096 bf16 over dim 1: 16 beats 8 by 15%
     # Scans over a middle axis with fewer column blocks than this, and at
@@ -136,9 +154,7 @@ def cumsum_autotune_configs(N: int, dtype: torch.dtype) -> List[Dict[str, int]]:
     for items in (vector, 2 * vector, 4 * vector):
         for threads_cap in (256, 512, 1024):
             config = {**default, **_row_config(N, elem_bytes, items, threads_cap)}
-            chunk, full_chunks, tail = _row_layout(N, config["items"], config["row_threads"])
-            total_chunks = full_chunks + (tail > 0)
-            config["segments"] = min(32, total_chunks // 2) if total_chunks >= 4 else 1
+            config["segments"] = _default_segments({**config, "N": N})
             candidates.append(config)
     unique: List[Dict[str, int]] = []
     for config in candidates:
@@ -157,6 +173,11 @@ def _validate_row_config(N: int, threads: int, items: int, row_threads: int, seg
         raise ValueError(f"scan kernel: row_threads must be a power of two <= threads, got {row_threads}")
     if items < 1 or segments < 1:
         raise ValueError(f"scan kernel: items and segments must be positive, got {items}, {segments}")
+
+
+# Segments of at most this many chunks are loaded whole before they are scanned
+# (every load in flight at once); longer ones stream chunk by chunk.
+MAX_PRELOAD_CHUNKS = 8
 
 
 def _segment_layout(N: int, items: int, row_threads: int, segments: int) -> Tuple[int, int]:
@@ -192,6 +213,7 @@ def row_scan_program(
     mode: str = "plain",
     combine: str = ADD,
     reverse: bool = False,
+    blocks_per_sm: int = 0,
     **_: Any,
 ) -> Any:
     """A row scan of ``(R, N)`` in one of three modes.
@@ -219,6 +241,7 @@ def row_scan_program(
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     _validate_row_config(N, threads, items, row_threads, segments)
+    blocks_per_sm = min(blocks_per_sm, THREADS_PER_SM // threads)
     if mode == "lookback":
         row_threads = threads
     rows_per_block = threads // row_threads
@@ -228,6 +251,7 @@ def row_scan_program(
     warps_per_row = max(1, row_threads // WARP)
     vector = _load_vector(N, items, dtype)
     per_segment, used_segments = _segment_layout(N, items, row_threads, segments) if mode == "split" else (0, 1)
+    preload = per_segment <= MAX_PRELOAD_CHUNKS
     op, identity = _combiner(combine)
     R = T.dynamic("R")
 
@@ -248,12 +272,12 @@ def row_scan_program(
         return items - 1 - k if reverse else k
 
     @T.macro
-    def load_chunk(X, raw, row, lane, chunk_index, guarded):
-        # ``raw`` holds the thread's span in memory order; ``widen`` puts it in scan order.
+    def load_chunk(X, raw, at, row, lane, chunk_index, guarded):
+        # ``raw[at:at + items]`` gets the thread's span in memory order; ``widen`` puts it in scan order.
         first = first_element(lane, chunk_index)
         if guarded:
             for k in T.unroll(items):
-                raw[k] = T.if_then_else(
+                raw[at + k] = T.if_then_else(
                     (row < R) and in_row(first, k),
                     X[row, first + k],
                     T.cast(identity, dtype),
@@ -262,15 +286,15 @@ def row_scan_program(
             if row < R:
                 for v in T.unroll(items // vector):
                     for k in T.vectorized(vector):
-                        raw[v * vector + k] = X[row, first + v * vector + k]
+                        raw[at + v * vector + k] = X[row, first + v * vector + k]
             else:
                 for k in T.unroll(items):
-                    raw[k] = T.cast(identity, dtype)
+                    raw[at + k] = T.cast(identity, dtype)
 
     @T.macro
-    def widen(raw, vals):
+    def widen(raw, at, vals):
         for k in T.unroll(items):
-            vals[k] = T.cast(raw[register(k)], ACCUM)
+            vals[k] = T.cast(raw[at + register(k)], ACCUM)
 
     @T.macro
     def scan_chunk(vals, totals, state, tx, buffer):
@@ -333,6 +357,22 @@ def row_scan_program(
                         for k in T.vectorized(vector):
                             Y[row, first + v * vector + k] = T.cast(vals[v * vector + k], dtype)
 
+    @T.macro
+    def carry_in(Partial, state, row, lane, segment):
+        """``state[0]`` = the total of the segments before ``segment``: one segment a lane, then a group reduction.
+
+        One load per lane keeps few loads (and registers) in flight, where one
+        thread summing every segment held all of them.
+        """
+        lane_in_group = lane % group
+        state[0] = T.cast(identity, ACCUM)
+        for base in T.serial(T.ceildiv(used_segments, group)):
+            if row < R and base * group + lane_in_group < segment:
+                state[0] = op(state[0], Partial[row, base * group + lane_in_group])
+        for step in T.unroll(max(1, group.bit_length() - 1)):
+            if (1 << step) < group:
+                state[0] = op(state[0], T.shfl_xor(state[0], 1 << step, group))
+
     if mode == "plain":
 
         @T.prim_func
@@ -348,17 +388,17 @@ def row_scan_program(
                 lane = tx % row_threads
                 state[0] = T.cast(identity, ACCUM)
                 if full_chunks > 0:
-                    load_chunk(X, raw, row, lane, 0, False)
+                    load_chunk(X, raw, 0, row, lane, 0, False)
                 for c in T.serial(full_chunks):
-                    widen(raw, vals)
+                    widen(raw, 0, vals)
                     # Issue the next chunk's loads now: they are in flight while this one is scanned.
                     if c + 1 < full_chunks:
-                        load_chunk(X, raw, row, lane, c + 1, False)
+                        load_chunk(X, raw, 0, row, lane, c + 1, False)
                     scan_chunk(vals, totals, state, tx, c % 2)
                     store_chunk(Y, vals, staged, row, lane, c, False)
                 if tail > 0:
-                    load_chunk(X, raw, row, lane, full_chunks, True)
-                    widen(raw, vals)
+                    load_chunk(X, raw, 0, row, lane, full_chunks, True)
+                    widen(raw, 0, vals)
                     scan_chunk(vals, totals, state, tx, full_chunks % 2)
                     store_chunk(Y, vals, staged, row, lane, full_chunks, True)
 
@@ -372,35 +412,51 @@ def row_scan_program(
             Partial: T.Tensor((R, used_segments), ACCUM),
             Y: T.Tensor((R, N), dtype),
         ):
-            with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, segment):
+            with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, by):
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items,), dtype)
                 staged = T.alloc_local((items,), dtype)  # used by reverse scans only
                 vals = T.alloc_local((items,), ACCUM)
                 state = T.alloc_local((5,), ACCUM)
                 totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
+                segment_raw = T.alloc_local((per_segment * items if preload else 1,), dtype)
+                if blocks_per_sm:
+                    T.annotate_min_blocks_per_sm(blocks_per_sm)
+                # Last segment first: the segment sums just read the last segments,
+                # so those are the likeliest still in L2 (H100, 64 x 262144 bf16:
+                # 35.0 us against 39.6 in segment order).
+                segment = used_segments - 1 - by
                 row = bx * rows_per_block + tx // row_threads
                 lane = tx % row_threads
-                state[0] = T.cast(identity, ACCUM)
-                if row < R:
-                    for s in T.serial(used_segments):
-                        if s < segment:
-                            state[0] = op(state[0], Partial[row, s])
                 first_chunk = segment * per_segment
                 # Full chunks of this segment: all of them but in the segment that holds the tail.
                 full_here = T.min(per_segment, full_chunks - first_chunk)
-                if full_here > 0:
-                    load_chunk(X, raw, row, lane, first_chunk, False)
-                for c in T.serial(full_here):
-                    widen(raw, vals)
-                    if c + 1 < full_here:
-                        load_chunk(X, raw, row, lane, first_chunk + c + 1, False)
-                    scan_chunk(vals, totals, state, tx, c % 2)
-                    store_chunk(Y, vals, staged, row, lane, first_chunk + c, False)
+                if preload:
+                    # Every chunk of the segment is in flight at once; the carry is gathered meanwhile.
+                    for c in T.unroll(per_segment):
+                        if c < full_here:
+                            load_chunk(X, segment_raw, c * items, row, lane, first_chunk + c, False)
+                    carry_in(Partial, state, row, lane, segment)
+                    for c in T.unroll(per_segment):
+                        if c < full_here:
+                            widen(segment_raw, c * items, vals)
+                            scan_chunk(vals, totals, state, tx, c % 2)
+                            store_chunk(Y, vals, staged, row, lane, first_chunk + c, False)
+                else:
+                    # The first loads go out before the carry is gathered, so its latency hides behind theirs.
+                    if full_here > 0:
+                        load_chunk(X, raw, 0, row, lane, first_chunk, False)
+                    carry_in(Partial, state, row, lane, segment)
+                    for c in T.serial(full_here):
+                        widen(raw, 0, vals)
+                        if c + 1 < full_here:
+                            load_chunk(X, raw, 0, row, lane, first_chunk + c + 1, False)
+                        scan_chunk(vals, totals, state, tx, c % 2)
+                        store_chunk(Y, vals, staged, row, lane, first_chunk + c, False)
                 if tail > 0:
                     if first_chunk + full_here == full_chunks and full_here < per_segment:
-                        load_chunk(X, raw, row, lane, full_chunks, True)
-                        widen(raw, vals)
+                        load_chunk(X, raw, 0, row, lane, full_chunks, True)
+                        widen(raw, 0, vals)
                         scan_chunk(vals, totals, state, tx, full_here % 2)
                         store_chunk(Y, vals, staged, row, lane, full_chunks, True)
 
@@ -408,7 +464,6 @@ def row_scan_program(
 
     if mode != "lookback":
         raise ValueError(f"scan kernel: unknown row scan mode {mode!r}")
-    tiles = total_chunks
 
     @T.macro
     def publish(Status, row, tile, status, value):
@@ -416,81 +471,110 @@ def row_scan_program(
         T.atomic_store(Status[row, tile, status], T.reinterpret(value, "int32"), memory_order="relaxed")
         T.atomic_store(Status[row, tile, 0], status, memory_order="release")
 
+    @T.macro
+    def look_back(Status, row, tile, tx, found, window):
+        """Warp 0: ``found[0]`` = the total of the row's tiles before ``tile``, from their published sums."""
+        found[0] = T.cast(identity, ACCUM)
+        window[0] = tile - 1
+        window[1] = 0
+        while window[1] == 0:
+            # Lane j looks at predecessor window[0] - j; lanes before the
+            # row start see an inclusive prefix of 0.
+            window[2] = STATUS_PREFIX
+            if window[0] - tx >= 0:
+                window[2] = T.atomic_load(Status[row, window[0] - tx, 0], memory_order="relaxed")
+            if T.ballot_sync(window[2] == STATUS_EMPTY) == T.uint64(0):
+                # Every status seen is published: one fence orders the
+                # value loads after them (pairs with the release store).
+                T.call_extern("handle", "__threadfence")
+                prefixes = T.ballot_sync(window[2] == STATUS_PREFIX)
+                found[1] = T.cast(identity, ACCUM)
+                if window[0] - tx >= 0:
+                    found[1] = T.reinterpret(
+                        T.atomic_load(Status[row, window[0] - tx, window[2]], memory_order="relaxed"), ACCUM
+                    )
+                if prefixes != T.uint64(0):
+                    # The nearest inclusive prefix ends the look-back.
+                    if tx > T.__ffs(prefixes) - 1:
+                        found[1] = T.cast(identity, ACCUM)
+                    window[1] = 1
+                else:
+                    window[0] = window[0] - WARP
+                for step in T.unroll(5):
+                    found[1] = op(found[1], T.shfl_xor(found[1], 1 << step))
+                found[0] = op(found[0], found[1])
+            else:
+                # Back off: spinning at full rate steals L2 bandwidth from the loads being waited on.
+                T.call_extern("handle", "__nanosleep", LOOKBACK_BACKOFF_NS)
+
+
+    per_tile, used_tiles = lookback_layout(N, threads, items, segments)
+
     @T.prim_func
     def cumsum_lookback_row_scan(
         X: T.Tensor((R, N), dtype),
-        Status: T.Tensor((R, tiles, 3), "int32"),
+        Status: T.Tensor((R, used_tiles, 3), "int32"),
         Y: T.Tensor((R, N), dtype),
     ):
-        with T.Kernel(tiles, R, threads=threads) as (tile, row):
+        with T.Kernel(used_tiles, R, threads=threads) as (tile, row):
             tx = T.get_thread_binding()
-            raw = T.alloc_local((items,), dtype)
+            tile_raw = T.alloc_local((per_tile * items,), dtype)
             staged = T.alloc_local((items,), dtype)  # used by reverse scans only
             vals = T.alloc_local((items,), ACCUM)
             state = T.alloc_local((5,), ACCUM)
             totals = T.alloc_shared((2, 1, warps_per_row), ACCUM)
+            warp_sums = T.alloc_shared((warps_per_row,), ACCUM)
             tile_offset = T.alloc_shared((1,), ACCUM)
             # [sum of predecessors found so far, this lane's contribution]
             found = T.alloc_local((2,), ACCUM)
             # [nearest predecessor of the window, look-back done, this lane's status]
             window = T.alloc_local((3,), "int32")
-            state[0] = T.cast(identity, ACCUM)
-            if tile < full_chunks:
-                load_chunk(X, raw, row, tx, tile, False)
-            else:
-                load_chunk(X, raw, row, tx, tile, True)
-            widen(raw, vals)
-            scan_chunk(vals, totals, state, tx, 0)
-            # state[0] is now the tile's sum.
+            if blocks_per_sm:
+                T.annotate_min_blocks_per_sm(blocks_per_sm)
+            first_chunk = tile * per_tile
+            chunks_here = T.min(per_tile, total_chunks - first_chunk)
+            for c in T.unroll(per_tile):
+                if c < chunks_here:
+                    if first_chunk + c < full_chunks:
+                        load_chunk(X, tile_raw, c * items, row, tx, first_chunk + c, False)
+                    else:
+                        load_chunk(X, tile_raw, c * items, row, tx, first_chunk + c, True)
+                else:
+                    for k in T.unroll(items):
+                        tile_raw[c * items + k] = T.cast(identity, dtype)
+            # The tile's total: each thread's elements, then the warp, then the warps.
+            state[1] = T.cast(identity, ACCUM)
+            for k in T.unroll(per_tile * items):
+                state[1] = op(state[1], T.cast(tile_raw[k], ACCUM))
+            for step in T.unroll(5):
+                state[1] = op(state[1], T.shfl_xor(state[1], 1 << step))
+            if tx % WARP == 0:
+                warp_sums[tx // WARP] = state[1]
+            T.sync_threads()
             if tx < WARP:
+                state[1] = T.cast(identity, ACCUM)
+                for w in T.unroll(warps_per_row):
+                    state[1] = op(state[1], warp_sums[w])
                 if tx == 0:
                     if tile == 0:
-                        publish(Status, row, tile, STATUS_PREFIX, state[0])
+                        publish(Status, row, tile, STATUS_PREFIX, state[1])
                     else:
-                        publish(Status, row, tile, STATUS_AGGREGATE, state[0])
-                found[0] = T.cast(identity, ACCUM)
-                window[0] = tile - 1
-                window[1] = 0
-                while window[1] == 0:
-                    # Lane j looks at predecessor window[0] - j; lanes before the
-                    # row start see an inclusive prefix of 0.
-                    window[2] = STATUS_PREFIX
-                    if window[0] - tx >= 0:
-                        window[2] = T.atomic_load(Status[row, window[0] - tx, 0], memory_order="relaxed")
-                    if T.ballot_sync(window[2] == STATUS_EMPTY) == T.uint64(0):
-                        # Every status seen is published: one fence orders the
-                        # value loads after them (pairs with the release store).
-                        T.call_extern("handle", "__threadfence")
-                        prefixes = T.ballot_sync(window[2] == STATUS_PREFIX)
-                        found[1] = T.cast(identity, ACCUM)
-                        if window[0] - tx >= 0:
-                            found[1] = T.reinterpret(
-                                T.atomic_load(Status[row, window[0] - tx, window[2]], memory_order="relaxed"), ACCUM
-                            )
-                        if prefixes != T.uint64(0):
-                            # The nearest inclusive prefix ends the look-back.
-                            if tx > T.__ffs(prefixes) - 1:
-                                found[1] = T.cast(identity, ACCUM)
-                            window[1] = 1
-                        else:
-                            window[0] = window[0] - WARP
-                        for step in T.unroll(5):
-                            found[1] = op(found[1], T.shfl_xor(found[1], 1 << step))
-                        found[0] = op(found[0], found[1])
-                    else:
-                        # Back off: spinning at full rate steals L2 bandwidth from the loads being waited on.
-                        T.call_extern("handle", "__nanosleep", LOOKBACK_BACKOFF_NS)
+                        publish(Status, row, tile, STATUS_AGGREGATE, state[1])
+                look_back(Status, row, tile, tx, found, window)
                 if tx == 0:
                     if tile > 0:
-                        publish(Status, row, tile, STATUS_PREFIX, op(found[0], state[0]))
+                        publish(Status, row, tile, STATUS_PREFIX, op(found[0], state[1]))
                     tile_offset[0] = found[0]
             T.sync_threads()
-            for k in T.unroll(items):
-                vals[k] = op(vals[k], tile_offset[0])
-            if tile < full_chunks:
-                store_chunk(Y, vals, staged, row, tx, tile, False)
-            else:
-                store_chunk(Y, vals, staged, row, tx, tile, True)
+            state[0] = tile_offset[0]
+            for c in T.unroll(per_tile):
+                if c < chunks_here:
+                    widen(tile_raw, c * items, vals)
+                    scan_chunk(vals, totals, state, tx, c % 2)
+                    if first_chunk + c < full_chunks:
+                        store_chunk(Y, vals, staged, row, tx, first_chunk + c, False)
+                    else:
+                        store_chunk(Y, vals, staged, row, tx, first_chunk + c, True)
 
     return cumsum_lookback_row_scan
 
@@ -521,6 +605,7 @@ def segment_sums_program(
     warps_per_row = max(1, row_threads // WARP)
     vector = _load_vector(N, items, dtype)
     per_segment, used_segments = _segment_layout(N, items, row_threads, segments)
+    preload = per_segment <= MAX_PRELOAD_CHUNKS
     op, identity = _combiner(combine)
     R = T.dynamic("R")
 
@@ -529,7 +614,7 @@ def segment_sums_program(
         return N - 1 - index if reverse else index
 
     @T.macro
-    def load_full(X, raw, row, lane, chunk_index):
+    def load_full(X, raw, at, row, lane, chunk_index):
         # The order within a thread's span does not matter to a total: read it as
         # the vectors the scan reads (mirrored when reversed).
         first = chunk_index * chunk + lane * items
@@ -537,13 +622,14 @@ def segment_sums_program(
             first = N - first - items
         for v in T.unroll(items // vector):
             for k in T.vectorized(vector):
-                raw[v * vector + k] = X[row, first + v * vector + k]
+                raw[at + v * vector + k] = X[row, first + v * vector + k]
 
     @T.prim_func
     def cumsum_segment_sums(X: T.Tensor((R, N), dtype), Partial: T.Tensor((R, used_segments), ACCUM)):
         with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, segment):
             tx = T.get_thread_binding()
             raw = T.alloc_local((items,), dtype)
+            segment_raw = T.alloc_local((per_segment * items if preload else 1,), dtype)
             vals = T.alloc_local((items,), ACCUM)
             acc = T.alloc_local((1,), ACCUM)
             warp_sums = T.alloc_shared((rows_per_block, warps_per_row), ACCUM)
@@ -554,16 +640,26 @@ def segment_sums_program(
                 first_chunk = segment * per_segment
                 # Full chunks of this segment: all of them but in the segment that holds the tail.
                 full_here = T.min(per_segment, full_chunks - first_chunk)
-                if full_here > 0:
-                    load_full(X, raw, row, lane, first_chunk)
-                for c in T.serial(full_here):
-                    for k in T.unroll(items):
-                        vals[k] = T.cast(raw[k], ACCUM)
-                    # The next chunk's loads are in flight while this one is summed.
-                    if c + 1 < full_here:
-                        load_full(X, raw, row, lane, first_chunk + c + 1)
-                    for k in T.unroll(items):
-                        acc[0] = op(acc[0], vals[k])
+                if preload:
+                    # Every chunk of the segment is in flight at once.
+                    for c in T.unroll(per_segment):
+                        if c < full_here:
+                            load_full(X, segment_raw, c * items, row, lane, first_chunk + c)
+                    for c in T.unroll(per_segment):
+                        if c < full_here:
+                            for k in T.unroll(items):
+                                acc[0] = op(acc[0], T.cast(segment_raw[c * items + k], ACCUM))
+                else:
+                    if full_here > 0:
+                        load_full(X, raw, 0, row, lane, first_chunk)
+                    for c in T.serial(full_here):
+                        for k in T.unroll(items):
+                            vals[k] = T.cast(raw[k], ACCUM)
+                        # The next chunk's loads are in flight while this one is summed.
+                        if c + 1 < full_here:
+                            load_full(X, raw, 0, row, lane, first_chunk + c + 1)
+                        for k in T.unroll(items):
+                            acc[0] = op(acc[0], vals[k])
                 if tail > 0:
                     if first_chunk + full_here == full_chunks and full_here < per_segment:
                         for k in T.unroll(items):
@@ -755,7 +851,7 @@ def _build_program(
     elif name == SPLIT_ROW_SCAN:
         program = row_scan_program(N, dtype, **{**config, "mode": "split"}, **operator)
     elif name == LOOKBACK_ROW_SCAN:
-        program = row_scan_program(N, dtype, **{**config, "segments": 1, "mode": "lookback"}, **operator)
+        program = row_scan_program(N, dtype, **{**config, "row_threads": config["threads"], "mode": "lookback"}, **operator)
     elif name == SEGMENT_SUMS:
         program = segment_sums_program(N, dtype, **config, **operator)
     elif name.startswith(COLUMN_SCAN):
@@ -781,9 +877,13 @@ def _named_for_operator(program: Any, combine: str, reverse: bool) -> Any:
     return program.with_attr("global_symbol", f"{prefix}{'_reverse' if reverse else ''}_{stem}")
 
 
-def lookback_tiles(N: int, threads: int, items: int) -> int:
-    """Tiles (blocks) per row of the single-pass scan: one ``threads * items`` chunk each."""
-    return -(-N // (threads * items))
+def lookback_layout(N: int, threads: int, items: int, segments: int) -> Tuple[int, int]:
+    """(chunks per tile, tiles per row) of the look-back scan: ``segments`` tiles, or more
+    where a tile would exceed ``MAX_PRELOAD_CHUNKS`` chunks (a tile is held in registers)."""
+    chunk, full_chunks, tail = _row_layout(N, items, threads)
+    total_chunks = full_chunks + (tail > 0)
+    per_tile = min(-(-total_chunks // max(1, segments)), MAX_PRELOAD_CHUNKS)
+    return per_tile, -(-total_chunks // per_tile)
 
 
 def column_program_name(inner: int, elem_bytes: int = 2) -> str:
@@ -857,6 +957,10 @@ class ScanKernel(Kernel):
             return 1
         return _segment_layout(self.N, config["items"], config["row_threads"], config["segments"])[1]
 
+    def _lookback_tiles(self) -> int:
+        config = self.config
+        return lookback_layout(self.N, config["threads"], config["items"], config["segments"])[1]
+
     def program(self, **config: Any) -> Any:
         """The row-scan program (the one every row count can use)."""
         return self._build(ROW_SCAN, config)
@@ -873,7 +977,7 @@ class ScanKernel(Kernel):
             names.append(column_program_name(inner, self.dtype.itemsize))
         config = self.config
         if config["lookback"]:
-            if lookback_tiles(self.N, config["threads"], config["items"]) > 1:
+            if self._lookback_tiles() > 1:
                 names.append(LOOKBACK_ROW_SCAN)
         elif self.split_segments > 1:
             names += [SEGMENT_SUMS, SPLIT_ROW_SCAN]
@@ -960,7 +1064,7 @@ class ScanKernel(Kernel):
         config = self.config
         if rows <= min(config["split_max_rows"], MAX_GRID_Y):
             if config["lookback"]:
-                if lookback_tiles(self.N, config["threads"], config["items"]) > 1:
+                if self._lookback_tiles() > 1:
                     return [LOOKBACK_ROW_SCAN]
             elif self.split_segments > 1:
                 return [SEGMENT_SUMS, SPLIT_ROW_SCAN]
@@ -972,7 +1076,7 @@ class ScanKernel(Kernel):
         # Split programs put rows on the grid's y axis (at most 65535 blocks).
         if rows <= min(config["split_max_rows"], MAX_GRID_Y):
             if config["lookback"]:
-                tiles = lookback_tiles(self.N, config["threads"], config["items"])
+                tiles = self._lookback_tiles()
                 if tiles > 1:
                     status = torch.zeros((rows, tiles, 3), dtype=torch.int32, device=x.device)
                     self._launcher(LOOKBACK_ROW_SCAN)(x, status, out)
