@@ -157,11 +157,10 @@ class L2Flush:
         # Written once, here; every flush only reads it.
         self._buffer = torch.zeros(l2_flush_bytes(self.l2_bytes) // 4, dtype=torch.float32, device=device)
         self._sink = torch.empty((), dtype=torch.float32, device=device)
+        self._amax = torch.amax  # called before every timed launch: no import there
 
     def __call__(self) -> None:
-        import torch
-
-        torch.amax(self._buffer, dim=0, out=self._sink)
+        self._amax(self._buffer, dim=0, out=self._sink)
 
 
 class CudaEventTimer:

@@ -95,14 +95,14 @@ def _row_config(N: int, elem_bytes: int, items: int, threads_cap: int) -> Dict[s
     return {"threads": max(row_threads, MIN_BLOCK_THREADS), "items": items, "row_threads": row_threads}
 
 
-def _default_segments(config: Dict[str, int]) -> int:
+def _default_segments(N: int, items: int, row_threads: int, lookback: int) -> int:
     """Slices of a long row for the split or look-back scan: at least two chunks each,
     at most 32 (look-back) or 64 (split); 1 (no split) below four chunks."""
-    chunk, full_chunks, tail = _row_layout(config["N"], config["items"], config["row_threads"])
+    chunk, full_chunks, tail = _row_layout(N, items, row_threads)
     total_chunks = full_chunks + (tail > 0)
     if total_chunks < 4:
         return 1
-    return min(32 if config["lookback"] else 64, total_chunks // 2)
+    return min(32 if lookback else 64, total_chunks // 2)
 
 
 def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
@@ -128,7 +128,7 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     # * float32: look-back, 32 tiles of 8 chunks: 59.0-60.2 us; split 65.3-67.8.
     config["split_max_rows"] = 128
     config["lookback"] = int(elem_bytes >= 4)
-    config["segments"] = _default_segments({**config, "N": N})
+    config["segments"] = _default_segments(N, config["items"], config["row_threads"], config["lookback"])
     # A lower bound on resident blocks (``__launch_bounds__``) for the split and
     # look-back programs: it caps registers per thread (8 at 256 threads: 32).
     config["blocks_per_sm"] = 0 if config["lookback"] else 8
@@ -154,7 +154,7 @@ def cumsum_autotune_configs(N: int, dtype: torch.dtype) -> List[Dict[str, int]]:
     for items in (vector, 2 * vector, 4 * vector):
         for threads_cap in (256, 512, 1024):
             config = {**default, **_row_config(N, elem_bytes, items, threads_cap)}
-            config["segments"] = _default_segments({**config, "N": N})
+            config["segments"] = _default_segments(N, config["items"], config["row_threads"], config["lookback"])
             candidates.append(config)
     unique: List[Dict[str, int]] = []
     for config in candidates:
@@ -229,14 +229,16 @@ def row_scan_program(
     * ``split`` (``segments > 1``): the second step of the split scan; takes
       ``Partial: (R, S)`` float32 segment sums and scans segment ``s`` of each
       row in block ``(row block, s)`` from ``sum(Partial[row, :s])``.
-    * ``lookback``: a single pass over rows of ``tiles = ceil(N / (threads *
-      items))`` tiles, one block per tile.  A block scans its tile, publishes
-      its sum in ``Status: (R, tiles, 3)`` int32 (zeroed by the caller:
-      [status, tile sum bits, inclusive prefix bits]), and its first warp
+    * ``lookback``: a single pass over rows cut into tiles of up to
+      ``MAX_PRELOAD_CHUNKS`` chunks (``lookback_layout``), one block per tile.
+      A block loads its whole tile, publishes the tile's sum in ``Status:
+      (R, tiles, 3)`` int32 (zeroed by the caller: [status, tile sum bits,
+      inclusive prefix bits]), and its first warp
       looks back over the predecessors, 32 at a time, until it meets an
       inclusive prefix; then it publishes its own.  The two sums live in
       separate words, so a reader never mixes one status with the other's
       value.  Blocks start in index order, so every block waited for runs.
+      Then it scans its registers from the predecessors' total and stores.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -506,7 +508,6 @@ def row_scan_program(
             else:
                 # Back off: spinning at full rate steals L2 bandwidth from the loads being waited on.
                 T.call_extern("handle", "__nanosleep", LOOKBACK_BACKOFF_NS)
-
 
     per_tile, used_tiles = lookback_layout(N, threads, items, segments)
 
@@ -851,7 +852,7 @@ def _build_program(
     elif name == SPLIT_ROW_SCAN:
         program = row_scan_program(N, dtype, **{**config, "mode": "split"}, **operator)
     elif name == LOOKBACK_ROW_SCAN:
-        program = row_scan_program(N, dtype, **{**config, "row_threads": config["threads"], "mode": "lookback"}, **operator)
+        program = row_scan_program(N, dtype, **{**config, "mode": "lookback"}, **operator)
     elif name == SEGMENT_SUMS:
         program = segment_sums_program(N, dtype, **config, **operator)
     elif name.startswith(COLUMN_SCAN):
