@@ -186,7 +186,8 @@ def inventory() -> List[Tuple[Any, List[Tuple[str, Any]]]]:
         kernel = op._build_kernel(op.kernel_key, (0,))
         shape = workload.shapes[0]
         dim = workload.dim % len(shape)
-        found.append((kernel, kernel.program_specs(math.prod(shape[dim + 1:]))))
+        specs = kernel.program_specs(math.prod(shape[dim + 1:]), outer=math.prod(shape[:dim]))
+        found.append((kernel, specs))
     for (name, N, dtype), configs in SWEEPS.items():
         for config in configs:
             op = build_op(Workload(name, "", ((1, N),), dtype, -1))

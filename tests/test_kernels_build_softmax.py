@@ -24,7 +24,7 @@ from tileops.kernels.softmax.softmax import (
     SoftmaxFwdKernel,
     build_program,
     column_tile,
-    fused_column_tile,
+    fused_column_params,
     fused_elements_cap,
     row_vector,
     softmax_autotune_configs,
@@ -43,19 +43,22 @@ KERNELS = (SoftmaxFwdKernel, SoftmaxBwdKernel, LogSoftmaxFwdKernel, LogSoftmaxBw
 
 @needs_nvcc
 @pytest.mark.parametrize(
-    "kernel_cls, N, dtype, inner, expected",
+    "kernel_cls, N, dtype, outer, inner, expected",
     [
-        (SoftmaxFwdKernel, 4096, torch.bfloat16, 64, {ROW_FUSED, COLUMN_FUSED}),
-        (LogSoftmaxFwdKernel, 4096, torch.float32, 16, {ROW_FUSED, COLUMN_FUSED}),
-        (LogSoftmaxBwdKernel, 127, torch.float16, 5, {ROW_FUSED, COLUMN_STATS, COLUMN_APPLY}),
-        (LogSoftmaxFwdKernel, 65537, torch.float32, 1, {ROW_STATS, ROW_APPLY}),
-        (SoftmaxBwdKernel, 262144, torch.bfloat16, 1, {ROW_STATS, ROW_APPLY}),
+        (SoftmaxFwdKernel, 4096, torch.bfloat16, 64, 64, {ROW_FUSED, COLUMN_FUSED}),
+        (LogSoftmaxFwdKernel, 4096, torch.float32, 64, 16, {ROW_FUSED, COLUMN_FUSED}),
+        (SoftmaxBwdKernel, 1000, torch.bfloat16, 200, 8, {ROW_FUSED, COLUMN_FUSED}),
+        (LogSoftmaxBwdKernel, 127, torch.float16, 4, 5, {ROW_FUSED, COLUMN_STATS, COLUMN_APPLY}),
+        (LogSoftmaxFwdKernel, 65537, torch.float32, 1, 1, {ROW_STATS, ROW_APPLY}),
+        (SoftmaxBwdKernel, 262144, torch.bfloat16, 1, 1, {ROW_STATS, ROW_APPLY}),
     ],
-    ids=["softmax-fwd-4096-bf16", "log-fwd-4096-fp32", "log-bwd-127-fp16", "log-fwd-65537-fp32-split", "softmax-bwd-256k-bf16-split"],
+    ids=["softmax-fwd-4096-bf16", "log-fwd-4096-fp32", "softmax-bwd-1000-bf16-resident", "log-bwd-127-fp16",
+         "log-fwd-65537-fp32-split", "softmax-bwd-256k-bf16-split"],
 )
-def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, inner: int, expected) -> None:
+def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, outer: int, inner: int,
+                                        expected) -> None:
     kernel = kernel_cls(N, dtype)
-    specs = kernel.program_specs(1) + (kernel.program_specs(inner) if inner > 1 else [])
+    specs = kernel.program_specs(1) + (kernel.program_specs(inner, outer=outer) if inner > 1 else [])
     assert {name for name, _ in specs} == expected
     for name, params in specs:
         source = kernel.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
@@ -274,15 +277,28 @@ def test_only_the_softmax_forward_keeps_exponentials_in_registers() -> None:
     assert "T.annotate_min_blocks_per_sm" not in script(SoftmaxFwdKernel, 4096)
 
 
-@pytest.mark.parametrize("N, dtype, backward, inner, cvec, tile", [
-    (4096, torch.bfloat16, False, 64, 8, 16),  # 128 KiB slab, 32-byte rows
-    (4096, torch.bfloat16, True, 64, 8, 0),  # the backward takes two steps
-    (4096, torch.bfloat16, False, 8, 8, 8),  # inner holds one vector only
-    (3000, torch.float32, False, 8, 4, 8),
-    (8192, torch.float32, False, 8, 4, 4),  # two vectors a row would not fit
-    (16384, torch.bfloat16, False, 64, 8, 0),  # too long: two steps
-    (127, torch.float16, False, 5, 1, 0),  # 2-byte rows
-    (4096, torch.bfloat16, False, 4, 4, 0),  # 8-byte rows
+@pytest.mark.parametrize("N, dtype, outer, inner, cvec, expected", [
+    (4096, torch.bfloat16, 64, 64, 8, (8, 512)),  # 64 blocks of 512 KiB
+    (4096, torch.bfloat16, 8, 512, 8, (8, 512)),
+    (4096, torch.bfloat16, 512, 8, 8, (1, 256)),  # one vector wide: half the threads
+    (4096, torch.bfloat16, 1, 1024, 8, (2, 512)),  # narrower tiles give the blocks
+    (8192, torch.bfloat16, 64, 64, 8, (4, 512)),  # narrower tiles keep a block's bytes
+    (32768, torch.bfloat16, 16, 64, 8, None),  # too long for 64 blocks: two steps
+    (32768, torch.bfloat16, 4, 64, 8, None),
+    (4096, torch.bfloat16, 4, 64, 8, None),  # too few columns
+    (3000, torch.float32, 48, 8, 4, (2, 512)),
 ])
-def test_fused_columns_when_the_slab_fits(N, dtype, backward, inner, cvec, tile) -> None:
-    assert fused_column_tile(N, dtype, backward, inner, cvec) == tile
+def test_fused_columns_when_whole_columns_fill_the_gpu(N, dtype, outer, inner, cvec, expected) -> None:
+    params = fused_column_params(N, dtype, outer, inner, cvec, 132, 512)
+    if expected is None:
+        assert params is None
+    else:
+        assert params == (("col_threads", expected[0]), ("cvec", cvec), ("threads", expected[1]))
+
+
+def test_column_plan_follows_the_outer_extent() -> None:
+    kernel = SoftmaxBwdKernel(4096, torch.bfloat16)
+    many = torch.empty(64, 4096, 64, dtype=torch.bfloat16)
+    few = torch.empty(4, 4096, 64, dtype=torch.bfloat16)
+    assert [name for name, _ in kernel.programs_for(many, many, many)] == [COLUMN_FUSED]
+    assert [name for name, _ in kernel.programs_for(few, few, few)] == [COLUMN_STATS, COLUMN_APPLY]

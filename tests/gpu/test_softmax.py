@@ -37,9 +37,12 @@ GRAD_CASES = [
     ((5, 4097), -1, torch.bfloat16),
     ((3, 65537), -1, torch.float32),
     ((4, 127, 6), 1, torch.bfloat16),
-    ((4, 1000, 16), 1, torch.bfloat16),  # fused columns, forward and backward
-    ((2, 3000, 8), 1, torch.float32),  # fused columns, one vector a row of the backward's slabs
-    ((2, 9000, 64), 1, torch.bfloat16),  # too long for fused columns: two steps
+    ((40, 1000, 16), 1, torch.bfloat16),  # fused columns held in registers (one step covers the axis)
+    ((48, 3000, 8), 1, torch.float32),  # fused columns read twice
+    ((200, 777, 8), 1, torch.float16),  # fused one-vector-wide columns, in registers
+    ((160, 4099, 8), 1, torch.bfloat16),  # fused one-vector-wide columns read twice, ragged last step
+    ((4, 1000, 16), 1, torch.bfloat16),  # too few columns to fill the GPU: two steps
+    ((2, 9000, 64), 1, torch.bfloat16),  # two steps
     ((2, 3, 3), 0, torch.float16),
     ((1,), 0, torch.float32),
     ((2, 262144), -1, torch.bfloat16),
@@ -144,6 +147,7 @@ def view_cases(device: str = "cuda") -> List[Tuple[str, torch.Tensor, int]]:
         ("broadcast-rows", randn(1, 4096).expand(6, 4096), -1),
         ("offset-start", randn(6 * 4096 + 1)[1:].view(6, 4096), -1),
         ("column-slice", randn(4, 130, 40)[:, 1:128, :32], 1),
+        ("column-slice-fused", randn(64, 130, 40)[:, 1:128, :32], 1),
         ("transposed", randn(4096, 6).t(), -1),
         ("every-other", randn(6, 8192)[:, ::2], -1),
     ]
@@ -197,7 +201,8 @@ def test_masked_rows_match_pytorch(family, shape, dim, dtype):
 
 
 def _big_case_shapes() -> List[Tuple[Tuple[int, ...], int]]:
-    return [((2**19 + 1, 4096), -1), ((3, 2**20, 2**10), 1)]
+    # Rows; columns in two steps; one-vector-wide columns in the fused program.
+    return [((2**19 + 1, 4096), -1), ((3, 2**20, 2**10), 1), ((2**16 + 1, 4096, 8), 1)]
 
 
 @pytest.mark.parametrize("shape, dim", _big_case_shapes(), ids=str)

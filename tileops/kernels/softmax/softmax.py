@@ -31,14 +31,17 @@ Programs:
   reduction (for the forward, a running max and a sum of exponentials
   rescaled on the fly, i.e. online softmax); the second combines the ``S``
   partials of its row and re-reads its segment to write the output.
-* **column fused** (forward, ``inner > 1``, the axis short enough that a
-  block's ``(N, tile)`` slab of ``x`` fits in shared memory): a block loads
-  its slab once, reduces each of its ``tile`` columns there and writes the
-  output from it.
+* **column fused** (``inner > 1``, whole columns enough to fill the GPU):
+  a block owns ``tile`` neighbouring columns over the whole axis, reduces
+  them, merges its threads' states and writes the output, reading its
+  columns a second time from L2 (or not at all, when one step of the block
+  covers the axis).
 * **column stats + column apply** (other ``inner > 1``): the same two steps
-  as for long rows with the axis split into ``S`` segments; ``col_threads``
-  threads cover ``col_threads * cvec`` neighbouring inner positions (16-byte
-  accesses when alignment allows) and the rest of the block walks the axis.
+  as for long rows with the axis split into ``S`` segments.
+
+In every column program ``col_threads`` threads cover ``col_threads * cvec``
+neighbouring inner positions (16-byte accesses when alignment allows) and the
+rest of the block walks the axis.
 
 A slice whose maximum is ``-inf`` (all ``-inf``) gives NaN, as PyTorch does.
 """
@@ -94,11 +97,20 @@ BLOCKS_PER_SM = 4
 MAX_COL_THREADS = 32
 LOG2E = 1.4426950408889634
 
-# Fused column blocks: threads, the most shared memory their columns may fill, and the
-# loads a thread keeps in flight.
-FUSED_COLUMN_THREADS = 512
-FUSED_COLUMN_SMEM = 160 * 1024
-FUSED_COLUMN_UNROLL = 8
+# Fused column blocks (whole columns, no partials; see ``fused_column_params``): at most
+# this many bytes of each input a block, this many threads across the inner extent, and
+# at least one block for every this many SMs.
+FUSED_COLUMN_BYTES = 512 * 1024
+FUSED_COLUMN_MAX_COL_THREADS = 8
+FUSED_COLUMN_SMS_PER_BLOCK = 4
+# The memory sector: a tile narrower than it reads whole sectors and uses part of each.
+SECTOR_BYTES = 32
+# SMs assumed when planning launches for tensors that are not on a GPU (an H100's).
+PLANNING_SM_COUNT = 132
+
+# A program's shape parameters besides the config: ((name, value), ...), e.g.
+# (("vector", 8),) for row programs or (("col_threads", 8), ("cvec", 8)) for columns.
+ProgramParams = Tuple[Tuple[str, int], ...]
 
 ROW_FUSED = "row_fused"
 ROW_STATS = "row_stats"
@@ -152,8 +164,11 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     threads; the softmax forward keeps its exponentials in registers (a
     1024-thread block runs alone on its SM, so its compute does not overlap
     another block's loads: on an H100 one exponential per element instead of
-    two took 8192 x 32768 bfloat16 rows from 86% to 96% of copy bandwidth).  Rows too long for registers take the two-step programs with 512
-    threads and four vectors in flight per thread.  Columns: 256 threads.
+    two took 8192 x 32768 bfloat16 rows from 86% to 96% of copy bandwidth).
+    Rows too long for registers take the two-step programs with 512 threads
+    and four vectors in flight per thread.  Two-step columns: 256 threads;
+    fused columns: 512 threads and 128 bytes in flight per thread (eight
+    vectors of the forward's input, four of each backward input).
     """
     vector = max_vector(dtype)
     per_thread = max(2 * vector, -(-N // MAX_THREADS))
@@ -165,6 +180,8 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
         "split_unroll": 4,
         "column_threads": 256,
         "column_unroll": 4,
+        "fused_column_threads": 512,
+        "fused_column_unroll": 4 if backward else 8,
     }
 
 
@@ -188,16 +205,16 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
 
 
 def _check_config(config: Dict[str, int]) -> None:
-    for key in ("row_threads", "block_threads", "split_threads", "column_threads"):
+    for key in ("row_threads", "block_threads", "split_threads", "column_threads", "fused_column_threads"):
         value = config[key]
         if not (is_pow2(value) and value <= MAX_THREADS):
             raise ValueError(f"softmax kernels: {key} must be a power of two <= {MAX_THREADS}, got {value}")
     if config["block_threads"] < config["row_threads"] or config["block_threads"] < WARP:
         raise ValueError("softmax kernels: block_threads must be >= row_threads and >= 32")
-    for key in ("split_threads", "column_threads"):
+    for key in ("split_threads", "column_threads", "fused_column_threads"):
         if config[key] < WARP:
             raise ValueError(f"softmax kernels: {key} must be >= 32")
-    for key in ("split_unroll", "column_unroll", "min_blocks"):
+    for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
     if config["cache_exp"] not in (0, 1):
@@ -214,24 +231,35 @@ def column_tile(inner: int, cvec: int) -> int:
     return min(MAX_COL_THREADS, next_pow2(-(-inner // cvec)))
 
 
-def fused_column_tile(N: int, dtype: torch.dtype, backward: bool, inner: int, cvec: int) -> int:
-    """Inner positions a fused column block covers (two vectors' worth, or one), or 0.
+def fused_column_params(N: int, dtype: torch.dtype, outer: int, inner: int, cvec: int, sm_count: int,
+                        threads: int) -> Optional[ProgramParams]:
+    """Shape parameters of the fused column program for ``(outer, N, inner)``, or None for the two steps.
 
-    Only the forward fuses: its two-step column statistics are bound by the
-    exponentials, not by memory (H100, 64 x 4096 x 64 bf16 over the middle
-    axis: statistics 88 us, apply 42 us; fused 99 us), while the backward's
-    two steps beat a fused read of two slabs (94 against 187 us).  The fused
-    program wants ``inner`` a multiple of the tile, at least 16 bytes a row of
-    its slab (narrower rows waste most of each memory sector) and the slab in
-    shared memory.
+    A fused block owns whole columns, so the launch has only ``outer`` times
+    the inner tiles in blocks.  It takes the widest tile (at most
+    ``FUSED_COLUMN_MAX_COL_THREADS`` vectors) that still gives one block for
+    every ``FUSED_COLUMN_SMS_PER_BLOCK`` SMs and at most
+    ``FUSED_COLUMN_BYTES`` of each input a block, and that spans a memory
+    sector or the whole inner extent; when no tile does, the columns are too
+    few or too long and the two-step programs, which also split the axis,
+    fill the GPU better.  A one-vector-wide tile takes half the threads.
+    (H100, bf16, the fused program against the two steps: 64 x 4096 x 64
+    over the middle axis, forward 54 against 98 us, backward 60 against
+    100 us; 512 x 4096 x 8, 34 against 37 and 40 against 84 us; 4 x 32768 x
+    64, 201 against 80 and 212 against 58 us; 16 x 32768 x 64 with 16-byte
+    tiles, over 354 against 227 us forward.)
     """
-    if backward:
-        return 0
-    for tile in (2 * cvec, cvec):
-        fits = N * tile * dtype.itemsize <= FUSED_COLUMN_SMEM
-        if inner % tile == 0 and tile * dtype.itemsize >= VECTOR_BYTES and fits:
-            return tile
-    return 0
+    col_threads = min(FUSED_COLUMN_MAX_COL_THREADS, column_tile(inner, cvec))
+    while col_threads >= 1:
+        tile = col_threads * cvec
+        blocks = outer * -(-inner // tile)
+        whole_sectors = tile * dtype.itemsize >= SECTOR_BYTES or tile >= inner
+        fits = N * tile * dtype.itemsize <= FUSED_COLUMN_BYTES
+        if blocks * FUSED_COLUMN_SMS_PER_BLOCK >= sm_count and fits and whole_sectors:
+            block_threads = threads if col_threads > 1 else max(threads // 2, WARP)
+            return (("col_threads", col_threads), ("cvec", cvec), ("threads", block_threads))
+        col_threads //= 2
+    return None
 
 
 # ---- TileLang building blocks -------------------------------------------------------------------
@@ -835,8 +863,70 @@ def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unr
         return ((bx - o * T.ceildiv(inner, tile)) * col_threads + tx % col_threads) * cvec
 
     return {**_column_walk(T, N, cvec, lanes, unroll), "cvec": cvec, "lanes": lanes, "tile": tile, "slot": slot,
-            "first_inner": first_inner, "reduce": _group_reduce(T, col_threads, lanes),
+            "unroll": unroll, "first_inner": first_inner, "reduce": _group_reduce(T, col_threads, lanes),
             "scratch_shape": _scratch_shape(threads, col_threads, lanes, 2 * cvec)}
+
+
+def _column_passes(T: Any, dtype: str, variant: SoftmaxVariant, setup: Dict[str, Any]) -> Dict[str, Any]:
+    """Macros walking axis positions ``[first, last)`` of a thread's columns.
+
+    ``reduce_walk`` folds them into the thread's column states (the backward's
+    sum, or the forward's running maximum and sum of exponentials, rescaled
+    once per step); ``write_walk`` reads them again and writes the output from
+    merged states; ``write_step`` writes one step already loaded.
+    """
+    valid, load_step = setup["valid"], setup["load_step"]
+    lanes, cvec, slot, unroll = setup["lanes"], setup["cvec"], setup["slot"], setup["unroll"]
+    online = _online_macros(T)
+    term = _backward_term(T, variant)
+    output = _output_value(T, variant, dtype, cvec)
+
+    @T.macro
+    def fold_step(st, a, b, n0, last, i0, inner):
+        for k in T.unroll(cvec):
+            if variant.backward:
+                for u in T.unroll(unroll):
+                    if valid(n0 + u * lanes, last, i0, inner):
+                        st[slot(_SUM, k)] = st[slot(_SUM, k)] + term(a[u * cvec + k], b[u * cvec + k])
+            else:
+                st[slot(_T2, k)] = st[slot(_MAX, k)]
+                for u in T.unroll(unroll):
+                    if valid(n0 + u * lanes, last, i0, inner):
+                        st[slot(_T2, k)] = T.max(st[slot(_T2, k)], T.cast(a[u * cvec + k], ACCUM))
+                online["rescale"](st, slot(_MAX, k), slot(_SUM, k), slot(_T2, k), slot(_OFFSET, k))
+                for u in T.unroll(unroll):
+                    if valid(n0 + u * lanes, last, i0, inner):
+                        st[slot(_SUM, k)] = st[slot(_SUM, k)] + T.exp2(
+                            T.cast(a[u * cvec + k], ACCUM) * LOG2E - st[slot(_OFFSET, k)]
+                        )
+
+    @T.macro
+    def reduce_walk(A, B, a, b, st, first, last, o, lane, i0, inner):
+        for k in T.unroll(cvec):
+            st[slot(_MAX, k)] = -T.infinity(ACCUM)
+            st[slot(_SUM, k)] = T.cast(0, ACCUM)
+        for step in T.serial(T.truncdiv(last - first + lanes * unroll - 1, lanes * unroll)):
+            load_step(A, a, o, first + step * lanes * unroll + lane, last, i0, inner)
+            if variant.backward:
+                load_step(B, b, o, first + step * lanes * unroll + lane, last, i0, inner)
+            fold_step(st, a, b, first + step * lanes * unroll + lane, last, i0, inner)
+
+    @T.macro
+    def write_step(D, a, b, st, o, n0, last, i0, inner):
+        for u in T.unroll(unroll):
+            if valid(n0 + u * lanes, last, i0, inner):
+                for k in T.vectorized(cvec):
+                    D[o, n0 + u * lanes, i0 + k] = output(a[u * cvec + k], b[u * cvec + k], st, k)
+
+    @T.macro
+    def write_walk(A, B, D, a, b, st, first, last, o, lane, i0, inner):
+        for step in T.serial(T.truncdiv(last - first + lanes * unroll - 1, lanes * unroll)):
+            load_step(A, a, o, first + step * lanes * unroll + lane, last, i0, inner)
+            if variant.backward:
+                load_step(B, b, o, first + step * lanes * unroll + lane, last, i0, inner)
+            write_step(D, a, b, st, o, first + step * lanes * unroll + lane, last, i0, inner)
+
+    return {"reduce_walk": reduce_walk, "write_walk": write_walk, "write_step": write_step}
 
 
 def _combine_lanes(T: Any, variant: SoftmaxVariant, setup: Dict[str, Any],
@@ -872,45 +962,17 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
     threads, unroll = column_threads, column_unroll
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll)
-    valid, segment_bounds, load_step = setup["valid"], setup["segment_bounds"], setup["load_step"]
-    lanes, tile, slot, first_inner = setup["lanes"], setup["tile"], setup["slot"], setup["first_inner"]
+    segment_bounds, tile, slot, first_inner = setup["segment_bounds"], setup["tile"], setup["slot"], setup["first_inner"]
     scratch_shape = setup["scratch_shape"]
-    online = _online_macros(T)
-    term = _backward_term(T, variant)
+    reduce_walk = _column_passes(T, dtype, variant, setup)["reduce_walk"]
     O = T.dynamic("O")
     I = T.dynamic("I")
     S = T.dynamic("S")
 
     @T.macro
-    def fold_step(st, a, b, n0, last, i0):
-        for k in T.unroll(cvec):
-            if variant.backward:
-                for u in T.unroll(unroll):
-                    if valid(n0 + u * lanes, last, i0, I):
-                        st[slot(_SUM, k)] = st[slot(_SUM, k)] + term(a[u * cvec + k], b[u * cvec + k])
-            else:
-                st[slot(_T2, k)] = st[slot(_MAX, k)]
-                for u in T.unroll(unroll):
-                    if valid(n0 + u * lanes, last, i0, I):
-                        st[slot(_T2, k)] = T.max(st[slot(_T2, k)], T.cast(a[u * cvec + k], ACCUM))
-                online["rescale"](st, slot(_MAX, k), slot(_SUM, k), slot(_T2, k), slot(_OFFSET, k))
-                for u in T.unroll(unroll):
-                    if valid(n0 + u * lanes, last, i0, I):
-                        st[slot(_SUM, k)] = st[slot(_SUM, k)] + T.exp2(
-                            T.cast(a[u * cvec + k], ACCUM) * LOG2E - st[slot(_OFFSET, k)]
-                        )
-
-    @T.macro
     def walk_segment(A, B, a, b, st, bounds, o, seg, lane, i0):
         segment_bounds(bounds, seg, S)
-        for k in T.unroll(cvec):
-            st[slot(_MAX, k)] = -T.infinity(ACCUM)
-            st[slot(_SUM, k)] = T.cast(0, ACCUM)
-        for step in T.serial(T.truncdiv(bounds[1] - bounds[0] + lanes * unroll - 1, lanes * unroll)):
-            load_step(A, a, o, bounds[0] + step * lanes * unroll + lane, bounds[1], i0, I)
-            if variant.backward:
-                load_step(B, b, o, bounds[0] + step * lanes * unroll + lane, bounds[1], i0, I)
-            fold_step(st, a, b, bounds[0] + step * lanes * unroll + lane, bounds[1], i0)
+        reduce_walk(A, B, a, b, st, bounds[0], bounds[1], o, lane, i0, I)
 
     combine_block = _combine_lanes(T, variant, setup)
 
@@ -986,12 +1048,11 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
     threads, unroll = column_threads, column_unroll
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll)
-    valid, segment_bounds, load_step = setup["valid"], setup["segment_bounds"], setup["load_step"]
-    lanes, tile, slot, first_inner = setup["lanes"], setup["tile"], setup["slot"], setup["first_inner"]
-    scratch_shape = setup["scratch_shape"]
+    segment_bounds, lanes, tile = setup["segment_bounds"], setup["lanes"], setup["tile"]
+    slot, first_inner, scratch_shape = setup["slot"], setup["first_inner"], setup["scratch_shape"]
     online = _online_macros(T)
     combine_lanes = _combine_lanes(T, variant, setup, _finalize_forward(T, variant, cvec))
-    output = _output_value(T, variant, dtype, cvec)
+    write_walk = _column_passes(T, dtype, variant, setup)["write_walk"]
     O = T.dynamic("O")
     I = T.dynamic("I")
     S = T.dynamic("S")
@@ -1016,16 +1077,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     @T.macro
     def write_segment(A, B, D, a, b, st, bounds, o, seg, lane, i0):
         segment_bounds(bounds, seg, S)
-        for step in T.serial(T.truncdiv(bounds[1] - bounds[0] + lanes * unroll - 1, lanes * unroll)):
-            load_step(A, a, o, bounds[0] + step * lanes * unroll + lane, bounds[1], i0, I)
-            if variant.backward:
-                load_step(B, b, o, bounds[0] + step * lanes * unroll + lane, bounds[1], i0, I)
-            for u in T.unroll(unroll):
-                if valid(bounds[0] + step * lanes * unroll + lane + u * lanes, bounds[1], i0, I):
-                    for k in T.vectorized(cvec):
-                        D[o, bounds[0] + step * lanes * unroll + lane + u * lanes, i0 + k] = output(
-                            a[u * cvec + k], b[u * cvec + k], st, k
-                        )
+        write_walk(A, B, D, a, b, st, bounds[0], bounds[1], o, lane, i0, I)
 
     if not variant.backward:
         SXO = T.dynamic("SXO", "int64")
@@ -1086,103 +1138,90 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     return softmax_bwd_column_apply
 
 
-# ---- column fused ((outer, N, inner) whose columns fit in shared memory) ------------------------------
+# ---- column fused (whole columns a block) --------------------------------------------------------------
 
 
 def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
-                         **_: Any) -> Any:
-    """Forward over columns whose whole axis fits in shared memory: one read, one write.
+                         threads: int, fused_column_unroll: int, **_: Any) -> Any:
+    """Whole columns in one block: reduce, merge over the block's lanes, write; no partials.
 
     Block ``bx`` takes outer index ``o`` and ``tile = col_threads * cvec``
-    neighbouring inner positions (``inner`` a multiple of ``tile``).  It loads
-    the ``(N, tile)`` slab of ``x`` into shared memory with 16-byte accesses
-    (``col_threads`` threads across a row of the slab, the others along the
-    axis), reduces each column there (thread ``tx`` takes column ``tx % tile``
-    and every ``threads // tile``-th position: the maximum, then the sum of
-    exponentials, both exact), and writes the output from the slab.
+    neighbouring inner positions, and walks the whole axis twice: once to
+    reduce, once to write, the second reading what the first just read (from
+    L2, which the block's few columns have not left).  When one step of the
+    block covers the axis (``N <= lanes * fused_column_unroll``), the second
+    walk is not needed: the thread writes from the registers it loaded.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
-    if variant.backward:
-        raise ValueError("softmax column_fused: the backward takes the two-step column programs")
-    threads = FUSED_COLUMN_THREADS
-    tile = col_threads * cvec
-    lanes = threads // col_threads  # axis positions one load step covers
-    steps = -(-N // lanes)
-    unroll = min(FUSED_COLUMN_UNROLL, steps)
-    walkers = threads // tile  # threads reducing one column
-    column_reduce = _group_reduce(T, tile, walkers)
-    finalize = _finalize_forward(T, variant)
-    output = _output_value(T, variant, dtype, cvec)
-    online = _online_macros(T)
+    lanes, tile = _column_layout(cvec, col_threads, threads)
+    resident = N <= lanes * fused_column_unroll
+    unroll = -(-N // lanes) if resident else fused_column_unroll
+    setup = _column_setup(T, N, cvec, col_threads, threads, unroll)
+    first_inner, scratch_shape = setup["first_inner"], setup["scratch_shape"]
+    passes = _column_passes(T, dtype, variant, setup)
+    combine_lanes = _combine_lanes(T, variant, setup, _finalize_forward(T, variant, cvec))
     O = T.dynamic("O")
     I = T.dynamic("I")
-    SXO = T.dynamic("SXO", "int64")
-    SXN = T.dynamic("SXN", "int64")
-
-    def position(step, u, lane):
-        return (step * unroll + u) * lanes + lane
 
     @T.macro
-    def reduce_columns(slab, st, red, stats, tx):
-        column = tx % tile
-        walker = tx // tile
-        st[_MAX] = -T.infinity(ACCUM)
-        for j in T.serial(-(-N // walkers)):
-            if j * walkers + walker < N:
-                st[_MAX] = T.max(st[_MAX], T.cast(slab[j * walkers + walker, column], ACCUM))
-        column_reduce(st, _MAX, red, 0, tx, True)
-        online["safe_scaled"](st, _OFFSET, _MAX)
-        st[_SUM] = T.cast(0, ACCUM)
-        for j in T.serial(-(-N // walkers)):
-            if j * walkers + walker < N:
-                st[_SUM] = st[_SUM] + T.exp2(T.cast(slab[j * walkers + walker, column], ACCUM) * LOG2E - st[_OFFSET])
-        column_reduce(st, _SUM, red, 1, tx, False)
-        finalize(st, 0)
-        # The compiler may place ``stats`` over ``red``: every thread must be done reading it.
-        T.sync_threads()
-        if walker == 0:
-            for name in T.unroll(_STATE):
-                stats[name, column] = st[name]
-        T.sync_threads()
+    def reduce_and_write(A, B, D, a, b, st, scratch, bx, tx):
+        o = T.truncdiv(bx, T.ceildiv(I, tile))
+        lane = tx // col_threads
+        i0 = first_inner(bx, o, tx, I)
+        passes["reduce_walk"](A, B, a, b, st, 0, N, o, lane, i0, I)
+        combine_lanes(st, scratch, tx)
+        if resident:
+            passes["write_step"](D, a, b, st, o, lane, N, i0, I)
+        else:
+            passes["write_walk"](A, B, D, a, b, st, 0, N, o, lane, i0, I)
+
+    if not variant.backward:
+        SXO = T.dynamic("SXO", "int64")
+        SXN = T.dynamic("SXN", "int64")
+
+        @T.prim_func
+        def softmax_column_fused(
+            X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
+            Y: T.Tensor((O, N, I), dtype),
+        ):
+            with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
+                tx = T.get_thread_binding()
+                a = T.alloc_local((unroll * cvec,), dtype)
+                st = T.alloc_local((_STATE * cvec,), ACCUM)
+                scratch = T.alloc_shared(scratch_shape, ACCUM)
+                T.assume(SXO % cvec == 0)
+                T.assume(SXN % cvec == 0)
+                T.assume(I % cvec == 0)
+                reduce_and_write(X, X, Y, a, a, st, scratch, bx, tx)
+
+        return softmax_column_fused
+
+    SGO = T.dynamic("SGO", "int64")
+    SGN = T.dynamic("SGN", "int64")
+    SYO = T.dynamic("SYO", "int64")
+    SYN = T.dynamic("SYN", "int64")
 
     @T.prim_func
-    def softmax_column_fused(
-        X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
-        Y: T.Tensor((O, N, I), dtype),
+    def softmax_bwd_column_fused(
+        G: T.StridedTensor((O, N, I), (SGO, SGN, 1), dtype),
+        Yv: T.StridedTensor((O, N, I), (SYO, SYN, 1), dtype),
+        DX: T.Tensor((O, N, I), dtype),
     ):
-        with T.Kernel(O * T.truncdiv(I, tile), threads=threads) as bx:
+        with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
             tx = T.get_thread_binding()
-            T.assume(SXO % cvec == 0)
-            T.assume(SXN % cvec == 0)
-            T.assume(I % tile == 0)
-            slab = T.alloc_shared((N, tile), dtype)
+            a = T.alloc_local((unroll * cvec,), dtype)
+            b = T.alloc_local((unroll * cvec,), dtype)
             st = T.alloc_local((_STATE * cvec,), ACCUM)
-            red = T.alloc_shared(_scratch_shape(threads, tile, walkers, 2), ACCUM)
-            stats = T.alloc_shared((_STATE, tile), ACCUM)
-            o = T.truncdiv(bx, T.truncdiv(I, tile))
-            lane = tx // col_threads
-            c0 = (tx % col_threads) * cvec
-            i0 = (bx - o * T.truncdiv(I, tile)) * tile + c0
-            for step in T.serial(-(-steps // unroll)):
-                for u in T.unroll(unroll):
-                    if position(step, u, lane) < N:
-                        for k in T.vectorized(cvec):
-                            slab[position(step, u, lane), c0 + k] = X[o, position(step, u, lane), i0 + k]
-            T.sync_threads()
-            reduce_columns(slab, st, red, stats, tx)
-            # Each writer takes its ``cvec`` columns' offsets and factors.
-            for name in T.unroll(_STATE):
-                for k in T.unroll(cvec):
-                    st[name * cvec + k] = stats[name, c0 + k]
-            for step in T.serial(-(-steps // unroll)):
-                for u in T.unroll(unroll):
-                    if position(step, u, lane) < N:
-                        for k in T.vectorized(cvec):
-                            Y[o, position(step, u, lane), i0 + k] = output(
-                                slab[position(step, u, lane), c0 + k], slab[position(step, u, lane), c0 + k], st, k)
+            scratch = T.alloc_shared(scratch_shape, ACCUM)
+            T.assume(SGO % cvec == 0)
+            T.assume(SGN % cvec == 0)
+            T.assume(SYO % cvec == 0)
+            T.assume(SYN % cvec == 0)
+            T.assume(I % cvec == 0)
+            reduce_and_write(G, Yv, DX, a, b, st, scratch, bx, tx)
 
-    return softmax_column_fused
+    return softmax_bwd_column_fused
 
 
 # ---- program table and kernels ------------------------------------------------------------------------
@@ -1196,10 +1235,6 @@ _BUILDERS: Dict[str, Callable[..., Any]] = {
     COLUMN_APPLY: column_apply_program,
     COLUMN_FUSED: column_fused_program,
 }
-
-# A program's shape parameters besides the config: ((name, value), ...), e.g.
-# (("vector", 8),) for row programs or (("col_threads", 8), ("cvec", 8)) for columns.
-ProgramParams = Tuple[Tuple[str, int], ...]
 
 
 def build_program(name: str, N: int, dtype: torch.dtype, variant: SoftmaxVariant, config: Dict[str, int],
@@ -1276,21 +1311,24 @@ class SoftmaxFamilyKernel(Kernel):
     def column_params(inner: int, cvec: int) -> ProgramParams:
         return (("col_threads", column_tile(inner, cvec)), ("cvec", cvec))
 
-    def column_programs(self, inner: int, cvec: int) -> Tuple[Tuple[str, ...], ProgramParams]:
-        """The fused column program when a block's columns fit in shared memory, else the two steps."""
-        tile = fused_column_tile(self.N, self.dtype, self.variant.backward, inner, cvec)
-        if tile:
-            return (COLUMN_FUSED,), (("col_threads", tile // cvec), ("cvec", cvec))
+    def column_programs(self, outer: int, inner: int, cvec: int,
+                        sm_count: int) -> Tuple[Tuple[str, ...], ProgramParams]:
+        """The fused column program when whole columns fill the GPU (``fused_column_params``), else the two steps."""
+        fused = fused_column_params(self.N, self.dtype, outer, inner, cvec, sm_count,
+                                    self.config["fused_column_threads"])
+        if fused is not None:
+            return (COLUMN_FUSED,), fused
         return (COLUMN_STATS, COLUMN_APPLY), self.column_params(inner, cvec)
 
-    def program_specs(self, inner: int = 1, vector: Optional[int] = None) -> List[Tuple[str, ProgramParams]]:
-        """The programs one call launches on aligned contiguous tensors with this inner extent."""
+    def program_specs(self, inner: int = 1, vector: Optional[int] = None, outer: int = 1,
+                      sm_count: int = PLANNING_SM_COUNT) -> List[Tuple[str, ProgramParams]]:
+        """The programs one call launches on aligned contiguous ``(outer, N, inner)`` tensors."""
         if inner == 1:
             vector = row_vector(self.N, self.dtype) if vector is None else vector
             names = [ROW_FUSED] if self.fused() else [ROW_STATS, ROW_APPLY]
             return [(name, self.row_params(vector)) for name in names]
         cvec = largest_pow2_divisor(inner, max_vector(self.dtype)) if vector is None else vector
-        names, params = self.column_programs(inner, cvec)
+        names, params = self.column_programs(outer, inner, cvec, sm_count)
         return [(name, params) for name in names]
 
     def compile_program(self, name: str, params: ProgramParams, config: Optional[Dict[str, Any]] = None,
@@ -1302,8 +1340,9 @@ class SoftmaxFamilyKernel(Kernel):
                                  target, (name, params, config))
 
     def build_all_for_sm90(self, inner: int = 8) -> Dict[str, Any]:
-        """Compile the row programs and the column programs (for ``inner``) for sm_90, without a GPU."""
-        specs = self.program_specs(1) + self.program_specs(inner)
+        """Compile the row programs and every column program (for ``inner``) for sm_90, without a GPU."""
+        # One outer index gives the two-step programs; many give the fused one where it may run.
+        specs = self.program_specs(1) + self.program_specs(inner) + self.program_specs(inner, outer=1 << 16)
         return {name: self.compile_program(name, params, target=SM90_BUILD_TARGET) for name, params in specs}
 
     def tuning_inputs(self, rows: Optional[int] = None) -> tuple:
@@ -1352,7 +1391,8 @@ class SoftmaxFamilyKernel(Kernel):
         return out
 
     def programs_for(self, *tensors: torch.Tensor) -> List[Tuple[str, ProgramParams]]:
-        """The programs ``forward(*tensors)`` launches (tensors may live on any device)."""
+        """The programs ``forward(*tensors)`` launches (tensors may live on any device; off a GPU,
+        the plan assumes ``PLANNING_SM_COUNT`` SMs)."""
         names, params = self._launch_plan(tensors)
         return [(name, params) for name in names]
 
@@ -1369,7 +1409,8 @@ class SoftmaxFamilyKernel(Kernel):
         cvec = largest_pow2_divisor(inner, self._max_vector)
         for tensor in tensors:
             cvec = widest_access(tensor, tensor.stride(0) | tensor.stride(1), cvec)
-        return self.column_programs(inner, cvec)
+        sm_count = self.sm_count(out.device) if out.is_cuda else PLANNING_SM_COUNT
+        return self.column_programs(out.shape[0], inner, cvec, sm_count)
 
     def _segments(self, out: torch.Tensor, params: ProgramParams) -> int:
         """Segments per row or column: enough blocks to fill the GPU, at least one step of work each."""
