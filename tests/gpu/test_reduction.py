@@ -114,6 +114,28 @@ def test_argmax_of_equal_values_is_the_first_position(fill: float) -> None:
     assert ArgmaxFwdOp(dtype=torch.float32, dim=0)(columns).tolist() == torch.argmax(columns.cpu(), 0).tolist()
 
 
+def test_argmax_finds_nan_of_either_sign_anywhere() -> None:
+    from tileops.ops import ArgmaxFwdOp
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(6, 70000, device="cuda", generator=generator).to(torch.bfloat16)
+    x[0, 69999] = float("nan")  # after the maximum, in the last chunk
+    x[1, 123] = torch.tensor(-64, dtype=torch.int16).view(torch.bfloat16)  # 0xffc0: a NaN with its sign bit set
+    x[2] = float("-inf")
+    x[2, 50000] = -3.0
+    x[3, 10:20] = float("nan")
+    x[4] = float("-inf")
+    x[4, 65000] = float("inf")
+    x[5, 7] = float("inf")
+    x[5, 9] = float("nan")
+    expected = torch.argmax(x.cpu().float(), -1)
+    assert torch.isnan(x[1, 123]) and torch.signbit(x[1, 123])
+    assert ArgmaxFwdOp(dtype=torch.bfloat16, dim=-1)(x).cpu().tolist() == expected.tolist()
+    columns = x.t().contiguous()
+    assert ArgmaxFwdOp(dtype=torch.bfloat16, dim=0)(columns).cpu().tolist() == expected.tolist()
+    assert ArgmaxFwdOp(dtype=torch.bfloat16, dim=None)(x[2:3]).item() == 50000
+
+
 def test_amax_of_nothing_is_refused() -> None:
     from tileops.ops import AmaxFwdOp
 

@@ -143,6 +143,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     macros = reducer_macros(T, reducer, 1, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
     tally, chunk_init, chunk_fold, rebase = (macros.get(hook) for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
+    exact_init, needs_exact, exact_fold = (macros.get(hook) for hook in ("exact_init", "needs_exact", "exact_fold"))
     tree = _tree_merge(T, spec, macros, 1, threads, 1)
     stores = _store_macros(T, spec, macros, out_dtype)
     chunk = threads * vector
@@ -157,6 +158,40 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     def loaded(bounds, step, u, tx):
         return T.And(bounds[0] + step * unroll + u < bounds[1], position(bounds, step, u, tx) < N)
 
+    def segment_walk(fold_element: Any) -> Any:
+        """Macro: fold every element of the segment ``bounds`` of ``row`` with ``fold_element``."""
+
+        @T.macro
+        def walk(X, st, sti, buf, cm, nv, bounds, shift, row, tx):
+            for step in T.serial(T.ceildiv(bounds[1] - bounds[0], unroll)):
+                for u in T.unroll(unroll):
+                    if loaded(bounds, step, u, tx):
+                        for e in T.vectorized(vector):
+                            buf[u * vector + e] = X[row, position(bounds, step, u, tx) + e]
+                if tally is not None:
+                    nv[0] = 0
+                    for u in T.unroll(unroll):
+                        if loaded(bounds, step, u, tx):
+                            nv[0] = nv[0] + vector
+                    tally(st, 0, nv[0])
+                if chunk_init is not None:
+                    chunk_init(cm, 0)
+                    for u in T.unroll(unroll):
+                        if loaded(bounds, step, u, tx):
+                            for e in T.unroll(vector):
+                                chunk_fold(cm, 0, T.cast(buf[u * vector + e], ACCUM))
+                    rebase(st, 0, cm)
+                for u in T.unroll(unroll):
+                    if loaded(bounds, step, u, tx):
+                        for e in T.unroll(vector):
+                            fold_element(st, sti, 0, T.cast(buf[u * vector + e], ACCUM),
+                                         position(bounds, step, u, tx) + e, shift[0], cm)
+
+        return walk
+
+    walk = segment_walk(fold)
+    walk_exact = segment_walk(exact_fold) if exact_fold is not None else None
+
     @T.macro
     def reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, row, seg, segments, tx):
         # [first, last) chunks of this segment.
@@ -165,29 +200,13 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
         init(st, sti, 0)
         if spec.shifted:
             shift[0] = T.cast(X[row, T.min(bounds[0] * chunk, N - 1)], ACCUM)
-        for step in T.serial(T.ceildiv(bounds[1] - bounds[0], unroll)):
-            for u in T.unroll(unroll):
-                if loaded(bounds, step, u, tx):
-                    for e in T.vectorized(vector):
-                        buf[u * vector + e] = X[row, position(bounds, step, u, tx) + e]
-            if tally is not None:
-                nv[0] = 0
-                for u in T.unroll(unroll):
-                    if loaded(bounds, step, u, tx):
-                        nv[0] = nv[0] + vector
-                tally(st, 0, nv[0])
-            if rebase is not None:
-                chunk_init(cm, 0)
-                for u in T.unroll(unroll):
-                    if loaded(bounds, step, u, tx):
-                        for e in T.unroll(vector):
-                            chunk_fold(cm, 0, T.cast(buf[u * vector + e], ACCUM))
-                rebase(st, 0, cm)
-            for u in T.unroll(unroll):
-                if loaded(bounds, step, u, tx):
-                    for e in T.unroll(vector):
-                        fold(st, sti, 0, T.cast(buf[u * vector + e], ACCUM), position(bounds, step, u, tx) + e,
-                             shift[0], cm)
+        if exact_init is not None:
+            exact_init(cm)
+        walk(X, st, sti, buf, cm, nv, bounds, shift, row, tx)
+        if walk_exact is not None:
+            if needs_exact(cm):
+                init(st, sti, 0)
+                walk_exact(X, st, sti, buf, cm, nv, bounds, shift, row, tx)
         prepare(st, sti, 0, shift[0])
         tree(st, sti, ot, oti, sh, shi, tx)
 
@@ -198,7 +217,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
             with T.Kernel(G, threads=threads) as row:
                 tx = T.get_thread_binding()
                 buf = T.alloc_local((unroll * vector,), dtype)
-                cm = T.alloc_local((max(1, spec.chunk_slots),), ACCUM)
+                cm = T.alloc_local((spec.chunk_locals(1),), ACCUM)
                 nv = T.alloc_local((1,), "int32")
                 st = T.alloc_local((spec.slots,), ACCUM)
                 sti = T.alloc_local((1,), "int64")
@@ -224,7 +243,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
         with T.Kernel(G, S, threads=threads) as (row, seg):
             tx = T.get_thread_binding()
             buf = T.alloc_local((unroll * vector,), dtype)
-            cm = T.alloc_local((max(1, spec.chunk_slots),), ACCUM)
+            cm = T.alloc_local((spec.chunk_locals(1),), ACCUM)
             nv = T.alloc_local((1,), "int32")
             st = T.alloc_local((spec.slots,), ACCUM)
             sti = T.alloc_local((1,), "int64")
@@ -259,6 +278,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     macros = reducer_macros(T, reducer, W, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
     tally, chunk_init, chunk_fold, rebase = (macros.get(hook) for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
+    exact_init, needs_exact, exact_fold = (macros.get(hook) for hook in ("exact_init", "needs_exact", "exact_fold"))
     lanes = threads // col_threads
     tile = col_threads * cvec
     tree = _tree_merge(T, spec, macros, W, lanes, col_threads)
@@ -276,6 +296,36 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     def loaded(bounds, step, u, lane, i0):
         return T.And(position(bounds, step, u, lane) < bounds[1], i0 < I)
 
+    def segment_walk(fold_element: Any) -> Any:
+        """Macro: fold every element of the thread's columns in the segment ``bounds`` with ``fold_element``."""
+
+        @T.macro
+        def walk(X, st, sti, buf, cm, bounds, shift, o, i0, lane):
+            for step in T.serial(T.ceildiv(bounds[1] - bounds[0], lanes * unroll)):
+                for u in T.unroll(unroll):
+                    if loaded(bounds, step, u, lane, i0):
+                        for e in T.vectorized(cvec):
+                            buf[u * cvec + e] = X[o, position(bounds, step, u, lane), i0 + e]
+                if chunk_init is not None:
+                    for k in T.unroll(W):
+                        chunk_init(cm, k)
+                    for u in T.unroll(unroll):
+                        if loaded(bounds, step, u, lane, i0):
+                            for k in T.unroll(W):
+                                chunk_fold(cm, k, T.cast(buf[u * cvec + k], ACCUM))
+                    for k in T.unroll(W):
+                        rebase(st, k, cm)
+                for u in T.unroll(unroll):
+                    if loaded(bounds, step, u, lane, i0):
+                        for k in T.unroll(W):
+                            fold_element(st, sti, k, T.cast(buf[u * cvec + k], ACCUM), position(bounds, step, u, lane),
+                                         shift[k], cm)
+
+        return walk
+
+    walk = segment_walk(fold)
+    walk_exact = segment_walk(exact_fold) if exact_fold is not None else None
+
     @T.macro
     def reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, seg, segments, tx):
         lane = tx // col_threads
@@ -288,25 +338,14 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
             if i0 < I:
                 for k in T.unroll(W):
                     shift[k] = T.cast(X[o, T.min(bounds[0], N - 1), i0 + k], ACCUM)
-        for step in T.serial(T.ceildiv(bounds[1] - bounds[0], lanes * unroll)):
-            for u in T.unroll(unroll):
-                if loaded(bounds, step, u, lane, i0):
-                    for e in T.vectorized(cvec):
-                        buf[u * cvec + e] = X[o, position(bounds, step, u, lane), i0 + e]
-            if rebase is not None:
+        if exact_init is not None:
+            exact_init(cm)
+        walk(X, st, sti, buf, cm, bounds, shift, o, i0, lane)
+        if walk_exact is not None:
+            if needs_exact(cm):
                 for k in T.unroll(W):
-                    chunk_init(cm, k)
-                for u in T.unroll(unroll):
-                    if loaded(bounds, step, u, lane, i0):
-                        for k in T.unroll(W):
-                            chunk_fold(cm, k, T.cast(buf[u * cvec + k], ACCUM))
-                for k in T.unroll(W):
-                    rebase(st, k, cm)
-            for u in T.unroll(unroll):
-                if loaded(bounds, step, u, lane, i0):
-                    for k in T.unroll(W):
-                        fold(st, sti, k, T.cast(buf[u * cvec + k], ACCUM), position(bounds, step, u, lane),
-                             shift[k], cm)
+                    init(st, sti, k)
+                walk_exact(X, st, sti, buf, cm, bounds, shift, o, i0, lane)
         if tally is not None:
             # A lane folds every lanes-th position of its segment from its own on: counted once, here.
             for k in T.unroll(W):
@@ -327,7 +366,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
             with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
                 tx = T.get_thread_binding()
                 buf = T.alloc_local((unroll * cvec,), dtype)
-                cm = T.alloc_local((max(1, spec.chunk_slots) * W,), ACCUM)
+                cm = T.alloc_local((spec.chunk_locals(W),), ACCUM)
                 st = T.alloc_local((spec.slots * W,), ACCUM)
                 sti = T.alloc_local((W,), "int64")
                 ot = T.alloc_local((spec.slots,), ACCUM)
@@ -355,7 +394,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
             tx = T.get_thread_binding()
             buf = T.alloc_local((unroll * cvec,), dtype)
-            cm = T.alloc_local((max(1, spec.chunk_slots) * W,), ACCUM)
+            cm = T.alloc_local((spec.chunk_locals(W),), ACCUM)
             st = T.alloc_local((spec.slots * W,), ACCUM)
             sti = T.alloc_local((W,), "int64")
             ot = T.alloc_local((spec.slots,), ACCUM)

@@ -10,8 +10,11 @@ serves is ``st[j * W + k]``.  Programs call
   elements where the program knows that count up front),
 * per chunk (the values a thread loaded in one step), for reducers with
   ``chunk_slots``: ``chunk_init(cm, k)``, ``chunk_fold(cm, k, v)`` over the
-  chunk, then ``rebase(st, k, cm)`` once,
+  chunk, then ``rebase(st, k, cm)`` once if the reducer has it,
 * ``fold(st, sti, k, v, idx, shift, cm)``: one float32 element ``v`` at position ``idx``,
+* for reducers with an exact fold (argmax): ``exact_init(cm)`` before a
+  segment; where ``needs_exact(cm)`` after it, the segment is folded again
+  from ``init`` with ``exact_fold`` (same arguments as ``fold``),
 * ``prepare(st, sti, k, shift)``: turn what ``fold`` built into a mergeable state,
 * ``merge(st, sti, k, ot, oti)``: fold another mergeable state (``ot[j]``, ``oti[0]``) in,
 * ``finish(st, sti, k)``: the output value (an expression).
@@ -23,9 +26,12 @@ mean is large next to the spread.
 The chunk pass keeps per-element work to a few instructions: log-sum-exp
 rescales its sum once per chunk instead of branching on every new maximum
 (16384 x 16384 bf16 rows: 274 -> 184 us on an H100), and counts grow by ``n``
-per chunk instead of by one per element.  Argmax folds element by element: a
-chunk pass (a NaN-aware chunk maximum, then a search only in winning chunks)
-measured slower.
+per chunk instead of by one per element.  Argmax folds element by element
+with one ordered comparison and a NaN flag; only a segment that holds a NaN is
+folded again with the NaN-aware comparison (16384 x 16384 bf16 rows were bound
+by its instructions: 212 -> 175 us on an H100; rescanning each chunk with a NaN
+instead cost columns 294 -> 323 us).  A chunk pass that finds the chunk
+maximum first, then searches only winning chunks, measured slower.
 """
 
 from dataclasses import dataclass
@@ -47,6 +53,11 @@ class ReducerSpec:
     index: bool = False  # carries an int64 position (argmax)
     shifted: bool = False  # folds need the slice's shift value (variance)
     chunk_slots: int = 0  # float32 values of the chunk pass (``cm[j * W + k]``); 0: no chunk pass
+    flags: int = 0  # float32 flags of a thread (``cm[j]``), e.g. argmax's NaN flag
+
+    def chunk_locals(self, W: int) -> int:
+        """float32 locals (``cm``) of a thread serving ``W`` slices: its chunk pass or its flags, if any."""
+        return max(1, self.chunk_slots * W, self.flags)
 
     @property
     def partial_width(self) -> int:
@@ -61,7 +72,7 @@ REDUCERS: Dict[str, ReducerSpec] = {
     "amin": ReducerSpec("amin", 1),
     "var": ReducerSpec("var", 3, shifted=True),
     "logsumexp": ReducerSpec("logsumexp", 2, chunk_slots=2),
-    "argmax": ReducerSpec("argmax", 1, index=True),
+    "argmax": ReducerSpec("argmax", 1, index=True, flags=1),
     "l2_norm": ReducerSpec("l2_norm", 1),
 }
 
@@ -254,7 +265,15 @@ def _log_sum_exp(T: Any, name: str, W: int, correction: float) -> Dict[str, Call
 
 
 def _argmax(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
-    """Slot (best value) and index: the first position of the maximum; NaN counts as the largest."""
+    """Slot (best value) and index: the first position of the maximum; NaN counts as the largest.
+
+    A thread folds its positions in increasing order, so a later element wins
+    only by being larger: ``v > best``, which no NaN passes.  The fold also
+    raises a flag (``cm[0]``) on a NaN; a segment that raised it is walked
+    again with the exact fold, where a NaN beats everything but an earlier NaN.
+    A state that never took an element keeps ``_NO_INDEX``, which loses every
+    tie in a merge; a slice of ``-inf`` only ends with it and reports 0.
+    """
 
     def better(v, i, best, best_i):
         return T.Or(
@@ -267,15 +286,27 @@ def _argmax(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[
         st[k] = -T.infinity(ACCUM)
         sti[k] = T.int64(_NO_INDEX)
 
-    def follows(v, best, best_i):
-        # A thread folds its positions in increasing order, so a later element wins only
-        # by being larger (or the first NaN): no tie-break on the index is needed, only
-        # the first element's unconditional take.  (Not ``not (v <= best)``: the
-        # simplifier rewrites it to ``best < v``, which drops the NaN.)
-        return T.Or(T.And(T.Or(v > best, T.isnan(v)), T.Not(T.isnan(best))), best_i == T.int64(_NO_INDEX))
+    @T.macro
+    def exact_init(cm):
+        cm[0] = T.cast(0, ACCUM)
+
+    def needs_exact(cm):
+        return cm[0] != T.cast(0, ACCUM)
 
     @T.macro
     def fold(st, sti, k, v, idx, shift, cm):
+        cm[0] = T.if_then_else(T.isnan(v), T.cast(1, ACCUM), cm[0])
+        if v > st[k]:
+            st[k] = v
+            sti[k] = idx
+
+    def follows(v, best, best_i):
+        # The first element is taken whatever it is; then a larger one, or the first NaN.
+        # (Not ``not (v <= best)``: the simplifier rewrites it to ``best < v``, which drops the NaN.)
+        return T.Or(T.And(T.Or(v > best, T.isnan(v)), T.Not(T.isnan(best))), best_i == T.int64(_NO_INDEX))
+
+    @T.macro
+    def exact_fold(st, sti, k, v, idx, shift, cm):
         if follows(v, st[k], sti[k]):
             st[k] = v
             sti[k] = idx
@@ -287,6 +318,7 @@ def _argmax(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[
             sti[k] = oti[0]
 
     def finish(st, sti, k):
-        return sti[k]
+        return T.if_then_else(sti[k] == T.int64(_NO_INDEX), T.int64(0), sti[k])
 
-    return {"init": init, "fold": fold, "prepare": _no_prepare(T), "merge": merge, "finish": finish}
+    return {"init": init, "exact_init": exact_init, "needs_exact": needs_exact, "fold": fold,
+            "exact_fold": exact_fold, "prepare": _no_prepare(T), "merge": merge, "finish": finish}
