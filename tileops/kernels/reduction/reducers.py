@@ -10,7 +10,7 @@ serves is ``st[j * W + k]``.  Programs call
   elements where the program knows that count up front),
 * per chunk (the values a thread loaded in one step), for reducers with
   ``chunk_slots``: ``chunk_init(cm, k)``, ``chunk_fold(cm, k, v)`` over the
-  chunk, then ``rebase(st, k, cm)`` once if the reducer has it,
+  chunk, then ``rebase(st, k, cm)`` once,
 * ``fold(st, sti, k, v, idx, shift, cm)``: one float32 element ``v`` at position ``idx``,
 * for reducers with an exact fold (argmax): ``exact_init(cm)`` before a
   segment; where ``needs_exact(cm)`` after it, the segment is folded again

@@ -59,7 +59,6 @@ from tileops.kernels.sizes import (
     ACCUM,
     MAX_THREADS,
     MIN_BLOCK_THREADS,
-    VECTOR_BYTES,
     WARP,
     check_kernel_args,
     is_pow2,
@@ -245,7 +244,7 @@ def fused_column_params(N: int, dtype: torch.dtype, outer: int, inner: int, cvec
     fill the GPU better.  A one-vector-wide tile takes half the threads.
     (H100, bf16, the fused program against the two steps: 64 x 4096 x 64
     over the middle axis, forward 54 against 98 us, backward 60 against
-    100 us; 512 x 4096 x 8, 34 against 37 and 40 against 84 us; 4 x 32768 x
+    100 us; 512 x 4096 x 8, 34 against 37 and 55 against 84 us; 4 x 32768 x
     64, 201 against 80 and 212 against 58 us; 16 x 32768 x 64 with 16-byte
     tiles, over 354 against 227 us forward.)
     """
@@ -1148,7 +1147,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     Block ``bx`` takes outer index ``o`` and ``tile = col_threads * cvec``
     neighbouring inner positions, and walks the whole axis twice: once to
     reduce, once to write, the second reading what the first just read (from
-    L2, which the block's few columns have not left).  When one step of the
+    L2 as far as the blocks in flight fit there).  When one step of the
     block covers the axis (``N <= lanes * fused_column_unroll``), the second
     walk is not needed: the thread writes from the registers it loaded.
     """
