@@ -1164,7 +1164,11 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     I = T.dynamic("I")
 
     @T.macro
-    def reduce_and_write(A, B, D, a, b, st, scratch, bx, tx):
+    def reduce_and_write(A, B, D, bx, tx):
+        a = T.alloc_local((unroll * cvec,), dtype)
+        b = T.alloc_local((unroll * cvec,), dtype) if variant.backward else a
+        st = T.alloc_local((_STATE * cvec,), ACCUM)
+        scratch = T.alloc_shared(scratch_shape, ACCUM)
         o = T.truncdiv(bx, T.ceildiv(I, tile))
         lane = tx // col_threads
         i0 = first_inner(bx, o, tx, I)
@@ -1185,14 +1189,10 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             Y: T.Tensor((O, N, I), dtype),
         ):
             with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
-                tx = T.get_thread_binding()
-                a = T.alloc_local((unroll * cvec,), dtype)
-                st = T.alloc_local((_STATE * cvec,), ACCUM)
-                scratch = T.alloc_shared(scratch_shape, ACCUM)
                 T.assume(SXO % cvec == 0)
                 T.assume(SXN % cvec == 0)
                 T.assume(I % cvec == 0)
-                reduce_and_write(X, X, Y, a, a, st, scratch, bx, tx)
+                reduce_and_write(X, X, Y, bx, T.get_thread_binding())
 
         return softmax_column_fused
 
@@ -1208,17 +1208,12 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         DX: T.Tensor((O, N, I), dtype),
     ):
         with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
-            tx = T.get_thread_binding()
-            a = T.alloc_local((unroll * cvec,), dtype)
-            b = T.alloc_local((unroll * cvec,), dtype)
-            st = T.alloc_local((_STATE * cvec,), ACCUM)
-            scratch = T.alloc_shared(scratch_shape, ACCUM)
             T.assume(SGO % cvec == 0)
             T.assume(SGN % cvec == 0)
             T.assume(SYO % cvec == 0)
             T.assume(SYN % cvec == 0)
             T.assume(I % cvec == 0)
-            reduce_and_write(G, Yv, DX, a, b, st, scratch, bx, tx)
+            reduce_and_write(G, Yv, DX, bx, T.get_thread_binding())
 
     return softmax_bwd_column_fused
 
