@@ -242,11 +242,12 @@ def fused_column_params(N: int, dtype: torch.dtype, outer: int, inner: int, cvec
     sector or the whole inner extent; when no tile does, the columns are too
     few or too long and the two-step programs, which also split the axis,
     fill the GPU better.  A one-vector-wide tile takes half the threads.
-    (H100, bf16, the fused program against the two steps: 64 x 4096 x 64
-    over the middle axis, forward 54 against 98 us, backward 60 against
-    100 us; 512 x 4096 x 8, 34 against 37 and 55 against 84 us; 4 x 32768 x
-    64, 201 against 80 and 212 against 58 us; 16 x 32768 x 64 with 16-byte
-    tiles, over 354 against 227 us forward.)
+    (H100, bf16, over the middle axis, the fused program against the two
+    steps: backward 64 x 4096 x 64, 60 against 100 us; 512 x 4096 x 8, 55
+    against 84 us; but 4 x 32768 x 64, forward 201 against 80 us and
+    backward 212 against 58; 16 x 32768 x 64 with 16-byte tiles, forward
+    over 354 against 227 us.  The forward on 64 x 4096 x 64 takes 54 us,
+    where the shared-memory slab program it replaced took 94.)
     """
     col_threads = min(FUSED_COLUMN_MAX_COL_THREADS, column_tile(inner, cvec))
     while col_threads >= 1:
