@@ -80,7 +80,7 @@ def test_launch_plans_split_rows_and_columns_to_fill_the_sms() -> None:
 
 
 @pytest.mark.parametrize("shape, why", [
-    ((1, 32768, 8192), "128 tiles of 64 columns are too few blocks"),
+    ((1, 32768, 8192), "128 tiles of 64 columns are too few blocks, and narrower ones walk too long a strip"),
     ((1, 200, 16384), "200 rows are less than one step of 64 lanes x 4"),
 ])
 def test_one_pass_columns_need_enough_tiles_and_rows(shape, why) -> None:
@@ -98,9 +98,24 @@ def test_one_pass_columns_need_16_byte_accesses() -> None:
     assert segments > 1
 
 
-def test_wide_state_reducers_split_columns_into_blocks_of_at_least_eight_steps() -> None:
-    # 64 x 4096 x 64 over the middle axis: 64 tiles of 64 columns, 32 lanes x 4 rows a step.
+def test_one_pass_columns_narrow_their_tiles_on_short_axes() -> None:
+    # 64 x 4096 x 64 over the middle axis: 64 tiles of 64 columns are too few, 256 of 16 are
+    # enough, and a 16-column strip of 4096 rows is 128 KiB.
     columns = torch.empty(64, 1, 64, dtype=torch.bfloat16).expand(64, 4096, 64)
-    assert programs.SumKernel(torch.bfloat16, config={}).launch_plan(columns, 132)[2] == 32
+    for kernel_class in (programs.SumKernel, programs.VarKernel, programs.LogSumExpKernel):
+        name, params, segments = kernel_class(torch.bfloat16, config={}).launch_plan(columns, 132)
+        assert (name, segments, dict(params)["col_threads"], dict(params)["fused"]) == (programs.COLUMN, 1, 2, 1)
+    # 25 x 4096 x 64: only 16-byte tiles would be enough, and they would waste half of
+    # each sector, so the axis is split instead.
+    fewer = torch.empty(25, 1, 64, dtype=torch.bfloat16).expand(25, 4096, 64)
+    name, params, segments = programs.SumKernel(torch.bfloat16, config={}).launch_plan(fewer, 132)
+    assert (dict(params)["fused"], segments > 1) == (0, True)
+
+
+def test_wide_state_reducers_split_columns_into_blocks_of_at_least_eight_steps() -> None:
+    # 64 x 4096 x 64 over the middle axis, split: 64 tiles of 64 columns, 32 lanes x 4 rows a step.
+    columns = torch.empty(64, 1, 64, dtype=torch.bfloat16).expand(64, 4096, 64)
+    split = {"one_pass_col_threads": 0}
+    assert programs.SumKernel(torch.bfloat16, config=split).launch_plan(columns, 132)[2] == 32
     for kernel_class in (programs.VarKernel, programs.LogSumExpKernel, programs.ArgmaxKernel):
-        assert kernel_class(torch.bfloat16, config={}).launch_plan(columns, 132)[2] == 4096 // (32 * 4 * 8)
+        assert kernel_class(torch.bfloat16, config=split).launch_plan(columns, 132)[2] == 4096 // (32 * 4 * 8)

@@ -35,6 +35,10 @@ for _op in OPS:
     # Enough 64- or 32-column tiles for the one-pass column program, the last one partial.
     EXTRA.append((_op, (600, 20000), torch.bfloat16, {"dim": (0,) if _op != "ArgmaxFwdOp" else 0}, "contiguous"))
     EXTRA.append((_op, (3, 700, 4160), torch.float32, {"dim": (1,) if _op != "ArgmaxFwdOp" else 1}, "sliced"))
+    # Few columns over a middle axis: one-pass tiles narrowed to 64 bytes (fp16) and to one
+    # 32-byte sector (fp32, the last tile half full).
+    EXTRA.append((_op, (66, 1500, 96), torch.float16, {"dim": (1,) if _op != "ArgmaxFwdOp" else 1}, "contiguous"))
+    EXTRA.append((_op, (64, 2048, 44), torch.float32, {"dim": (1,) if _op != "ArgmaxFwdOp" else 1}, "contiguous"))
     EXTRA.append((_op, (), torch.float32, {"dim": None}, "contiguous"))
 EXTRA.append(("VarFwdOp", (64, 1000), torch.float32, {"dim": (1,), "correction": 0}, "contiguous"))
 EXTRA.append(("VarFwdOp", (64, 1), torch.float32, {"dim": (1,)}, "contiguous"))  # 1 element: NaN, as torch

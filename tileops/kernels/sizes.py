@@ -18,6 +18,8 @@ THREADS_PER_SM = 2048
 MIN_BLOCK_THREADS = 128
 # The widest global-memory access of one thread (one 128-bit load or store).
 VECTOR_BYTES = 16
+# The memory sector: an access narrower than it still moves the whole sector.
+SECTOR_BYTES = 32
 # Programs take row counts, outer and inner extents and grid sizes as int32: larger
 # inputs are launched in slices of at most this many.
 MAX_EXTENT = 2**31 - 1

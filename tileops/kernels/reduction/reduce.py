@@ -17,8 +17,9 @@ give too few blocks to fill the GPU):
   cover ``col_threads * cvec`` neighbouring inner positions, the other
   ``lanes`` walk the axis; states merge across lanes.  Fused or partial, as
   rows.  When narrow tiles alone give the GPU enough blocks, one fused pass
-  of 128-byte-wide tiles (the kernel's ``one_pass_*`` config) walks the whole
-  axis instead: no partials and no combine launch.
+  walks the whole axis instead, with the kernel's ``one_pass_*`` config
+  (128-byte-wide tiles), or tiles halved down to one 32-byte sector until
+  they are enough: no partials and no combine launch.
 * **combine**: ``P[o, :, i, :]`` merged into ``out[o, i]``; ``group`` threads
   share one output (many segments) or one thread serves one (few).
 """
@@ -32,7 +33,7 @@ import torch
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher, widest_access
 from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
-from tileops.kernels.sizes import ACCUM, check_kernel_args, is_pow2, largest_pow2_divisor, max_vector
+from tileops.kernels.sizes import ACCUM, SECTOR_BYTES, check_kernel_args, is_pow2, largest_pow2_divisor, max_vector
 
 __all__ = [
     "ReductionKernel",
@@ -61,7 +62,13 @@ ROW_BLOCKS_PER_SM = 4
 COLUMN_BLOCKS_PER_SM = 16
 # The one-pass column program needs this many blocks per SM, in eighths (1.5): below it,
 # splitting the axis keeps more loads in flight (32768 x 8192 bf16 column sums: 128
-# one-pass blocks took 243 us, the split program 210).
+# one-pass blocks took 243 us, the split program 210).  Narrower tiles reach it on
+# shapes with few columns (64 x 4096 x 64 bf16 over the middle axis, 32-byte tiles
+# against the split program: sum 18.4 against 24.4 us, variance 22.8 against 27.7,
+# log-sum-exp 30.4 against 35.3; 16 x 4096 x 256: sum 19.3 against 24.2), as long as a
+# block's strip stays short: narrower tiles over long axes measured slower (16384 x
+# 16384: 64-byte tiles 225 us, 128-byte ones 191).
+NARROW_ONE_PASS_BYTES = 128 * 1024
 ONE_PASS_EIGHTHS_PER_SM = 12
 
 ROW = "row"
@@ -560,15 +567,27 @@ class ReductionKernel(Kernel):
                 ("fused", 1))
 
     def _one_pass_plan(self, x: torch.Tensor, cvec: int, sm_count: int) -> Optional[ProgramParams]:
-        """The one-pass column program if ``(O, N, I)`` takes it (16-byte accesses, a full step, enough tiles)."""
+        """The one-pass column program if ``(O, N, I)`` takes it (16-byte accesses, a full step, enough tiles).
+
+        The configured tile width is halved, down to one memory sector a row,
+        until the tiles are enough (``ONE_PASS_EIGHTHS_PER_SM``), while a narrower
+        block's strip of the axis holds at most ``NARROW_ONE_PASS_BYTES``.
+        """
         params = self._one_pass_params()
         if params is None or cvec != self._max_vector:
             return None
         shape = dict(params)
         outer, N, inner = x.shape
-        tiles = outer * -(-inner // (shape["col_threads"] * cvec))
-        full_step = shape["threads"] // shape["col_threads"] * shape["unroll"]
-        return params if N >= full_step and 8 * tiles >= ONE_PASS_EIGHTHS_PER_SM * sm_count else None
+        col_threads = shape["col_threads"]
+        while col_threads * cvec * self.dtype.itemsize >= SECTOR_BYTES:
+            tiles = outer * -(-inner // (col_threads * cvec))
+            full_step = shape["threads"] // col_threads * shape["unroll"]
+            strip_bytes = N * col_threads * cvec * self.dtype.itemsize
+            short = col_threads == shape["col_threads"] or strip_bytes <= NARROW_ONE_PASS_BYTES
+            if short and N >= full_step and 8 * tiles >= ONE_PASS_EIGHTHS_PER_SM * sm_count:
+                return tuple((key, col_threads if key == "col_threads" else value) for key, value in params)
+            col_threads //= 2
+        return None
 
     def _combine_params(self, segments: int) -> ProgramParams:
         # Many segments: a block's threads share one output; few: a thread per output.

@@ -59,6 +59,7 @@ from tileops.kernels.sizes import (
     ACCUM,
     MAX_THREADS,
     MIN_BLOCK_THREADS,
+    SECTOR_BYTES,
     WARP,
     check_kernel_args,
     is_pow2,
@@ -102,8 +103,6 @@ LOG2E = 1.4426950408889634
 FUSED_COLUMN_BYTES = 512 * 1024
 FUSED_COLUMN_MAX_COL_THREADS = 8
 FUSED_COLUMN_SMS_PER_BLOCK = 4
-# The memory sector: a tile narrower than it reads whole sectors and uses part of each.
-SECTOR_BYTES = 32
 # SMs assumed when planning launches for tensors that are not on a GPU (an H100's).
 PLANNING_SM_COUNT = 132
 
