@@ -70,10 +70,11 @@ def test_launch_plans_split_rows_and_columns_to_fill_the_sms() -> None:
     columns = torch.empty(1, 1, 16384, dtype=torch.bfloat16).expand(1, 16384, 16384)
     name, params, segments = kernel.launch_plan(columns, sms)
     assert (name, segments) == (programs.COLUMN, 1)
-    assert dict(params) == {"cvec": 8, "col_threads": 8, "threads": 512, "unroll": 4, "fused": 1}
-    # Argmax never takes one pass: 64 tiles of 256 columns, each split so that the blocks
-    # reach COLUMN_BLOCKS_PER_SM per SM.
-    name, params, segments = programs.ArgmaxKernel(torch.bfloat16, config={}).launch_plan(columns, sms)
+    assert dict(params) == {"cvec": 8, "col_threads": 8, "threads": 256, "unroll": 8, "fused": 1}
+    # Without the one-pass program (col_threads 0): 64 tiles of 256 columns, each split so
+    # that the blocks reach COLUMN_BLOCKS_PER_SM per SM.
+    split_only = programs.ArgmaxKernel(torch.bfloat16, config={"one_pass_col_threads": 0})
+    name, params, segments = split_only.launch_plan(columns, sms)
     tiles = 16384 // (dict(params)["col_threads"] * dict(params)["cvec"])
     assert (name, dict(params)["fused"], dict(params)["col_threads"]) == (programs.COLUMN, 0, 32)
     assert segments == -(-programs.COLUMN_BLOCKS_PER_SM * sms // tiles)
@@ -81,7 +82,7 @@ def test_launch_plans_split_rows_and_columns_to_fill_the_sms() -> None:
 
 @pytest.mark.parametrize("shape, why", [
     ((1, 32768, 8192), "128 tiles of 64 columns are too few blocks, and narrower ones walk too long a strip"),
-    ((1, 200, 16384), "200 rows are less than one step of 64 lanes x 4"),
+    ((1, 200, 16384), "200 rows are less than one step of 32 lanes x 8"),
 ])
 def test_one_pass_columns_need_enough_tiles_and_rows(shape, why) -> None:
     kernel = programs.SumKernel(torch.bfloat16, config={})

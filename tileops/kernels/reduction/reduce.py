@@ -33,7 +33,15 @@ import torch
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher, widest_access
 from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
-from tileops.kernels.sizes import ACCUM, SECTOR_BYTES, check_kernel_args, is_pow2, largest_pow2_divisor, max_vector
+from tileops.kernels.sizes import (
+    ACCUM,
+    MAX_THREADS,
+    SECTOR_BYTES,
+    check_kernel_args,
+    is_pow2,
+    largest_pow2_divisor,
+    max_vector,
+)
 
 __all__ = [
     "ReductionKernel",
@@ -288,6 +296,10 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     exact_init, needs_exact, exact_fold = (macros.get(hook) for hook in ("exact_init", "needs_exact", "exact_fold"))
     lanes = threads // col_threads
     tile = col_threads * cvec
+    # Two blocks an SM: one merging its lanes' states leaves the other loading.  At 512 threads
+    # this caps a thread at 64 registers, which the log-sum-exp fold fits (16384 x 16384 bf16
+    # columns: 187 us, against 200 with the 94 registers it takes uncapped and one block an SM).
+    min_blocks = 2 if threads <= MAX_THREADS // 2 else 1
     tree = _tree_merge(T, spec, macros, W, lanes, col_threads)
     stores = _store_macros(T, spec, macros, out_dtype)
     O = T.dynamic("O")
@@ -300,33 +312,55 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     def position(bounds, step, u, lane):
         return bounds[0] + (step * unroll + u) * lanes + lane
 
-    def loaded(bounds, step, u, lane, i0):
-        return T.And(position(bounds, step, u, lane) < bounds[1], i0 < I)
+    def step_macro(fold_element: Any, last: bool) -> Any:
+        """Macro: fold the ``unroll`` positions of ``step`` in the thread's columns with ``fold_element``.
+
+        Only the ``last`` step of a segment checks its positions against the
+        segment's end: guards on every step cost as many instructions as the
+        arithmetic of the cheap reducers' folds.
+        """
+
+        def in_segment(bounds, step, u, lane):
+            return position(bounds, step, u, lane) < bounds[1] if last else True
+
+        @T.macro
+        def walk_step(X, st, sti, buf, cm, bounds, shift, o, i0, lane, step):
+            for u in T.unroll(unroll):
+                if in_segment(bounds, step, u, lane):
+                    for e in T.vectorized(cvec):
+                        buf[u * cvec + e] = X[o, position(bounds, step, u, lane), i0 + e]
+            if chunk_init is not None:
+                for k in T.unroll(W):
+                    chunk_init(cm, k)
+                for u in T.unroll(unroll):
+                    if in_segment(bounds, step, u, lane):
+                        for k in T.unroll(W):
+                            chunk_fold(cm, k, T.cast(buf[u * cvec + k], ACCUM))
+                for k in T.unroll(W):
+                    rebase(st, k, cm)
+            for u in T.unroll(unroll):
+                if in_segment(bounds, step, u, lane):
+                    for k in T.unroll(W):
+                        fold_element(st, sti, k, T.cast(buf[u * cvec + k], ACCUM), position(bounds, step, u, lane),
+                                     shift[k], cm)
+
+        return walk_step
 
     def segment_walk(fold_element: Any) -> Any:
-        """Macro: fold every element of the thread's columns in the segment ``bounds`` with ``fold_element``."""
+        """Macro: fold every element of the thread's columns in the segment ``bounds`` with ``fold_element``.
+
+        Threads past the last column skip the walk, keeping their initial states.
+        """
+        full_step, last_step = step_macro(fold_element, False), step_macro(fold_element, True)
 
         @T.macro
         def walk(X, st, sti, buf, cm, bounds, shift, o, i0, lane):
-            for step in T.serial(T.ceildiv(bounds[1] - bounds[0], lanes * unroll)):
-                for u in T.unroll(unroll):
-                    if loaded(bounds, step, u, lane, i0):
-                        for e in T.vectorized(cvec):
-                            buf[u * cvec + e] = X[o, position(bounds, step, u, lane), i0 + e]
-                if chunk_init is not None:
-                    for k in T.unroll(W):
-                        chunk_init(cm, k)
-                    for u in T.unroll(unroll):
-                        if loaded(bounds, step, u, lane, i0):
-                            for k in T.unroll(W):
-                                chunk_fold(cm, k, T.cast(buf[u * cvec + k], ACCUM))
-                    for k in T.unroll(W):
-                        rebase(st, k, cm)
-                for u in T.unroll(unroll):
-                    if loaded(bounds, step, u, lane, i0):
-                        for k in T.unroll(W):
-                            fold_element(st, sti, k, T.cast(buf[u * cvec + k], ACCUM), position(bounds, step, u, lane),
-                                         shift[k], cm)
+            if i0 < I:
+                for step in T.serial(T.truncdiv(bounds[1] - bounds[0], lanes * unroll)):
+                    full_step(X, st, sti, buf, cm, bounds, shift, o, i0, lane, step)
+                if T.truncmod(bounds[1] - bounds[0], lanes * unroll) > 0:
+                    last_step(X, st, sti, buf, cm, bounds, shift, o, i0, lane,
+                              T.truncdiv(bounds[1] - bounds[0], lanes * unroll))
 
         return walk
 
@@ -371,6 +405,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
         @T.prim_func
         def reduce_columns(X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype), Y: T.Tensor((O, I), out_dtype)):
             with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
+                T.annotate_min_blocks_per_sm(min_blocks)
                 tx = T.get_thread_binding()
                 buf = T.alloc_local((unroll * cvec,), dtype)
                 cm = T.alloc_local((spec.chunk_locals(W),), ACCUM)
@@ -399,6 +434,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     def reduce_column_segments(X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
                                P: T.Tensor((O, S, I, width), PARTIAL)):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+            T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
             buf = T.alloc_local((unroll * cvec,), dtype)
             cm = T.alloc_local((spec.chunk_locals(W),), ACCUM)
@@ -512,10 +548,12 @@ class ReductionKernel(Kernel):
     reducer: str = "sum"
     # Output dtype; None: the input's.
     out_dtype: Optional[torch.dtype] = None
-    # The one-pass column program's (col_threads, threads, unroll), chosen per reducer on
-    # 16384 x 16384, 4096 x 65536, 8192 x 32768 and 8 x 2048 x 16384 bf16 column
-    # reductions (H100); col_threads 0: always the split program.
-    one_pass: Tuple[int, int, int] = (8, 512, 4)
+    # The one-pass column program's (col_threads, threads, unroll): 128-byte tiles, 256 threads,
+    # 8 rows in flight a lane, the fastest or within 3% of it for every reducer on 16384 x 16384,
+    # 4096 x 65536, 8192 x 32768 and 8 x 2048 x 16384 bf16 column reductions (H100; 16384 x
+    # 16384: sum 181, amax 179, variance 183, log-sum-exp 187, argmax 188 us); col_threads 0:
+    # always the split program.
+    one_pass: Tuple[int, int, int] = (8, 256, 8)
     # The fewest load steps a split column block takes.  Reducers with wide states (the
     # variance, log-sum-exp, argmax) take 8: each block's merge and stored partials cost
     # several steps' worth (64 x 4096 x 64 bf16 over the middle axis: variance 51 -> 31 us,
@@ -677,14 +715,12 @@ class AmaxKernel(ReductionKernel):
     """``y = max(x)`` along the reduced extent (NaN if any element is NaN)."""
 
     reducer = "amax"
-    one_pass = (8, 512, 8)
 
 
 class AminKernel(ReductionKernel):
     """``y = min(x)`` along the reduced extent (NaN if any element is NaN)."""
 
     reducer = "amin"
-    one_pass = (8, 512, 8)
 
 
 class VarKernel(ReductionKernel):
@@ -692,8 +728,6 @@ class VarKernel(ReductionKernel):
 
     reducer = "var"
     min_column_steps = 8
-    # 16384 x 16384 bf16 columns: 196 us, against 252 split.
-    one_pass = (8, 256, 8)
 
 
 class LogSumExpKernel(ReductionKernel):
@@ -708,8 +742,6 @@ class ArgmaxKernel(ReductionKernel):
 
     reducer = "argmax"
     min_column_steps = 8
-    # One pass measured slower than the split program (16384 x 16384 bf16 columns: 321 us against 298).
-    one_pass = (0, 0, 0)
     out_dtype = torch.int64
 
 
