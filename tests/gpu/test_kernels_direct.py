@@ -179,8 +179,9 @@ def test_cumsum_rows(dtype: torch.dtype, N: int, rows: int) -> None:
 @pytest.mark.parametrize("N", [65537, 262144])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cumsum_few_long_rows_every_path_agrees(dtype: torch.dtype, N: int) -> None:
-    """Few long rows take the split scan (default) or the look-back scan; the plain row scan agrees."""
-    split = _kernel(CumsumFwdKernel, N, dtype)
+    """Few long rows take the split scan or the look-back scan (the default of 2- and 4-byte dtypes
+    respectively); the plain row scan agrees."""
+    split = _kernel(CumsumFwdKernel, N, dtype, config={"lookback": 0})
     lookback = _kernel(CumsumFwdKernel, N, dtype, config={"lookback": 1})
     assert split.split_segments > 1 and LOOKBACK_ROW_SCAN in lookback.program_names()
     x = torch.randn(5, N, device="cuda", dtype=dtype)
