@@ -34,7 +34,9 @@ test: $(STAMP)
 	$(PY) -m benchmarks.readme --check
 	$(PY) -m pytest -q -m "not gpu" tests
 
+# The programs the GPU tests launch are compiled first, in parallel (TileLang caches them on disk).
 test-gpu:
+	$(GPU_PY) -m tests.gpu.warmup
 	$(GPU_PY) -m pytest -q -m gpu tests/gpu
 
 bench:

@@ -11,3 +11,25 @@ def test_every_task_runs_in_worker_processes_and_a_failure_sets_the_status():
 
 def test_list_compiles_nothing():
     assert compile_in_parallel("demo", lambda: ["x"], int, ["--list"]) == 0
+
+
+def test_the_combined_warmup_covers_every_family_script():
+    import importlib
+    from pathlib import Path
+
+    from tests.gpu import warmup
+
+    scripts = sorted(path.stem[: -len("_warmup")] for path in Path(warmup.__file__).parent.glob("*_warmup.py"))
+    assert sorted(warmup.FAMILIES) == scripts
+    for family in warmup.FAMILIES:
+        module = importlib.import_module(f"tests.gpu.{family}_warmup")
+        assert callable(module.inventory) and callable(module.compile_one), family
+
+
+def test_a_combined_task_is_compiled_by_its_family(monkeypatch):
+    from tests.gpu import reduction_warmup, warmup
+
+    seen = []
+    monkeypatch.setattr(reduction_warmup, "compile_one", lambda task: seen.append(task) or "done")
+    assert warmup.compile_family_task(("reduction", ("task",))) == "done"
+    assert seen == [("task",)]

@@ -107,7 +107,7 @@ def inventory() -> List[Task]:
     return sorted(tasks, key=repr)
 
 
-def _compile(task: Task) -> float:
+def compile_one(task: Task) -> float:
     module, cls_name, dtype, params, config, spec = task
     began = time.perf_counter()
     cls = getattr(importlib.import_module(module), cls_name)
@@ -116,7 +116,7 @@ def _compile(task: Task) -> float:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return compile_in_parallel(__doc__, inventory, _compile, argv)
+    return compile_in_parallel(__doc__, inventory, compile_one, argv)
 
 
 if __name__ == "__main__":

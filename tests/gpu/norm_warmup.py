@@ -88,7 +88,7 @@ def inventory() -> List[Task]:
     return sorted(tasks, key=repr)
 
 
-def _compile(task: Task) -> float:
+def compile_one(task: Task) -> float:
     import importlib
 
     module, cls_name, N, dtype, eps, config, name, shape = task
@@ -103,7 +103,7 @@ def _compile(task: Task) -> float:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return compile_in_parallel(__doc__, inventory, _compile, argv)
+    return compile_in_parallel(__doc__, inventory, compile_one, argv)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ def _tasks_for(op: Any, x: torch.Tensor) -> List[Task]:
     return tasks
 
 
-def collect() -> List[Task]:
+def inventory() -> List[Task]:
     from codegen import load_manifest
     from tests.gpu import test_reduction as t
     from tests.op_checks import build_op, make_inputs
@@ -65,7 +65,7 @@ def collect() -> List[Task]:
     return sorted(tasks)
 
 
-def compile_task(task: Task) -> str:
+def compile_one(task: Task) -> str:
     from tileops.kernels.reduction import reduce as programs
 
     cls_name, dtype, correction, name, params = task
@@ -75,7 +75,7 @@ def compile_task(task: Task) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return compile_in_parallel(__doc__, collect, compile_task, argv)
+    return compile_in_parallel(__doc__, inventory, compile_one, argv)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def inventory() -> List[Task]:
     return list(dict.fromkeys(tasks))
 
 
-def compile_task(task: Task) -> None:
+def compile_one(task: Task) -> None:
     import importlib
 
     module, class_name, N, dtype, config, program = task
@@ -83,7 +83,7 @@ def compile_task(task: Task) -> None:
     cls(N, getattr(torch, dtype), config=dict(config)).compile_program(program)
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return compile_in_parallel(__doc__, inventory, compile_task, argv)
+    return compile_in_parallel(__doc__, inventory, compile_one, argv)
 
 
 if __name__ == "__main__":

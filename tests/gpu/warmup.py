@@ -1,9 +1,12 @@
-"""The command shared by the ``*_warmup`` scripts: compile a family's programs in parallel processes.
+"""Compile the programs of the GPU tests and timings in parallel processes, before the tests run.
 
-Each script lists the programs its GPU tests and timings launch (``inventory``) and
-how to compile one (``compile_one``, raising on failure); TileLang keeps the results
-in its on-disk cache, so the tests load them afterwards instead of compiling one
-after another.
+    python -m tests.gpu.warmup [--workers 16] [--list]      # every family (``make test-gpu``)
+    python -m tests.gpu.<family>_warmup [--workers 16]       # one family
+
+Each family's script lists the programs its GPU tests and timings launch
+(``inventory``) and how to compile one (``compile_one``, raising on failure);
+TileLang keeps the results in its on-disk cache, so the tests load them
+afterwards instead of compiling one after another.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 logger = logging.getLogger("tests.gpu.warmup")
 
@@ -47,3 +50,32 @@ def compile_in_parallel(description: str, inventory: Callable[[], Sequence[Any]]
         logger.error("failed %s: %s", task, error)
     logger.info("compiled %d programs in %.0f s, %d failures", len(tasks), time.perf_counter() - began, len(failures))
     return 1 if failures else 0
+
+
+# Every family's warm-up module, ``tests.gpu.<family>_warmup``.
+FAMILIES = ("elementwise", "norm", "reduction", "scan", "softmax")
+
+
+def _family_module(family: str) -> Any:
+    import importlib
+
+    return importlib.import_module(f"tests.gpu.{family}_warmup")
+
+
+def every_family_inventory() -> List[Tuple[str, Any]]:
+    """``(family, task)`` for the programs of every family, so that one pool compiles them all."""
+    return [(family, task) for family in FAMILIES for task in _family_module(family).inventory()]
+
+
+def compile_family_task(item: Tuple[str, Any]) -> Any:
+    """Compile one ``(family, task)`` with its family's ``compile_one`` (in a worker process)."""
+    family, task = item
+    return _family_module(family).compile_one(task)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return compile_in_parallel(__doc__, every_family_inventory, compile_family_task, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
