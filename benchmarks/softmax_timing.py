@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -184,10 +183,7 @@ def inventory() -> List[Tuple[Any, List[Tuple[str, Any]]]]:
     for workload in workloads():
         op = build_op(workload)
         kernel = op._build_kernel(op.kernel_key, (0,))
-        shape = workload.shapes[0]
-        dim = workload.dim % len(shape)
-        specs = kernel.program_specs(math.prod(shape[dim + 1:]), outer=math.prod(shape[:dim]))
-        found.append((kernel, specs))
+        found.append((kernel, kernel.program_specs_for(workload.shapes[0], workload.dim)))
     for (name, N, dtype), configs in SWEEPS.items():
         for config in configs:
             op = build_op(Workload(name, "", ((1, N),), dtype, -1))

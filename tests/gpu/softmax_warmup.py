@@ -57,9 +57,7 @@ def inventory() -> List[Task]:
             op = build_op(case)
             kernel = op._build_kernel(op.kernel_key, (0,))
             shape = next(iter(shapes.values()))
-            dim = op.dim % len(shape)
-            specs = kernel.program_specs(math.prod(shape[dim + 1:]), outer=math.prod(shape[:dim]))
-            tasks.update(_task(kernel, n, p) for n, p in specs)
+            tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs_for(shape, op.dim))
             continue
         tasks.update(_op_programs(build_op(case), make_inputs(_spec(case.op), case, "cpu", generator)))
     for fwd, bwd, _ in t.PAIRS.values():
@@ -81,9 +79,7 @@ def inventory() -> List[Task]:
     for shape, dim in t._big_case_shapes():
         op = t._op("SoftmaxFwdOp", shape[dim], torch.bfloat16, dim)
         kernel = op._build_kernel(op.kernel_key, (0,))
-        axis = dim % len(shape)
-        specs = kernel.program_specs(math.prod(shape[axis + 1:]), outer=math.prod(shape[:axis]))
-        tasks.update(_task(kernel, n, p) for n, p in specs)
+        tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs_for(shape, dim))
     for kernel, specs in softmax_timing.inventory():
         tasks.update(_task(kernel, n, p) for n, p in specs)
     return sorted(tasks, key=repr)

@@ -48,8 +48,9 @@ A slice whose maximum is ``-inf`` (all ``-inf``) gives NaN, as PyTorch does.
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
+import math
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -1324,6 +1325,11 @@ class SoftmaxFamilyKernel(Kernel):
         cvec = largest_pow2_divisor(inner, max_vector(self.dtype)) if vector is None else vector
         names, params = self.column_programs(outer, inner, cvec, sm_count)
         return [(name, params) for name in names]
+
+    def program_specs_for(self, shape: Sequence[int], dim: int) -> List[Tuple[str, ProgramParams]]:
+        """``program_specs`` of an aligned contiguous tensor of ``shape`` taken over axis ``dim``."""
+        axis = dim % len(shape)
+        return self.program_specs(math.prod(shape[axis + 1:]), outer=math.prod(shape[:axis]))
 
     def compile_program(self, name: str, params: ProgramParams, config: Optional[Dict[str, Any]] = None,
                         target: Any = "auto") -> Any:
