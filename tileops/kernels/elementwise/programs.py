@@ -263,17 +263,43 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
     def valid(u, bx, tx):
         return bx * tile + u * threads + tx < D0 * D1 * T.truncdiv(D2, vector)
 
-    @T.macro
-    def load(src, buf, inner, bx, tx):
-        for u in T.unroll(unroll):
-            if valid(u, bx, tx):
-                if inner:
+    def tile_macro(guarded: bool) -> Any:
+        """Macro: load both operands' vectors of this thread, apply ``fn`` and store.
+
+        Only a grid's last block (``guarded``) checks each vector against the
+        end: without checks the loads and the store share one block of code, so
+        the two divisions locating a vector are done once instead of per access.
+        """
+
+        def in_range(u, bx, tx):
+            return valid(u, bx, tx) if guarded else True
+
+        @T.macro
+        def load(src, buf, inner, bx, tx):
+            for u in T.unroll(unroll):
+                if in_range(u, bx, tx):
+                    if inner:
+                        for k in T.vectorized(vector):
+                            buf[u * vector + k] = src[position(u, bx, tx)[0], position(u, bx, tx)[1],
+                                                      position(u, bx, tx)[2] + k]
+                    else:
+                        for k in T.vectorized(vector):
+                            buf[u * vector + k] = src[position(u, bx, tx)[0], position(u, bx, tx)[1]]
+
+        @T.macro
+        def apply(A, B, Y, a, b, bx, tx):
+            load(A, a, a_inner, bx, tx)
+            load(B, b, b_inner, bx, tx)
+            for u in T.unroll(unroll):
+                if in_range(u, bx, tx):
                     for k in T.vectorized(vector):
-                        buf[u * vector + k] = src[position(u, bx, tx)[0], position(u, bx, tx)[1],
-                                                  position(u, bx, tx)[2] + k]
-                else:
-                    for k in T.vectorized(vector):
-                        buf[u * vector + k] = src[position(u, bx, tx)[0], position(u, bx, tx)[1]]
+                        Y[position(u, bx, tx)[0], position(u, bx, tx)[1], position(u, bx, tx)[2] + k] = _rounded(
+                            T, fn, dtype, 0, a[u * vector + k], b[u * vector + k]
+                        )
+
+        return apply
+
+    full_tile, last_tile = tile_macro(False), tile_macro(True)
 
     @T.prim_func
     def elementwise_broadcast(
@@ -294,13 +320,9 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
                 T.assume(SB1 % vector == 0)
             T.assume(SY0 % vector == 0)
             T.assume(SY1 % vector == 0)
-            load(A, a, a_inner, bx, tx)
-            load(B, b, b_inner, bx, tx)
-            for u in T.unroll(unroll):
-                if valid(u, bx, tx):
-                    for k in T.vectorized(vector):
-                        Y[position(u, bx, tx)[0], position(u, bx, tx)[1], position(u, bx, tx)[2] + k] = _rounded(
-                            T, fn, dtype, 0, a[u * vector + k], b[u * vector + k]
-                        )
+            if (bx + 1) * tile <= D0 * D1 * T.truncdiv(D2, vector):
+                full_tile(A, B, Y, a, b, bx, tx)
+            else:
+                last_tile(A, B, Y, a, b, bx, tx)
 
     return _finish(elementwise_broadcast)
