@@ -73,6 +73,9 @@ def inventory() -> List[Task]:
         add(kernel_tasks(_op_kernel("LayerNormFwdOp", N, dtype, 1e-5)))
         add(kernel_tasks(_op_kernel("LayerNormBwdOp", N, dtype, 1e-5), {"has_weight": weight}))
         add(kernel_tasks(_op_kernel("LayerNormBwdOp", N, dtype, 1e-5)))
+    for rows, N, dtype in t.SCHEDULE_CASES:
+        for kernel in t.schedule_kernels(N, dtype):
+            add(kernel_tasks(kernel))
     for N in t.FUSED_SIZES:
         for dtype in t.FUSED_DTYPES:
             add(kernel_tasks(_op_kernel("FusedAddRMSNormFwdOp", N, dtype, 1e-6)))

@@ -15,7 +15,7 @@ in parallel first, so the tests find them in TileLang's cache.
 """
 
 import math
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import pytest
 import torch
@@ -42,7 +42,12 @@ GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
     (5, 4097, torch.bfloat16),
     (5, 65537, torch.float16),
     (3, 65537, torch.float32),
+    # Streamed rows, several to a row group (more rows than groups).
+    (300, 20000, torch.float32),
+    (400, 32768, torch.bfloat16),
 ]
+# Streamed rows whose backward is run under both schedules (see ``stream_overlap``).
+SCHEDULE_CASES = GRAD_CASES[-2:]
 # Which affine tensors LayerNorm gets, (weight, bias); every combination on a few cases.
 AFFINES = [(True, True), (False, False), (True, False), (False, True)]
 AFFINE_CASES = [GRAD_CASES[1], GRAD_CASES[3], GRAD_CASES[6], GRAD_CASES[9]]
@@ -125,6 +130,38 @@ def test_layer_norm_gradients_match_autograd(rows, N, dtype, affine):
         torch.testing.assert_close(direct[1], ours[1].grad, rtol=0, atol=0)
     if bias is not None:
         torch.testing.assert_close(direct[2], ours[2].grad, rtol=0, atol=0)
+
+
+def schedule_kernels(N: int, dtype: torch.dtype) -> List[Any]:
+    """The LayerNorm and RMSNorm backward kernels for ``N``, with the next row summed during the
+    write walk and without."""
+    from tileops.kernels.norm.layer_norm import LayerNormBwdKernel
+    from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
+
+    return [cls(N, dtype, eps=1e-5, config={"stream_overlap": overlap})
+            for cls in (LayerNormBwdKernel, RMSNormBwdKernel) for overlap in (0, 1)]
+
+
+@pytest.mark.parametrize("rows, N, dtype", SCHEDULE_CASES, ids=str)
+def test_streamed_backward_schedules_agree(rows, N, dtype):
+    """Both schedules add the same terms in the same order: their results are bitwise equal."""
+    generator = torch.Generator().manual_seed(rows + 3 * N)
+    x = (_randn(rows, N, dtype=torch.float32, generator=generator) * 2 + 3).to(dtype)
+    weight, grad = _randn(N, dtype=dtype, generator=generator), _randn(rows, N, dtype=dtype, generator=generator)
+    results = []
+    for kernel in schedule_kernels(N, dtype):
+        assert kernel.main_program() == "norm_bwd_streamed"
+        grads = [torch.empty_like(x)] + [torch.empty(N, device="cuda", dtype=dtype) for _ in range(kernel.accumulators)]
+        kernel.forward(grad, x, weight, *grads)
+        results.append(grads)
+    layer_apart, layer_overlap, rms_apart, rms_overlap = results
+    for apart, overlap in ((layer_apart, layer_overlap), (rms_apart, rms_overlap)):
+        for mine, theirs in zip(overlap, apart):
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+    wide = _leaves([x, weight], torch.float64)
+    torch.nn.functional.rms_norm(wide[0], (N,), wide[1], 1e-5).backward(grad.double())
+    for mine, theirs in zip(rms_overlap, wide):
+        assert_close(mine, theirs.grad, dtype)
 
 
 def _double(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:

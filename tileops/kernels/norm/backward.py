@@ -80,7 +80,7 @@ def resident_cap(dtype: torch.dtype, layer: bool) -> int:
     return 4 if layer and dtype == torch.float32 else 8
 
 
-def norm_bwd_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
+def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False) -> Dict[str, int]:
     """Two 16-byte vectors of each tensor per thread (one for rows under 2048 elements, which then
     keep their partial sums in registers); streamed rows: 512 threads, four vectors in flight.
 
@@ -92,11 +92,16 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     registers when the partial sums live in memory (longer rows are streamed).
     ``sm_threads``: threads of the row program an SM must hold at once; it caps
     the registers of a thread (1024 threads: 64 each), and the persistent grid
-    is sized to it."""
+    is sized to it.
+
+    ``stream_overlap`` (streamed rows): sum the next row during the walk that writes
+    this one (see ``_streamed_bwd_program``); on for LayerNorm only.  (Measured on
+    H100, bf16 8192x32768: LayerNorm 854 us against 908 with the two walks apart;
+    RMSNorm 775 against 645, its second reads of a row then missing L2 more often.)"""
     vector_elems = max_vector(dtype)
     per_thread = 2 * vector_elems if N >= 2048 else vector_elems
     return {"per_thread": max(per_thread, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 4,
-            "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024}
+            "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024, "stream_overlap": int(layer)}
 
 
 def group_columns(layout: Any) -> int:
@@ -438,8 +443,16 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
 
 
 def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, layer: bool, has_weight: bool,
-                          smem_slots: Tuple[int, ...], register_groups: Tuple[int, ...], blocks_per_sm: int) -> Any:
-    """``register_groups``: column groups of each partial sum held in registers (see ``_accumulator_macros``)."""
+                          smem_slots: Tuple[int, ...], register_groups: Tuple[int, ...], blocks_per_sm: int,
+                          overlap: bool) -> Any:
+    """A row group walks each of its rows twice: once for the row sums, then again (mostly from L2)
+    to write the gradient and add the partial-sum terms.
+
+    ``overlap``: the first walk of the next row rides along the second walk of this one, so the
+    next row's loads from memory are in flight while this row is written, and a block-wide sum
+    parts the rows only once.  Else each row is summed, then written, in turn (its second walk
+    in reverse order, the chunks read last being the likeliest L2 hits).
+    ``register_groups``: column groups of each partial sum held in registers (see ``_accumulator_macros``)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
@@ -491,65 +504,91 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
             walk["load_step_vector"](W, wb, step, tx)
 
     @T.macro
-    def reduce_rms(G, X, W, gb, xb, wb, st, scratch, slot, row, tx):
-        st[0] = T.cast(0, ACCUM)
-        st[1] = T.cast(0, ACCUM)
-        for step in T.serial(steps):
-            load_all(G, X, W, gb, xb, wb, row, step, tx)
-            for i in T.unroll(unroll * vector):  # missing elements are zeros and add nothing
-                st[0] = st[0] + f32(xb[i]) * f32(xb[i])
-                st[1] = st[1] + scaled(gb[i], wb[i]) * f32(xb[i])
-        row_sum(st, 0, scratch, slot, tx)
-        st[0] = T.rsqrt(st[0] * inv_n + eps)
-        st[1] = st[1] * st[0] * st[0] * inv_n
+    def start_sums(X, first, st, row):
+        if layer:
+            # Sums of x - shift: the row's first element is close enough to the mean to
+            # keep the variance from cancelling.  (A vector load: a scalar access at a row
+            # start trips TileLang's pointer-type rewrite for N = 2**15.)
+            for k in T.vectorized(vector):
+                first[k] = X[row, k]
+            st[4] = f32(first[0])
+        for v in T.unroll(sums):
+            st[v] = T.cast(0, ACCUM)
 
     @T.macro
-    def reduce_layer(G, X, W, gb, xb, wb, first, st, scratch, slot, row, tx):
-        # Sums of x - shift: the row's first element is close enough to the mean to
-        # keep the variance from cancelling.
-        # (A vector load: a scalar access at a row start trips TileLang's pointer-type rewrite for N = 2**15.)
-        for k in T.vectorized(vector):
-            first[k] = X[row, k]
-        st[4] = f32(first[0])
-        for v in T.unroll(4):
-            st[v] = T.cast(0, ACCUM)
-        for step in T.serial(steps):
-            load_all(G, X, W, gb, xb, wb, row, step, tx)
+    def add_sums(gb, xb, wb, st, step, tx):
+        """Add one step of a row to its sums (missing elements are zeros)."""
+        if layer:
             for u in T.unroll(unroll):
-                if valid(step, u, tx):
+                if valid(step, u, tx):  # the shifted terms of a missing element are not zero
                     for k in T.unroll(vector):
                         st[0] = st[0] + (f32(xb[u * vector + k]) - st[4])
                         st[1] = st[1] + (f32(xb[u * vector + k]) - st[4]) * (f32(xb[u * vector + k]) - st[4])
                         st[2] = st[2] + scaled(gb[u * vector + k], wb[u * vector + k])
                         st[3] = st[3] + scaled(gb[u * vector + k], wb[u * vector + k]) * (
                             f32(xb[u * vector + k]) - st[4])
+        else:
+            for i in T.unroll(unroll * vector):
+                st[0] = st[0] + f32(xb[i]) * f32(xb[i])
+                st[1] = st[1] + scaled(gb[i], wb[i]) * f32(xb[i])
+
+    @T.macro
+    def finish_sums(st, scratch, slot, tx):
+        """Sum the row's terms over the block and leave the state ``_element_math`` reads."""
         row_sum(st, 0, scratch, slot, tx)
-        st[5] = st[4] + st[0] * inv_n  # mean
-        st[6] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
-        st[3] = st[6] * (st[3] - (st[5] - st[4]) * st[2]) * inv_n  # mean(gw * xhat)
-        st[2] = st[2] * inv_n  # mean(gw)
+        if layer:
+            st[5] = st[4] + st[0] * inv_n  # mean
+            st[6] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
+            st[3] = st[6] * (st[3] - (st[5] - st[4]) * st[2]) * inv_n  # mean(gw * xhat)
+            st[2] = st[2] * inv_n  # mean(gw)
+        else:
+            st[0] = T.rsqrt(st[0] * inv_n + eps)
+            st[1] = st[1] * st[0] * st[0] * inv_n
+
+    @T.macro
+    def reduce_row(G, X, W, gb, xb, wb, first, st, scratch, slot, row, tx):
+        start_sums(X, first, st, row)
+        for step in T.serial(steps):
+            load_all(G, X, W, gb, xb, wb, row, step, tx)
+            add_sums(gb, xb, wb, st, step, tx)
+        finish_sums(st, scratch, slot, tx)
+
+    @T.macro
+    def write_step(DX, PW, PB, acc_smem, accr, gb, xb, wb, st, row, step, block, tx, tmp):
+        """Write one step of the row's gradient and add its terms to the partial sums."""
+        for u in T.unroll(unroll):
+            if valid(step, u, tx):
+                if layer:
+                    for k in T.vectorized(vector):
+                        DX[row, column(step, u, tx) + k] = layer_grad(
+                            gb[u * vector + k], xb[u * vector + k], wb[u * vector + k], st)
+                else:
+                    for k in T.vectorized(vector):
+                        DX[row, column(step, u, tx) + k] = rms_grad(
+                            gb[u * vector + k], xb[u * vector + k], wb[u * vector + k], st)
+                g = step * unroll + u
+                if layer:
+                    acc_add_group(acc_smem, accr, PW, PB, 0, block, g, tx, layer_weight_term, gb, xb, st, u * vector, tmp)
+                    acc_add_group(acc_smem, accr, PW, PB, 1, block, g, tx, bias_term, gb, xb, st, u * vector, tmp)
+                else:
+                    acc_add_group(acc_smem, accr, PW, PB, 0, block, g, tx, rms_weight_term, gb, xb, st, u * vector, tmp)
 
     @T.macro
     def write_row(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, st, row, block, tx, tmp):
-        # Reverse order: the chunks read last are the likeliest L2 hits.
         for back in steps_loop(steps):
             load_all(G, X, W, gb, xb, wb, row, steps - 1 - back, tx)
-            for u in T.unroll(unroll):
-                if valid(steps - 1 - back, u, tx):
-                    if layer:
-                        for k in T.vectorized(vector):
-                            DX[row, column(steps - 1 - back, u, tx) + k] = layer_grad(
-                                gb[u * vector + k], xb[u * vector + k], wb[u * vector + k], st)
-                    else:
-                        for k in T.vectorized(vector):
-                            DX[row, column(steps - 1 - back, u, tx) + k] = rms_grad(
-                                gb[u * vector + k], xb[u * vector + k], wb[u * vector + k], st)
-                    g = (steps - 1 - back) * unroll + u
-                    if layer:
-                        acc_add_group(acc_smem, accr, PW, PB, 0, block, g, tx, layer_weight_term, gb, xb, st, u * vector, tmp)
-                        acc_add_group(acc_smem, accr, PW, PB, 1, block, g, tx, bias_term, gb, xb, st, u * vector, tmp)
-                    else:
-                        acc_add_group(acc_smem, accr, PW, PB, 0, block, g, tx, rms_weight_term, gb, xb, st, u * vector, tmp)
+            write_step(DX, PW, PB, acc_smem, accr, gb, xb, wb, st, row, steps - 1 - back, block, tx, tmp)
+
+    @T.macro
+    def write_row_sum_next(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, gn, xn, first, st, sn, row, next_row,
+                           block, tx, tmp):
+        start_sums(X, first, sn, next_row)
+        for step in steps_loop(steps):
+            load_all(G, X, W, gb, xb, wb, row, step, tx)
+            walk["load_step"](G, gn, next_row, step, tx)
+            walk["load_step"](X, xn, next_row, step, tx)
+            write_step(DX, PW, PB, acc_smem, accr, gb, xb, wb, st, row, step, block, tx, tmp)
+            add_sums(gn, xn, wb, sn, step, tx)
 
     @T.macro
     def body(G, X, W, DX, PW, PB):
@@ -566,13 +605,25 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
             acc_smem = T.alloc_shared((max(sum(smem_slots), 1),), ACCUM)
             accr = T.alloc_local((max(sum(register_groups), 1) * vector,), ACCUM)
             reset_partials(acc_smem, accr, PW, PB, block, tx)
-            for it in T.serial(T.ceildiv(M, Q)):
-                if it * Q + block < M:  # the same for the whole block
-                    if layer:
-                        reduce_layer(G, X, W, gb, xb, wb, first, st, scratch, it % 2, it * Q + block, tx)
-                    else:
-                        reduce_rms(G, X, W, gb, xb, wb, st, scratch, it % 2, it * Q + block, tx)
-                    write_row(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, st, it * Q + block, block, tx, tmp)
+            if overlap:
+                gn = T.alloc_local((unroll * vector,), dtype)
+                xn = T.alloc_local((unroll * vector,), dtype)
+                sn = T.alloc_local((8,), ACCUM)
+                if block < M:  # the same for the whole block
+                    reduce_row(G, X, W, gb, xb, wb, first, st, scratch, 0, block, tx)
+                for it in T.serial(T.ceildiv(M, Q)):
+                    if it * Q + block < M:
+                        # After its last row the group sums that row again (L2 hits) and drops the sums.
+                        write_row_sum_next(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, gn, xn, first, st, sn,
+                                           it * Q + block, T.min(it * Q + block + Q, M - 1), block, tx, tmp)
+                        finish_sums(sn, scratch, (it + 1) % 2, tx)
+                        for v in T.unroll(8):
+                            st[v] = sn[v]
+            else:
+                for it in T.serial(T.ceildiv(M, Q)):
+                    if it * Q + block < M:
+                        reduce_row(G, X, W, gb, xb, wb, first, st, scratch, it % 2, it * Q + block, tx)
+                        write_row(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, st, it * Q + block, block, tx, tmp)
             flush_partials(acc_smem, accr, PW, PB, block, tx)
 
     return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body)
@@ -622,13 +673,15 @@ class NormBwdKernel(RowNormKernel):
 
     @property
     def default_config(self) -> Dict[str, Any]:
-        return norm_bwd_default_config(self.N, self.dtype)
+        return norm_bwd_default_config(self.N, self.dtype, self.layer)
 
     @property
     def autotune_configs(self) -> List[Dict[str, Any]]:
         vector_elems = max_vector(self.dtype)
         streams = tuple({"stream_threads": threads, "stream_unroll": unroll}
                         for threads, unroll in ((512, 2), (512, 4), (1024, 1), (1024, 4)))
+        if isinstance(self.layout(), StreamLayout):  # the other schedule of the default streamed layout
+            streams += ({"stream_overlap": 1 - self.default_config["stream_overlap"]},)
         return self._autotune_candidates((vector_elems // 2, vector_elems, 2 * vector_elems), streams)
 
     def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
@@ -690,7 +743,7 @@ class NormBwdKernel(RowNormKernel):
                                          self.blocks_per_sm(layout, config))
         return _streamed_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight,
                                      self.smem_slots(layout), self.register_groups(layout),
-                                     self.blocks_per_sm(layout, config))
+                                     self.blocks_per_sm(layout, config), bool(config["stream_overlap"]))
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
         return [(self.main_program(), (("has_weight", True),)), (COLUMN_SUM, ())]
