@@ -193,7 +193,10 @@ def test_backward_launches_rows_then_column_sums(monkeypatch: pytest.MonkeyPatch
     partial_w, partial_b = rows_args[3], rows_args[4]
     assert partial_w.shape == partial_b.shape == (kernel.partial_rows(300, x.device), 4096)
     assert partial_w.dtype == torch.float32
-    assert [(name, args[1]) for name, _, args in sums] == [(COLUMN_SUM, grad_weight), (COLUMN_SUM, grad_bias)]
+    [(sum_name, _, sum_args)] = sums
+    assert sum_name == COLUMN_SUM and sum_args[1] is grad_weight and sum_args[2] is grad_bias
+    assert sum_args[0].shape == (2, *partial_w.shape)
+    assert sum_args[0][0].data_ptr() == partial_w.data_ptr() and sum_args[0][1].data_ptr() == partial_b.data_ptr()
 
 
 def test_backward_of_no_rows_zeroes_the_affine_gradients(monkeypatch: pytest.MonkeyPatch) -> None:

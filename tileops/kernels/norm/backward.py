@@ -23,7 +23,7 @@ The row statistics are recomputed from ``x``.  Two launches per call:
    shared memory as far as it holds them, and the rest in registers (streamed
    rows of a few steps, e.g. LayerNorm's bias sums of a 32768-wide row) or in
    the block's own row of the partials buffer, which then stays in L2.
-2. **column sum**: the ``Q`` partial rows summed per column into the gradient.
+2. **column sum**: the ``Q`` partial rows summed per column into the gradients (one launch).
 
 No atomics: every partial sum has one owner and a fixed summation order, so
 results are reproducible.
@@ -735,7 +735,7 @@ class NormBwdKernel(RowNormKernel):
     def build_program(self, name: str, config: Dict[str, Any], *, has_weight: bool = True) -> Any:
         dtype = torch_dtype_to_tl(self.dtype)
         if name == COLUMN_SUM:
-            return column_sum_program(self.N, dtype)
+            return column_sum_program(self.N, dtype, self.accumulators)
         layout = self.layout(config)
         if isinstance(layout, RowLayout):
             smem = None if self.partials_in_registers(layout) else self.smem_slots(layout)
@@ -793,7 +793,5 @@ class NormBwdKernel(RowNormKernel):
                 launch(grad_y[start:stop], x[start:stop], *affine, grad_x[start:stop],
                        *(partials[a, first:first + count] for a in range(self.accumulators)))
                 first += count
-        column_sum = self.launcher(COLUMN_SUM)
-        for a, grad in enumerate(grads):
-            column_sum(partials[a], grad)
+        self.launcher(COLUMN_SUM)(partials, *grads)
         return grad_x

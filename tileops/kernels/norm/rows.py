@@ -255,21 +255,27 @@ def stream_macros(T: Any, layout: StreamLayout) -> Dict[str, Any]:
     return {"column": column, "valid": valid, "load_step": load_step, "load_step_vector": load_step_vector}
 
 
-def column_sum_program(N: int, dtype: str) -> Any:
-    """``out[j] = sum_q P[q, j]``: float32 partial sums of ``Q`` rows reduced to one row of ``dtype``.
+def column_sum_program(N: int, dtype: str, count: int = 1) -> Any:
+    """``out_a[j] = sum_q P[a, q, j]`` for each of ``count`` (1 or 2) partial sums: float32 partial
+    sums of ``Q`` rows reduced to one row of ``dtype`` each, in one launch.
 
-    A block covers 32 columns with 32 row lanes; the summation order is fixed,
-    so results are reproducible run to run.
+    A block covers 32 columns of one partial sum with 32 row lanes; the
+    summation order is fixed, so results are reproducible run to run.  (One
+    launch for both of LayerNorm's sums rather than one each: the grid of a
+    4096-wide row has 128 blocks per sum, too few to keep the GPU's loads in
+    flight, and the second launch waited on the first.)
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
+    if count not in (1, 2):
+        raise ValueError(f"column_sum: {count} partial sums (1 or 2 are built)")
     Q = T.dynamic("Q")
     lanes = WARP
     step_rows = lanes * COLUMN_UNROLL
 
-    @T.prim_func
-    def norm_column_sum(P: T.Tensor((Q, N), ACCUM), Out: T.Tensor((N,), dtype)):
-        with T.Kernel(T.ceildiv(N, WARP), threads=WARP * lanes) as bx:
+    @T.macro
+    def body(P, out_first, out_second):
+        with T.Kernel(T.ceildiv(N, WARP), count, threads=WARP * lanes) as (bx, a):
             tx = T.get_thread_binding()
             acc = T.alloc_local((COLUMN_UNROLL,), ACCUM)
             scratch = T.alloc_shared((lanes, WARP + 1), ACCUM)
@@ -281,7 +287,7 @@ def column_sum_program(N: int, dtype: str) -> Any:
                 for s in T.serial(T.ceildiv(Q, step_rows)):
                     for u in T.unroll(COLUMN_UNROLL):
                         if s * step_rows + u * lanes + lane < Q:
-                            acc[u] = acc[u] + P[s * step_rows + u * lanes + lane, col]
+                            acc[u] = acc[u] + P[a, s * step_rows + u * lanes + lane, col]
             for u in T.unroll(1, COLUMN_UNROLL):
                 acc[0] = acc[0] + acc[u]
             scratch[lane, tx % WARP] = acc[0]
@@ -289,9 +295,27 @@ def column_sum_program(N: int, dtype: str) -> Any:
             if lane == 0 and col < N:
                 for r in T.unroll(1, lanes):
                     acc[0] = acc[0] + scratch[r, tx % WARP]
-                Out[col] = T.cast(acc[0], dtype)
+                if count == 1:
+                    out_first[col] = T.cast(acc[0], dtype)
+                elif a == 0:
+                    out_first[col] = T.cast(acc[0], dtype)
+                else:
+                    out_second[col] = T.cast(acc[0], dtype)
 
-    return norm_column_sum
+    if count == 1:
+
+        @T.prim_func
+        def norm_column_sum(P: T.Tensor((1, Q, N), ACCUM), Out: T.Tensor((N,), dtype)):
+            body(P, Out, None)
+
+        return norm_column_sum
+
+    @T.prim_func
+    def norm_column_sums(P: T.Tensor((2, Q, N), ACCUM), OutFirst: T.Tensor((N,), dtype),
+                         OutSecond: T.Tensor((N,), dtype)):
+        body(P, OutFirst, OutSecond)
+
+    return norm_column_sums
 
 
 # ---- kernel base -----------------------------------------------------------------------------
