@@ -86,13 +86,39 @@ def test_streamed_partial_sums_past_shared_memory_go_to_registers(cls, N, dtype,
 def test_backward_launches_as_many_row_groups_as_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(NormBwdKernel, "sm_count", lambda self, device: 132)
     resident = RMSNormBwdKernel(4096, torch.bfloat16)  # 256 threads a row, 1024 threads per SM
-    assert resident.partial_rows(32768, torch.device("cpu")) == 4 * 132
+    assert resident.partial_rows(4 * 132 * 8, torch.device("cpu")) == 4 * 132
     assert resident.partial_rows(3, torch.device("cpu")) == 3
     tiny = LayerNormBwdKernel(3, torch.float32)  # many rows per block; whole blocks only
     layout = tiny.layout()
     assert tiny.partial_rows(1, torch.device("cpu")) == layout.rows_per_block
     wide = RMSNormBwdKernel(32768, torch.bfloat16)  # streamed, 128 KiB of partial sums: one block per SM
-    assert wide.partial_rows(8192, torch.device("cpu")) == 132
+    assert wide.partial_rows(132 * 62, torch.device("cpu")) == 132
+
+
+@pytest.mark.parametrize("rows", [1, 131, 132, 133, 527, 528, 529, 8192, 16384, 32768, 32769, 10**6])
+@pytest.mark.parametrize("cls, N, dtype", [
+    (RMSNormBwdKernel, 4096, torch.bfloat16),  # resident, one row a block
+    (LayerNormBwdKernel, 3, torch.float32),  # resident, many rows a block
+    (RMSNormBwdKernel, 32768, torch.bfloat16),  # streamed
+])
+def test_backward_row_groups_share_the_rows_evenly(monkeypatch: pytest.MonkeyPatch, rows, cls, N, dtype) -> None:
+    """No more groups than fit at once, and no fewer row steps than with every slot filled:
+    dropping groups the last step would leave almost idle takes no step more."""
+    monkeypatch.setattr(NormBwdKernel, "sm_count", lambda self, device: 132)
+    kernel = cls(N, dtype)
+    layout = kernel.layout()
+    rows_per_block = getattr(layout, "rows_per_block", 1)
+    slots = kernel.blocks_per_sm(layout) * 132 * rows_per_block
+    groups = kernel.partial_rows(rows, torch.device("cpu"))
+    assert groups % rows_per_block == 0
+    assert groups <= max(slots, rows_per_block)
+    assert -(-rows // groups) == -(-rows // min(slots, max(rows, 1)))
+    # Fewer groups sit out the last step than there are steps (times a block's rows, for
+    # the rounding up to whole blocks): with every slot filled, 529 rows over 528 groups
+    # would leave 527 of them idle.
+    steps = -(-rows // groups)
+    idle = groups - (rows - (steps - 1) * groups)
+    assert idle < steps * rows_per_block
 
 
 def test_resident_layout_owns_every_column_once() -> None:

@@ -758,10 +758,19 @@ class NormBwdKernel(RowNormKernel):
         return max(1, min(fit, config["sm_threads"] // threads))
 
     def partial_rows(self, rows: int, device: torch.device) -> int:
-        """Row groups of one launch over ``rows`` rows: as many as run at once, at most one per row."""
+        """Row groups of one launch over ``rows`` rows: at most as many as run at once, and no
+        more than the fewest that still give each group the same number of row steps.
+
+        Group ``q`` takes rows ``q, q + Q, q + 2Q, ...``.  With every slot filled, 16384
+        rows over 528 groups leave 16 groups a 32nd step that the other 512 wait for;
+        512 groups take 32 rows each and finish together (H100, bf16 16384x4096
+        LayerNorm backward: 167.2 us against 176.9, and a smaller partials buffer).
+        """
         layout = self.layout()
         rows_per_block = layout.rows_per_block if isinstance(layout, RowLayout) else 1
-        blocks = min(-(-rows // rows_per_block), self.blocks_per_sm(layout) * self.sm_count(device))
+        slots = self.blocks_per_sm(layout) * self.sm_count(device) * rows_per_block
+        steps = -(-rows // slots)
+        blocks = -(-(-(-rows // steps)) // rows_per_block)
         return blocks * rows_per_block
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:

@@ -39,6 +39,7 @@ from tileops.kernels.sizes import (
     SUPPORTED_DTYPES,
     WARP,
     check_kernel_args,
+    largest_pow2_divisor,
     next_pow2,
     row_vector,
 )
@@ -61,9 +62,11 @@ __all__ = [
 ]
 
 
-# Column-sum program: 32 columns (one warp wide) by 32 row lanes per block, each
-# lane keeping this many independent loads in flight.
+# Column-sum program: 32 vectors of columns (one warp wide) by 32 row lanes per
+# block, each lane keeping COLUMN_UNROLL independent loads in flight.
 COLUMN_UNROLL = 4
+COLUMN_VECTOR = 4
+COLUMN_MIN_BLOCKS = 64
 
 
 @dataclass(frozen=True)
@@ -259,8 +262,9 @@ def column_sum_program(N: int, dtype: str, count: int = 1) -> Any:
     """``out_a[j] = sum_q P[a, q, j]`` for each of ``count`` (1 or 2) partial sums: float32 partial
     sums of ``Q`` rows reduced to one row of ``dtype`` each, in one launch.
 
-    A block covers 32 columns of one partial sum with 32 row lanes; the
-    summation order is fixed, so results are reproducible run to run.  (One
+    A block covers ``32 * vector`` columns of one partial sum with 32 row lanes;
+    each thread loads ``vector`` adjacent columns at once (see ``column_vector``).
+    The summation order is fixed, so results are reproducible run to run.  (One
     launch for both of LayerNorm's sums rather than one each: the grid of a
     4096-wide row has 128 blocks per sum, too few to keep the GPU's loads in
     flight, and the second launch waited on the first.)
@@ -271,36 +275,47 @@ def column_sum_program(N: int, dtype: str, count: int = 1) -> Any:
         raise ValueError(f"column_sum: {count} partial sums (1 or 2 are built)")
     Q = T.dynamic("Q")
     lanes = WARP
+    vector = column_vector(N, count)
+    width = WARP * vector  # columns of a block
     step_rows = lanes * COLUMN_UNROLL
 
     @T.macro
     def body(P, out_first, out_second):
-        with T.Kernel(T.ceildiv(N, WARP), count, threads=WARP * lanes) as (bx, a):
+        with T.Kernel(T.ceildiv(N, width), count, threads=WARP * lanes) as (bx, a):
             tx = T.get_thread_binding()
-            acc = T.alloc_local((COLUMN_UNROLL,), ACCUM)
-            scratch = T.alloc_shared((lanes, WARP + 1), ACCUM)
-            col = bx * WARP + tx % WARP
+            acc = T.alloc_local((COLUMN_UNROLL * vector,), ACCUM)
+            tmp = T.alloc_local((vector,), ACCUM)
+            total = T.alloc_local((1,), ACCUM)
+            # Padded by one word a row: the final pass reads it column-wise.
+            scratch = T.alloc_shared((lanes, width + 1), ACCUM)
+            first = bx * width + (tx % WARP) * vector
             lane = tx // WARP
-            for u in T.unroll(COLUMN_UNROLL):
-                acc[u] = T.cast(0, ACCUM)
-            if col < N:
+            for i in T.unroll(COLUMN_UNROLL * vector):
+                acc[i] = T.cast(0, ACCUM)
+            if first < N:  # N is a multiple of ``vector``: a vector is wholly in or out
                 for s in T.serial(T.ceildiv(Q, step_rows)):
                     for u in T.unroll(COLUMN_UNROLL):
                         if s * step_rows + u * lanes + lane < Q:
-                            acc[u] = acc[u] + P[a, s * step_rows + u * lanes + lane, col]
-            for u in T.unroll(1, COLUMN_UNROLL):
-                acc[0] = acc[0] + acc[u]
-            scratch[lane, tx % WARP] = acc[0]
+                            for k in T.vectorized(vector):
+                                tmp[k] = P[a, s * step_rows + u * lanes + lane, first + k]
+                            for k in T.unroll(vector):
+                                acc[u * vector + k] = acc[u * vector + k] + tmp[k]
+            for k in T.unroll(vector):
+                for u in T.unroll(1, COLUMN_UNROLL):
+                    acc[k] = acc[k] + acc[u * vector + k]
+                scratch[lane, (tx % WARP) * vector + k] = acc[k]
             T.sync_threads()
-            if lane == 0 and col < N:
+            # One thread a column sums the 32 lanes in order.
+            if tx < width and bx * width + tx < N:
+                total[0] = scratch[0, tx]
                 for r in T.unroll(1, lanes):
-                    acc[0] = acc[0] + scratch[r, tx % WARP]
+                    total[0] = total[0] + scratch[r, tx]
                 if count == 1:
-                    out_first[col] = T.cast(acc[0], dtype)
+                    out_first[bx * width + tx] = T.cast(total[0], dtype)
                 elif a == 0:
-                    out_first[col] = T.cast(acc[0], dtype)
+                    out_first[bx * width + tx] = T.cast(total[0], dtype)
                 else:
-                    out_second[col] = T.cast(acc[0], dtype)
+                    out_second[bx * width + tx] = T.cast(total[0], dtype)
 
     if count == 1:
 
@@ -316,6 +331,15 @@ def column_sum_program(N: int, dtype: str, count: int = 1) -> Any:
         body(P, OutFirst, OutSecond)
 
     return norm_column_sums
+
+
+def column_vector(N: int, count: int) -> int:
+    """Adjacent float32 columns a thread of the column-sum program loads at once: up to
+    ``COLUMN_VECTOR``, dividing ``N``, and halved while the grid would be under ``COLUMN_MIN_BLOCKS``."""
+    vector = largest_pow2_divisor(N, COLUMN_VECTOR)
+    while vector > 1 and -(-N // (WARP * vector)) * count < COLUMN_MIN_BLOCKS:
+        vector //= 2
+    return vector
 
 
 # ---- kernel base -----------------------------------------------------------------------------
