@@ -38,16 +38,26 @@ def test_vector_width_keeps_rows_aligned(V: int, dtype: torch.dtype, expected: i
     assert row_vector(V, dtype) == expected
 
 
-@pytest.mark.parametrize("kernel_cls, long_config, llama2_config", [
-    (CrossEntropyFwdKernel, {"threads": 512, "unroll": 8}, {"threads": 256, "unroll": 8}),
-    (CrossEntropyBwdKernel, {"threads": 256, "unroll": 4}, {"threads": 256, "unroll": 4}),
+@pytest.mark.parametrize("kernel_cls, long_config, llama2_config, blocks_per_sm", [
+    (CrossEntropyFwdKernel, {"threads": 512, "unroll": 8}, {"threads": 256, "unroll": 8}, 0),
+    (CrossEntropyBwdKernel, {"threads": 256, "unroll": 4}, {"threads": 256, "unroll": 4}, 4),
 ])
-def test_default_configs_cover_short_and_long_rows(kernel_cls, long_config, llama2_config) -> None:
+def test_default_configs_cover_short_and_long_rows(kernel_cls, long_config, llama2_config, blocks_per_sm) -> None:
     short = kernel_cls(3, torch.float32, config={}).config
-    assert short == {"threads": 32, "unroll": 1}
-    assert kernel_cls(262144, torch.bfloat16, config={}).config == long_config
-    assert kernel_cls(32000, torch.bfloat16, config={}).config == llama2_config
+    assert short == {"threads": 32, "unroll": 1, "blocks_per_sm": blocks_per_sm}
+    assert kernel_cls(262144, torch.bfloat16, config={}).config == {**long_config, "blocks_per_sm": blocks_per_sm}
+    assert kernel_cls(32000, torch.bfloat16, config={}).config == {**llama2_config, "blocks_per_sm": blocks_per_sm}
     assert all(c["threads"] >= 32 for c in kernel_cls(4097, torch.float16, config={}).autotune_configs)
+
+
+def test_bwd_program_caps_registers_only_when_asked() -> None:
+    """``blocks_per_sm`` becomes the kernel's minimum-blocks launch bound; 0 leaves registers to the compiler."""
+    kernel = CrossEntropyBwdKernel(32000, torch.bfloat16)
+    capped = kernel.program(blocks_per_sm=4).script()
+    free = kernel.program(blocks_per_sm=0).script()
+    assert "min_blocks_per_sm" in capped and "min_blocks_per_sm" not in free
+    with pytest.raises(ValueError, match="blocks_per_sm"):
+        CrossEntropyBwdKernel(8, torch.float32, config={"blocks_per_sm": -1})
 
 
 def test_bad_construction_is_refused() -> None:
