@@ -9,8 +9,8 @@ compiled program per shape parameters serves every input shape.
 Programs (``S`` segments split the reduced extent when the other extents
 give too few blocks to fill the GPU):
 
-* **row**: block ``(row, seg)`` walks its segment of a row with 16-byte
-  loads, ``unroll`` vectors in flight per thread, then merges its threads'
+* **row**: block ``(row, seg)`` walks its segment of a row (every ``S``-th
+  group of ``unroll`` chunks, from group ``seg`` on) with 16-byte loads, ``unroll`` vectors in flight per thread, then merges its threads'
   states through shared memory.  With one segment it writes the output
   (fused), else a float64 partial state ``P[row, seg, 0, :]``.
 * **column**: block ``(outer, inner tile, seg)``: ``col_threads`` threads
@@ -169,18 +169,21 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     LDX = T.dynamic("LDX", "int64")
     S = T.dynamic("S")
 
+    # A block walks every ``bounds[1]``-th group of ``unroll`` chunks from group ``bounds[0]``
+    # on: its segment's groups interleave with the other segments' (see ``reduce_segment``).
     def position(bounds, step, u, tx):
-        return (bounds[0] + step * unroll + u) * chunk + tx * vector
+        return ((bounds[0] + step * bounds[1]) * unroll + u) * chunk + tx * vector
 
     def loaded(bounds, step, u, tx):
-        return T.And(bounds[0] + step * unroll + u < bounds[1], position(bounds, step, u, tx) < N)
+        return position(bounds, step, u, tx) < N
 
     def segment_walk(fold_element: Any) -> Any:
         """Macro: fold every element of the segment ``bounds`` of ``row`` with ``fold_element``."""
 
         @T.macro
         def walk(X, st, sti, buf, cm, nv, bounds, shift, row, tx):
-            for step in T.serial(T.ceildiv(bounds[1] - bounds[0], unroll)):
+            groups = T.ceildiv(T.ceildiv(N, chunk), unroll)
+            for step in T.serial(T.ceildiv(T.max(groups - bounds[0], 0), bounds[1])):
                 for u in T.unroll(unroll):
                     if loaded(bounds, step, u, tx):
                         for e in T.vectorized(vector):
@@ -211,12 +214,15 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
 
     @T.macro
     def reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, row, seg, segments, tx):
-        # [first, last) chunks of this segment.
-        bounds[0] = T.cast(seg, "int64") * T.ceildiv(T.ceildiv(N, chunk), T.cast(segments, "int64"))
-        bounds[1] = T.min(bounds[0] + T.ceildiv(T.ceildiv(N, chunk), T.cast(segments, "int64")), T.ceildiv(N, chunk))
+        # The segment's first group of chunks, and the stride between its groups.  Segments
+        # interleave rather than each taking a contiguous slice: the blocks running at once
+        # then read neighbouring memory, as the blocks of many short rows do.  (H100, sum of
+        # 2^28 bf16: 182.8 us with 528 contiguous slices, 173.7 as 16384 rows of 16384.)
+        bounds[0] = T.cast(seg, "int64")
+        bounds[1] = T.cast(segments, "int64")
         init(st, sti, 0)
         if spec.shifted:
-            shift[0] = T.cast(X[row, T.min(bounds[0] * chunk, N - 1)], ACCUM)
+            shift[0] = T.cast(X[row, T.min(bounds[0] * (unroll * chunk), N - 1)], ACCUM)
         if exact_init is not None:
             exact_init(cm)
         walk(X, st, sti, buf, cm, nv, bounds, shift, row, tx)
