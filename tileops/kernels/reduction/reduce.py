@@ -10,7 +10,8 @@ Programs (``S`` segments split the reduced extent when the other extents
 give too few blocks to fill the GPU):
 
 * **row**: block ``(row, seg)`` walks its segment of a row (every ``S``-th
-  group of ``unroll`` chunks, from group ``seg`` on) with 16-byte loads, ``unroll`` vectors in flight per thread, then merges its threads'
+  group of ``unroll`` chunks, from group ``seg`` on) with 16-byte loads,
+  ``unroll`` vectors in flight per thread, then merges its threads'
   states through shared memory.  With one segment it writes the output
   (fused), else a float64 partial state ``P[row, seg, 0, :]``.
 * **column**: block ``(outer, inner tile, seg)``: ``col_threads`` threads
