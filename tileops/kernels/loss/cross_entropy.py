@@ -407,11 +407,11 @@ class _CrossEntropyKernel(Kernel):
 
     @property
     def autotune_configs(self) -> List[Dict[str, Any]]:
-        configs = [self.default_config]
+        default = self.default_config
+        configs = [default]
         for threads in (128, 256, 512, 1024):
             for unroll in (1, 2, 4, 8):
-                candidate = {**self.default_config, "threads": _threads_for(self.V, self._vector, threads),
-                             "unroll": unroll}
+                candidate = {**default, "threads": _threads_for(self.V, self._vector, threads), "unroll": unroll}
                 if candidate not in configs:
                     configs.append(candidate)
         return configs

@@ -179,7 +179,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
         return position(bounds, step, u, tx) < N
 
     def segment_walk(fold_element: Any) -> Any:
-        """Macro: fold every element of the segment ``bounds`` of ``row`` with ``fold_element``."""
+        """Macro: fold every element of the segment ``bounds`` (first group, stride) of ``row`` with ``fold_element``."""
 
         @T.macro
         def walk(X, st, sti, buf, cm, nv, bounds, shift, row, tx):
