@@ -284,7 +284,6 @@ def long_row_breakdown(rows: int = 64, N: int = 262144, dtype: torch.dtype = tor
         SEGMENT_SUMS,
         SPLIT_ROW_SCAN,
         cumsum_default_config,
-        lookback_layout,
     )
 
     x = torch.randn(rows, N, device="cuda", dtype=dtype)
@@ -294,11 +293,11 @@ def long_row_breakdown(rows: int = 64, N: int = 262144, dtype: torch.dtype = tor
     for threads, items in ((256, 16), (512, 16), (512, 32)):
         config = {**base, "threads": threads, "items": items, "row_threads": threads, "lookback": 1}
         kernel = _make_kernel("cumsum", N, dtype, config)
-        tiles = lookback_layout(N, threads, items, config["segments"])[1]
-        status = torch.zeros((rows, tiles, 3), dtype=torch.int32, device="cuda")
+        status = kernel.lookback_status(rows, x.device)
+        blocks = kernel.lookback_blocks(rows, x.device)
         launch = kernel._launcher(LOOKBACK_ROW_SCAN)
         zero_ms = _bench(status.zero_)
-        both_ms = _bench(lambda: (status.zero_(), launch(x, status, out)))
+        both_ms = _bench(lambda: (status.zero_(), launch(x, status, out, blocks)))
         results.append((f"status zero_ ({threads}x{items})", zero_ms))
         results.append((f"zero_ + look-back scan ({threads}x{items})", both_ms))
     for threads, items in ((256, 8), (256, 16)):

@@ -26,8 +26,11 @@ from tileops.kernels.scan.cumsum import (
     SPLIT_ROW_SCAN,
     CumsumFwdKernel,
     column_program_name,
+    SHARED_BYTES_PER_SM,
     cumsum_autotune_configs,
     cumsum_default_config,
+    lookback_layout,
+    lookback_resident_blocks,
 )
 from tileops.ops.norm.base import NormOp
 from tileops.ops.scan.base import ScanOp
@@ -68,7 +71,7 @@ def test_cumsum_builds_every_program_for_sm90() -> None:
     built = kernel.build_all_for_sm90(inner=5)
     assert set(built) == {ROW_SCAN, SEGMENT_SUMS, SPLIT_ROW_SCAN, f"{COLUMN_SCAN}_8"}
     built[f"{COLUMN_SCAN}_32x8"] = kernel.compile_program(f"{COLUMN_SCAN}_32x8", target=SM90_BUILD_TARGET)
-    lookback = CumsumFwdKernel(65537, torch.float16, config={"lookback": 1})
+    lookback = CumsumFwdKernel(65544, torch.float16, config={"lookback": 1})
     built["lookback"] = lookback.compile_program(LOOKBACK_ROW_SCAN, target=SM90_BUILD_TARGET)
     for compiled in built.values():
         assert "(int64_t)" in compiled.get_kernel_source()
@@ -167,10 +170,36 @@ def test_cumsum_cuts_long_rows_only() -> None:
     assert short.program_names() == [ROW_SCAN] and short.split_segments == 1
     assert CumsumFwdKernel(2048, torch.bfloat16, config={"lookback": 1}).program_names() == [ROW_SCAN]
     long_rows = CumsumFwdKernel(262144, torch.bfloat16)
-    assert long_rows.split_segments > 1
     assert long_rows.config["split_max_rows"] >= 64
-    lookback = CumsumFwdKernel(262144, torch.bfloat16, config={"lookback": 1})
-    assert LOOKBACK_ROW_SCAN in lookback.program_names()
+    assert long_rows.program_names() == [ROW_SCAN, LOOKBACK_ROW_SCAN] and long_rows.split_segments == 1
+    split = CumsumFwdKernel(262144, torch.bfloat16, config={"lookback": 0})
+    assert split.program_names() == [ROW_SCAN, SEGMENT_SUMS, SPLIT_ROW_SCAN]
+    # The look-back scan stages whole 16-byte vectors: other row lengths take the split scan.
+    odd = CumsumFwdKernel(65537, torch.bfloat16, config={"lookback": 1})
+    assert odd.program_names() == [ROW_SCAN, SEGMENT_SUMS, SPLIT_ROW_SCAN] and odd.split_segments > 1
+
+
+def test_cumsum_lookback_keeps_every_block_resident() -> None:
+    """The look-back blocks must all run at once: their staging fits an SM's shared memory
+    and the launch bound, for every candidate config."""
+    for dtype in (torch.bfloat16, torch.float32):
+        for N in (65544, 262144, 1 << 21):
+            for config in cumsum_autotune_configs(N, dtype):
+                kernel = CumsumFwdKernel(N, dtype, config=config)
+                if LOOKBACK_ROW_SCAN not in kernel.program_names():
+                    continue
+                per_tile, tiles = lookback_layout(
+                    N, config["threads"], config["items"], config["segments"], dtype.itemsize,
+                    config["lookback_stages"],
+                )
+                resident = lookback_resident_blocks(
+                    N, config["threads"], config["items"], config["segments"], dtype.itemsize,
+                    config["lookback_stages"], config["blocks_per_sm"],
+                )
+                staging = config["lookback_stages"] * per_tile * config["threads"] * config["items"] * dtype.itemsize
+                assert resident >= 1 and resident * (staging + 1024) <= SHARED_BYTES_PER_SM
+                assert resident <= max(1, config["blocks_per_sm"]) and resident * config["threads"] <= 2048
+                assert tiles * per_tile * config["threads"] * config["items"] >= N
 
 
 def test_column_program_tile_follows_inner_extent() -> None:

@@ -43,7 +43,7 @@ def test_reverse_scan_builds_every_program_for_sm90() -> None:
     kernel = CumsumBwdKernel(65537, torch.bfloat16)
     built = kernel.build_all_for_sm90(inner=5)
     assert set(built) == {ROW_SCAN, SEGMENT_SUMS, SPLIT_ROW_SCAN, f"{COLUMN_SCAN}_8"}
-    lookback = CumsumBwdKernel(65537, torch.float16, config={"lookback": 1})
+    lookback = CumsumBwdKernel(65544, torch.float16, config={"lookback": 1})
     built["lookback"] = lookback.compile_program(LOOKBACK_ROW_SCAN, target=SM90_BUILD_TARGET)
     for name, compiled in built.items():
         source = compiled.get_kernel_source()
@@ -54,12 +54,12 @@ def test_reverse_scan_builds_every_program_for_sm90() -> None:
 
 @needs_nvcc
 def test_product_scan_builds_for_sm90() -> None:
-    # Few long float32 rows take the look-back scan, bf16 ones the split scan.
+    # Few long rows take the look-back scan; with it off, the split scan.
     kernel = CumprodFwdKernel(262144, torch.float32)
     built = {name: kernel.compile_program(name, target=SM90_BUILD_TARGET) for name in kernel.programs_for((3, 262144))}
     built[f"{COLUMN_SCAN}_32x4"] = kernel.compile_program(f"{COLUMN_SCAN}_32x4", target=SM90_BUILD_TARGET)
     assert set(built) == {LOOKBACK_ROW_SCAN, f"{COLUMN_SCAN}_32x4"}
-    half = CumprodFwdKernel(262144, torch.bfloat16)
+    half = CumprodFwdKernel(262144, torch.bfloat16, config={"lookback": 0})
     assert half.programs_for((3, 262144)) == [SEGMENT_SUMS, SPLIT_ROW_SCAN]
     built.update({name: half.compile_program(name, target=SM90_BUILD_TARGET) for name in half.programs_for((3, 262144))})
     for compiled in built.values():
@@ -123,7 +123,7 @@ def test_tuned_configs_are_kept_apart_per_kernel() -> None:
     "N, shape, expected",
     [
         (4096, (32768, 4096), [ROW_SCAN]),
-        (262144, (64, 262144), [SEGMENT_SUMS, SPLIT_ROW_SCAN]),
+        (262144, (64, 262144), [LOOKBACK_ROW_SCAN]),
         (262144, (4096, 262144), [ROW_SCAN]),
         (4096, (64, 4096, 64), [f"{COLUMN_SCAN}_32"]),
         (4096, (8, 4096, 4096), [f"{COLUMN_SCAN}_32x8"]),

@@ -19,8 +19,10 @@ for a forward sum):
   slice in its own block, starting from the sum of the slices before it
   (reduce-then-scan: the second read of the input is partly an L2 hit).
 * **look-back row scan**, the single-pass alternative for the same rows: a
-  block loads its tile of the row whole, publishes the tile's sum, adds the
-  sums its predecessors published, then scans and stores.
+  fixed set of resident blocks walks the rows' tiles, each keeping the next
+  tiles in flight into shared memory (``cp.async``) while it scans one: it
+  publishes the tile's sum, adds the sums its predecessors published, then
+  scans and stores.
 * **column scan** (``inner > 1``): one thread per ``(outer, inner)`` column
   walks the axis; neighbouring threads read neighbouring addresses.
 
@@ -33,7 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     ACCUM,
@@ -95,14 +97,17 @@ def _row_config(N: int, elem_bytes: int, items: int, threads_cap: int) -> Dict[s
     return {"threads": max(row_threads, MIN_BLOCK_THREADS), "items": items, "row_threads": row_threads}
 
 
-def _default_segments(N: int, items: int, row_threads: int, lookback: int) -> int:
-    """Slices of a long row for the split or look-back scan: at least two chunks each,
-    at most 32 (look-back) or 64 (split); 1 (no split) below four chunks."""
+def _default_segments(N: int, items: int, row_threads: int, lookback: int, elem_bytes: int) -> int:
+    """Slices of a long row for the split scan (at least two chunks each, at most 64), or
+    tiles for the look-back scan (``LOOKBACK_TILE_CHUNKS`` chunks each); 1 (no split)
+    below four chunks."""
     chunk, full_chunks, tail = _row_layout(N, items, row_threads)
     total_chunks = full_chunks + (tail > 0)
     if total_chunks < 4:
         return 1
-    return min(32 if lookback else 64, total_chunks // 2)
+    if lookback:
+        return -(-total_chunks // LOOKBACK_TILE_CHUNKS[elem_bytes >= 4])
+    return min(64, total_chunks // 2)
 
 
 def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
@@ -120,18 +125,22 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     elem_bytes = dtype.itemsize
     config = _row_config(N, elem_bytes, VECTOR_BYTES // elem_bytes, 256)
     # Few long rows (at most ``split_max_rows``) are cut across blocks.  H100,
-    # 64 x 262144 (cumsum and its reverse alike), flushed L2, copy 21.8 us bf16
-    # and 43.6 us float32:
-    # * bf16: split scan, 64 segments, 8 blocks an SM: 32.7-33.0 us; 32
-    #   segments with the compiler's register choice: 34.1-34.6; look-back
-    #   37.2 at best (tiles of 8 chunks).
-    # * float32: look-back, 32 tiles of 8 chunks: 59.0-60.2 us; split 65.3-67.8.
+    # 64 x 262144 forward, flushed L2, copy 21.7 us bf16 and 43.6 us float32:
+    # split scan (64 segments, 8 blocks an SM) 33.8 / 66.8 us; look-back with
+    # tiles held in registers 37-41 / 59-60; look-back with tiles staged in
+    # shared memory, 256 threads, 2 stages: bf16 30.9 us (4-chunk tiles, 4
+    # blocks an SM), float32 54.9 (8-chunk tiles, 3 blocks an SM).  A third
+    # stage changed nothing; fewer blocks an SM cost 15-40%.
     config["split_max_rows"] = 128
-    config["lookback"] = int(elem_bytes >= 4)
-    config["segments"] = _default_segments(N, config["items"], config["row_threads"], config["lookback"])
-    # A lower bound on resident blocks (``__launch_bounds__``) for the split and
-    # look-back programs: it caps registers per thread (8 at 256 threads: 32).
-    config["blocks_per_sm"] = 0 if config["lookback"] else 8
+    config["lookback"] = 1
+    config["segments"] = _default_segments(
+        N, config["items"], config["row_threads"], config["lookback"], elem_bytes
+    )
+    # A lower bound on resident blocks (``__launch_bounds__``): it caps registers
+    # per thread, and the look-back scan launches this many blocks an SM.
+    config["blocks_per_sm"] = LOOKBACK_BLOCKS_PER_SM[elem_bytes >= 4]
+    # Tiles a look-back block keeps in shared memory: the one it scans and those in flight.
+    config["lookback_stages"] = 2
     config["column_threads"] = 256
     config["column_items"] = 16  # H100, 8 x 4096 x 4096 bf16 over dim 1: 16 beats 8 by 15%
     # Scans over a middle axis with fewer column blocks than this, and at
@@ -144,8 +153,8 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
 def cumsum_autotune_configs(N: int, dtype: torch.dtype) -> List[Dict[str, int]]:
     """Valid candidate configs around the heuristic (the heuristic first).
 
-    Candidates vary the row layout (items per thread, threads per row); each
-    keeps the split heuristic of its own layout.
+    Candidates vary the row layout (items per thread, threads per row), each
+    with the default tiling of its own layout, plus the two-pass split scan.
     """
     elem_bytes = dtype.itemsize
     vector = VECTOR_BYTES // elem_bytes
@@ -154,8 +163,14 @@ def cumsum_autotune_configs(N: int, dtype: torch.dtype) -> List[Dict[str, int]]:
     for items in (vector, 2 * vector, 4 * vector):
         for threads_cap in (256, 512, 1024):
             config = {**default, **_row_config(N, elem_bytes, items, threads_cap)}
-            config["segments"] = _default_segments(N, config["items"], config["row_threads"], config["lookback"])
+            config["segments"] = _default_segments(
+                N, config["items"], config["row_threads"], config["lookback"], elem_bytes
+            )
             candidates.append(config)
+    # The two-pass split scan, for rows the look-back scan serves worse.
+    split = {**default, "lookback": 0, "blocks_per_sm": 8}
+    split["segments"] = _default_segments(N, split["items"], split["row_threads"], 0, elem_bytes)
+    candidates.append(split)
     unique: List[Dict[str, int]] = []
     for config in candidates:
         if config not in unique:
@@ -174,6 +189,13 @@ def _validate_row_config(N: int, threads: int, items: int, row_threads: int, seg
     if items < 1 or segments < 1:
         raise ValueError(f"scan kernel: items and segments must be positive, got {items}, {segments}")
 
+
+# Look-back scan defaults, indexed by whether the dtype is 4 bytes wide (see
+# ``cumsum_default_config``): chunks a tile, blocks an SM.
+LOOKBACK_TILE_CHUNKS = (4, 8)
+LOOKBACK_BLOCKS_PER_SM = (4, 3)
+# Shared memory one SM gives its blocks (H100: 228 KB, 1 KB of it reserved per block).
+SHARED_BYTES_PER_SM = 227 * 1024
 
 # Segments of at most this many chunks are loaded whole before they are scanned
 # (every load in flight at once); longer ones stream chunk by chunk.
@@ -214,6 +236,7 @@ def row_scan_program(
     combine: str = ADD,
     reverse: bool = False,
     blocks_per_sm: int = 0,
+    lookback_stages: int = 3,
     **_: Any,
 ) -> Any:
     """A row scan of ``(R, N)`` in one of three modes.
@@ -230,15 +253,16 @@ def row_scan_program(
       ``Partial: (R, S)`` float32 segment sums and scans segment ``s`` of each
       row in block ``(row block, s)`` from ``sum(Partial[row, :s])``.
     * ``lookback``: a single pass over rows cut into tiles of up to
-      ``MAX_PRELOAD_CHUNKS`` chunks (``lookback_layout``), one block per tile.
-      A block loads its whole tile, publishes the tile's sum in ``Status:
-      (R, tiles, 3)`` int32 (zeroed by the caller: [status, tile sum bits,
-      inclusive prefix bits]), and its first warp
-      looks back over the predecessors, 32 at a time, until it meets an
-      inclusive prefix; then it publishes its own.  The two sums live in
-      separate words, so a reader never mixes one status with the other's
-      value.  Blocks start in index order, so every block waited for runs.
-      Then it scans its registers from the predecessors' total and stores.
+      ``MAX_PRELOAD_CHUNKS`` chunks (``lookback_layout``).  ``blocks`` blocks,
+      all resident at once, take the tiles in turn (block b: b, b + blocks,
+      ...); each keeps ``lookback_stages - 1`` tiles in flight into shared
+      memory while it scans one.  Per tile it publishes the tile's sum in
+      ``Status: (R, tiles)`` (zeroed by the caller; one 64-bit word a tile:
+      status and float32 value together), and its first warp looks back over
+      the predecessors, 32 at a time, until it meets an inclusive prefix; then
+      it publishes its own, scans the staged tile from the predecessors' total
+      and stores.  A tile waits only on earlier tiles, which resident blocks
+      reach first, so the scan always finishes.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -467,37 +491,91 @@ def row_scan_program(
     if mode != "lookback":
         raise ValueError(f"scan kernel: unknown row scan mode {mode!r}")
 
-    @T.macro
-    def publish(Status, row, tile, status, value):
-        # The value first, then (release) the status that says which value is valid.
-        T.atomic_store(Status[row, tile, status], T.reinterpret(value, "int32"), memory_order="relaxed")
-        T.atomic_store(Status[row, tile, 0], status, memory_order="release")
+    stages = lookback_stages
+    if stages < 2:
+        raise ValueError(f"scan kernel: lookback_stages must be at least 2, got {stages}")
+    if vector * (4 if dtype == "float32" else 2) != VECTOR_BYTES:
+        raise ValueError(f"scan kernel: the look-back scan needs rows of whole 16-byte vectors, got N={N}")
+    per_tile, used_tiles = lookback_layout(N, threads, items, segments, 4 if dtype == "float32" else 2, stages)
+    tile_items = per_tile * chunk
+    warps = threads // WARP
+
+    def pack(status, value):
+        """One 64-bit status word: the status above the float32 bits of ``value``.
+
+        Status and value travel in one atomic access, so a reader that sees a
+        status also sees its value, with no fence between them.
+        """
+        return T.bitwise_or(
+            T.shift_left(T.cast(status, "uint64"), T.uint64(32)), T.cast(T.reinterpret(value, "uint32"), "uint64")
+        )
+
+    def word_status(word):
+        return T.cast(T.shift_right(word, T.uint64(32)), "int32")
+
+    def word_value(word):
+        return T.reinterpret(T.cast(word, "uint32"), ACCUM)
 
     @T.macro
-    def look_back(Status, row, tile, tx, found, window):
-        """Warp 0: ``found[0]`` = the total of the row's tiles before ``tile``, from their published sums."""
+    def issue_tile(X, staging, stage, tile_index, tx):
+        """Start copying this thread's spans of tile ``tile_index`` into ``staging[stage]``
+        (one cp.async group, empty past the last tile). Each thread reads back only what it copied."""
+        if tile_index < R * used_tiles:
+            row = tile_index // used_tiles
+            first_chunk = (tile_index % used_tiles) * per_tile
+            for c in T.unroll(per_tile):
+                first = first_element(tx, first_chunk + c)
+                for v in T.unroll(items // vector):
+                    if first_chunk + c < full_chunks:
+                        T.ptx_cp_async(
+                            T.access_ptr(staging[stage, c * chunk + tx * items + v * vector], "w", vector),
+                            T.access_ptr(X[row, first + v * vector], "r", vector),
+                            vector,
+                        )
+                    elif first_chunk + c < total_chunks:
+                        # Whole vectors lie in or out of the row (N is a multiple of the vector).
+                        if in_row(first + v * vector, 0):
+                            T.ptx_cp_async(
+                                T.access_ptr(staging[stage, c * chunk + tx * items + v * vector], "w", vector),
+                                T.access_ptr(X[row, first + v * vector], "r", vector),
+                                vector,
+                            )
+        T.ptx_commit_group()
+
+    @T.macro
+    def read_span(staging, stage, raw, tile_index, c, tx):
+        """``raw`` = this thread's span of chunk ``c`` of the staged tile, identity outside the row."""
+        first_chunk = (tile_index % used_tiles) * per_tile
+        if first_chunk + c < full_chunks:
+            for k in T.vectorized(items):
+                raw[k] = staging[stage, c * chunk + tx * items + k]
+        else:
+            first = first_element(tx, first_chunk + c)
+            for k in T.unroll(items):
+                raw[k] = T.if_then_else(
+                    in_row(first, k), staging[stage, c * chunk + tx * items + k], T.cast(identity, dtype)
+                )
+
+    @T.macro
+    def look_back(Status, row, tile, lane, found, window, word):
+        """Warp 0: ``found[0]`` = the total of the row's tiles before ``tile``, from their published words."""
         found[0] = T.cast(identity, ACCUM)
         window[0] = tile - 1
         window[1] = 0
         while window[1] == 0:
-            # Lane j looks at predecessor window[0] - j; lanes before the
-            # row start see an inclusive prefix of 0.
-            window[2] = STATUS_PREFIX
-            if window[0] - tx >= 0:
-                window[2] = T.atomic_load(Status[row, window[0] - tx, 0], memory_order="relaxed")
+            # Lane j reads predecessor window[0] - j; lanes before the row start
+            # see an inclusive prefix of nothing.
+            word[0] = pack(STATUS_PREFIX, T.cast(identity, ACCUM))
+            if window[0] - lane >= 0:
+                word[0] = T.atomic_load(Status[row, window[0] - lane], memory_order="relaxed")
+            window[2] = word_status(word[0])
             if T.ballot_sync(window[2] == STATUS_EMPTY) == T.uint64(0):
-                # Every status seen is published: one fence orders the
-                # value loads after them (pairs with the release store).
-                T.call_extern("handle", "__threadfence")
-                prefixes = T.ballot_sync(window[2] == STATUS_PREFIX)
-                found[1] = T.cast(identity, ACCUM)
-                if window[0] - tx >= 0:
-                    found[1] = T.reinterpret(
-                        T.atomic_load(Status[row, window[0] - tx, window[2]], memory_order="relaxed"), ACCUM
-                    )
-                if prefixes != T.uint64(0):
+                # window[2] becomes 1 + the lane of the nearest inclusive prefix (0: none).
+                window[2] = T.__ffs(T.ballot_sync(window[2] == STATUS_PREFIX))
+                found[1] = word_value(word[0])
+                if window[2] > 0:
                     # The nearest inclusive prefix ends the look-back.
-                    if tx > T.__ffs(prefixes) - 1:
+                    if lane >= window[2]:
                         found[1] = T.cast(identity, ACCUM)
                     window[1] = 1
                 else:
@@ -509,75 +587,102 @@ def row_scan_program(
                 # Back off: spinning at full rate steals L2 bandwidth from the loads being waited on.
                 T.call_extern("handle", "__nanosleep", LOOKBACK_BACKOFF_NS)
 
-    per_tile, used_tiles = lookback_layout(N, threads, items, segments)
-
     @T.prim_func
     def cumsum_lookback_row_scan(
         X: T.Tensor((R, N), dtype),
-        Status: T.Tensor((R, used_tiles, 3), "int32"),
+        Status: T.Tensor((R, used_tiles), "uint64"),
         Y: T.Tensor((R, N), dtype),
+        blocks: T.int32,
     ):
-        with T.Kernel(used_tiles, R, threads=threads) as (tile, row):
+        # Block b scans tiles b, b + blocks, b + 2 * blocks, ... in order; every block
+        # must be resident at once (the caller keeps ``blocks`` within what fits).
+        with T.Kernel(blocks, threads=threads) as block:
             tx = T.get_thread_binding()
-            tile_raw = T.alloc_local((per_tile * items,), dtype)
+            staging = T.alloc_shared((stages, tile_items), dtype)
+            warp_totals = T.alloc_shared((per_tile, warps), ACCUM)
+            tile_offset = T.alloc_shared((1,), ACCUM)
+            raw = T.alloc_local((items,), dtype)
             staged = T.alloc_local((items,), dtype)  # used by reverse scans only
             vals = T.alloc_local((items,), ACCUM)
-            state = T.alloc_local((5,), ACCUM)
-            totals = T.alloc_shared((2, 1, warps_per_row), ACCUM)
-            warp_sums = T.alloc_shared((warps_per_row,), ACCUM)
-            tile_offset = T.alloc_shared((1,), ACCUM)
+            spans = T.alloc_local((per_tile,), ACCUM)
+            # [tile total so far, warps before this one, all warps]
+            running = T.alloc_local((3,), ACCUM)
             # [sum of predecessors found so far, this lane's contribution]
             found = T.alloc_local((2,), ACCUM)
-            # [nearest predecessor of the window, look-back done, this lane's status]
+            # [nearest predecessor of the window, look-back done, this lane's status / nearest prefix]
             window = T.alloc_local((3,), "int32")
+            word = T.alloc_local((1,), "uint64")
             if blocks_per_sm:
                 T.annotate_min_blocks_per_sm(blocks_per_sm)
-            first_chunk = tile * per_tile
-            chunks_here = T.min(per_tile, total_chunks - first_chunk)
-            for c in T.unroll(per_tile):
-                if c < chunks_here:
-                    if first_chunk + c < full_chunks:
-                        load_chunk(X, tile_raw, c * items, row, tx, first_chunk + c, False)
-                    else:
-                        load_chunk(X, tile_raw, c * items, row, tx, first_chunk + c, True)
-                else:
+            lane = tx % WARP
+            warp = tx // WARP
+            for j in T.unroll(stages - 1):
+                issue_tile(X, staging, j, block + j * blocks, tx)
+            for step in T.serial(T.ceildiv(R * used_tiles - block, blocks)):
+                # Keep stages - 1 tiles in flight: issue the one this block scans
+                # stages - 1 steps from now, then wait for this step's.
+                issue_tile(X, staging, (step + stages - 1) % stages, block + (step + stages - 1) * blocks, tx)
+                T.ptx_wait_group(stages - 1)
+                index = block + step * blocks
+                row = index // used_tiles
+                tile = index % used_tiles
+                stage = step % stages
+                # Each thread's span totals, a warp scan of them, one exchange of warp totals.
+                for c in T.unroll(per_tile):
+                    read_span(staging, stage, raw, index, c, tx)
+                    spans[c] = T.cast(identity, ACCUM)
                     for k in T.unroll(items):
-                        tile_raw[c * items + k] = T.cast(identity, dtype)
-            # The tile's total: each thread's elements, then the warp, then the warps.
-            state[1] = T.cast(identity, ACCUM)
-            for k in T.unroll(per_tile * items):
-                state[1] = op(state[1], T.cast(tile_raw[k], ACCUM))
-            for step in T.unroll(5):
-                state[1] = op(state[1], T.shfl_xor(state[1], 1 << step))
-            if tx % WARP == 0:
-                warp_sums[tx // WARP] = state[1]
-            T.sync_threads()
-            if tx < WARP:
-                state[1] = T.cast(identity, ACCUM)
-                for w in T.unroll(warps_per_row):
-                    state[1] = op(state[1], warp_sums[w])
-                if tx == 0:
-                    if tile == 0:
-                        publish(Status, row, tile, STATUS_PREFIX, state[1])
-                    else:
-                        publish(Status, row, tile, STATUS_AGGREGATE, state[1])
-                look_back(Status, row, tile, tx, found, window)
-                if tx == 0:
-                    if tile > 0:
-                        publish(Status, row, tile, STATUS_PREFIX, op(found[0], state[1]))
-                    tile_offset[0] = found[0]
-            T.sync_threads()
-            state[0] = tile_offset[0]
-            for c in T.unroll(per_tile):
-                if c < chunks_here:
-                    widen(tile_raw, c * items, vals)
-                    scan_chunk(vals, totals, state, tx, c % 2)
-                    if first_chunk + c < full_chunks:
-                        store_chunk(Y, vals, staged, row, tx, first_chunk + c, False)
-                    else:
-                        store_chunk(Y, vals, staged, row, tx, first_chunk + c, True)
+                        spans[c] = op(spans[c], T.cast(raw[k], ACCUM))
+                    for sh in T.unroll(5):
+                        neighbour = T.shfl_up(spans[c], 1 << sh)
+                        if lane >= (1 << sh):
+                            spans[c] = op(spans[c], neighbour)
+                    if lane == WARP - 1:
+                        warp_totals[c, warp] = spans[c]
+                    spans[c] = T.shfl_up(spans[c], 1)
+                    if lane == 0:
+                        spans[c] = T.cast(identity, ACCUM)
+                T.sync_threads()
+                # spans[c] becomes the total of the tile before this thread's span of chunk c.
+                running[0] = T.cast(identity, ACCUM)
+                for c in T.unroll(per_tile):
+                    running[1] = T.cast(identity, ACCUM)
+                    running[2] = T.cast(identity, ACCUM)
+                    for w in T.unroll(warps):
+                        if w < warp:
+                            running[1] = op(running[1], warp_totals[c, w])
+                        running[2] = op(running[2], warp_totals[c, w])
+                    spans[c] = op(running[0], op(running[1], spans[c]))
+                    running[0] = op(running[0], running[2])
+                # Warp 0 publishes the tile's total and looks back while the other warps wait.
+                if tx < WARP:
+                    if tx == 0:
+                        status = T.if_then_else(tile == 0, STATUS_PREFIX, STATUS_AGGREGATE)
+                        T.atomic_store(Status[row, tile], pack(status, running[0]), memory_order="relaxed")
+                    look_back(Status, row, tile, tx, found, window, word)
+                    if tx == 0:
+                        if tile > 0:
+                            T.atomic_store(
+                                Status[row, tile], pack(STATUS_PREFIX, op(found[0], running[0])), memory_order="relaxed"
+                            )
+                        tile_offset[0] = found[0]
+                T.sync_threads()
+                first_chunk = tile * per_tile
+                for c in T.unroll(per_tile):
+                    if first_chunk + c < total_chunks:
+                        read_span(staging, stage, raw, index, c, tx)
+                        widen(raw, 0, vals)
+                        vals[0] = op(op(tile_offset[0], spans[c]), vals[0])
+                        for k in T.unroll(1, items):
+                            vals[k] = op(vals[k - 1], vals[k])
+                        if first_chunk + c < full_chunks:
+                            store_chunk(Y, vals, staged, row, tx, first_chunk + c, False)
+                        else:
+                            store_chunk(Y, vals, staged, row, tx, first_chunk + c, True)
 
-    return cumsum_lookback_row_scan
+    return cumsum_lookback_row_scan.with_attr(
+        "tilelang_pass_configs", {**PASS_CONFIGS, "tl.disable_thread_storage_sync": True}
+    )
 
 
 def segment_sums_program(
@@ -878,13 +983,27 @@ def _named_for_operator(program: Any, combine: str, reverse: bool) -> Any:
     return program.with_attr("global_symbol", f"{prefix}{'_reverse' if reverse else ''}_{stem}")
 
 
-def lookback_layout(N: int, threads: int, items: int, segments: int) -> Tuple[int, int]:
+def lookback_layout(
+    N: int, threads: int, items: int, segments: int, elem_bytes: int, stages: int
+) -> Tuple[int, int]:
     """(chunks per tile, tiles per row) of the look-back scan: ``segments`` tiles, or more
-    where a tile would exceed ``MAX_PRELOAD_CHUNKS`` chunks (a tile is held in registers)."""
+    where a tile would exceed ``MAX_PRELOAD_CHUNKS`` chunks or ``stages`` tiles would not
+    fit in one SM's shared memory."""
     chunk, full_chunks, tail = _row_layout(N, items, threads)
     total_chunks = full_chunks + (tail > 0)
-    per_tile = min(-(-total_chunks // max(1, segments)), MAX_PRELOAD_CHUNKS)
+    fitting = max(1, SHARED_BYTES_PER_SM // (stages * chunk * elem_bytes))
+    per_tile = min(-(-total_chunks // max(1, segments)), MAX_PRELOAD_CHUNKS, fitting)
     return per_tile, -(-total_chunks // per_tile)
+
+
+def lookback_resident_blocks(
+    N: int, threads: int, items: int, segments: int, elem_bytes: int, stages: int, blocks_per_sm: int
+) -> int:
+    """Look-back blocks sure to be resident on one SM at once: the launch bound
+    (``blocks_per_sm``, 1 when the compiler chooses), within shared memory and threads."""
+    per_tile, _ = lookback_layout(N, threads, items, segments, elem_bytes, stages)
+    staging = stages * per_tile * threads * items * elem_bytes
+    return max(1, min(max(1, blocks_per_sm), SHARED_BYTES_PER_SM // (staging + 1024), THREADS_PER_SM // threads))
 
 
 def column_program_name(inner: int, elem_bytes: int = 2) -> str:
@@ -954,13 +1073,37 @@ class ScanKernel(Kernel):
     def split_segments(self) -> int:
         """Segments a row is cut into on the split path (1: no split path)."""
         config = self.config
-        if config["segments"] <= 1 or config["lookback"]:
+        if config["segments"] <= 1 or self._uses_lookback():
             return 1
         return _segment_layout(self.N, config["items"], config["row_threads"], config["segments"])[1]
 
+    def lookback_blocks(self, rows: int, device: torch.device) -> int:
+        """Blocks of a look-back scan over ``rows`` rows: as many as are sure to be
+        resident at once (the scan needs every block running), never more than tiles."""
+        config = self.config
+        resident = lookback_resident_blocks(
+            self.N, config["threads"], config["items"], config["segments"], self.dtype.itemsize,
+            config["lookback_stages"], config["blocks_per_sm"],
+        )
+        return min(rows * self._lookback_tiles(), self.sm_count(device) * resident)
+
+    def lookback_status(self, rows: int, device: torch.device) -> torch.Tensor:
+        """The zeroed status words a look-back scan over ``rows`` rows publishes its tiles in."""
+        return torch.zeros((rows, self._lookback_tiles()), dtype=torch.uint64, device=device)
+
+    def _uses_lookback(self) -> bool:
+        """Whether few long rows take the look-back scan (rows of whole 16-byte vectors only)."""
+        config = self.config
+        if not config["lookback"] or (self.N * self.dtype.itemsize) % VECTOR_BYTES:
+            return False
+        return config["items"] * self.dtype.itemsize % VECTOR_BYTES == 0 and self._lookback_tiles() > 1
+
     def _lookback_tiles(self) -> int:
         config = self.config
-        return lookback_layout(self.N, config["threads"], config["items"], config["segments"])[1]
+        return lookback_layout(
+            self.N, config["threads"], config["items"], config["segments"], self.dtype.itemsize,
+            config["lookback_stages"],
+        )[1]
 
     def program(self, **config: Any) -> Any:
         """The row-scan program (the one every row count can use)."""
@@ -976,10 +1119,8 @@ class ScanKernel(Kernel):
         names = [ROW_SCAN]
         if inner > 1:
             names.append(column_program_name(inner, self.dtype.itemsize))
-        config = self.config
-        if config["lookback"]:
-            if self._lookback_tiles() > 1:
-                names.append(LOOKBACK_ROW_SCAN)
+        if self._uses_lookback():
+            names.append(LOOKBACK_ROW_SCAN)
         elif self.split_segments > 1:
             names += [SEGMENT_SUMS, SPLIT_ROW_SCAN]
         return names
@@ -1064,10 +1205,9 @@ class ScanKernel(Kernel):
     def _row_programs(self, rows: int) -> List[str]:
         config = self.config
         if rows <= min(config["split_max_rows"], MAX_GRID_Y):
-            if config["lookback"]:
-                if self._lookback_tiles() > 1:
-                    return [LOOKBACK_ROW_SCAN]
-            elif self.split_segments > 1:
+            if self._uses_lookback():
+                return [LOOKBACK_ROW_SCAN]
+            if self.split_segments > 1:
                 return [SEGMENT_SUMS, SPLIT_ROW_SCAN]
         return [ROW_SCAN]
 
@@ -1076,19 +1216,16 @@ class ScanKernel(Kernel):
         config = self.config
         # Split programs put rows on the grid's y axis (at most 65535 blocks).
         if rows <= min(config["split_max_rows"], MAX_GRID_Y):
-            if config["lookback"]:
-                tiles = self._lookback_tiles()
-                if tiles > 1:
-                    status = torch.zeros((rows, tiles, 3), dtype=torch.int32, device=x.device)
-                    self._launcher(LOOKBACK_ROW_SCAN)(x, status, out)
-                    return out
-            else:
-                segments = self.split_segments
-                if segments > 1:
-                    partial = torch.empty((rows, segments), dtype=torch.float32, device=x.device)
-                    self._launcher(SEGMENT_SUMS)(x, partial)
-                    self._launcher(SPLIT_ROW_SCAN)(x, partial, out)
-                    return out
+            if self._uses_lookback():
+                status = self.lookback_status(rows, x.device)
+                self._launcher(LOOKBACK_ROW_SCAN)(x, status, out, self.lookback_blocks(rows, x.device))
+                return out
+            segments = self.split_segments
+            if segments > 1:
+                partial = torch.empty((rows, segments), dtype=torch.float32, device=x.device)
+                self._launcher(SEGMENT_SUMS)(x, partial)
+                self._launcher(SPLIT_ROW_SCAN)(x, partial, out)
+                return out
         self._launcher(ROW_SCAN)(x, out)
         return out
 
