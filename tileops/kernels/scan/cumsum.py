@@ -236,7 +236,7 @@ def row_scan_program(
     combine: str = ADD,
     reverse: bool = False,
     blocks_per_sm: int = 0,
-    lookback_stages: int = 3,
+    lookback_stages: int = 2,
     **_: Any,
 ) -> Any:
     """A row scan of ``(R, N)`` in one of three modes.
@@ -492,11 +492,12 @@ def row_scan_program(
         raise ValueError(f"scan kernel: unknown row scan mode {mode!r}")
 
     stages = lookback_stages
+    elem_bytes = 4 if dtype == "float32" else 2
     if stages < 2:
         raise ValueError(f"scan kernel: lookback_stages must be at least 2, got {stages}")
-    if vector * (4 if dtype == "float32" else 2) != VECTOR_BYTES:
+    if vector * elem_bytes != VECTOR_BYTES:
         raise ValueError(f"scan kernel: the look-back scan needs rows of whole 16-byte vectors, got N={N}")
-    per_tile, used_tiles = lookback_layout(N, threads, items, segments, 4 if dtype == "float32" else 2, stages)
+    per_tile, used_tiles = lookback_layout(N, threads, items, segments, elem_bytes, stages)
     tile_items = per_tile * chunk
     warps = threads // WARP
 
