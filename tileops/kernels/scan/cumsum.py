@@ -210,10 +210,14 @@ def _segment_layout(N: int, items: int, row_threads: int, segments: int) -> Tupl
     return per_segment, -(-total_chunks // per_segment)
 
 
+def _elem_bytes(dtype: str) -> int:
+    """Bytes of one element of a TileLang dtype name (the scans take float16, bfloat16, float32)."""
+    return 4 if dtype == "float32" else 2
+
+
 def _load_vector(N: int, items: int, dtype: str) -> int:
     """Elements per vectorized access: divides ``items`` and ``N`` (aligned rows), <= 16 bytes."""
-    elem_bytes = 4 if dtype == "float32" else 2
-    return largest_pow2_divisor(N, largest_pow2_divisor(items, VECTOR_BYTES // elem_bytes))
+    return largest_pow2_divisor(N, largest_pow2_divisor(items, VECTOR_BYTES // _elem_bytes(dtype)))
 
 
 # Status of a tile in the single-pass (look-back) scan; also the index of the
@@ -492,7 +496,7 @@ def row_scan_program(
         raise ValueError(f"scan kernel: unknown row scan mode {mode!r}")
 
     stages = lookback_stages
-    elem_bytes = 4 if dtype == "float32" else 2
+    elem_bytes = _elem_bytes(dtype)
     if stages < 2:
         raise ValueError(f"scan kernel: lookback_stages must be at least 2, got {stages}")
     if vector * elem_bytes != VECTOR_BYTES:
@@ -518,6 +522,14 @@ def row_scan_program(
         return T.reinterpret(T.cast(word, "uint32"), ACCUM)
 
     @T.macro
+    def copy_vector(X, staging, stage, row, first, c, v, tx):
+        T.ptx_cp_async(
+            T.access_ptr(staging[stage, c * chunk + tx * items + v * vector], "w", vector),
+            T.access_ptr(X[row, first + v * vector], "r", vector),
+            vector,
+        )
+
+    @T.macro
     def issue_tile(X, staging, stage, tile_index, tx):
         """Start copying this thread's spans of tile ``tile_index`` into ``staging[stage]``
         (one cp.async group, empty past the last tile). Each thread reads back only what it copied."""
@@ -528,19 +540,11 @@ def row_scan_program(
                 first = first_element(tx, first_chunk + c)
                 for v in T.unroll(items // vector):
                     if first_chunk + c < full_chunks:
-                        T.ptx_cp_async(
-                            T.access_ptr(staging[stage, c * chunk + tx * items + v * vector], "w", vector),
-                            T.access_ptr(X[row, first + v * vector], "r", vector),
-                            vector,
-                        )
+                        copy_vector(X, staging, stage, row, first, c, v, tx)
                     elif first_chunk + c < total_chunks:
                         # Whole vectors lie in or out of the row (N is a multiple of the vector).
                         if in_row(first + v * vector, 0):
-                            T.ptx_cp_async(
-                                T.access_ptr(staging[stage, c * chunk + tx * items + v * vector], "w", vector),
-                                T.access_ptr(X[row, first + v * vector], "r", vector),
-                                vector,
-                            )
+                            copy_vector(X, staging, stage, row, first, c, v, tx)
         T.ptx_commit_group()
 
     @T.macro
@@ -1060,6 +1064,8 @@ class ScanKernel(Kernel):
         self.N = int(N)
         # (config object, {program name: compiled}) of the current config.
         self._bound: Tuple[Optional[Dict[str, Any]], Dict[str, Any]] = (None, {})
+        # (config object, (look-back tiles per row, look-back blocks resident an SM)) of the current config.
+        self._lookback_plan: Tuple[Optional[Dict[str, Any]], Tuple[int, int]] = (None, (0, 0))
         super().__init__(dtype, config=config, tune=tune)
 
     @property
@@ -1081,12 +1087,8 @@ class ScanKernel(Kernel):
     def lookback_blocks(self, rows: int, device: torch.device) -> int:
         """Blocks of a look-back scan over ``rows`` rows: as many as are sure to be
         resident at once (the scan needs every block running), never more than tiles."""
-        config = self.config
-        resident = lookback_resident_blocks(
-            self.N, config["threads"], config["items"], config["segments"], self.dtype.itemsize,
-            config["lookback_stages"], config["blocks_per_sm"],
-        )
-        return min(rows * self._lookback_tiles(), self.sm_count(device) * resident)
+        tiles, resident = self._lookback_layout()
+        return min(rows * tiles, self.sm_count(device) * resident)
 
     def lookback_status(self, rows: int, device: torch.device) -> torch.Tensor:
         """The zeroed status words a look-back scan over ``rows`` rows publishes its tiles in."""
@@ -1094,17 +1096,28 @@ class ScanKernel(Kernel):
 
     def _uses_lookback(self) -> bool:
         """Whether few long rows take the look-back scan (rows of whole 16-byte vectors only)."""
-        config = self.config
-        if not config["lookback"] or (self.N * self.dtype.itemsize) % VECTOR_BYTES:
-            return False
-        return config["items"] * self.dtype.itemsize % VECTOR_BYTES == 0 and self._lookback_tiles() > 1
+        return self._lookback_tiles() > 1
 
     def _lookback_tiles(self) -> int:
-        config = self.config
-        return lookback_layout(
-            self.N, config["threads"], config["items"], config["segments"], self.dtype.itemsize,
-            config["lookback_stages"],
-        )[1]
+        return self._lookback_layout()[0]
+
+    def _lookback_layout(self) -> Tuple[int, int]:
+        """(tiles per row, blocks resident an SM) of the look-back scan; (0, 0) where the config
+        or the row length rules it out.  Worked out once per config: ``forward`` asks every call."""
+        config, layout = self._lookback_plan
+        if config is not self.config:
+            config = self.config
+            elem_bytes = self.dtype.itemsize
+            row_bytes, span_bytes = self.N * elem_bytes, config["items"] * elem_bytes
+            layout = (0, 0)
+            if config["lookback"] and row_bytes % VECTOR_BYTES == 0 and span_bytes % VECTOR_BYTES == 0:
+                shape = (self.N, config["threads"], config["items"], config["segments"], elem_bytes)
+                layout = (
+                    lookback_layout(*shape, config["lookback_stages"])[1],
+                    lookback_resident_blocks(*shape, config["lookback_stages"], config["blocks_per_sm"]),
+                )
+            self._lookback_plan = (config, layout)
+        return layout
 
     def program(self, **config: Any) -> Any:
         """The row-scan program (the one every row count can use)."""
