@@ -68,7 +68,11 @@ def test_backward_programs_and_where_partial_sums_live(cls, N, dtype, program, i
     assert kernel.main_program() == program
     assert kernel.partials_in_registers(kernel.layout()) == in_registers
     assert kernel.smem_slots(kernel.layout()) == in_shared
-    assert [name for name, _ in kernel.program_keys()] == [program, COLUMN_SUM]
+    keys = [(name, dict(shape)) for name, shape in kernel.program_keys()]
+    assert keys[:2] == [(program, {"direct": False, "has_weight": True}), (COLUMN_SUM, {})]
+    # A single row writes the gradients directly when its partial sums never leave the chip.
+    on_chip = in_registers or all(slots >= N for slots in in_shared) or kernel.register_groups(kernel.layout())[-1]
+    assert keys[2:] == ([(program, {"direct": True, "has_weight": True})] if on_chip else [])
 
 
 @pytest.mark.parametrize("cls, N, dtype, in_registers", [
@@ -168,13 +172,23 @@ def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
         "layer-bwd-32768-streamed-no-weight"])
 def test_backward_programs_build_for_sm90(cls, N, dtype, has_weight) -> None:
     kernel = cls(N, dtype)
-    source = _source(kernel, kernel.main_program(), has_weight=has_weight)
+    source = _source(kernel, kernel.main_program(), direct=False, has_weight=has_weight)
     assert "__global__" in source and "int64_t" in source
     assert "atomic" not in source.lower()  # partial sums have one owner each
     layout = kernel.layout()
     threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
     assert f"__launch_bounds__({threads}, {kernel.blocks_per_sm(layout)})" in source
     assert "__global__" in _source(kernel, COLUMN_SUM)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cls, N", [(RMSNormBwdKernel, 4096), (LayerNormBwdKernel, 32768)],
+                         ids=["rms-bwd-4096-resident", "layer-bwd-32768-streamed"])
+def test_single_row_backward_programs_write_the_gradients_in_their_dtype(cls, N) -> None:
+    kernel = cls(N, torch.bfloat16)
+    source = _source(kernel, kernel.main_program(), direct=True, has_weight=True)
+    signature = source[source.index("__global__"):source.index("{")]
+    assert "float* __restrict__ PW" not in signature and "bfloat16_t* __restrict__ PW" in signature
 
 
 # ---- host side of a launch (programs replaced by recorders) --------------------------------------------
@@ -214,7 +228,7 @@ def test_backward_launches_rows_then_column_sums(monkeypatch: pytest.MonkeyPatch
     grad_x, grad_weight, grad_bias = torch.empty_like(x), torch.empty(4096, dtype=x.dtype), torch.empty(4096, dtype=x.dtype)
     kernel.forward(grad_y, x, None, grad_x, grad_weight, grad_bias)
     (rows_name, rows_shape, rows_args), *sums = recorder.calls
-    assert rows_name == kernel.main_program() and dict(rows_shape) == {"has_weight": False}
+    assert rows_name == kernel.main_program() and dict(rows_shape) == {"direct": False, "has_weight": False}
     assert rows_args[0] is grad_y and rows_args[1] is x and rows_args[2] is grad_x
     partial_w, partial_b = rows_args[3], rows_args[4]
     assert partial_w.shape == partial_b.shape == (kernel.partial_rows(300, x.device), 4096)
@@ -223,6 +237,34 @@ def test_backward_launches_rows_then_column_sums(monkeypatch: pytest.MonkeyPatch
     assert sum_name == COLUMN_SUM and sum_args[1] is grad_weight and sum_args[2] is grad_bias
     assert sum_args[0].shape == (2, *partial_w.shape)
     assert sum_args[0][0].data_ptr() == partial_w.data_ptr() and sum_args[0][1].data_ptr() == partial_b.data_ptr()
+
+
+@pytest.mark.parametrize("cls, N, dtype, direct", [
+    (LayerNormBwdKernel, 4096, torch.bfloat16, True),  # resident, partial sums in shared memory
+    (RMSNormBwdKernel, 1024, torch.bfloat16, True),  # resident, partial sums in registers
+    (RMSNormBwdKernel, 256, torch.bfloat16, False),  # four rows a block: a row group each
+    (LayerNormBwdKernel, 32768, torch.bfloat16, True),  # streamed, the bias's last sums in registers
+    (RMSNormBwdKernel, 65537, torch.float16, False),  # streamed, some sums in the partials buffer
+])
+def test_backward_of_one_row_is_one_launch_when_its_sums_stay_on_chip(monkeypatch: pytest.MonkeyPatch,
+                                                                     cls, N, dtype, direct) -> None:
+    recorder = _record(monkeypatch)
+    kernel = cls(N, dtype)
+    grad_y, x = torch.randn(1, N, dtype=dtype), torch.randn(1, N, dtype=dtype)
+    grads = [torch.empty(N, dtype=dtype) for _ in range(kernel.accumulators)]
+    kernel.forward(grad_y, x, torch.ones(N, dtype=dtype), torch.empty_like(x), *grads)
+    if not direct:
+        assert [name for name, _, _ in recorder.calls] == [kernel.main_program(), COLUMN_SUM]
+        return
+    [(name, shape, args)] = recorder.calls
+    assert name == kernel.main_program() and dict(shape) == {"direct": True, "has_weight": True}
+    for grad, view in zip(grads, args[4:]):
+        assert view.shape == (1, N) and view.dtype == dtype and view.data_ptr() == grad.data_ptr()
+    # Two rows take the row launch and the column sum again.
+    recorder.calls.clear()
+    two = torch.randn(2, N, dtype=dtype)
+    kernel.forward(two, two, torch.ones(N, dtype=dtype), torch.empty_like(two), *grads)
+    assert [name for name, _, _ in recorder.calls] == [kernel.main_program(), COLUMN_SUM]
 
 
 def test_backward_of_no_rows_zeroes_the_affine_gradients(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,6 +42,12 @@ GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
     (5, 4097, torch.bfloat16),
     (5, 65537, torch.float16),
     (3, 65537, torch.float32),
+    # One row: the row launch writes the gradients itself when its partial sums stay on chip
+    # (shared memory, registers, streamed with the bias's last sums in registers); not at 65537.
+    (1, 4096, torch.bfloat16),
+    (1, 1024, torch.float32),
+    (1, 32768, torch.bfloat16),
+    (1, 65537, torch.float16),
     # Streamed rows, several to a row group (more rows than groups).
     (300, 20000, torch.float32),
     (400, 32768, torch.bfloat16),
@@ -50,7 +56,7 @@ GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
 SCHEDULE_CASES = GRAD_CASES[-2:]
 # Which affine tensors LayerNorm gets, (weight, bias); every combination on a few cases.
 AFFINES = [(True, True), (False, False), (True, False), (False, True)]
-AFFINE_CASES = [GRAD_CASES[1], GRAD_CASES[3], GRAD_CASES[6], GRAD_CASES[9]]
+AFFINE_CASES = [GRAD_CASES[1], GRAD_CASES[3], GRAD_CASES[6], GRAD_CASES[9], GRAD_CASES[11], GRAD_CASES[13]]
 LAYER_GRAD_CASES = [(*case, (True, True)) for case in GRAD_CASES] + [
     (*case, affine) for case in AFFINE_CASES for affine in AFFINES[1:]]
 FUSED_SIZES = ODD_SIZES + (4096, 32768)
