@@ -294,13 +294,10 @@ def long_row_breakdown(rows: int = 64, N: int = 262144, dtype: torch.dtype = tor
     for threads, items in ((256, 16), (512, 16), (512, 32)):
         config = {**base, "threads": threads, "items": items, "row_threads": threads, "lookback": 1}
         kernel = _make_kernel("cumsum", N, dtype, config)
-        status = kernel.lookback_status(rows, x.device)
+        status, control = kernel.lookback_workspace(rows, x.device)
         blocks = kernel.lookback_blocks(rows, x.device)
         launch = kernel._launcher(LOOKBACK_ROW_SCAN)
-        zero_ms = _bench(status.zero_)
-        both_ms = _bench(lambda: (status.zero_(), launch(x, status, out, blocks)))
-        results.append((f"status zero_ ({threads}x{items})", zero_ms))
-        results.append((f"zero_ + look-back scan ({threads}x{items})", both_ms))
+        results.append((f"look-back scan ({threads}x{items})", _bench(lambda: launch(x, status, control, out, blocks))))
     for threads, items in ((256, 8), (256, 16)):
         config = {**base, "threads": threads, "items": items, "row_threads": threads, "lookback": 0, "segments": 32}
         kernel = _make_kernel("cumsum", N, dtype, config)

@@ -211,6 +211,72 @@ def test_cumsum_lookback_across_many_windows_is_race_free() -> None:
         _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(N))
 
 
+LOOKBACK_N = 65544  # 9 tiles a row for float32, the last one partial
+
+
+def test_cumsum_lookback_workspace_is_ready_for_every_next_launch() -> None:
+    """Each launch leaves the status words zeroed for the next: back-to-back launches with no
+    sync between them, row counts that shrink and grow (the workspace grows), fresh inputs."""
+    kernel = _kernel(CumsumFwdKernel, LOOKBACK_N, torch.float32, config={"lookback": 1})
+    calls = []
+    for rows in (64, 5, 64, 1, 100, 128, 7, 64, 64, 64):
+        x = torch.randn(rows, LOOKBACK_N, device="cuda", dtype=torch.float32)
+        out = _poisoned_like(x)
+        kernel(x, out)
+        calls.append((x, out))
+    torch.cuda.synchronize()
+    for x, out in calls:
+        _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(LOOKBACK_N))
+    assert max(status.shape[1] for status, _ in kernel._lookback_workspaces.values()) >= 128
+
+
+def test_cumsum_lookback_on_two_streams_at_once() -> None:
+    """Launches in two streams may overlap: each stream has its own workspace."""
+    kernel = _kernel(CumsumFwdKernel, LOOKBACK_N, torch.float32, config={"lookback": 1})
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    inputs = [[torch.randn(64, LOOKBACK_N, device="cuda") for _ in range(6)] for _ in streams]
+    outs = [[_poisoned_like(x) for x in xs] for xs in inputs]
+    torch.cuda.synchronize()
+    for step in range(6):
+        for stream, xs, ys in zip(streams, inputs, outs):
+            with torch.cuda.stream(stream):
+                kernel(xs[step], ys[step])
+    torch.cuda.synchronize()
+    for xs, ys in zip(inputs, outs):
+        for x, out in zip(xs, ys):
+            _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(LOOKBACK_N))
+    keys = {key[1] for key in kernel._lookback_workspaces}
+    assert {stream.cuda_stream for stream in streams} <= keys
+
+
+def test_cumsum_lookback_replays_in_a_cuda_graph() -> None:
+    """A captured scan replays on new inputs, between eager launches of the same kernel."""
+    kernel = _kernel(CumsumFwdKernel, LOOKBACK_N, torch.float32, config={"lookback": 1})
+    static_x = torch.randn(64, LOOKBACK_N, device="cuda")
+    static_out = torch.empty_like(static_x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        kernel(static_x, static_out)
+    torch.cuda.current_stream().wait_stream(side)
+    cached = dict(kernel._lookback_workspaces)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernel(static_x, static_out)
+    # Nothing captured is kept: a cached workspace must not live in the graph's pool.
+    assert kernel._lookback_workspaces == cached
+    for _ in range(4):
+        static_x.copy_(torch.randn_like(static_x))
+        static_out.fill_(float("nan"))
+        graph.replay()
+        x = torch.randn(64, LOOKBACK_N, device="cuda")
+        out = _poisoned_like(x)
+        kernel(x, out)
+        torch.cuda.synchronize()
+        _assert_matches(static_out, torch.cumsum(static_x.double(), dim=1), atol=_cumsum_atol(LOOKBACK_N))
+        _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(LOOKBACK_N))
+
+
 @pytest.mark.parametrize(
     "outer, N, inner",
     [
