@@ -171,7 +171,16 @@ def test_cumsum_cuts_long_rows_only() -> None:
     assert CumsumFwdKernel(2048, torch.bfloat16, config={"lookback": 1}).program_names() == [ROW_SCAN]
     long_rows = CumsumFwdKernel(262144, torch.bfloat16)
     assert long_rows.config["split_max_rows"] >= 64
-    assert long_rows.program_names() == [ROW_SCAN, LOOKBACK_ROW_SCAN] and long_rows.split_segments == 1
+    assert long_rows.program_names() == [ROW_SCAN, LOOKBACK_ROW_SCAN]
+    assert long_rows.programs_for((64, 262144)) == [LOOKBACK_ROW_SCAN]
+    # Deterministic calls take the split scan, whose additions come in a fixed order.
+    assert long_rows.split_segments > 1
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert long_rows.programs_for((64, 262144)) == [SEGMENT_SUMS, SPLIT_ROW_SCAN]
+    finally:
+        torch.use_deterministic_algorithms(previous)
     split = CumsumFwdKernel(262144, torch.bfloat16, config={"lookback": 0})
     assert split.program_names() == [ROW_SCAN, SEGMENT_SUMS, SPLIT_ROW_SCAN]
     # The look-back scan stages whole 16-byte vectors: other row lengths take the split scan.

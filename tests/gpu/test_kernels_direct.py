@@ -230,6 +230,24 @@ def test_cumsum_lookback_workspace_is_ready_for_every_next_launch() -> None:
     assert max(status.shape[1] for status, _ in kernel._lookback_workspaces.values()) >= 128
 
 
+def test_cumsum_few_long_rows_are_reproducible_under_deterministic_algorithms() -> None:
+    """The look-back scan's last bits depend on timing; deterministic calls take the split scan."""
+    kernel = _kernel(CumsumFwdKernel, LOOKBACK_N, torch.float32, config={"lookback": 1})
+    x = torch.randn(64, LOOKBACK_N, device="cuda")
+    outs = [_poisoned_like(x) for _ in range(4)]
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        for out in outs:
+            kernel(x, out)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    torch.cuda.synchronize()
+    _assert_matches(outs[0], torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(LOOKBACK_N))
+    assert all(torch.equal(out, outs[0]) for out in outs[1:])
+    assert any(key[0] == SPLIT_ROW_SCAN for key in kernel._compiled)
+
+
 def test_cumsum_lookback_on_two_streams_at_once() -> None:
     """Launches in two streams may overlap: each stream has its own workspace."""
     kernel = _kernel(CumsumFwdKernel, LOOKBACK_N, torch.float32, config={"lookback": 1})

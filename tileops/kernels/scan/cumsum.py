@@ -22,7 +22,9 @@ for a forward sum):
   fixed set of resident blocks walks the rows' tiles, each keeping the next
   tiles in flight into shared memory (``cp.async``) while it scans one: it
   publishes the tile's sum, adds the sums its predecessors published, then
-  scans and stores.
+  scans and stores.  Which predecessors had published varies run to run, and
+  with it the last bits of float results: under
+  ``torch.use_deterministic_algorithms`` these rows take the split scan.
 * **column scan** (``inner > 1``): one thread per ``(outer, inner)`` column
   walks the axis; neighbouring threads read neighbouring addresses.
 
@@ -1119,9 +1121,10 @@ class ScanKernel(Kernel):
 
     @property
     def split_segments(self) -> int:
-        """Segments a row is cut into on the split path (1: no split path)."""
+        """Segments a row is cut into on the split path (1: no split path).  Rows that take the
+        look-back scan keep it for deterministic calls (see ``_takes_lookback``)."""
         config = self.config
-        if config["segments"] <= 1 or self._uses_lookback():
+        if config["segments"] <= 1:
             return 1
         return _segment_layout(self.N, config["items"], config["row_threads"], config["segments"])[1]
 
@@ -1157,6 +1160,15 @@ class ScanKernel(Kernel):
                     workspace = _new_lookback_workspace(max(rows, 2 * held), tiles, device)
                     self._lookback_workspaces[key] = workspace
         return workspace
+
+    def _takes_lookback(self) -> bool:
+        """Whether this call takes the look-back scan: not under ``torch.use_deterministic_algorithms``.
+
+        A tile adds up whichever of its predecessors' sums had been published when it
+        looked back, so the float32 rounding of its offset, and the last bits of the
+        output, may differ run to run; the split scan adds in a fixed order.
+        """
+        return self._uses_lookback() and not torch.are_deterministic_algorithms_enabled()
 
     def _uses_lookback(self) -> bool:
         """Whether few long rows take the look-back scan (rows of whole 16-byte vectors only)."""
@@ -1283,7 +1295,7 @@ class ScanKernel(Kernel):
     def _row_programs(self, rows: int) -> List[str]:
         config = self.config
         if rows <= min(config["split_max_rows"], MAX_GRID_Y):
-            if self._uses_lookback():
+            if self._takes_lookback():
                 return [LOOKBACK_ROW_SCAN]
             if self.split_segments > 1:
                 return [SEGMENT_SUMS, SPLIT_ROW_SCAN]
@@ -1294,7 +1306,7 @@ class ScanKernel(Kernel):
         config = self.config
         # Split programs put rows on the grid's y axis (at most 65535 blocks).
         if rows <= min(config["split_max_rows"], MAX_GRID_Y):
-            if self._uses_lookback():
+            if self._takes_lookback():
                 status, control = self.lookback_workspace(rows, x.device)
                 self._launcher(LOOKBACK_ROW_SCAN)(x, status, control, out, self.lookback_blocks(rows, x.device))
                 return out
