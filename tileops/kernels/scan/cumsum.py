@@ -1124,8 +1124,9 @@ class ScanKernel(Kernel):
 
     @property
     def split_segments(self) -> int:
-        """Segments a row is cut into on the split path (1: no split path).  Rows that take the
-        look-back scan keep it for deterministic calls (see ``_takes_lookback``)."""
+        """Segments a row is cut into on the split path (1: no split path).  Kernels whose long
+        rows take the look-back scan keep the split path for deterministic calls (see
+        ``_takes_lookback``)."""
         config = self.config
         if config["segments"] <= 1:
             return 1
