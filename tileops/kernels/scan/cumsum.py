@@ -612,10 +612,10 @@ def row_scan_program(
     @T.macro
     def arrive(Control, side, sides, blocks, tx):
         """The last block to finish resets the arrival count and hands the launch after this one
-        the other side (every block has read ``side`` by then)."""
+        the other side (every block has read ``side`` by then).  No fence: what this launch
+        wrote is read by later launches only, after it has ended."""
         T.sync_threads()
         if tx == 0:
-            T.call_extern("handle", "__threadfence")
             sides[1] = T.atomic_add(Control[0], 1, return_prev=True)
             if sides[1] == blocks - 1:
                 Control[0] = 0
