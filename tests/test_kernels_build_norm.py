@@ -91,12 +91,41 @@ def test_backward_launches_as_many_row_groups_as_fit(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(NormBwdKernel, "sm_count", lambda self, device: 132)
     resident = RMSNormBwdKernel(4096, torch.bfloat16)  # 256 threads a row, 1024 threads per SM
     assert resident.partial_rows(4 * 132 * 8, torch.device("cpu")) == 4 * 132
-    assert resident.partial_rows(3, torch.device("cpu")) == 3
+    assert resident.partial_rows(3, torch.device("cpu")) == 4  # whole blocks of two row groups
     tiny = LayerNormBwdKernel(3, torch.float32)  # many rows per block; whole blocks only
     layout = tiny.layout()
     assert tiny.partial_rows(1, torch.device("cpu")) == layout.rows_per_block
     wide = RMSNormBwdKernel(32768, torch.bfloat16)  # streamed, 128 KiB of partial sums: one block per SM
     assert wide.partial_rows(132 * 62, torch.device("cpu")) == 132
+
+
+@pytest.mark.parametrize("cls, N, dtype, groups_per_block", [
+    (LayerNormBwdKernel, 4096, torch.bfloat16, 2),  # 256 lanes a row, 512 threads a block
+    (RMSNormBwdKernel, 2048, torch.float16, 4),  # 128 lanes a row
+    (LayerNormBwdKernel, 2048, torch.float32, 2),  # float32 LayerNorm keeps four elements a thread in registers
+    (RMSNormBwdKernel, 8192, torch.bfloat16, 1),  # 512 lanes a row: a block is one row group
+    (RMSNormBwdKernel, 256, torch.bfloat16, 4),  # sums in registers: four rows a block, a partials row each
+])
+def test_resident_row_groups_of_a_block_fold_their_shared_memory_sums(monkeypatch: pytest.MonkeyPatch,
+                                                                       cls, N, dtype, groups_per_block) -> None:
+    monkeypatch.setattr(NormBwdKernel, "sm_count", lambda self, device: 132)
+    kernel = cls(N, dtype)
+    layout = kernel.layout()
+    assert layout.rows_per_block == groups_per_block
+    folds = groups_per_block > 1 and not kernel.partials_in_registers(layout)
+    assert kernel.folds(layout) == folds
+    device = torch.device("cpu")
+    for rows in (1, 3, 529, 16384):
+        groups = kernel.partial_rows(rows, device)
+        assert kernel.buffer_rows(rows, device) == (groups // groups_per_block if folds else groups)
+    # Every group's sums are in the block's shared memory, and the blocks that fit leave room for them.
+    if folds:
+        smem = 4 * sum(kernel.smem_slots(layout)) * groups_per_block
+        assert all(slots >= N for slots in kernel.smem_slots(layout))
+        assert kernel.blocks_per_sm(layout) * smem <= 220 * 1024
+    # Without folding, each group has a block of its own again.
+    single = cls(N, dtype, config={**kernel.default_config, "fold_threads": 0}).layout()
+    assert single.rows_per_block == (1 if folds else groups_per_block)
 
 
 @pytest.mark.parametrize("rows", [1, 131, 132, 133, 527, 528, 529, 8192, 16384, 32768, 32769, 10**6])
@@ -168,8 +197,9 @@ def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
     (RMSNormBwdKernel, 1024, torch.bfloat16, True),
     (LayerNormBwdKernel, 16384, torch.bfloat16, True),
     (LayerNormBwdKernel, 32768, torch.bfloat16, False),
+    (LayerNormBwdKernel, 4096, torch.bfloat16, False),
 ], ids=["rms-bwd-1024-partials-in-registers", "layer-bwd-16384-partials-in-shared-memory",
-        "layer-bwd-32768-streamed-no-weight"])
+        "layer-bwd-32768-streamed-no-weight", "layer-bwd-4096-folded-groups-no-weight"])
 def test_backward_programs_build_for_sm90(cls, N, dtype, has_weight) -> None:
     kernel = cls(N, dtype)
     source = _source(kernel, kernel.main_program(), direct=False, has_weight=has_weight)
@@ -231,7 +261,7 @@ def test_backward_launches_rows_then_column_sums(monkeypatch: pytest.MonkeyPatch
     assert rows_name == kernel.main_program() and dict(rows_shape) == {"direct": False, "has_weight": False}
     assert rows_args[0] is grad_y and rows_args[1] is x and rows_args[2] is grad_x
     partial_w, partial_b = rows_args[3], rows_args[4]
-    assert partial_w.shape == partial_b.shape == (kernel.partial_rows(300, x.device), 4096)
+    assert partial_w.shape == partial_b.shape == (kernel.buffer_rows(300, x.device), 4096)
     assert partial_w.dtype == torch.float32
     [(sum_name, _, sum_args)] = sums
     assert sum_name == COLUMN_SUM and sum_args[1] is grad_weight and sum_args[2] is grad_bias
