@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from tileops.kernels.norm.backward import COLUMN_SUM, RESIDENT, STREAMED, NormBwdKernel
+from tileops.kernels.norm.backward import CLUSTER, COLUMN_SUM, RESIDENT, STREAMED, ClusterLayout, NormBwdKernel
 from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
 from tileops.kernels.norm.layer_norm import LayerNormBwdKernel, LayerNormFwdKernel
 from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
@@ -72,7 +72,10 @@ def test_backward_programs_and_where_partial_sums_live(cls, N, dtype, program, i
     assert keys[:2] == [(program, {"direct": False, "has_weight": True}), (COLUMN_SUM, {})]
     # A single row writes the gradients directly when its partial sums never leave the chip.
     on_chip = in_registers or all(slots >= N for slots in in_shared) or kernel.register_groups(kernel.layout())[-1]
-    assert keys[2:] == ([(program, {"direct": True, "has_weight": True})] if on_chip else [])
+    direct = [(program, {"direct": True, "has_weight": True})] if on_chip else []
+    # Streamed rows that split over a cluster have its program too, both ways.
+    split = [(CLUSTER, {"direct": d, "has_weight": True}) for d in (False, True)] if kernel.split_layout() else []
+    assert keys[2:] == direct + split
 
 
 @pytest.mark.parametrize("cls, N, dtype, in_registers", [
@@ -279,7 +282,7 @@ def test_backward_launches_rows_then_column_sums(monkeypatch: pytest.MonkeyPatch
 def test_backward_of_one_row_is_one_launch_when_its_sums_stay_on_chip(monkeypatch: pytest.MonkeyPatch,
                                                                      cls, N, dtype, direct) -> None:
     recorder = _record(monkeypatch)
-    kernel = cls(N, dtype)
+    kernel = cls(N, dtype, config={**cls(N, dtype).default_config, "cluster_rows": 0})  # no cluster split
     grad_y, x = torch.randn(1, N, dtype=dtype), torch.randn(1, N, dtype=dtype)
     grads = [torch.empty(N, dtype=dtype) for _ in range(kernel.accumulators)]
     kernel.forward(grad_y, x, torch.ones(N, dtype=dtype), torch.empty_like(x), *grads)
@@ -304,3 +307,68 @@ def test_backward_of_no_rows_zeroes_the_affine_gradients(monkeypatch: pytest.Mon
     empty = torch.empty(0, 8)
     kernel.forward(empty, empty, torch.ones(8), torch.empty(0, 8), grad_weight)
     assert recorder.calls == [] and torch.equal(grad_weight, torch.zeros(8))
+
+
+# ---- rows split over a cluster --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls, N, dtype, row_threads", [
+    (LayerNormBwdKernel, 32768, torch.bfloat16, 256),  # 8 slices of 4096 columns
+    (RMSNormBwdKernel, 32768, torch.float32, 512),  # 8 slices of 4096, 8 columns a lane
+    (LayerNormBwdKernel, 131072, torch.bfloat16, 1024),  # 8 slices of 16384
+    (RMSNormBwdKernel, 24576, torch.bfloat16, 256),  # 8 slices of 3072: a tail group
+])
+def test_few_long_rows_split_over_a_cluster(cls, N, dtype, row_threads) -> None:
+    kernel = cls(N, dtype)
+    split = kernel.split_layout()
+    assert isinstance(kernel.layout(), StreamLayout)
+    assert isinstance(split, ClusterLayout) and split.ctas == 8 and split.slice.N == N // 8
+    assert split.slice.row_threads == row_threads and split.slice.rows_per_block == 1
+    # Every slice's partial sums fit its block's shared memory, whole.
+    assert all(slots >= split.slice.N for slots in kernel.smem_slots(split))
+    assert 4 * sum(kernel.smem_slots(split)) <= 212 * 1024
+    assert kernel.splits(1) and kernel.splits(256) and not kernel.splits(257)
+
+
+@pytest.mark.parametrize("cls, N, dtype", [
+    (LayerNormBwdKernel, 4096, torch.bfloat16),  # resident rows: no split
+    (RMSNormBwdKernel, 65537, torch.float16),  # slices would not be whole vectors
+    (LayerNormBwdKernel, 262144, torch.bfloat16),  # slices of 32768 are too long for registers
+])
+def test_rows_that_do_not_split(cls, N, dtype) -> None:
+    kernel = cls(N, dtype)
+    assert kernel.split_layout() is None and not kernel.splits(1)
+    assert cls(32768, torch.bfloat16, config={**cls(32768, torch.bfloat16).default_config,
+                                              "cluster_ctas": 0}).split_layout() is None
+
+
+def test_split_rows_launch_the_cluster_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = _record(monkeypatch)
+    kernel = LayerNormBwdKernel(32768, torch.bfloat16)
+    grads = [torch.empty(32768, dtype=torch.bfloat16) for _ in range(2)]
+    one = torch.randn(1, 32768, dtype=torch.bfloat16)
+    kernel.forward(one, one, None, torch.empty_like(one), *grads)
+    [(name, shape, args)] = recorder.calls
+    assert name == CLUSTER and dict(shape) == {"direct": True, "has_weight": False}
+    assert [view.data_ptr() for view in args[3:]] == [grad.data_ptr() for grad in grads]
+    recorder.calls.clear()
+    rows = torch.randn(300, 32768, dtype=torch.bfloat16)  # past cluster_rows: streamed
+    kernel.forward(rows[:200], rows[:200], torch.ones(32768, dtype=torch.bfloat16), torch.empty_like(rows[:200]),
+                   *grads)
+    (name, shape, args), (sum_name, _, sum_args) = recorder.calls
+    assert name == CLUSTER and dict(shape) == {"direct": False, "has_weight": True}
+    # 132 SMs hold 4 blocks of 256 threads each, 66 clusters of 8; 200 rows take 4 steps,
+    # which 50 clusters do as well, each taking rows q, q + 50, ...
+    assert args[4].shape == (50, 32768) and sum_name == COLUMN_SUM
+    recorder.calls.clear()
+    kernel.forward(rows, rows, None, torch.empty_like(rows), *grads)
+    assert [name for name, _, _ in recorder.calls] == [STREAMED, COLUMN_SUM]
+
+
+@needs_nvcc
+def test_cluster_program_builds_for_sm90() -> None:
+    kernel = RMSNormBwdKernel(32768, torch.bfloat16)
+    source = _source(kernel, CLUSTER, direct=False, has_weight=True)
+    assert "map_shared_rank" in source and "cluster_sync" in source  # sums swapped through distributed shared memory
+    assert "atomic" not in source.lower()
+    assert f"__launch_bounds__({kernel.split_layout().threads}, {kernel.blocks_per_sm(kernel.split_layout(), kernel.config)})" in source

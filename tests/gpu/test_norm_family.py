@@ -48,6 +48,9 @@ GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
     (1, 1024, torch.float32),
     (1, 32768, torch.bfloat16),
     (1, 65537, torch.float16),
+    # A few long rows, each split over a cluster of blocks (the slices of 20000 end in a tail group).
+    (200, 20000, torch.float32),
+    (3, 65536, torch.bfloat16),
     # Streamed rows, several to a row group (more rows than groups).
     (300, 20000, torch.float32),
     (400, 32768, torch.bfloat16),
