@@ -944,8 +944,9 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
 
 
 def _signature_variants(T: Any, M: Any, Q: Any, N: int, dtype: str, layer: bool, has_weight: bool, body: Any,
-                        partial_dtype: str = ACCUM) -> Any:
-    """The program whose signature takes the weight only when present, and a bias partials buffer for LayerNorm."""
+                        partial_dtype: str) -> Any:
+    """The program whose signature takes the weight only when present, and a bias partials buffer for LayerNorm;
+    the partials buffers are ``partial_dtype`` (see ``_partials_out``)."""
     if not layer:
 
         @T.prim_func
