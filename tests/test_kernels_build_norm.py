@@ -107,6 +107,7 @@ def test_backward_launches_as_many_row_groups_as_fit(monkeypatch: pytest.MonkeyP
     (RMSNormBwdKernel, 2048, torch.float16, 4),  # 128 lanes a row
     (LayerNormBwdKernel, 2048, torch.float32, 2),  # float32 LayerNorm keeps four elements a thread in registers
     (RMSNormBwdKernel, 8192, torch.bfloat16, 1),  # 512 lanes a row: a block is one row group
+    (LayerNormBwdKernel, 16384, torch.bfloat16, 1),  # 1024 lanes, 128 KiB of sums
     (RMSNormBwdKernel, 256, torch.bfloat16, 4),  # sums in registers: four rows a block, a partials row each
 ])
 def test_resident_row_groups_of_a_block_fold_their_shared_memory_sums(monkeypatch: pytest.MonkeyPatch,
@@ -115,7 +116,8 @@ def test_resident_row_groups_of_a_block_fold_their_shared_memory_sums(monkeypatc
     kernel = cls(N, dtype)
     layout = kernel.layout()
     assert layout.rows_per_block == groups_per_block
-    folds = groups_per_block > 1 and not kernel.partials_in_registers(layout)
+    # Shared-memory sums fold, even a single group's (its sums are then written as whole vectors).
+    folds = not kernel.partials_in_registers(layout)
     assert kernel.folds(layout) == folds
     device = torch.device("cpu")
     for rows in (1, 3, 529, 16384):
@@ -129,6 +131,8 @@ def test_resident_row_groups_of_a_block_fold_their_shared_memory_sums(monkeypatc
     # Without folding, each group has a block of its own again.
     single = cls(N, dtype, config={**kernel.default_config, "fold_threads": 0}).layout()
     assert single.rows_per_block == (1 if folds else groups_per_block)
+    if folds:
+        assert cls(N, dtype, config={**kernel.default_config, "fold_threads": 0}).folds(single)
 
 
 @pytest.mark.parametrize("rows", [1, 131, 132, 133, 527, 528, 529, 8192, 16384, 32768, 32769, 10**6])

@@ -319,9 +319,13 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     """``smem_slots`` None: partial sums in registers, a partials row per row group; else the
     shared-memory slots of each partial sum of a row group (see ``_accumulator_macros``), the
     rest being in the partials buffer.
-    ``fold``: the block's row groups (``rows_per_block``) each keep every partial sum in shared
-    memory, and at the end the block adds them up, in group order, into one partials row: the
-    partials buffer has a row per block, and the grid is its row count.
+    ``fold``: the block's row groups (``rows_per_block``, one or more) each keep every partial
+    sum in shared memory, and at the end the block adds them up, in group order, into one
+    partials row, each thread writing whole vectors: the partials buffer has a row per block,
+    and the grid is its row count.  (Else a thread writes the columns it owns, ``vector``
+    apart.  Measured on H100, bf16, µs that way / folded, one group a block: LayerNorm
+    16384x8192 355.9 / 310.6, 8192x16384 378.9 / 348.7, 1x16384 18.4 / 10.2; RMSNorm
+    8192x16384 297.6 / 285.2, 1x8192 8.2 / 6.2.)
     ``blocks_per_sm``: blocks that must fit on an SM at once (it caps registers per thread).
     ``direct``: see ``_partials_out``."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
@@ -999,8 +1003,9 @@ class NormBwdKernel(RowNormKernel):
                         for threads, unroll in ((512, 2), (512, 4), (1024, 1), (1024, 4)))
         if isinstance(self.layout(), StreamLayout):  # the other schedule of the default streamed layout
             streams += ({"stream_overlap": 1 - self.default_config["stream_overlap"]},)
-        if self.folds(self.layout()):  # a block per row group, and the largest folding blocks
-            streams += ({"fold_threads": 0}, {"fold_threads": MAX_THREADS})
+        for threads in (0, MAX_THREADS):  # a block per row group, and the largest folding blocks
+            if self.layout({**self.default_config, "fold_threads": threads}) != self.layout():
+                streams += ({"fold_threads": threads},)
         return self._autotune_candidates((vector_elems // 2, vector_elems, 2 * vector_elems), streams)
 
     def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
@@ -1051,9 +1056,10 @@ class NormBwdKernel(RowNormKernel):
         return RowLayout(layout.N, layout.vector, layout.row_threads, groups * layout.row_threads)
 
     def folds(self, layout: Any) -> bool:
-        """Whether the row groups of a block add their partial sums up into one partials row."""
-        return (isinstance(layout, RowLayout) and layout.rows_per_block > 1
-                and not self.partials_in_registers(layout))
+        """Whether the row groups of a block (one or more) keep all their partial sums in shared
+        memory and add them up into one partials row, written as whole vectors."""
+        return (isinstance(layout, RowLayout) and not self.partials_in_registers(layout)
+                and all(held >= self.N for held in self.smem_slots(layout)))
 
     def partials_in_registers(self, layout: Any) -> bool:
         return isinstance(layout, RowLayout) and layout.per_thread <= resident_cap(self.dtype, self.layer)
