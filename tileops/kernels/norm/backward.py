@@ -310,6 +310,49 @@ def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) ->
             "rms_weight_term": rms_weight_term, "layer_weight_term": layer_weight_term, "bias_term": bias_term}
 
 
+def _one_pass_sums(T: Any, element: Dict[str, Callable[..., Any]], layer: bool, N: int, eps: float,
+                   vector: int) -> Dict[str, Any]:
+    """Macros of the row sums taken in one pass (the streamed and cluster programs), and of the
+    row state ``_element_math`` reads (``mean`` 5, ``rstd`` 6) made from them.
+
+    RMSNorm sums ``x**2`` and ``g * w * x``; LayerNorm sums ``x - s``, ``(x - s)**2``, ``g * w``
+    and ``g * w * (x - s)`` with the shift ``s = st[4]``, the row's first element, which is
+    close enough to the mean to keep the variance from cancelling."""
+    f32, scaled = element["f32"], element["scaled"]
+    inv_n = 1.0 / N
+
+    @T.macro
+    def add_shifted(gb, xb, wb, st, base):
+        """LayerNorm: elements ``base .. base + vector`` of the buffers (the shifted terms of a
+        missing element are not zero: callers skip vectors outside the row)."""
+        for k in T.unroll(vector):
+            st[0] = st[0] + (f32(xb[base + k]) - st[4])
+            st[1] = st[1] + (f32(xb[base + k]) - st[4]) * (f32(xb[base + k]) - st[4])
+            st[2] = st[2] + scaled(gb[base + k], wb[base + k])
+            st[3] = st[3] + scaled(gb[base + k], wb[base + k]) * (f32(xb[base + k]) - st[4])
+
+    @T.macro
+    def add_rms(gb, xb, wb, st, count):
+        """RMSNorm: the first ``count`` elements of the buffers (missing elements are zeros)."""
+        for i in T.unroll(count):
+            st[0] = st[0] + f32(xb[i]) * f32(xb[i])
+            st[1] = st[1] + scaled(gb[i], wb[i]) * f32(xb[i])
+
+    @T.macro
+    def row_state(st):
+        """The row's sums, once added over the row, become the state ``_element_math`` reads."""
+        if layer:
+            st[5] = st[4] + st[0] * inv_n  # mean
+            st[6] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
+            st[3] = st[6] * (st[3] - (st[5] - st[4]) * st[2]) * inv_n  # mean(gw * xhat)
+            st[2] = st[2] * inv_n  # mean(gw)
+        else:
+            st[0] = T.rsqrt(st[0] * inv_n + eps)
+            st[1] = st[1] * st[0] * st[0] * inv_n
+
+    return {"add_shifted": add_shifted, "add_rms": add_rms, "row_state": row_state}
+
+
 # ---- resident rows ------------------------------------------------------------------------------
 
 
@@ -560,13 +603,13 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     column, valid = walk["column"], walk["valid"]
     sums = 4 if layer else 2
     row_sum = row_sum_macro(T, threads, sums)
-    inv_n = 1.0 / N
     accumulators = 2 if layer else 1
 
     element = _element_math(T, dtype, has_weight, 5, 6)
-    f32, scaled, rms_grad, layer_grad = element["f32"], element["scaled"], element["rms_grad"], element["layer_grad"]
+    f32, rms_grad, layer_grad = element["f32"], element["rms_grad"], element["layer_grad"]
     rms_weight_term, layer_weight_term, bias_term = (
         element["rms_weight_term"], element["layer_weight_term"], element["bias_term"])
+    one_pass = _one_pass_sums(T, element, layer, N, eps, vector)
 
     partial_dtype, out = _partials_out(T, dtype, direct)
     acc_store, acc_add_group, acc_flush, _ = _accumulator_macros(T, smem_slots, N, vector, threads,
@@ -617,33 +660,19 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
 
     @T.macro
     def add_sums(gb, xb, wb, st, step, tx):
-        """Add one step of a row to its sums (missing elements are zeros)."""
+        """Add one step of a row to its sums."""
         if layer:
             for u in T.unroll(unroll):
-                if valid(step, u, tx):  # the shifted terms of a missing element are not zero
-                    for k in T.unroll(vector):
-                        st[0] = st[0] + (f32(xb[u * vector + k]) - st[4])
-                        st[1] = st[1] + (f32(xb[u * vector + k]) - st[4]) * (f32(xb[u * vector + k]) - st[4])
-                        st[2] = st[2] + scaled(gb[u * vector + k], wb[u * vector + k])
-                        st[3] = st[3] + scaled(gb[u * vector + k], wb[u * vector + k]) * (
-                            f32(xb[u * vector + k]) - st[4])
+                if valid(step, u, tx):
+                    one_pass["add_shifted"](gb, xb, wb, st, u * vector)
         else:
-            for i in T.unroll(unroll * vector):
-                st[0] = st[0] + f32(xb[i]) * f32(xb[i])
-                st[1] = st[1] + scaled(gb[i], wb[i]) * f32(xb[i])
+            one_pass["add_rms"](gb, xb, wb, st, unroll * vector)
 
     @T.macro
     def finish_sums(st, scratch, slot, tx):
         """Sum the row's terms over the block and leave the state ``_element_math`` reads."""
         row_sum(st, 0, scratch, slot, tx)
-        if layer:
-            st[5] = st[4] + st[0] * inv_n  # mean
-            st[6] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
-            st[3] = st[6] * (st[3] - (st[5] - st[4]) * st[2]) * inv_n  # mean(gw * xhat)
-            st[2] = st[2] * inv_n  # mean(gw)
-        else:
-            st[0] = T.rsqrt(st[0] * inv_n + eps)
-            st[1] = st[1] * st[0] * st[0] * inv_n
+        one_pass["row_state"](st)
 
     @T.macro
     def reduce_row(G, X, W, gb, xb, wb, first, st, scratch, slot, row, tx):
@@ -770,14 +799,14 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     full_vecs, has_tail, per_thread = part.full_vecs, part.has_tail, part.per_thread
     sums = 4 if layer else 2
     row_sum = row_sum_macro(T, threads, sums)
-    inv_n = 1.0 / N
     accumulators = 2 if layer else 1
     partial_dtype, out = _partials_out(T, dtype, direct)
     acc_store, acc_add_group, _, slot = _accumulator_macros(T, smem_slots, width, vector, threads, out=out)
     element = _element_math(T, dtype, has_weight, 5, 6)
-    f32, scaled, rms_grad, layer_grad = element["f32"], element["scaled"], element["rms_grad"], element["layer_grad"]
+    f32, rms_grad, layer_grad = element["f32"], element["rms_grad"], element["layer_grad"]
     rms_weight_term, layer_weight_term, bias_term = (
         element["rms_weight_term"], element["layer_weight_term"], element["bias_term"])
+    one_pass = _one_pass_sums(T, element, layer, N, eps, vector)
 
     def column(j, lane):
         """Column of the slice (add the slice's first column for the row's)."""
@@ -809,14 +838,6 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                     wb[full_vecs * vector + k] = W[base + column(full_vecs, lane) + k]
 
     @T.macro
-    def add_shifted(gb, xb, wb, st, j):
-        for k in T.unroll(vector):
-            st[0] = st[0] + (f32(xb[j * vector + k]) - st[4])
-            st[1] = st[1] + (f32(xb[j * vector + k]) - st[4]) * (f32(xb[j * vector + k]) - st[4])
-            st[2] = st[2] + scaled(gb[j * vector + k], wb[j * vector + k])
-            st[3] = st[3] + scaled(gb[j * vector + k], wb[j * vector + k]) * (f32(xb[j * vector + k]) - st[4])
-
-    @T.macro
     def slice_sums(X, gb, xb, wb, first, st, row, lane):
         """This block's share of the row sums (missing elements are zeros)."""
         for v in T.unroll(sums):
@@ -826,14 +847,12 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                 first[k] = X[T.min(row, M - 1), k]
             st[4] = f32(first[0])
             for j in T.unroll(full_vecs):
-                add_shifted(gb, xb, wb, st, j)
+                one_pass["add_shifted"](gb, xb, wb, st, j * vector)
             if has_tail:
-                if column(full_vecs, lane) < width:  # the shifted terms of a missing element are not zero
-                    add_shifted(gb, xb, wb, st, full_vecs)
+                if column(full_vecs, lane) < width:
+                    one_pass["add_shifted"](gb, xb, wb, st, full_vecs * vector)
         else:
-            for i in T.unroll(per_thread):
-                st[0] = st[0] + f32(xb[i]) * f32(xb[i])
-                st[1] = st[1] + scaled(gb[i], wb[i]) * f32(xb[i])
+            one_pass["add_rms"](gb, xb, wb, st, per_thread)
 
     @T.macro
     def exchange(st, mine, swap, rank, parity, tx):
@@ -849,17 +868,6 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             st[v] = swap[parity, 0, v]
             for r in T.unroll(1, ctas):
                 st[v] = st[v] + swap[parity, r, v]
-
-    @T.macro
-    def finish_sums(st):
-        if layer:
-            st[5] = st[4] + st[0] * inv_n  # mean
-            st[6] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
-            st[3] = st[6] * (st[3] - (st[5] - st[4]) * st[2]) * inv_n  # mean(gw * xhat)
-            st[2] = st[2] * inv_n  # mean(gw)
-        else:
-            st[0] = T.rsqrt(st[0] * inv_n + eps)
-            st[1] = st[1] * st[0] * st[0] * inv_n
 
     @T.macro
     def write_group(DX, gb, xb, wb, st, acc_smem, row, base, lane, j, tmp):
@@ -938,7 +946,7 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                 slice_sums(X, gb, xb, wb, first, st, it * Q + q, tx)
                 row_sum(st, 0, scratch, it % 2, tx)
                 exchange(st, mine, swap, rank, it % 2, tx)
-                finish_sums(st)
+                one_pass["row_state"](st)
                 write_slice(DX, gb, xb, wb, st, acc_smem, it * Q + q, base, tx, tmp)
             flush(PW, acc_smem, 0, q, base, tx, tmp)
             if layer:
