@@ -375,4 +375,5 @@ def test_cluster_program_builds_for_sm90() -> None:
     source = _source(kernel, CLUSTER, direct=False, has_weight=True)
     assert "map_shared_rank" in source and "cluster_sync" in source  # sums swapped through distributed shared memory
     assert "atomic" not in source.lower()
-    assert f"__launch_bounds__({kernel.split_layout().threads}, {kernel.blocks_per_sm(kernel.split_layout(), kernel.config)})" in source
+    split = kernel.split_layout()
+    assert f"__launch_bounds__({split.threads}, {kernel.blocks_per_sm(split)})" in source

@@ -1044,8 +1044,8 @@ class NormBwdKernel(RowNormKernel):
         if ctas < 2 or self.N % (ctas * vector):
             return None
         # A slice takes the width a resident row of its size would (the row's own is for streaming).
-        part = resident_layout(self.N // ctas, self.dtype, norm_bwd_default_config(self.N // ctas, self.dtype)["per_thread"],
-                               vector)
+        width = self.N // ctas
+        part = resident_layout(width, self.dtype, norm_bwd_default_config(width, self.dtype)["per_thread"], vector)
         if part.rows_per_block != 1 or part.per_thread * self.dtype.itemsize > config["resident_row_bytes"]:
             return None
         if self.accumulators * 4 * part.row_threads * part.per_thread > SMEM_ACC_BUDGET:
@@ -1157,9 +1157,11 @@ class NormBwdKernel(RowNormKernel):
         return (one_row_a_block or self.folds(layout)) and self.partials_on_chip(layout)
 
     def blocks_per_sm(self, layout: Any, config: Optional[Dict[str, Any]] = None) -> int:
-        """Blocks of the row program that run on an SM at once (shared memory and the config's cap)."""
+        """Blocks of the row program that run on an SM at once (shared memory and the config's cap);
+        without ``config``, under the current one (a config has one layout of each kind)."""
         if config is None:
-            return self.cached("blocks_per_sm", lambda: self.blocks_per_sm(layout, self.config))
+            return self.cached(f"blocks_per_sm:{type(layout).__name__}",
+                               lambda: self.blocks_per_sm(layout, self.config))
         threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
         smem = 4 * sum(self.smem_slots(layout)) * (layout.rows_per_block if self.folds(layout) else 1)
         fit = min(THREADS_PER_SM // threads, SMEM_PER_SM // smem if smem else THREADS_PER_SM)
@@ -1176,7 +1178,7 @@ class NormBwdKernel(RowNormKernel):
         """
         layout = self.layout() if layout is None else layout
         rows_per_block = layout.rows_per_block if isinstance(layout, RowLayout) else 1
-        slots = self.blocks_per_sm(layout, self.config) * self.sm_count(device) * rows_per_block
+        slots = self.blocks_per_sm(layout) * self.sm_count(device) * rows_per_block
         if isinstance(layout, ClusterLayout):  # a cluster of blocks takes a row
             slots = max(1, slots // layout.ctas)
         steps = -(-rows // slots)
@@ -1187,8 +1189,8 @@ class NormBwdKernel(RowNormKernel):
         """Rows of the partials buffer of a launch over ``rows`` rows: one per row group, or
         one per block when the block's groups fold their sums together."""
         groups = self.partial_rows(rows, device)
-        layout = self.layout()
-        return groups // layout.rows_per_block if self.folds(layout) else groups
+        folds = self.cached("folds", lambda: self.folds(self.layout()))
+        return groups // self.layout().rows_per_block if folds else groups
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         rows = self.tuning_rows if rows is None else rows
