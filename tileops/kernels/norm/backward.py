@@ -808,34 +808,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
         element["rms_weight_term"], element["layer_weight_term"], element["bias_term"])
     one_pass = _one_pass_sums(T, element, layer, N, eps, vector)
 
-    def column(j, lane):
-        """Column of the slice (add the slice's first column for the row's)."""
-        return (j * threads + lane) * vector
-
-    @T.macro
-    def load_slice(src, buf, row, base, lane):
-        for i in T.unroll(per_thread):
-            buf[i] = T.cast(0, dtype)
-        if row < M:
-            for j in T.unroll(full_vecs):
-                for k in T.vectorized(vector):
-                    buf[j * vector + k] = src[row, base + column(j, lane) + k]
-            if has_tail:
-                if column(full_vecs, lane) < width:
-                    for k in T.vectorized(vector):
-                        buf[full_vecs * vector + k] = src[row, base + column(full_vecs, lane) + k]
-
-    @T.macro
-    def load_weight(W, wb, base, lane):
-        for i in T.unroll(per_thread):
-            wb[i] = T.cast(0, dtype)
-        for j in T.unroll(full_vecs):
-            for k in T.vectorized(vector):
-                wb[j * vector + k] = W[base + column(j, lane) + k]
-        if has_tail:
-            if column(full_vecs, lane) < width:
-                for k in T.vectorized(vector):
-                    wb[full_vecs * vector + k] = W[base + column(full_vecs, lane) + k]
+    loads = resident_macros(T, part, M)  # loads of a slice: the row's columns from ``base`` on
+    column = loads["column"]  # a column of the slice
 
     @T.macro
     def slice_sums(X, gb, xb, wb, first, st, row, lane):
@@ -939,10 +913,10 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                 if column(full_vecs, tx) < width:
                     reset_group(acc_smem, tx, full_vecs)
             for it in T.serial(T.ceildiv(M, Q)):
-                load_slice(G, gb, it * Q + q, base, tx)
-                load_slice(X, xb, it * Q + q, base, tx)
+                loads["load_row"](G, gb, it * Q + q, tx, base)
+                loads["load_row"](X, xb, it * Q + q, tx, base)
                 if has_weight:
-                    load_weight(W, wb, base, tx)
+                    loads["load_vector"](W, wb, tx, base)
                 slice_sums(X, gb, xb, wb, first, st, it * Q + q, tx)
                 row_sum(st, 0, scratch, it % 2, tx)
                 exchange(st, mine, swap, rank, it % 2, tx)

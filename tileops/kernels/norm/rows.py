@@ -198,27 +198,28 @@ def resident_macros(T: Any, layout: RowLayout, M: Any) -> Dict[str, Callable[...
             buf[i] = T.cast(0, buf.dtype)
 
     @T.macro
-    def load_row(src, buf, row, lane):
+    def load_row(src, buf, row, lane, base=0):
+        """Row ``row`` of ``src``, from column ``base`` on (a slice of a longer row)."""
         zero(buf)
         if row < M:
             for j in T.unroll(full_vecs):
                 for k in T.vectorized(vector):
-                    buf[j * vector + k] = src[row, column(j, lane) + k]
+                    buf[j * vector + k] = src[row, base + column(j, lane) + k]
             if has_tail:
                 if column(full_vecs, lane) < N:
                     for k in T.vectorized(vector):
-                        buf[full_vecs * vector + k] = src[row, column(full_vecs, lane) + k]
+                        buf[full_vecs * vector + k] = src[row, base + column(full_vecs, lane) + k]
 
     @T.macro
-    def load_vector(src, buf, lane):
+    def load_vector(src, buf, lane, base=0):
         zero(buf)
         for j in T.unroll(full_vecs):
             for k in T.vectorized(vector):
-                buf[j * vector + k] = src[column(j, lane) + k]
+                buf[j * vector + k] = src[base + column(j, lane) + k]
         if has_tail:
             if column(full_vecs, lane) < N:
                 for k in T.vectorized(vector):
-                    buf[full_vecs * vector + k] = src[column(full_vecs, lane) + k]
+                    buf[full_vecs * vector + k] = src[base + column(full_vecs, lane) + k]
 
     return {"zero": zero, "load_row": load_row, "load_vector": load_vector, "column": column}
 
