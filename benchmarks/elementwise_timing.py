@@ -200,7 +200,8 @@ def sweep_tasks() -> List[Tuple[Any, ...]]:
     tasks = []
     for workload in _sweep_workloads():
         for kernel in _sweep_kernels(workload):
-            tasks.extend(kernel_task(kernel, spec) for spec in kernel.typical_specs())
+            tasks.extend(kernel_task(kernel, spec, config)
+                         for spec in kernel.typical_specs() for config in kernel.call_configs())
     return tasks
 
 

@@ -22,6 +22,7 @@ from tileops.kernels.elementwise.base import (
     elementwise_autotune_configs,
     elementwise_default_config,
     launch_slices,
+    small_call_config,
 )
 from tileops.kernels.elementwise.binary import AddFwdKernel, MulFwdKernel, launch_boxes
 from tileops.kernels.elementwise.gated import GeluAndMulBwdKernel, SiluAndMulFwdKernel, gated_vector
@@ -70,7 +71,20 @@ def test_elementwise_programs_build_for_sm90(kernel: ElementwiseKernel, spec) ->
 @needs_nvcc
 def test_build_all_for_sm90_builds_the_typical_programs() -> None:
     built = SiluFwdKernel(torch.bfloat16).build_all_for_sm90()
-    assert list(built) == [("flat", 8)]
+    # The default config (two accesses a thread) and the one of small calls (one).
+    assert list(built) == [(("flat", 8), 2), (("flat", 8), 1)]
+    assert built[(("flat", 8), 1)].get_kernel_source() != built[(("flat", 8), 2)].get_kernel_source()
+
+
+def test_small_calls_take_one_access_a_thread() -> None:
+    config = {"threads": 256, "unroll": 2}
+    # Up to a block of one access a thread per SM: one access a thread.
+    assert small_call_config(config, 132 * 256, 132) == {"threads": 256, "unroll": 1}
+    assert small_call_config(config, 1, 132) == {"threads": 256, "unroll": 1}
+    # Larger calls, and configs of one access already, keep the config.
+    assert small_call_config(config, 132 * 256 + 1, 132) is config
+    one = {"threads": 128, "unroll": 1}
+    assert small_call_config(one, 1, 132) is one
 
 
 def test_every_program_layout_is_valid_tir() -> None:
@@ -354,7 +368,7 @@ def _aligned(tensor: torch.Tensor, vector: int, strides: Tuple[int, ...] = ()) -
     return tensor.data_ptr() % (vector * tensor.element_size()) == 0 and all(s % vector == 0 for s in strides)
 
 
-def _emulated_launcher(kernel: ElementwiseKernel, spec) -> object:
+def _emulated_launcher(kernel: ElementwiseKernel, spec, accesses: int, device: torch.device) -> object:
     from tileops.kernels.elementwise import programs
 
     fn, language = kernel.pointwise, _torch_language()
@@ -363,6 +377,11 @@ def _emulated_launcher(kernel: ElementwiseKernel, spec) -> object:
         *inputs, out = tensors
         assert out.numel() <= programs.MAX_LAUNCH_ELEMENTS and all(t.dtype == kernel.dtype for t in tensors)
         layout, vector = spec[0], spec[1]
+        # The launcher was told the call's size in the program's work items (one access each), which
+        # picks its config: never fewer than this launch (a piece of a call, or all of it) covers.
+        work = out.numel() // 2 if layout == "gated" and kernel.backward else out.numel()
+        assert accesses >= -(-work // vector), (accesses, work, vector)
+        assert device == out.device
         wide = [t.double() for t in inputs]
         if layout == "flat":
             assert all(t.dim() == 1 and t.is_contiguous() and t.numel() == out.numel() for t in tensors)

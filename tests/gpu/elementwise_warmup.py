@@ -15,7 +15,7 @@ import contextlib
 import importlib
 import logging
 import time
-from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -28,22 +28,24 @@ META = "meta"
 Task = Tuple[str, str, str, Tuple[Tuple[str, Any], ...], Tuple[Tuple[str, Any], ...], Tuple[Any, ...]]
 
 
-def kernel_task(kernel: Any, spec: Tuple[Any, ...]) -> Task:
+def kernel_task(kernel: Any, spec: Tuple[Any, ...], config: Optional[Dict[str, Any]] = None) -> Task:
     cls = type(kernel)
     params = tuple((name, getattr(kernel, name)) for name in cls.op_params)
+    config = kernel.config if config is None else config
     return (cls.__module__, cls.__name__, str(kernel.dtype).replace("torch.", ""), params,
-            tuple(sorted(kernel.config.items())), spec)
+            tuple(sorted(config.items())), spec)
 
 
 @contextlib.contextmanager
 def recording(tasks: Set[Task]) -> Iterator[None]:
-    """Kernels record the program of each launch instead of launching it."""
+    """Kernels record the program of each launch instead of launching it: under every config a
+    call may take, since which one a call of few accesses takes depends on the GPU's SM count."""
     from tileops.kernels.elementwise.base import ElementwiseKernel
 
     original = ElementwiseKernel.launcher
 
-    def record(kernel: Any, spec: Tuple[Any, ...]) -> Any:
-        tasks.add(kernel_task(kernel, spec))
+    def record(kernel: Any, spec: Tuple[Any, ...], accesses: int, device: torch.device) -> Any:
+        tasks.update(kernel_task(kernel, spec, config) for config in kernel.call_configs())
         return lambda *tensors: None
 
     ElementwiseKernel.launcher = record  # type: ignore[method-assign]

@@ -23,7 +23,7 @@ from tileops.kernels.sizes import SUPPORTED_DTYPES, check_kernel_args, max_vecto
 
 __all__ = [
     "ElementwiseKernel", "ProgramSpec", "SUPPORTED_DTYPES", "elementwise_default_config",
-    "elementwise_autotune_configs", "max_vector", "launch_slices",
+    "elementwise_autotune_configs", "small_call_config", "max_vector", "launch_slices",
 ]
 
 
@@ -46,6 +46,21 @@ def elementwise_default_config(dtype: torch.dtype) -> Dict[str, int]:
     (more registers, fewer resident blocks), eight lost up to half.
     """
     return {"threads": 256, "unroll": 2}
+
+
+def small_call_config(config: Dict[str, Any], accesses: int, sm_count: int) -> Dict[str, Any]:
+    """The config a call of ``accesses`` vector accesses runs under: ``config``, or one access a
+    thread when even that fills no more than a block per SM.
+
+    Such calls are latency-bound: each thread's loads, math and stores run in turn, so half the
+    work a thread finishes sooner, and the extra blocks land on idle SMs.  (Measured on H100,
+    fp32, kernel time: 8 x 8192 gated GELU backward 2.25 us with two accesses a thread, 1.68 with
+    one, torch.compile's 2.02; 3 x 254 gated SiLU backward 1.64 against 1.39; 8 x 8192 gated
+    SiLU forward 1.73 against 1.58.)
+    """
+    if config["unroll"] == 1 or accesses > sm_count * config["threads"]:
+        return config
+    return {**config, "unroll": 1}
 
 
 def elementwise_autotune_configs(dtype: torch.dtype) -> List[Dict[str, int]]:
@@ -74,8 +89,8 @@ class ElementwiseKernel(Kernel):
 
     def __init__(self, dtype: torch.dtype, *, config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
         check_kernel_args(type(self).__name__, dtype)
-        # (config object, {program spec: launcher}) of the current config.
-        self._bound: Tuple[Optional[Dict[str, Any]], Dict[ProgramSpec, Any]] = (None, {})
+        # (config object, {(program spec, small call): launcher}) of the current config.
+        self._bound: Tuple[Optional[Dict[str, Any]], Dict[Tuple[ProgramSpec, bool], Any]] = (None, {})
         super().__init__(dtype, config=config, tune=tune)
 
     # ---- what subclasses supply ----------------------------------------------------------------
@@ -114,20 +129,31 @@ class ElementwiseKernel(Kernel):
         key = (spec, repr(target)) + tuple(sorted(config.items()))
         return self.compile_once(key, lambda: self.build_program(spec, config), target, (spec, config))
 
-    def build_all_for_sm90(self) -> Dict[ProgramSpec, Any]:
-        """Compile the typical programs for sm_90, without a GPU."""
-        return {spec: self.compile_program(spec, target=SM90_BUILD_TARGET) for spec in self.typical_specs()}
+    def call_configs(self) -> List[Dict[str, Any]]:
+        """The configs calls run under: the current one, and the one of small calls (``small_call_config``)."""
+        configs = [dict(self.config)]
+        small = small_call_config(self.config, 0, 1)
+        return configs if small == configs[0] else configs + [small]
 
-    def launcher(self, spec: ProgramSpec) -> Any:
-        """The fastest callable of program ``spec`` under the current config."""
+    def build_all_for_sm90(self) -> Dict[Tuple[ProgramSpec, int], Any]:
+        """Compile the typical programs for sm_90, without a GPU, for every config a call may take;
+        keyed by (spec, unroll)."""
+        return {(spec, config["unroll"]): self.compile_program(spec, config, target=SM90_BUILD_TARGET)
+                for config in self.call_configs() for spec in self.typical_specs()}
+
+    def launcher(self, spec: ProgramSpec, accesses: int, device: torch.device) -> Any:
+        """The fastest callable of program ``spec`` for a call of ``accesses`` vector accesses
+        (the program's work items) on ``device``, under the current config."""
         config, launchers = self._bound
         if config is not self.config:
             # Launchers are cached per config object: building a compile key per call costs microseconds.
             config, launchers = self.config, {}
             self._bound = (config, launchers)
-        launcher = launchers.get(spec)
+        small = config["unroll"] > 1 and accesses <= self.sm_count(device) * config["threads"]
+        launcher = launchers.get((spec, small))
         if launcher is None:
-            launcher = launchers[spec] = direct_launcher(self.compile_program(spec))
+            call_config = small_call_config(config, accesses, self.sm_count(device)) if small else config
+            launcher = launchers[(spec, small)] = direct_launcher(self.compile_program(spec, call_config))
         return launcher
 
     def flat_vector(self, tensors: Sequence[torch.Tensor]) -> int:

@@ -109,8 +109,9 @@ class BroadcastKernel(ElementwiseKernel):
         return BROADCAST, vector, a_inner, b_inner
 
     def _flat(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-        launch = self.launcher(self.program_for(a, b, out))
+        spec = self.program_for(a, b, out)
         length = out.numel()
+        launch = self.launcher(spec, -(-length // spec[1]), out.device)
         if length <= MAX_LAUNCH_ELEMENTS:
             launch(a, b, out)
             return
@@ -119,8 +120,8 @@ class BroadcastKernel(ElementwiseKernel):
 
     def _broadcast(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         spec = self.program_for(a, b, out)
-        _, _, a_inner, b_inner = spec
-        launch = self.launcher(spec)
+        _, vector, a_inner, b_inner = spec
+        launch = self.launcher(spec, out.shape[0] * out.shape[1] * (out.shape[2] // vector), out.device)
         # An operand constant along the innermost axis is passed as its (D0, D1) face.
         a_arg = a if a_inner else a[:, :, 0]
         b_arg = b if b_inner else b[:, :, 0]

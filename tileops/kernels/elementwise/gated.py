@@ -92,7 +92,8 @@ class GatedKernel(ElementwiseKernel):
         self._check_count(tensors, 3 if self.backward else 2)
         out = tensors[-1]
         rows = out.shape[0]
-        launch = self.launcher((GATED, self.call_vector(tensors)))
+        vector = self.call_vector(tensors)
+        launch = self.launcher((GATED, vector), rows * (self.H // vector), out.device)
         rows_per_launch = MAX_LAUNCH_ELEMENTS // self.N
         if rows <= rows_per_launch:
             launch(*tensors)

@@ -44,8 +44,9 @@ class MapKernel(ElementwiseKernel):
         """Write ``f(*inputs)`` into ``out`` for ``tensors = (*inputs, out)`` and return ``out``."""
         self._check_count(tensors, self.pointwise.arity + 1)
         out = tensors[-1]
-        launch = self.launcher((FLAT, self.flat_vector(tensors)))
+        vector = self.flat_vector(tensors)
         length = out.numel()
+        launch = self.launcher((FLAT, vector), -(-length // vector), out.device)
         if length <= MAX_LAUNCH_ELEMENTS:
             launch(*tensors)
         else:
