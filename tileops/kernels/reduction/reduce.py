@@ -38,6 +38,7 @@ from tileops.kernels.sizes import (
     ACCUM,
     MAX_THREADS,
     SECTOR_BYTES,
+    WARP,
     check_kernel_args,
     is_pow2,
     largest_pow2_divisor,
@@ -126,6 +127,51 @@ def _tree_merge(T: Any, spec: ReducerSpec, macros: Dict[str, Any], W: int, count
     return tree
 
 
+def _shuffle_merge(T: Any, spec: ReducerSpec, macros: Dict[str, Any], count: int) -> Any:
+    """Macro: merge the states of each group of ``count`` consecutive threads; every thread of
+    the group ends with the group's state (``_tree_merge`` for ``W = 1``, ``spacing = 1``).
+
+    Lanes merge with xor shuffles; groups wider than a warp then pass each warp's state through
+    ``sh``/``shi`` (``[slot, warp]``), and every lane loads one warp's and shuffles again: one
+    barrier, against one per halving level of the shared-memory tree.  (Measured on H100, 8 x
+    4096 rows, 256 threads a row: see ``reduction_default_config``.)
+    """
+    if not is_pow2(count):
+        raise ValueError(f"reduction tree: groups of {count} threads are not a power of two")
+    in_warp = min(count, WARP)
+    warps = max(1, count // WARP)
+    merge = macros["merge"]
+
+    @T.macro
+    def exchange(st, sti, ot, oti, steps):
+        for step in T.unroll(steps):
+            for j in T.unroll(spec.slots):
+                ot[j] = T.shfl_xor(st[j], 1 << step)
+            if spec.index:
+                oti[0] = T.shfl_xor(sti[0], 1 << step)
+            merge(st, sti, 0, ot, oti)
+
+    @T.macro
+    def tree(st, sti, ot, oti, sh, shi, tx):
+        exchange(st, sti, ot, oti, in_warp.bit_length() - 1)
+        if warps > 1:
+            if tx % WARP == 0:
+                for j in T.unroll(spec.slots):
+                    sh[j, tx // WARP] = st[j]
+                if spec.index:
+                    shi[0, tx // WARP] = sti[0]
+            T.sync_threads()
+            # Each lane takes one warp of its group (lanes past the group's warps repeat them,
+            # and the shuffles below only pair lanes less than ``warps`` apart).
+            for j in T.unroll(spec.slots):
+                st[j] = sh[j, (tx // count) * warps + tx % warps]
+            if spec.index:
+                sti[0] = shi[0, (tx // count) * warps + tx % warps]
+            exchange(st, sti, ot, oti, warps.bit_length() - 1)
+
+    return tree
+
+
 def _store_macros(T: Any, spec: ReducerSpec, macros: Dict[str, Any], out_dtype: str) -> Dict[str, Any]:
     finish = macros["finish"]
 
@@ -162,7 +208,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
     tally, chunk_init, chunk_fold, rebase = (macros.get(hook) for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
     exact_init, needs_exact, exact_fold = (macros.get(hook) for hook in ("exact_init", "needs_exact", "exact_fold"))
-    tree = _tree_merge(T, spec, macros, 1, threads, 1)
+    tree = _shuffle_merge(T, spec, macros, threads)
     stores = _store_macros(T, spec, macros, out_dtype)
     chunk = threads * vector
     G = T.dynamic("G")
@@ -480,7 +526,7 @@ def combine_program(reducer: str, dtype: str, out_dtype: str, correction: float,
     spec = REDUCERS[reducer]
     macros = reducer_macros(T, reducer, 1, correction)
     init, merge = macros["init"], macros["merge"]
-    tree = _tree_merge(T, spec, macros, 1, group, 1)
+    tree = _shuffle_merge(T, spec, macros, group)
     stores = _store_macros(T, spec, macros, out_dtype)
     per_block = threads // group
     width = spec.partial_width
