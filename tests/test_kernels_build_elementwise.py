@@ -21,8 +21,9 @@ from tileops.kernels.elementwise.base import (
     ElementwiseKernel,
     elementwise_autotune_configs,
     elementwise_default_config,
+    is_small_call,
     launch_slices,
-    small_call_config,
+    one_access_config,
 )
 from tileops.kernels.elementwise.binary import AddFwdKernel, MulFwdKernel, launch_boxes
 from tileops.kernels.elementwise.gated import GeluAndMulBwdKernel, SiluAndMulFwdKernel, gated_vector
@@ -79,12 +80,13 @@ def test_build_all_for_sm90_builds_the_typical_programs() -> None:
 def test_small_calls_take_one_access_a_thread() -> None:
     config = {"threads": 256, "unroll": 2}
     # Up to a block of one access a thread per SM: one access a thread.
-    assert small_call_config(config, 132 * 256, 132) == {"threads": 256, "unroll": 1}
-    assert small_call_config(config, 1, 132) == {"threads": 256, "unroll": 1}
+    assert is_small_call(config, 132 * 256, 132) and is_small_call(config, 1, 132)
+    assert one_access_config(config) == {"threads": 256, "unroll": 1}
     # Larger calls, and configs of one access already, keep the config.
-    assert small_call_config(config, 132 * 256 + 1, 132) is config
-    one = {"threads": 128, "unroll": 1}
-    assert small_call_config(one, 1, 132) is one
+    assert not is_small_call(config, 132 * 256 + 1, 132)
+    assert not is_small_call({"threads": 128, "unroll": 1}, 1, 132)
+    assert SiluFwdKernel(torch.float32, config={"threads": 128, "unroll": 1}).call_configs() == [
+        {"threads": 128, "unroll": 1}]
 
 
 def test_every_program_layout_is_valid_tir() -> None:

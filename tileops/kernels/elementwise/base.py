@@ -23,7 +23,7 @@ from tileops.kernels.sizes import SUPPORTED_DTYPES, check_kernel_args, max_vecto
 
 __all__ = [
     "ElementwiseKernel", "ProgramSpec", "SUPPORTED_DTYPES", "elementwise_default_config",
-    "elementwise_autotune_configs", "small_call_config", "max_vector", "launch_slices",
+    "elementwise_autotune_configs", "is_small_call", "one_access_config", "max_vector", "launch_slices",
 ]
 
 
@@ -48,9 +48,9 @@ def elementwise_default_config(dtype: torch.dtype) -> Dict[str, int]:
     return {"threads": 256, "unroll": 2}
 
 
-def small_call_config(config: Dict[str, Any], accesses: int, sm_count: int) -> Dict[str, Any]:
-    """The config a call of ``accesses`` vector accesses runs under: ``config``, or one access a
-    thread when even that fills no more than a block per SM.
+def is_small_call(config: Dict[str, Any], accesses: int, sm_count: int) -> bool:
+    """Whether a call of ``accesses`` vector accesses runs with one access a thread
+    (``one_access_config``): when even that fills no more than a block per SM.
 
     Such calls are latency-bound: each thread's loads, math and stores run in turn, so half the
     work a thread finishes sooner, and the extra blocks land on idle SMs.  (Measured on H100,
@@ -58,8 +58,10 @@ def small_call_config(config: Dict[str, Any], accesses: int, sm_count: int) -> D
     one, torch.compile's 2.02; 3 x 254 gated SiLU backward 1.64 against 1.39; 8 x 8192 gated
     SiLU forward 1.73 against 1.58.)
     """
-    if config["unroll"] == 1 or accesses > sm_count * config["threads"]:
-        return config
+    return config["unroll"] > 1 and accesses <= sm_count * config["threads"]
+
+
+def one_access_config(config: Dict[str, Any]) -> Dict[str, Any]:
     return {**config, "unroll": 1}
 
 
@@ -130,10 +132,9 @@ class ElementwiseKernel(Kernel):
         return self.compile_once(key, lambda: self.build_program(spec, config), target, (spec, config))
 
     def call_configs(self) -> List[Dict[str, Any]]:
-        """The configs calls run under: the current one, and the one of small calls (``small_call_config``)."""
-        configs = [dict(self.config)]
-        small = small_call_config(self.config, 0, 1)
-        return configs if small == configs[0] else configs + [small]
+        """The configs calls run under: the current one, and the one of small calls (``is_small_call``)."""
+        config = dict(self.config)
+        return [config] + ([one_access_config(config)] if config["unroll"] > 1 else [])
 
     def build_all_for_sm90(self) -> Dict[Tuple[ProgramSpec, int], Any]:
         """Compile the typical programs for sm_90, without a GPU, for every config a call may take;
@@ -149,10 +150,10 @@ class ElementwiseKernel(Kernel):
             # Launchers are cached per config object: building a compile key per call costs microseconds.
             config, launchers = self.config, {}
             self._bound = (config, launchers)
-        small = config["unroll"] > 1 and accesses <= self.sm_count(device) * config["threads"]
+        small = is_small_call(config, accesses, self.sm_count(device))
         launcher = launchers.get((spec, small))
         if launcher is None:
-            call_config = small_call_config(config, accesses, self.sm_count(device)) if small else config
+            call_config = one_access_config(config) if small else config
             launcher = launchers[(spec, small)] = direct_launcher(self.compile_program(spec, call_config))
         return launcher
 
