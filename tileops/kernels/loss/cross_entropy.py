@@ -16,15 +16,16 @@ the softmax),
 
     grad = cp * exp(x - lse) - cs * ((1 - eps) * [col == target] + eps / V)
 
-so the only ``[N, V]`` tensor written is the gradient itself; ``cp`` is
-formed in the kernel.
+so the only ``[N, V]`` tensor written is the gradient itself.  Each block forms
+its row's ``cs`` from ``grad_loss`` (one value per row, or one for the batch),
+the target (0 where ignored) and, for ``mean``, the count of kept rows; the
+reduction is compiled into the program, so a call allocates nothing of ``N``
+rows beside the gradient.
 
 Two one-block programs serve the batch as a whole, each in one launch where
-tensor arithmetic would take four or five: the forward's **total** (the sum of
-the row losses, divided for ``mean`` by the rows whose target is kept) and the
-backward's **coefficients** (``cs`` per row from ``grad_loss`` and the
-reduction, next to ``grad_lse`` or zeros, so the backward reads both from one
-``(2, R)`` buffer).  The main programs thus stay independent of the reduction.
+tensor arithmetic would take several: the forward's **total** (the sum of the
+row losses, divided for ``mean`` by the rows whose target is kept) and the
+backward's **kept rows** (that divisor, for a ``mean`` backward).
 
 ``V``, ``ignore_index`` and the label smoothing are compile-time constants; the
 row count is a TileLang symbolic value, so one program serves every batch.
@@ -53,6 +54,9 @@ __all__ = [
 
 
 LOG2E = 1.4426950408889634
+
+# A program's compile-time switches, ``((name, value), ...)`` in name order.
+Flags = Tuple[Tuple[str, bool], ...]
 
 # float32 state slots of the forward program.
 _MAX, _SUM, _XSUM, _NEW_MAX, _OFFSET, _LSE = 0, 1, 2, 3, 4, 5
@@ -194,8 +198,15 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
 
 
 def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
-                              ignore_index: int, label_smoothing: float, blocks_per_sm: int = 0) -> Any:
-    """``grad = cp * exp(x - lse) - cs * ((1 - eps) * onehot(target) + eps / V)`` over ``(R, V)`` tiles."""
+                              ignore_index: int, label_smoothing: float, blocks_per_sm: int = 0,
+                              per_row: bool = True, has_grad_lse: bool = True, mean: bool = False) -> Any:
+    """``grad = cp * exp(x - lse) - cs * ((1 - eps) * onehot(target) + eps / V)`` over ``(R, V)`` tiles.
+
+    ``cs``, the row's share of the loss's gradient: ``GradLoss[row]`` (``per_row``) or
+    ``GradLoss[0]``, divided for ``mean`` by ``Kept[0]`` (the kept rows), and 0 where the
+    target is ignored; ``cp = cs + GradLse[row]`` (``has_grad_lse``) or ``cs``.  Unused
+    arguments are not read (any tensor of their dtype will do).
+    """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     chunk = threads * vector
@@ -203,6 +214,8 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
     R = T.dynamic("R")
     LDX = T.dynamic("LDX", "int64")
     LDG = T.dynamic("LDG", "int64")
+    GL = T.dynamic("GL")
+    GS = T.dynamic("GS")
     target_weight = 1.0 - label_smoothing
     uniform_weight = label_smoothing / V
 
@@ -211,8 +224,9 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
         X: T.StridedTensor((R, V), (LDX, 1), dtype),
         Target: T.Tensor((R,), "int64"),
         Lse: T.Tensor((R,), ACCUM),
-        GradLse: T.Tensor((R,), ACCUM),
-        TargetCoef: T.Tensor((R,), ACCUM),
+        GradLoss: T.Tensor((GL,), dtype),
+        GradLse: T.Tensor((GS,), ACCUM),
+        Kept: T.Tensor((1,), ACCUM),
         G: T.StridedTensor((R, V), (LDG, 1), dtype),
     ):
         # Rows on the x axis: gridDim.y is limited to 65535, row counts are not.
@@ -221,7 +235,7 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
                 T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * vector,), dtype)  # the logits, then (in place) the gradient
-            st = T.alloc_local((4,), ACCUM)
+            st = T.alloc_local((5,), ACCUM)
             here = T.alloc_local((1,), "int64")
             T.assume(LDX % vector == 0)
             T.assume(LDG % vector == 0)
@@ -231,7 +245,7 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
                         a[u * vector + k] = X[row, bx * tile + u * chunk + tx * vector + k]
             # The target's offset from this thread's first column, or -1 when none of the
             # thread's columns is the target: each element then compares a 32-bit register
-            # with a constant.  Ignored rows: the op passes cs = 0 and no column matches.
+            # with a constant.  Ignored rows: cs = 0 and no column matches.
             here[0] = Target[row] - (bx * tile + tx * vector)
             target_at = T.if_then_else(
                 T.And(T.And(Target[row] != ignore_index, here[0] >= 0), here[0] < tile),
@@ -240,9 +254,13 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
             # formed before the scaling, not folded into one fma with lse * log2(e): near
             # p = 1 that rounding would swamp the gradient p - 1 (exactly 0 for V = 1).
             st[0] = Lse[row]
-            st[1] = TargetCoef[row] + GradLse[row]
-            st[2] = TargetCoef[row] * uniform_weight
-            st[3] = st[2] + TargetCoef[row] * target_weight
+            st[4] = T.cast(GradLoss[row if per_row else 0], ACCUM)
+            if mean:
+                st[4] = st[4] / Kept[0]
+            st[4] = T.if_then_else(Target[row] == ignore_index, T.cast(0, ACCUM), st[4])
+            st[1] = st[4] + GradLse[row] if has_grad_lse else st[4]
+            st[2] = st[4] * uniform_weight
+            st[3] = st[2] + st[4] * target_weight
             for u in T.unroll(unroll):
                 for k in T.unroll(vector):
                     a[u * vector + k] = T.cast(
@@ -309,52 +327,28 @@ def cross_entropy_total_program(dtype: str, *, mean: bool, ignore_index: int,
     return cross_entropy_total
 
 
-def cross_entropy_coefficients_program(dtype: str, *, per_row: bool, mean: bool, has_grad_lse: bool,
-                                       ignore_index: int, threads: int = BATCH_THREADS) -> Any:
-    """``Out[0, r]``: row ``r``'s share of ``grad_loss`` (0 where ignored); ``Out[1, r]``: ``grad_lse[r]`` or 0.
-
-    ``GradLoss`` holds one value per row (``per_row``) or one for the batch;
-    ``mean`` divides it by the kept rows (counted as in the total).  Without
-    ``has_grad_lse`` the ``GradLse`` argument is not read (any 1-element
-    tensor will do).
-    """
+def cross_entropy_kept_rows_program(dtype: str, *, ignore_index: int, threads: int = BATCH_THREADS) -> Any:
+    """``Out[0]``: how many rows keep their target (float32), the divisor of a ``mean`` backward."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     block_reduce = _block_reduce(T, threads)
     R = T.dynamic("R")
-    G = T.dynamic("G")
-    L = T.dynamic("L")
 
     @T.prim_func
-    def cross_entropy_coefficients(
-        GradLoss: T.Tensor((G,), dtype),
-        GradLse: T.Tensor((L,), ACCUM),
-        Target: T.Tensor((R,), "int64"),
-        Out: T.Tensor((2, R), ACCUM),
-    ):
+    def cross_entropy_kept_rows(Target: T.Tensor((R,), "int64"), Out: T.Tensor((1,), ACCUM)):
         with T.Kernel(1, threads=threads):
             tx = T.get_thread_binding()
-            acc = T.alloc_local((2,), ACCUM)  # the kept-row count, then the divisor
+            acc = T.alloc_local((1,), ACCUM)
             scratch = T.alloc_shared((1, threads // WARP), ACCUM)
-            acc[1] = T.cast(1, ACCUM)
-            if mean:
-                acc[0] = T.cast(0, ACCUM)
-                for i in T.serial(T.ceildiv(R, threads)):
-                    if i * threads + tx < R:
-                        acc[0] = acc[0] + _kept(T, Target[i * threads + tx], ignore_index)
-                block_reduce(acc, 0, scratch, 0, tx, False)
-                acc[1] = acc[0]
+            acc[0] = T.cast(0, ACCUM)
             for i in T.serial(T.ceildiv(R, threads)):
                 if i * threads + tx < R:
-                    Out[0, i * threads + tx] = T.if_then_else(
-                        Target[i * threads + tx] == ignore_index, T.cast(0, ACCUM),
-                        T.cast(GradLoss[i * threads + tx if per_row else 0], ACCUM) / acc[1])
-                    if has_grad_lse:
-                        Out[1, i * threads + tx] = GradLse[i * threads + tx]
-                    else:
-                        Out[1, i * threads + tx] = T.cast(0, ACCUM)
+                    acc[0] = acc[0] + _kept(T, Target[i * threads + tx], ignore_index)
+            block_reduce(acc, 0, scratch, 0, tx, False)
+            if tx == 0:
+                Out[0] = acc[0]
 
-    return cross_entropy_coefficients
+    return cross_entropy_kept_rows
 
 
 # ---- kernels -------------------------------------------------------------------------------------
@@ -421,28 +415,41 @@ class _CrossEntropyKernel(Kernel):
         _check_config(merged)  # refuse a bad explicit config at construction, not at first launch
         return merged
 
-    def program(self, **config: Any) -> Any:
+    def program(self, flags: Flags = (), **config: Any) -> Any:
+        """The main program for ``config``; ``flags`` (``((name, value), ...)``) override the
+        builder's defaults, which ``Kernel.compile`` and the tuner take."""
         config = {**self.default_config, **config}
         _check_config(config)
         func = self.builder(self.V, torch_dtype_to_tl(self.dtype), vector=self._vector,
-                            ignore_index=self.ignore_index, label_smoothing=self.label_smoothing, **config)
+                            ignore_index=self.ignore_index, label_smoothing=self.label_smoothing,
+                            **config, **dict(flags))
         return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
 
+    # Every flag combination of the main program a call may take (``()``: the builder's defaults).
+    main_flags: Tuple[Flags, ...] = ((),)
     # The one-block batch program: its builder, and every flag combination a call may take.
     batch_builder: Any = None
-    batch_flags: Tuple[Tuple[Tuple[str, bool], ...], ...] = ()
+    batch_flags: Tuple[Flags, ...] = ()
 
     def build_all_for_sm90(self) -> Dict[str, Any]:
-        built = {"main": self.compile(target=SM90_BUILD_TARGET)}
+        built = {f"main{dict(flags)}" if flags else "main": self._compile_main(flags, SM90_BUILD_TARGET)
+                 for flags in self.main_flags}
         for flags in self.batch_flags:
             built[f"batch{dict(flags)}"] = self._compile_batch(flags, target=SM90_BUILD_TARGET)
         return built
 
-    def _launcher(self) -> Any:
-        key = tuple(sorted(self.config.items()))
+    def _compile_main(self, flags: Flags, target: Any = "auto") -> Any:
+        if not flags:
+            return self.compile(target=target)
+        config = dict(self.config)
+        key = (repr(target), ("flags", flags)) + tuple(sorted(config.items()))
+        return self.compile_once(key, lambda: self.program(flags, **config), target, ("config", config, flags))
+
+    def _launcher(self, **flags: bool) -> Any:
+        key = (tuple(sorted(self.config.items())), tuple(sorted(flags.items())))
         launcher = self._launchers.get(key)
         if launcher is None:
-            launcher = self._launchers[key] = direct_launcher(self.compile())
+            launcher = self._launchers[key] = direct_launcher(self._compile_main(key[1]))
         return launcher
 
     def _compile_batch(self, flags: Tuple[Tuple[str, bool], ...], target: Any = "auto") -> Any:
@@ -495,7 +502,9 @@ class CrossEntropyFwdKernel(_CrossEntropyKernel):
 
 
 class CrossEntropyBwdKernel(_CrossEntropyKernel):
-    """``forward(logits, target, lse, grad_lse, target_coef, grad)``: writes ``grad`` ``(R, V)``."""
+    """``forward(logits, target, lse, grad_loss, grad_lse, kept, grad, **flags)``: writes ``grad``
+    ``(R, V)``; ``flags`` and the arguments they make read are ``cross_entropy_bwd_program``'s
+    (``per_row``, ``has_grad_lse``, ``mean``)."""
 
     builder = staticmethod(cross_entropy_bwd_program)
     most_threads = 256
@@ -503,24 +512,22 @@ class CrossEntropyBwdKernel(_CrossEntropyKernel):
     # SM guaranteed (53 registers) against 182.4 with the compiler's 72 (three blocks);
     # 8192 x 131072 level at 1482-1484; six blocks (40 registers) 184.8 and 1516.
     blocks_per_sm = 4
-    batch_builder = staticmethod(cross_entropy_coefficients_program)
-    batch_flags = tuple((("has_grad_lse", lse), ("mean", mean), ("per_row", row))
-                        for lse in (False, True) for mean in (False, True) for row in (False, True))
+    # The reductions' flags (none: per row; sum; mean), each with and without grad_lse.
+    main_flags = tuple((("has_grad_lse", lse), ("mean", mean), ("per_row", row))
+                       for lse in (False, True) for mean, row in ((False, True), (False, False), (True, False)))
+    batch_builder = staticmethod(cross_entropy_kept_rows_program)
+    batch_flags = ((),)
 
-    def forward(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, grad_lse: torch.Tensor,
-                target_coef: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        self._launcher()(logits, target, lse, grad_lse, target_coef, grad)
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, grad_loss: torch.Tensor,
+                grad_lse: torch.Tensor, kept: torch.Tensor, grad: torch.Tensor, *, per_row: bool = True,
+                has_grad_lse: bool = True, mean: bool = False) -> torch.Tensor:
+        self._launcher(has_grad_lse=has_grad_lse, mean=mean, per_row=per_row)(
+            logits, target, lse, grad_loss, grad_lse, kept, grad)
         return grad
 
-    def coefficients(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], target: torch.Tensor,
-                     out: torch.Tensor, *, mean: bool, per_row: bool) -> torch.Tensor:
-        """Write ``out`` ``(2, R)`` float32: each row's share of ``grad_loss``, then ``grad_lse`` (or 0).
-
-        ``grad_loss`` (the logits' dtype) holds one value per row (``per_row``)
-        or one for the batch; ``mean`` divides it by the rows whose target is kept.
-        """
-        launch = self._batch_launcher(has_grad_lse=grad_lse is not None, mean=mean, per_row=per_row)
-        launch(grad_loss.reshape(-1), out[1] if grad_lse is None else grad_lse, target, out)
+    def kept_rows(self, target: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Write into ``out`` (one float32) how many rows keep their target: a mean's divisor."""
+        self._batch_launcher()(target, out)
         return out
 
     def tuning_inputs(self, rows: Optional[int] = None) -> tuple:
@@ -528,5 +535,6 @@ class CrossEntropyBwdKernel(_CrossEntropyKernel):
         logits = torch.randn(rows, self.V, device="cuda", dtype=self.dtype)
         target = torch.randint(0, self.V, (rows,), device="cuda")
         lse = torch.logsumexp(logits.float(), -1)
-        coef = torch.rand(rows, device="cuda")
-        return logits, target, lse, coef, coef.clone(), torch.empty_like(logits)
+        grad_loss = torch.rand(rows, device="cuda").to(self.dtype)
+        grad_lse = torch.rand(rows, device="cuda")
+        return logits, target, lse, grad_loss, grad_lse, lse[:1], torch.empty_like(logits)

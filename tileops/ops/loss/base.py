@@ -3,11 +3,11 @@
 The forward kernel writes a float32 loss and logsumexp per row; the reduction
 (sum, or mean over rows whose target is not ``ignore_index``) is a float32 sum
 over those ``N`` values, cast to the logits' dtype as PyTorch returns it, in
-one more launch.  The backward first turns ``grad_loss`` and the reduction
-into one float32 coefficient per row (one launch, which also places
-``grad_lse`` or zeros beside them; the kernel adds ``grad_lse``), so its main
-kernel reads the logits once and writes the gradient once, whatever the
-reduction.
+one more launch.  The backward is one launch that reads the logits once and
+writes the gradient once, whatever the reduction: each row's coefficient is
+formed in the kernel from ``grad_loss``, the target and ``grad_lse``; a
+``mean`` first counts the kept rows (one more, one-block launch).  Beside the
+gradient, a call allocates at most that one float32 count.
 """
 
 import math
@@ -83,15 +83,17 @@ class CrossEntropyBwdBase(_CrossEntropyOp):
             return grad_logits
         device = logits.device
         target = target.contiguous()
-        # Row 0: each row's share c of grad_loss (0 for ignored rows); row 1: grad_lse, or 0.
-        # The loss's gradient is c * (softmax - smoothed target); lse's is grad_lse * softmax.
-        coefficients = torch.empty((2, target.numel()), dtype=torch.float32, device=device)
-        if grad_lse is not None:
-            grad_lse = grad_lse.contiguous()
+        lse = lse.contiguous()
+        mean = self.reduction == "mean"
+        # The loss's gradient is c * (softmax - smoothed target), with c each row's share of
+        # grad_loss (0 for ignored rows; a mean divides by the kept rows); lse's is grad_lse *
+        # softmax.  The program forms c itself; arguments a call does not read get ``lse``.
+        kept = torch.empty(1, dtype=torch.float32, device=device) if mean else lse[:1]
         with on_device(device):
             kernel = self._device_kernel(device)
-            kernel.coefficients(grad_loss.contiguous(), grad_lse, target, coefficients,
-                                mean=self.reduction == "mean", per_row=self.reduction == "none")
-            kernel(aligned_contiguous(logits), target, lse.contiguous(), coefficients[1], coefficients[0],
-                   grad_logits)
+            if mean:
+                kernel.kept_rows(target, kept)
+            kernel.forward(aligned_contiguous(logits), target, lse, grad_loss.contiguous().reshape(-1),
+                           lse if grad_lse is None else grad_lse.contiguous(), kept, grad_logits,
+                           per_row=self.reduction == "none", has_grad_lse=grad_lse is not None, mean=mean)
         return grad_logits
