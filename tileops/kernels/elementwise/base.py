@@ -4,9 +4,10 @@ An elementwise kernel wraps one ``PointwiseFn`` and the program layouts of
 ``tileops.kernels.elementwise.programs`` that apply it.  Its config is
 ``{"threads", "unroll"}``; the access width is not part of the config but of
 each call: the widest power of two (up to 16 bytes) that the call's
-addresses, strides and extents keep aligned.  Compiled programs are cached
-per (layout, width, config), so a kernel compiles each program it actually
-launches once.
+addresses, strides and extents keep aligned.  A call that one access a thread
+covers with at most a block per SM runs so, whatever the config's ``unroll``
+(``is_small_call``).  Compiled programs are cached per (layout, width,
+config), so a kernel compiles each program it actually launches once.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ give too few blocks to fill the GPU):
 * **row**: block ``(row, seg)`` walks its segment of a row (every ``S``-th
   group of ``unroll`` chunks, from group ``seg`` on) with 16-byte loads,
   ``unroll`` vectors in flight per thread, then merges its threads'
-  states through shared memory.  With one segment it writes the output
+  states with warp shuffles (one shared-memory exchange between warps).  With one segment it writes the output
   (fused), else a float64 partial state ``P[row, seg, 0, :]``.
 * **column**: block ``(outer, inner tile, seg)``: ``col_threads`` threads
   cover ``col_threads * cvec`` neighbouring inner positions, the other
