@@ -316,21 +316,28 @@ def test_backward_of_no_rows_zeroes_the_affine_gradients(monkeypatch: pytest.Mon
 # ---- rows split over a cluster --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls, N, dtype, row_threads", [
-    (LayerNormBwdKernel, 32768, torch.bfloat16, 256),  # 8 slices of 4096 columns
-    (RMSNormBwdKernel, 32768, torch.float32, 512),  # 8 slices of 4096, 8 columns a lane
-    (LayerNormBwdKernel, 131072, torch.bfloat16, 1024),  # 8 slices of 16384
-    (RMSNormBwdKernel, 24576, torch.bfloat16, 256),  # 8 slices of 3072: a tail group
+@pytest.mark.parametrize("cls, N, dtype, row_threads, in_registers, blocks_per_sm", [
+    (LayerNormBwdKernel, 32768, torch.bfloat16, 256, True, 2),  # 8 slices of 4096 columns
+    (RMSNormBwdKernel, 32768, torch.float32, 512, True, 1),  # 8 slices of 4096, 8 columns a lane
+    (LayerNormBwdKernel, 131072, torch.bfloat16, 1024, False, 1),  # 8 slices of 16384
+    (RMSNormBwdKernel, 24576, torch.bfloat16, 256, True, 2),  # 8 slices of 3072: a tail group
 ])
-def test_few_long_rows_split_over_a_cluster(cls, N, dtype, row_threads) -> None:
+def test_few_long_rows_split_over_a_cluster(cls, N, dtype, row_threads, in_registers, blocks_per_sm) -> None:
     kernel = cls(N, dtype)
     split = kernel.split_layout()
     assert isinstance(kernel.layout(), StreamLayout)
     assert isinstance(split, ClusterLayout) and split.ctas == 8 and split.slice.N == N // 8
     assert split.slice.row_threads == row_threads and split.slice.rows_per_block == 1
-    # Every slice's partial sums fit its block's shared memory, whole.
-    assert all(slots >= split.slice.N for slots in kernel.smem_slots(split))
-    assert 4 * sum(kernel.smem_slots(split)) <= 212 * 1024
+    # A slice's partial sums live in its threads' registers when they are few (at most 32 a
+    # thread, in blocks that leave a thread 128 registers), else whole in shared memory.
+    assert kernel.partials_in_registers(split) == in_registers
+    if in_registers:
+        assert split.slice.per_thread * kernel.accumulators <= 32 and kernel.smem_slots(split) == (0,) * kernel.accumulators
+        assert split.threads * kernel.blocks_per_sm(split) <= 512
+    else:
+        assert all(slots >= split.slice.N for slots in kernel.smem_slots(split))
+        assert 4 * sum(kernel.smem_slots(split)) <= 212 * 1024
+    assert kernel.blocks_per_sm(split) == blocks_per_sm
     assert kernel.splits(1) and kernel.splits(256) and not kernel.splits(257)
 
 
@@ -361,9 +368,9 @@ def test_split_rows_launch_the_cluster_program(monkeypatch: pytest.MonkeyPatch) 
                    *grads)
     (name, shape, args), (sum_name, _, sum_args) = recorder.calls
     assert name == CLUSTER and dict(shape) == {"direct": False, "has_weight": True}
-    # 132 SMs hold 4 blocks of 256 threads each, 66 clusters of 8; 200 rows take 4 steps,
-    # which 50 clusters do as well, each taking rows q, q + 50, ...
-    assert args[4].shape == (50, 32768) and sum_name == COLUMN_SUM
+    # 132 SMs hold 2 blocks of 256 threads each (partial sums in registers), 33 clusters of 8;
+    # 200 rows take 7 steps, which 29 clusters do as well, each taking rows q, q + 29, ...
+    assert args[4].shape == (29, 32768) and sum_name == COLUMN_SUM
     recorder.calls.clear()
     kernel.forward(rows, rows, None, torch.empty_like(rows), *grads)
     assert [name for name, _, _ in recorder.calls] == [STREAMED, COLUMN_SUM]
@@ -373,7 +380,10 @@ def test_split_rows_launch_the_cluster_program(monkeypatch: pytest.MonkeyPatch) 
 def test_cluster_program_builds_for_sm90() -> None:
     kernel = RMSNormBwdKernel(32768, torch.bfloat16)
     source = _source(kernel, CLUSTER, direct=False, has_weight=True)
-    assert "map_shared_rank" in source and "cluster_sync" in source  # sums swapped through distributed shared memory
+    # Sums swapped through distributed shared memory: asynchronous copies that count on the
+    # receiving block's barrier, which each block waits on alone.
+    assert "tma_store_cluster" in source and ".wait(" in source
+    assert source.count("cluster_sync") == 2  # barriers set up, and no block leaving early
     assert "atomic" not in source.lower()
     split = kernel.split_layout()
     assert f"__launch_bounds__({split.threads}, {kernel.blocks_per_sm(split)})" in source

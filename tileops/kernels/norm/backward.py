@@ -93,6 +93,14 @@ FOLD_THREADS = 512
 # over a cluster of CLUSTER_CTAS blocks (see ``_cluster_bwd_program``).
 CLUSTER_CTAS = 8
 CLUSTER_ROWS = 256
+# Threads an SM holds of a cluster program whose partial sums live in registers (128 registers
+# each: a slice's elements of two tensors and the next row's, and up to 32 partial sums).
+CLUSTER_REGISTER_THREADS = 512
+# Floats of a partial-sum access to shared memory (16 bytes; see ``_accumulator_macros``).
+SMEM_PIECE = 4
+# Floats a block sends in one exchange of row sums: an asynchronous shared-memory copy moves
+# whole 16-byte units.
+EXCHANGE_SLOTS = 4
 
 
 def resident_cap(dtype: torch.dtype, layer: bool) -> int:
@@ -125,11 +133,11 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False) -> 
 
     ``cluster_ctas``, ``cluster_rows``: calls of at most ``cluster_rows`` streamed rows split
     each row over a cluster of ``cluster_ctas`` blocks (see ``_cluster_bwd_program``).  (Measured
-    on H100, bf16 N = 32768, µs streamed / 4 blocks a row / 8: LayerNorm 1 row 38.0 / 10.6 / 9.1,
-    64 rows 85.1 / 39.6 / 36.8, 264 rows 133.9 / 91.6 / 90.9; RMSNorm 1 row 18.9 / 8.2 / 7.5,
-    264 rows 71.7 / 55.9 / 48.6; LayerNorm N = 65536, 1 row 111.4 / 12.8 / 10.6.  With
-    8192 rows the streamed program wins, 842 µs against 2245 for 8 blocks a row: a cluster
-    walks its rows one at a time, each waiting on a load, two block barriers and a cluster one.)
+    on H100, bf16 N = 32768, µs streamed / 4 blocks a row / 8: LayerNorm 1 row 38.1 / 9.1 / 8.4,
+    64 rows 79.6 / 36.7 / 33.9, 264 rows 133.6 / 67.4 / 64.9; RMSNorm 264 rows 71.6 / 46.8 /
+    44.1.  With 8192 rows the streamed program wins: LayerNorm 842 µs against 1247 for 8
+    blocks a row, RMSNorm 641 against 813; each row step of a cluster waits on a block-wide
+    sum and the exchange, a few microseconds that its slice's traffic does not cover.)
 
     ``stream_overlap`` (streamed rows): sum the next row during the walk that writes
     this one (see ``_streamed_bwd_program``); on for LayerNorm only.  (Measured on
@@ -157,14 +165,18 @@ def smem_offsets(smem_slots: Tuple[int, ...]) -> Tuple[int, ...]:
 def _accumulator_macros(T: Any, smem_slots: Tuple[int, ...], N: int, vector: int, group_threads: int,
                         register_groups: Tuple[int, ...] = (0, 0),
                         out: Callable[[Any], Any] = lambda value: value,
-                        groups_per_block: int = 1) -> Tuple[Any, Any, Any, Callable[..., Any]]:
+                        groups_per_block: int = 1, piece: int = SMEM_PIECE) -> Tuple[Any, Any, Any, Callable[..., Any]]:
     """Macros on partial sum ``index`` (0: weight, 1: bias) of row group ``group``.
 
     A thread owns column groups ``g``: columns ``(g * group_threads + lane) * vector + k``
-    for ``k < vector``; the macros take ``(g, lane)`` (and ``k``).  In shared memory
-    that column sits at slot ``g * group_threads * vector + k * group_threads + lane``:
-    for each ``k`` the threads of a warp touch consecutive words.  (In column order they
-    would be ``vector`` words apart, an up to 8-way bank conflict on every update.)
+    for ``k < vector``; the macros take ``(g, lane)`` (and ``k``).  In shared memory a
+    thread's ``vector`` sums of a group are split into pieces of ``min(vector, piece)``
+    floats, and column ``k`` sits at slot
+    ``g * group_threads * vector + (k // piece * group_threads + lane) * piece + k % piece``:
+    a thread updates a piece with one access, and the threads of a warp touch consecutive
+    pieces, free of bank conflicts.  (16-byte pieces issue a quarter of the shared-memory
+    instructions of single words: H100, bf16 LayerNorm backward 32768x4096 290.5 us against
+    305.2, 16384x4096 152.2 against 161.3.  Whole 32-byte vectors would conflict two ways.)
 
     Partial sum ``index`` keeps its first ``smem_slots[index]`` slots (whole column
     groups, or every column) in shared memory.  The weight's and the bias's float32
@@ -181,6 +193,7 @@ def _accumulator_macros(T: Any, smem_slots: Tuple[int, ...], N: int, vector: int
     offsets = smem_offsets(smem_slots)
     group_stride = sum(smem_slots)
     group_columns = group_threads * vector
+    piece = min(vector, piece)
     first_spilled = tuple(slots // group_columns for slots in smem_slots)
     register_offsets = tuple(sum(register_groups[:index]) * vector for index in range(len(register_groups)))
 
@@ -188,7 +201,7 @@ def _accumulator_macros(T: Any, smem_slots: Tuple[int, ...], N: int, vector: int
         return (g * group_threads + lane) * vector + k
 
     def slot(index, group, g, lane, k):
-        own = offsets[index] + g * group_columns + k * group_threads + lane
+        own = offsets[index] + g * group_columns + (k // piece * group_threads + lane) * piece + k % piece
         return own if groups_per_block == 1 else (group % groups_per_block) * group_stride + own
 
     def register(index, g, k):
@@ -198,6 +211,8 @@ def _accumulator_macros(T: Any, smem_slots: Tuple[int, ...], N: int, vector: int
         """Whether the column group is in registers: a Python bool when the answer is the same for all."""
         if register_groups[index] == 0 or smem_slots[index] >= N:
             return False
+        if first_spilled[index] == 0:
+            return True
         return g >= first_spilled[index]
 
     def in_smem(index, g):
@@ -239,10 +254,13 @@ def _accumulator_macros(T: Any, smem_slots: Tuple[int, ...], N: int, vector: int
             for k in T.unroll(vector):
                 accr[register(index, g, k)] = accr[register(index, g, k)] + term(gb, xb, st, base + k)
         elif in_smem(index, g):
-            for k in T.unroll(vector):
-                tmp[k] = acc_smem[slot(index, group, g, lane, k)]
-            for k in T.unroll(vector):
-                acc_smem[slot(index, group, g, lane, k)] = tmp[k] + term(gb, xb, st, base + k)
+            for h in T.unroll(vector // piece):
+                for k in T.vectorized(piece):
+                    tmp[h * piece + k] = acc_smem[slot(index, group, g, lane, h * piece + k)]
+            for h in T.unroll(vector // piece):
+                for k in T.vectorized(piece):
+                    acc_smem[slot(index, group, g, lane, h * piece + k)] = (
+                        tmp[h * piece + k] + term(gb, xb, st, base + h * piece + k))
         else:
             add_in_memory(PW if index == 0 else PB, group, g, lane, term, gb, xb, st, base, tmp)
 
@@ -612,8 +630,10 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     one_pass = _one_pass_sums(T, element, layer, N, eps, vector)
 
     partial_dtype, out = _partials_out(T, dtype, direct)
+    # One word a shared-memory access: the streamed walk's updates are latency-bound, and
+    # 16-byte pieces made them slower (see ``_accumulator_macros``).
     acc_store, acc_add_group, acc_flush, _ = _accumulator_macros(T, smem_slots, N, vector, threads,
-                                                                 register_groups, out)
+                                                                 register_groups, out, piece=1)
     # Partial sums in registers need every column group's index known after unrolling.
     steps_loop = functools.partial(T.unroll, explicit=True) if sum(register_groups) else T.serial
 
@@ -776,19 +796,24 @@ class ClusterLayout:
 
 
 def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, layer: bool, has_weight: bool,
-                         smem_slots: Tuple[int, ...], blocks_per_sm: int, direct: bool = False) -> Any:
+                         smem_slots: Tuple[int, ...], register_partials: bool, blocks_per_sm: int,
+                         direct: bool = False) -> Any:
     """Rows too long for one block's registers, read once: a cluster of ``layout.ctas`` blocks
     (on as many SMs) takes each row, every block its slice of columns, and the blocks swap their
     slices' row sums through distributed shared memory.
 
-    Cluster ``q`` walks rows ``q, q + Q, ...``.  A block sums its slice, writes its sums into
-    every block's exchange slots (by its rank), and after a cluster barrier each block adds the
-    slots in rank order: all blocks get the same row statistics, in a fixed order.  The slots
-    alternate between two sets row by row; a block writes a set again only after the barrier
-    of the row in between, which every block reaches after reading the set.  LayerNorm sums
+    Cluster ``q`` walks rows ``q, q + Q, ...``, loading each row's slice while the one before
+    is summed and written.  A block sums its slice, and one thread sends the sums to every
+    block's exchange slots (by its rank) with asynchronous shared-memory copies that count on
+    the receiver's barrier; each block waits on its own barrier alone, then adds the slots in
+    rank order: all blocks get the same row statistics, in a fixed order, and no block waits
+    for the whole cluster.  The slots and barriers alternate between two sets row by row.  A
+    block sends into a set again only after receiving every block's sums of the row in
+    between, which each block sends only after reading the set.  LayerNorm sums
     ``x - x[row, 0]`` (as the streamed program does) so that one exchange gives both the mean
-    and the variance.  A block keeps its slice's partial sums in shared memory and writes them
-    to row ``q`` of the partials buffer at the end.
+    and the variance.  A block keeps its slice's partial sums in registers
+    (``register_partials``) or shared memory and writes them to row ``q`` of the partials
+    buffer at the end.
     ``direct``: see ``_partials_out``."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -801,7 +826,9 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     row_sum = row_sum_macro(T, threads, sums)
     accumulators = 2 if layer else 1
     partial_dtype, out = _partials_out(T, dtype, direct)
-    acc_store, acc_add_group, _, slot = _accumulator_macros(T, smem_slots, width, vector, threads, out=out)
+    register_groups = (part.vecs if register_partials else 0,) * accumulators
+    acc_store, acc_add_group, _, slot = _accumulator_macros(T, smem_slots, width, vector, threads, register_groups,
+                                                            out)
     element = _element_math(T, dtype, has_weight, 5, 6)
     f32, rms_grad, layer_grad = element["f32"], element["rms_grad"], element["layer_grad"]
     rms_weight_term, layer_weight_term, bias_term = (
@@ -810,15 +837,26 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
 
     loads = resident_macros(T, part, M)  # loads of a slice: the row's columns from ``base`` on
     column = loads["column"]  # a column of the slice
+    # Blocks of few threads hold the weight's slice in registers; larger ones reload it each row.
+    hold_weight = threads <= CLUSTER_REGISTER_THREADS
+    # Column groups of a lane, unrolled so that each partial sum kept in registers is named.
+    groups = functools.partial(T.unroll, explicit=True) if register_partials else T.unroll
 
     @T.macro
-    def slice_sums(X, gb, xb, wb, first, st, row, lane):
+    def load_slice(G, X, gb, xb, first, row, base, tx):
+        loads["load_row"](G, gb, row, tx, base)
+        loads["load_row"](X, xb, row, tx, base)
+        if layer:
+            # The shift of the row's sums (a vector load: see the streamed program's ``start_sums``).
+            for k in T.vectorized(vector):
+                first[k] = X[T.min(row, M - 1), k]
+
+    @T.macro
+    def slice_sums(gb, xb, wb, first, st, lane):
         """This block's share of the row sums (missing elements are zeros)."""
         for v in T.unroll(sums):
             st[v] = T.cast(0, ACCUM)
         if layer:
-            for k in T.vectorized(vector):
-                first[k] = X[T.min(row, M - 1), k]
             st[4] = f32(first[0])
             for j in T.unroll(full_vecs):
                 one_pass["add_shifted"](gb, xb, wb, st, j * vector)
@@ -829,22 +867,26 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             one_pass["add_rms"](gb, xb, wb, st, per_thread)
 
     @T.macro
-    def exchange(st, mine, swap, rank, parity, tx):
-        """Every block of the cluster ends with the row sums of all slices, added in rank order."""
+    def send(st, mine, swap, arrived, rank, it, tx):
+        """This block's sums of row step ``it`` to every block of the cluster."""
         if tx == 0:
-            for v in T.unroll(sums):
-                mine[parity, v] = st[v]
-        T.sync_threads()
-        for peer in T.unroll(ctas):
-            T.copy_cluster(mine[parity, 0:sums], swap[parity, rank, 0:sums], dst_block=peer)
-        T.cluster_sync()
-        for v in T.unroll(sums):
-            st[v] = swap[parity, 0, v]
-            for r in T.unroll(1, ctas):
-                st[v] = st[v] + swap[parity, r, v]
+            for v in T.unroll(EXCHANGE_SLOTS):
+                mine[it % 2, v] = st[v] if v < sums else T.cast(0, ACCUM)
+            for peer in T.unroll(ctas):
+                T.copy_cluster(mine[it % 2, 0:EXCHANGE_SLOTS], swap[it % 2, rank, 0:EXCHANGE_SLOTS],
+                               dst_block=peer, remote_barrier=arrived[it % 2])
 
     @T.macro
-    def write_group(DX, gb, xb, wb, st, acc_smem, row, base, lane, j, tmp):
+    def receive(st, swap, arrived, it):
+        """The row sums of all slices, added in rank order."""
+        T.mbarrier_wait_parity(arrived[it % 2], (it // 2) % 2)
+        for v in T.unroll(sums):
+            st[v] = swap[it % 2, 0, v]
+            for r in T.unroll(1, ctas):
+                st[v] = st[v] + swap[it % 2, r, v]
+
+    @T.macro
+    def write_group(DX, gb, xb, wb, st, acc_smem, accr, row, base, lane, j, tmp):
         if row < M:
             for k in T.vectorized(vector):
                 if layer:
@@ -854,40 +896,43 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                     DX[row, base + column(j, lane) + k] = rms_grad(
                         gb[j * vector + k], xb[j * vector + k], wb[j * vector + k], st)
         if layer:
-            acc_add_group(acc_smem, None, None, None, 0, 0, j, lane, layer_weight_term, gb, xb, st, j * vector, tmp)
-            acc_add_group(acc_smem, None, None, None, 1, 0, j, lane, bias_term, gb, xb, st, j * vector, tmp)
+            acc_add_group(acc_smem, accr, None, None, 0, 0, j, lane, layer_weight_term, gb, xb, st, j * vector, tmp)
+            acc_add_group(acc_smem, accr, None, None, 1, 0, j, lane, bias_term, gb, xb, st, j * vector, tmp)
         else:
-            acc_add_group(acc_smem, None, None, None, 0, 0, j, lane, rms_weight_term, gb, xb, st, j * vector, tmp)
+            acc_add_group(acc_smem, accr, None, None, 0, 0, j, lane, rms_weight_term, gb, xb, st, j * vector, tmp)
 
     @T.macro
-    def write_slice(DX, gb, xb, wb, st, acc_smem, row, base, lane, tmp):
-        for j in T.unroll(full_vecs):
-            write_group(DX, gb, xb, wb, st, acc_smem, row, base, lane, j, tmp)
+    def write_slice(DX, gb, xb, wb, st, acc_smem, accr, row, base, lane, tmp):
+        for j in groups(full_vecs):
+            write_group(DX, gb, xb, wb, st, acc_smem, accr, row, base, lane, j, tmp)
         if has_tail:
             if column(full_vecs, lane) < width:
-                write_group(DX, gb, xb, wb, st, acc_smem, row, base, lane, full_vecs, tmp)
+                write_group(DX, gb, xb, wb, st, acc_smem, accr, row, base, lane, full_vecs, tmp)
 
     @T.macro
-    def flush_group(P, acc_smem, index, q, base, lane, j, tmp):
+    def flush_group(P, acc_smem, accr, index, q, base, lane, j, tmp):
         for k in T.unroll(vector):
-            tmp[k] = acc_smem[slot(index, 0, j, lane, k)]
+            if register_partials:
+                tmp[k] = accr[index * per_thread + j * vector + k]
+            else:
+                tmp[k] = acc_smem[slot(index, 0, j, lane, k)]
         for k in T.vectorized(vector):
             P[q, base + column(j, lane) + k] = out(tmp[k])
 
     @T.macro
-    def flush(P, acc_smem, index, q, base, lane, tmp):
-        for j in T.unroll(full_vecs):
-            flush_group(P, acc_smem, index, q, base, lane, j, tmp)
+    def flush(P, acc_smem, accr, index, q, base, lane, tmp):
+        for j in groups(full_vecs):
+            flush_group(P, acc_smem, accr, index, q, base, lane, j, tmp)
         if has_tail:
             if column(full_vecs, lane) < width:
-                flush_group(P, acc_smem, index, q, base, lane, full_vecs, tmp)
+                flush_group(P, acc_smem, accr, index, q, base, lane, full_vecs, tmp)
 
     @T.macro
-    def reset_group(acc_smem, lane, j):
+    def reset_group(acc_smem, accr, lane, j):
         for k in T.unroll(vector):
-            acc_store(acc_smem, None, None, None, 0, 0, j, lane, k, T.cast(0, ACCUM))
+            acc_store(acc_smem, accr, None, None, 0, 0, j, lane, k, T.cast(0, ACCUM))
             if accumulators > 1:
-                acc_store(acc_smem, None, None, None, 1, 0, j, lane, k, T.cast(0, ACCUM))
+                acc_store(acc_smem, accr, None, None, 1, 0, j, lane, k, T.cast(0, ACCUM))
 
     @T.macro
     def body(G, X, W, DX, PW, PB):
@@ -899,32 +944,49 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             base = rank * width
             gb = T.alloc_local((per_thread,), dtype)
             xb = T.alloc_local((per_thread,), dtype)
+            gn = T.alloc_local((per_thread,), dtype)
+            xn = T.alloc_local((per_thread,), dtype)
             wb = T.alloc_local((per_thread,), dtype)
             first = T.alloc_local((vector,), dtype)
+            fn = T.alloc_local((vector,), dtype)
             tmp = T.alloc_local((vector,), ACCUM)
             st = T.alloc_local((8,), ACCUM)
+            accr = T.alloc_local((max(sum(register_groups), 1) * vector,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(threads, sums), ACCUM)
-            mine = T.alloc_shared((2, sums), ACCUM)
-            swap = T.alloc_shared((2, ctas, sums), ACCUM)
-            acc_smem = T.alloc_shared((sum(smem_slots),), ACCUM)
-            for j in T.unroll(full_vecs):
-                reset_group(acc_smem, tx, j)
+            mine = T.alloc_shared((2, EXCHANGE_SLOTS), ACCUM)
+            swap = T.alloc_shared((2, ctas, EXCHANGE_SLOTS), ACCUM)
+            acc_smem = T.alloc_shared((max(sum(smem_slots), 1),), ACCUM)
+            # Set up (with a cluster barrier) before any block sends: one arrival a block.
+            arrived = T.alloc_cluster_barrier([ctas, ctas])
+            for j in groups(full_vecs):
+                reset_group(acc_smem, accr, tx, j)
             if has_tail:
                 if column(full_vecs, tx) < width:
-                    reset_group(acc_smem, tx, full_vecs)
+                    reset_group(acc_smem, accr, tx, full_vecs)
+            if has_weight and hold_weight:
+                loads["load_vector"](W, wb, tx, base)
+            load_slice(G, X, gb, xb, first, q, base, tx)
             for it in T.serial(T.ceildiv(M, Q)):
-                loads["load_row"](G, gb, it * Q + q, tx, base)
-                loads["load_row"](X, xb, it * Q + q, tx, base)
-                if has_weight:
+                if has_weight and not hold_weight:
                     loads["load_vector"](W, wb, tx, base)
-                slice_sums(X, gb, xb, wb, first, st, it * Q + q, tx)
+                load_slice(G, X, gn, xn, fn, (it + 1) * Q + q, base, tx)
+                slice_sums(gb, xb, wb, first, st, tx)
                 row_sum(st, 0, scratch, it % 2, tx)
-                exchange(st, mine, swap, rank, it % 2, tx)
+                send(st, mine, swap, arrived, rank, it, tx)
+                receive(st, swap, arrived, it)
                 one_pass["row_state"](st)
-                write_slice(DX, gb, xb, wb, st, acc_smem, it * Q + q, base, tx, tmp)
-            flush(PW, acc_smem, 0, q, base, tx, tmp)
+                write_slice(DX, gb, xb, wb, st, acc_smem, accr, it * Q + q, base, tx, tmp)
+                for i in T.unroll(per_thread):
+                    gb[i] = gn[i]
+                    xb[i] = xn[i]
+                if layer:
+                    for k in T.unroll(vector):
+                        first[k] = fn[k]
+            flush(PW, acc_smem, accr, 0, q, base, tx, tmp)
             if layer:
-                flush(PB, acc_smem, 1, q, base, tx, tmp)
+                flush(PB, acc_smem, accr, 1, q, base, tx, tmp)
+            # No block leaves while a copy it sent may still read its shared memory.
+            T.cluster_sync()
 
     return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body, partial_dtype)
 
@@ -1044,6 +1106,11 @@ class NormBwdKernel(RowNormKernel):
                 and all(held >= self.N for held in self.smem_slots(layout)))
 
     def partials_in_registers(self, layout: Any) -> bool:
+        """Short resident rows, and cluster slices of few elements a thread in blocks of at most
+        ``CLUSTER_REGISTER_THREADS`` threads (see ``blocks_per_sm``)."""
+        if isinstance(layout, ClusterLayout):
+            return (layout.slice.per_thread * self.accumulators <= MAX_REGISTER_PARTIALS
+                    and layout.threads <= CLUSTER_REGISTER_THREADS)
         return isinstance(layout, RowLayout) and layout.per_thread <= resident_cap(self.dtype, self.layer)
 
     def smem_slots(self, layout: Any) -> Tuple[int, ...]:
@@ -1099,7 +1166,8 @@ class NormBwdKernel(RowNormKernel):
         if name == CLUSTER:
             split = self.split_layout(config)
             return _cluster_bwd_program(self.N, dtype, self.eps, split, self.layer, has_weight,
-                                        self.smem_slots(split), self.blocks_per_sm(split, config), direct)
+                                        self.smem_slots(split), self.partials_in_registers(split),
+                                        self.blocks_per_sm(split, config), direct)
         layout = self.layout(config)
         if isinstance(layout, RowLayout):
             smem = None if self.partials_in_registers(layout) else self.smem_slots(layout)
@@ -1139,7 +1207,10 @@ class NormBwdKernel(RowNormKernel):
         threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
         smem = 4 * sum(self.smem_slots(layout)) * (layout.rows_per_block if self.folds(layout) else 1)
         fit = min(THREADS_PER_SM // threads, SMEM_PER_SM // smem if smem else THREADS_PER_SM)
-        return max(1, min(fit, config["sm_threads"] // threads))
+        sm_threads = config["sm_threads"]
+        if isinstance(layout, ClusterLayout) and self.partials_in_registers(layout):
+            sm_threads = min(sm_threads, CLUSTER_REGISTER_THREADS)
+        return max(1, min(fit, sm_threads // threads))
 
     def partial_rows(self, rows: int, device: torch.device, layout: Any = None) -> int:
         """Row groups of one launch over ``rows`` rows: at most as many as run at once, and no
