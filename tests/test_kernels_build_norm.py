@@ -338,7 +338,7 @@ def test_few_long_rows_split_over_a_cluster(cls, N, dtype, row_threads, in_regis
         assert all(slots >= split.slice.N for slots in kernel.smem_slots(split))
         assert 4 * sum(kernel.smem_slots(split)) <= 212 * 1024
     assert kernel.blocks_per_sm(split) == blocks_per_sm
-    assert kernel.splits(1) and kernel.splits(256) and not kernel.splits(257)
+    assert kernel.splits(1) and kernel.splits(1024) and not kernel.splits(1025)
 
 
 @pytest.mark.parametrize("cls, N, dtype", [
@@ -363,7 +363,7 @@ def test_split_rows_launch_the_cluster_program(monkeypatch: pytest.MonkeyPatch) 
     assert name == CLUSTER and dict(shape) == {"direct": True, "has_weight": False}
     assert [view.data_ptr() for view in args[3:]] == [grad.data_ptr() for grad in grads]
     recorder.calls.clear()
-    rows = torch.randn(300, 32768, dtype=torch.bfloat16)  # past cluster_rows: streamed
+    rows = torch.randn(1025, 32768, dtype=torch.bfloat16)  # past cluster_rows: streamed
     kernel.forward(rows[:200], rows[:200], torch.ones(32768, dtype=torch.bfloat16), torch.empty_like(rows[:200]),
                    *grads)
     (name, shape, args), (sum_name, _, sum_args) = recorder.calls

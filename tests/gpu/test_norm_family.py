@@ -51,9 +51,9 @@ GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
     # A few long rows, each split over a cluster of blocks (the slices of 20000 end in a tail group).
     (200, 20000, torch.float32),
     (3, 65536, torch.bfloat16),
-    # Streamed rows, several to a row group (more rows than groups).
-    (300, 20000, torch.float32),
-    (400, 32768, torch.bfloat16),
+    # Streamed rows, several to a row group (more rows than groups, and than ``cluster_rows``).
+    (1100, 20000, torch.float32),
+    (1500, 32768, torch.bfloat16),
 ]
 # Streamed rows whose backward is run under both schedules (see ``stream_overlap``).
 SCHEDULE_CASES = GRAD_CASES[-2:]
@@ -159,7 +159,7 @@ def test_streamed_backward_schedules_agree(rows, N, dtype):
     weight, grad = _randn(N, dtype=dtype, generator=generator), _randn(rows, N, dtype=dtype, generator=generator)
     results = []
     for kernel in schedule_kernels(N, dtype):
-        assert kernel.main_program() == "norm_bwd_streamed"
+        assert kernel.main_program() == "norm_bwd_streamed" and not kernel.splits(rows)
         grads = [torch.empty_like(x)] + [torch.empty(N, device="cuda", dtype=dtype) for _ in range(kernel.accumulators)]
         kernel.forward(grad, x, weight, *grads)
         results.append(grads)

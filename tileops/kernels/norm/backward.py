@@ -92,7 +92,7 @@ FOLD_THREADS = 512
 # Calls of at most CLUSTER_ROWS rows too long for one block's registers split each row
 # over a cluster of CLUSTER_CTAS blocks (see ``_cluster_bwd_program``).
 CLUSTER_CTAS = 8
-CLUSTER_ROWS = 256
+CLUSTER_ROWS = 1024
 # Threads an SM holds of a cluster program whose partial sums live in registers (128 registers
 # each: a slice's elements of two tensors and the next row's, and up to 32 partial sums).
 CLUSTER_REGISTER_THREADS = 512
@@ -135,9 +135,13 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False) -> 
     each row over a cluster of ``cluster_ctas`` blocks (see ``_cluster_bwd_program``).  (Measured
     on H100, bf16 N = 32768, µs streamed / 4 blocks a row / 8: LayerNorm 1 row 38.1 / 9.1 / 8.4,
     64 rows 79.6 / 36.7 / 33.9, 264 rows 133.6 / 67.4 / 64.9; RMSNorm 264 rows 71.6 / 46.8 /
-    44.1.  With 8192 rows the streamed program wins: LayerNorm 842 µs against 1247 for 8
-    blocks a row, RMSNorm 641 against 813; each row step of a cluster waits on a block-wide
-    sum and the exchange, a few microseconds that its slice's traffic does not cover.)
+    44.1.  Streamed / 8 blocks a row, 1024 rows: LayerNorm 195.1 / 176.8, RMSNorm 120.6 /
+    117.3, float32 LayerNorm N = 16384 119.7 / 104.8, LayerNorm N = 65536 643.2 / 405.4; 2048
+    rows: 282.2 / 330.4, 190.2 / 214.7, 214.2 / 196.7, 1107.0 / 780.6.  With 8192 rows the
+    streamed program wins: LayerNorm 842 µs against 1247, RMSNorm 641 against 813; each row
+    step of a cluster waits on a block-wide sum and the exchange, a few microseconds that its
+    slice's traffic does not cover.  The exception is float32 RMSNorm N = 32768, 5-9% slower
+    split at every count from 256 rows on.)
 
     ``stream_overlap`` (streamed rows): sum the next row during the walk that writes
     this one (see ``_streamed_bwd_program``); on for LayerNorm only.  (Measured on
