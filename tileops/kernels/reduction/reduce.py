@@ -127,9 +127,10 @@ def _tree_merge(T: Any, spec: ReducerSpec, macros: Dict[str, Any], W: int, count
     return tree
 
 
-def _shuffle_merge(T: Any, spec: ReducerSpec, macros: Dict[str, Any], count: int) -> Any:
-    """Macro: merge the states of each group of ``count`` consecutive threads; every thread of
-    the group ends with the group's state (``_tree_merge`` for ``W = 1``, ``spacing = 1``).
+def _shuffle_merge(T: Any, spec: ReducerSpec, macros: Dict[str, Any], count: int, merge_hook: str = "merge") -> Any:
+    """Macro: merge the states of each group of ``count`` consecutive threads with the reducer's
+    ``merge_hook``; every thread of the group ends with the group's state (``_tree_merge`` for
+    ``W = 1``, ``spacing = 1``).
 
     Lanes merge with xor shuffles; groups wider than a warp then pass each warp's state through
     ``sh``/``shi`` (``[slot, warp]``), and every lane loads one warp's and shuffles again: one
@@ -141,7 +142,7 @@ def _shuffle_merge(T: Any, spec: ReducerSpec, macros: Dict[str, Any], count: int
         raise ValueError(f"reduction tree: groups of {count} threads are not a power of two")
     in_warp = min(count, WARP)
     warps = max(1, count // WARP)
-    merge = macros["merge"]
+    merge = macros[merge_hook]
 
     @T.macro
     def exchange(st, sti, ot, oti, steps):
@@ -209,7 +210,11 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
     tally, chunk_init, chunk_fold, rebase = (macros.get(hook) for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
     exact_init, needs_exact, exact_fold = (macros.get(hook) for hook in ("exact_init", "needs_exact", "exact_fold"))
-    tree = _shuffle_merge(T, spec, macros, threads)
+    # A block's threads fold its segment about one shift: a shifted reducer's raw sums merge
+    # as they are, and the block prepares once, with no division at each of the merge levels.
+    # (H100, Var of 8 x 4096 rows: bf16 5.89 -> 5.31 us, float32 5.79 -> 5.31.)
+    same_shift = "merge_same_shift" in macros
+    tree = _shuffle_merge(T, spec, macros, threads, "merge_same_shift" if same_shift else "merge")
     stores = _store_macros(T, spec, macros, out_dtype)
     chunk = threads * vector
     G = T.dynamic("G")
@@ -278,8 +283,12 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
             if needs_exact(cm):
                 init(st, sti, 0)
                 walk_exact(X, st, sti, buf, cm, nv, bounds, shift, row, tx)
-        prepare(st, sti, 0, shift[0])
-        tree(st, sti, ot, oti, sh, shi, tx)
+        if same_shift:
+            tree(st, sti, ot, oti, sh, shi, tx)
+            prepare(st, sti, 0, shift[0])
+        else:
+            prepare(st, sti, 0, shift[0])
+            tree(st, sti, ot, oti, sh, shi, tx)
 
     if fused:
 

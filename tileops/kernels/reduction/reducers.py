@@ -17,6 +17,9 @@ serves is ``st[j * W + k]``.  Programs call
   from ``init`` with ``exact_fold`` (same arguments as ``fold``),
 * ``prepare(st, sti, k, shift)``: turn what ``fold`` built into a mergeable state,
 * ``merge(st, sti, k, ot, oti)``: fold another mergeable state (``ot[j]``, ``oti[0]``) in,
+* ``merge_same_shift(st, sti, k, ot, oti)``, only for shifted reducers: fold in another
+  state built by ``fold`` about the same shift, before ``prepare`` (programs whose threads
+  share a shift merge these and prepare once),
 * ``finish(st, sti, k)``: the output value (an expression).
 
 ``shift`` is a value of the slice (its segment's first element), read only by
@@ -175,6 +178,9 @@ def _variance(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
     """Slots (n, mean, M2) once prepared; while folding, (n, sum of d, sum of d * d) with d = x - shift.
 
     Merging is Chan et al.'s pairwise update; the result is ``M2 / max(n - correction, 0)``.
+    States folded about the same shift merge by adding their sums, with no division: a block
+    whose threads share its row's first element as the shift adds its threads' sums and
+    prepares once (see ``row_program``).
     """
 
     @T.macro
@@ -206,10 +212,16 @@ def _variance(T: Any, name: str, W: int, correction: float) -> Dict[str, Callabl
             st[W + k] = st[W + k] + delta * weight
             st[k] = st[k] + ot[0]
 
+    @T.macro
+    def merge_same_shift(st, sti, k, ot, oti):
+        for j in T.unroll(3):
+            st[j * W + k] = st[j * W + k] + ot[j]
+
     def finish(st, sti, k):
         return st[2 * W + k] / T.max(st[k] - T.cast(correction, ACCUM), T.cast(0, ACCUM))
 
-    return {"init": init, "fold": fold, "prepare": prepare, "merge": merge, "finish": finish, "tally": tally}
+    return {"init": init, "fold": fold, "prepare": prepare, "merge": merge, "finish": finish, "tally": tally,
+            "merge_same_shift": merge_same_shift}
 
 
 def _log_sum_exp(T: Any, name: str, W: int, correction: float) -> Dict[str, Callable[..., Any]]:
