@@ -25,10 +25,12 @@ def test_builds_for_sm90(kernel_cls, V: int, dtype: torch.dtype, label_smoothing
     kernel = kernel_cls(V, dtype, ignore_index=-100, label_smoothing=label_smoothing)
     built = kernel.build_all_for_sm90()
     # The main program and the batch program (the forward's total, the backward's kept-row count)
-    # for every flag combination: the backward's main program has the reduction compiled in.
+    # for every flag combination: the backward's main program has the reduction compiled in.  The
+    # forward also has its one-block program for small means and sums.
     main = {f"main{dict(flags)}" if flags else "main" for flags in kernel_cls.main_flags}
-    assert set(built) == main | {f"batch{dict(flags)}" for flags in kernel_cls.batch_flags}
-    assert len(built) == {CrossEntropyFwdKernel: 3, CrossEntropyBwdKernel: 7}[kernel_cls]
+    small = {f"small{ {'mean': mean} }" for mean in (False, True)} if kernel_cls is CrossEntropyFwdKernel else set()
+    assert set(built) == main | {f"batch{dict(flags)}" for flags in kernel_cls.batch_flags} | small
+    assert len(built) == {CrossEntropyFwdKernel: 5, CrossEntropyBwdKernel: 7}[kernel_cls]
 
 
 @pytest.mark.parametrize("V, dtype, expected", [

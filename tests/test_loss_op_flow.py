@@ -8,13 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tileops.kernels.loss.cross_entropy import SMALL_TOTAL_ELEMENTS
 from tileops.ops import CrossEntropyBwdOp, CrossEntropyFwdOp
 
 
 class _StandInKernel:
     """Computes what the programs compute, with torch, and records each launch."""
 
-    def __init__(self) -> None:
+    def __init__(self, V: int) -> None:
+        self.V = V
         self.calls: List[Any] = []
 
     def __call__(self, *args: torch.Tensor) -> None:
@@ -28,6 +30,16 @@ class _StandInKernel:
         self.calls.append(("total", mean))
         out.fill_(loss_rows.sum() / (target.numel() if mean else 1))
 
+    def takes_small_total(self, rows: int) -> bool:
+        return rows * self.V <= SMALL_TOTAL_ELEMENTS
+
+    def small_total(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
+                    mean: bool) -> None:
+        self.calls.append(("small", mean))
+        lse.copy_(torch.logsumexp(logits.float(), -1))
+        loss_rows = lse - logits.float().gather(1, target[:, None])[:, 0]
+        out.fill_(loss_rows.sum() / (target.numel() if mean else 1))
+
     def kept_rows(self, target: torch.Tensor, out: torch.Tensor) -> None:
         self.calls.append("kept_rows")
 
@@ -36,21 +48,26 @@ class _StandInKernel:
 
 
 def _with_stand_in(op: Any) -> _StandInKernel:
-    kernel = _StandInKernel()
+    kernel = _StandInKernel(op.V)
     op._device_kernel = lambda device: kernel
     return kernel
 
 
+@pytest.mark.parametrize("V", [7, SMALL_TOTAL_ELEMENTS // 5 + 1])
 @pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
-def test_each_reduction_takes_its_launches(reduction: str) -> None:
-    logits, target = torch.randn(5, 7), torch.randint(0, 7, (5,))
-    fwd = CrossEntropyFwdOp(V=7, dtype=torch.float32, reduction=reduction)
+def test_each_reduction_takes_its_launches(reduction: str, V: int) -> None:
+    logits, target = torch.randn(5, V), torch.randint(0, V, (5,))
+    fwd = CrossEntropyFwdOp(V=V, dtype=torch.float32, reduction=reduction)
     kernel = _with_stand_in(fwd)
     loss, lse = fwd._run_kernel(logits, target)
     torch.testing.assert_close(loss, F.cross_entropy(logits, target, reduction=reduction))
-    assert kernel.calls == (["main"] if reduction == "none" else ["main", ("total", reduction == "mean")])
+    torch.testing.assert_close(lse, torch.logsumexp(logits, -1))
+    # A mean or sum over few logits is one launch of the one-block program.
+    small = 5 * V <= SMALL_TOTAL_ELEMENTS
+    mean = reduction == "mean"
+    assert kernel.calls == (["main"] if reduction == "none" else [("small", mean)] if small else ["main", ("total", mean)])
 
-    bwd = CrossEntropyBwdOp(V=7, dtype=torch.float32, reduction=reduction)
+    bwd = CrossEntropyBwdOp(V=V, dtype=torch.float32, reduction=reduction)
     kernel = _with_stand_in(bwd)
     grad_loss = torch.ones(5) if reduction == "none" else torch.tensor(1.0)
     assert bwd._run_kernel(grad_loss, None, logits, target, lse).shape == logits.shape

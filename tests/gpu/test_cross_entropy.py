@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.op_checks import TOLERANCE
+from tileops.kernels.loss.cross_entropy import SMALL_TOTAL_ELEMENTS, CrossEntropyFwdKernel
 from tileops.ops import CrossEntropyBwdOp, CrossEntropyFwdOp
 
 pytestmark = pytest.mark.gpu
@@ -57,6 +58,9 @@ def prebuilt_kernels() -> Iterator[None]:
                 kernel._compile_main(flags)
             for flags in kernel.batch_flags:
                 kernel._compile_batch(flags)
+            if isinstance(kernel, CrossEntropyFwdKernel):
+                for mean in (False, True):
+                    kernel._compile_small(mean)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(build, CONFIGS))
@@ -119,6 +123,29 @@ def test_gradient_through_lse_as_well(reduction: str) -> None:
     ((expected * weight).sum() + (torch.logsumexp(wide, -1) * seeds[1]).sum()).backward()
     ((loss.double() * weight).sum() + (lse.double() * seeds[1]).sum()).backward()
     _close(ours.grad, wide.grad, dtype)
+
+
+@pytest.mark.parametrize("reduction", ("mean", "sum"))
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c[0] <= 127], ids=lambda c: f"V{c[0]}-{str(c[1])[6:]}-ii{c[2]}-ls{c[3]}")
+def test_small_means_and_sums_in_one_block(config, reduction: str) -> None:
+    """The largest call the one-block program takes (a warp a row, the total in the same block)."""
+    V, dtype, ignore_index, label_smoothing = config
+    fwd, _ = _ops(V, dtype, ignore_index, label_smoothing, reduction)
+    rows = SMALL_TOTAL_ELEMENTS // V
+    kernel = fwd._device_kernel(torch.device("cuda", torch.cuda.current_device()))
+    assert kernel.takes_small_total(rows) and not kernel.takes_small_total(rows + 1)
+    logits, target = _inputs(V, dtype, ignore_index, rows, seed=V + rows)
+    if V > 1 and label_smoothing == 0:
+        # A row with some -inf logits (all would give NaN; smoothing would make the loss infinite).
+        logits[1, : V // 2] = -float("inf")
+        target[1] = V - 1
+    wide = logits.double()
+    expected = F.cross_entropy(wide, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                               reduction=reduction)
+    loss, lse = fwd(logits, target)
+    assert loss.dtype == dtype and loss.shape == ()
+    _close(loss, expected, dtype)
+    _close(lse, torch.logsumexp(wide, -1), torch.float32)
 
 
 def test_every_row_ignored_gives_nan_mean_and_zero_gradient() -> None:

@@ -25,7 +25,9 @@ rows beside the gradient.
 Two one-block programs serve the batch as a whole, each in one launch where
 tensor arithmetic would take several: the forward's **total** (the sum of the
 row losses, divided for ``mean`` by the rows whose target is kept) and the
-backward's **kept rows** (that divisor, for a ``mean`` backward).
+backward's **kept rows** (that divisor, for a ``mean`` backward).  A forward
+mean or sum over at most ``SMALL_TOTAL_ELEMENTS`` logits is one launch of a
+third, which does the rows (a warp each) and the total in one block.
 
 ``V``, ``ignore_index`` and the label smoothing are compile-time constants; the
 row count is a TileLang symbolic value, so one program serves every batch.
@@ -327,6 +329,88 @@ def cross_entropy_total_program(dtype: str, *, mean: bool, ignore_index: int,
     return cross_entropy_total
 
 
+# Forward calls of at most this many logits that reduce to a mean or a sum take one launch of one
+# block (``cross_entropy_small_total_program``) instead of the row program and the total.
+SMALL_TOTAL_ELEMENTS = 8192
+SMALL_TOTAL_THREADS = 256
+
+
+def cross_entropy_small_total_program(V: int, dtype: str, *, mean: bool, ignore_index: int, label_smoothing: float,
+                                      threads: int = SMALL_TOTAL_THREADS) -> Any:
+    """``Lse`` of every row and ``Out[0]``, the sum (``mean``: the kept-row mean) of the row losses,
+    from one block: each warp takes rows ``w, w + warps, ...``, its lanes striding over the row,
+    and adds the losses of its rows; the block then adds the warps' sums.  For calls so small that
+    a second launch would cost more than the whole computation."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    warps = threads // WARP
+    lane_steps = -(-V // WARP)
+    shuffle_steps = WARP.bit_length() - 1
+    block_reduce = _block_reduce(T, threads)
+    R = T.dynamic("R")
+    LDX = T.dynamic("LDX", "int64")
+
+    @T.macro
+    def warp_sum(st, slot):
+        for step in T.unroll(shuffle_steps):
+            st[slot] = st[slot] + T.shfl_xor(st[slot], 1 << step)
+
+    @T.prim_func
+    def cross_entropy_small_total(
+        X: T.StridedTensor((R, V), (LDX, 1), dtype),
+        Target: T.Tensor((R,), "int64"),
+        Lse: T.Tensor((R,), ACCUM),
+        Out: T.Tensor((1,), dtype),
+    ):
+        with T.Kernel(1, threads=threads):
+            tx = T.get_thread_binding()
+            lane = tx % WARP
+            st = T.alloc_local((_STATE,), ACCUM)
+            acc = T.alloc_local((2,), ACCUM)  # the warp's loss sum and kept rows
+            scratch = T.alloc_shared((2, warps), ACCUM)
+            acc[0] = T.cast(0, ACCUM)
+            acc[1] = T.cast(0, ACCUM)
+            for i in T.serial(T.ceildiv(R, warps)):
+                row = i * warps + tx // WARP
+                if row < R:  # the same for the whole warp
+                    st[_MAX] = -T.infinity(ACCUM)
+                    for c in T.serial(lane_steps):
+                        if c * WARP + lane < V:
+                            st[_MAX] = T.max(st[_MAX], T.cast(X[row, c * WARP + lane], ACCUM))
+                    for step in T.unroll(shuffle_steps):
+                        st[_MAX] = T.max(st[_MAX], T.shfl_xor(st[_MAX], 1 << step))
+                    # The maximum, or 0 when it is -inf (as the row program's offset).
+                    st[_OFFSET] = T.if_then_else(st[_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_MAX])
+                    st[_SUM] = T.cast(0, ACCUM)
+                    st[_XSUM] = T.cast(0, ACCUM)
+                    for c in T.serial(lane_steps):
+                        if c * WARP + lane < V:
+                            st[_SUM] = st[_SUM] + T.exp2((T.cast(X[row, c * WARP + lane], ACCUM) - st[_OFFSET]) * LOG2E)
+                            st[_XSUM] = st[_XSUM] + T.cast(X[row, c * WARP + lane], ACCUM)
+                    warp_sum(st, _SUM)
+                    warp_sum(st, _XSUM)
+                    st[_LSE] = st[_OFFSET] + T.log(st[_SUM])
+                    if lane == 0:
+                        Lse[row] = st[_LSE]
+                        if Target[row] != ignore_index:
+                            acc[0] = acc[0] + (
+                                (1.0 - label_smoothing)
+                                * (st[_LSE] - T.cast(X[row, T.min(T.max(Target[row], 0), V - 1)], ACCUM))
+                                + label_smoothing * (st[_LSE] - st[_XSUM] / V)
+                            )
+                            acc[1] = acc[1] + T.cast(1, ACCUM)
+            block_reduce(acc, 0, scratch, 0, tx, False)
+            if mean:
+                block_reduce(acc, 1, scratch, 1, tx, False)
+            if tx == 0:
+                if mean:
+                    Out[0] = T.cast(acc[0] / acc[1], dtype)
+                else:
+                    Out[0] = T.cast(acc[0], dtype)
+
+    return cross_entropy_small_total
+
+
 def cross_entropy_kept_rows_program(dtype: str, *, ignore_index: int, threads: int = BATCH_THREADS) -> Any:
     """``Out[0]``: how many rows keep their target (float32), the divisor of a ``mean`` backward."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
@@ -492,6 +576,35 @@ class CrossEntropyFwdKernel(_CrossEntropyKernel):
         """Write into ``out`` (one element, the logits' dtype) the sum or kept-row mean of ``loss_rows``."""
         self._batch_launcher(mean=mean)(loss_rows, target, out)
         return out
+
+    def takes_small_total(self, rows: int) -> bool:
+        """Whether a mean or sum over ``rows`` rows is one launch of ``small_total``."""
+        return rows * self.V <= SMALL_TOTAL_ELEMENTS
+
+    def small_total(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
+                    mean: bool) -> torch.Tensor:
+        """Write ``lse`` and, into ``out``, the sum or kept-row mean of the row losses, in one launch."""
+        key = ("small", mean)
+        launcher = self._launchers.get(key)
+        if launcher is None:
+            launcher = self._launchers[key] = direct_launcher(self._compile_small(mean))
+        launcher(logits, target, lse, out)
+        return out
+
+    def _compile_small(self, mean: bool, target: Any = "auto") -> Any:
+        def build() -> Any:
+            program = cross_entropy_small_total_program(
+                self.V, torch_dtype_to_tl(self.dtype), mean=mean, ignore_index=self.ignore_index,
+                label_smoothing=self.label_smoothing)
+            return program.with_attr("tilelang_pass_configs", PASS_CONFIGS)
+
+        return self.compile_once(("small", mean, repr(target)), build, target, ("small", mean))
+
+    def build_all_for_sm90(self) -> Dict[str, Any]:
+        built = super().build_all_for_sm90()
+        for mean in (False, True):
+            built[f"small{{'mean': {mean}}}"] = self._compile_small(mean, SM90_BUILD_TARGET)
+        return built
 
     def tuning_inputs(self, rows: Optional[int] = None) -> tuple:
         rows = self.tuning_rows if rows is None else rows

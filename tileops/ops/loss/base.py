@@ -54,10 +54,9 @@ class CrossEntropyFwdBase(_CrossEntropyOp):
     def _run_kernel(self, logits: torch.Tensor, target: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         rows = logits.shape[0]
         device = logits.device
-        loss_rows = torch.empty(rows, dtype=torch.float32, device=device)
         lse = torch.empty(rows, dtype=torch.float32, device=device)
         if self.reduction == "none":
-            loss = loss_rows
+            loss = torch.empty(rows, dtype=torch.float32, device=device)
         elif rows:
             loss = torch.empty((), dtype=logits.dtype, device=device)
         else:
@@ -65,11 +64,17 @@ class CrossEntropyFwdBase(_CrossEntropyOp):
             loss = torch.full((), math.nan if self.reduction == "mean" else 0.0, dtype=logits.dtype, device=device)
         if rows:
             target = target.contiguous()
+            mean = self.reduction == "mean"
             with on_device(device):
                 kernel = self._device_kernel(device)
-                kernel(aligned_contiguous(logits), target, loss_rows, lse)
-                if self.reduction != "none":
-                    kernel.total(loss_rows, target, loss.view(1), mean=self.reduction == "mean")
+                if self.reduction == "none":
+                    kernel(aligned_contiguous(logits), target, loss, lse)
+                elif kernel.takes_small_total(rows):
+                    kernel.small_total(aligned_contiguous(logits), target, lse, loss.view(1), mean=mean)
+                else:
+                    loss_rows = torch.empty(rows, dtype=torch.float32, device=device)
+                    kernel(aligned_contiguous(logits), target, loss_rows, lse)
+                    kernel.total(loss_rows, target, loss.view(1), mean=mean)
         return loss.to(logits.dtype), lse
 
 
