@@ -113,6 +113,12 @@ def _block_reduce(T: Any, threads: int) -> Any:
     return block_reduce
 
 
+def _row_loss(T: Any, X: Any, Target: Any, row: Any, st: Any, V: int, label_smoothing: float) -> Any:
+    """The loss of a kept row from its state (``_LSE``, ``_XSUM``); the target is clamped into the row."""
+    return ((1.0 - label_smoothing) * (st[_LSE] - T.cast(X[row, T.min(T.max(Target[row], 0), V - 1)], ACCUM))
+            + label_smoothing * (st[_LSE] - st[_XSUM] / V))
+
+
 def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
                               ignore_index: int, label_smoothing: float, blocks_per_sm: int = 0) -> Any:
     """Per-row ``loss`` and ``lse`` (float32) of ``logits`` ``(R, V)`` and ``target`` ``(R,)``."""
@@ -190,11 +196,7 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
                 if Target[row] == ignore_index:
                     Loss[row] = T.cast(0, ACCUM)
                 else:
-                    Loss[row] = (
-                        (1.0 - label_smoothing)
-                        * (st[_LSE] - T.cast(X[row, T.min(T.max(Target[row], 0), V - 1)], ACCUM))
-                        + label_smoothing * (st[_LSE] - st[_XSUM] / V)
-                    )
+                    Loss[row] = _row_loss(T, X, Target, row, st, V, label_smoothing)
 
     return cross_entropy_fwd
 
@@ -288,6 +290,24 @@ def _kept(T: Any, target: Any, ignore_index: int) -> Any:
     return T.if_then_else(target == ignore_index, T.cast(0, ACCUM), T.cast(1, ACCUM))
 
 
+def _total_macro(T: Any, threads: int, mean: bool, dtype: str) -> Any:
+    """Macro: add the block's ``acc`` (loss sum, kept rows) and write the sum or the kept-row mean to ``Out[0]``."""
+    block_reduce = _block_reduce(T, threads)
+
+    @T.macro
+    def store_total(acc, scratch, Out, tx):
+        block_reduce(acc, 0, scratch, 0, tx, False)
+        if mean:
+            block_reduce(acc, 1, scratch, 1, tx, False)
+        if tx == 0:
+            if mean:
+                Out[0] = T.cast(acc[0] / acc[1], dtype)
+            else:
+                Out[0] = T.cast(acc[0], dtype)
+
+    return store_total
+
+
 def cross_entropy_total_program(dtype: str, *, mean: bool, ignore_index: int,
                                 threads: int = BATCH_THREADS) -> Any:
     """``Out[0]``: the sum of ``LossRows`` (``mean``: over the rows whose target is kept), cast to ``dtype``.
@@ -298,7 +318,7 @@ def cross_entropy_total_program(dtype: str, *, mean: bool, ignore_index: int,
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
-    block_reduce = _block_reduce(T, threads)
+    store_total = _total_macro(T, threads, mean, dtype)
     R = T.dynamic("R")
 
     @T.prim_func
@@ -317,14 +337,7 @@ def cross_entropy_total_program(dtype: str, *, mean: bool, ignore_index: int,
                 if i * threads + tx < R:
                     acc[0] = acc[0] + LossRows[i * threads + tx]
                     acc[1] = acc[1] + _kept(T, Target[i * threads + tx], ignore_index)
-            block_reduce(acc, 0, scratch, 0, tx, False)
-            if mean:
-                block_reduce(acc, 1, scratch, 1, tx, False)
-            if tx == 0:
-                if mean:
-                    Out[0] = T.cast(acc[0] / acc[1], dtype)
-                else:
-                    Out[0] = T.cast(acc[0], dtype)
+            store_total(acc, scratch, Out, tx)
 
     return cross_entropy_total
 
@@ -346,7 +359,7 @@ def cross_entropy_small_total_program(V: int, dtype: str, *, mean: bool, ignore_
     warps = threads // WARP
     lane_steps = -(-V // WARP)
     shuffle_steps = WARP.bit_length() - 1
-    block_reduce = _block_reduce(T, threads)
+    store_total = _total_macro(T, threads, mean, dtype)
     R = T.dynamic("R")
     LDX = T.dynamic("LDX", "int64")
 
@@ -393,20 +406,9 @@ def cross_entropy_small_total_program(V: int, dtype: str, *, mean: bool, ignore_
                     if lane == 0:
                         Lse[row] = st[_LSE]
                         if Target[row] != ignore_index:
-                            acc[0] = acc[0] + (
-                                (1.0 - label_smoothing)
-                                * (st[_LSE] - T.cast(X[row, T.min(T.max(Target[row], 0), V - 1)], ACCUM))
-                                + label_smoothing * (st[_LSE] - st[_XSUM] / V)
-                            )
+                            acc[0] = acc[0] + _row_loss(T, X, Target, row, st, V, label_smoothing)
                             acc[1] = acc[1] + T.cast(1, ACCUM)
-            block_reduce(acc, 0, scratch, 0, tx, False)
-            if mean:
-                block_reduce(acc, 1, scratch, 1, tx, False)
-            if tx == 0:
-                if mean:
-                    Out[0] = T.cast(acc[0] / acc[1], dtype)
-                else:
-                    Out[0] = T.cast(acc[0], dtype)
+            store_total(acc, scratch, Out, tx)
 
     return cross_entropy_small_total
 
