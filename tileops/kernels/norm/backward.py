@@ -577,6 +577,29 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                         P[bx, column(j, owner) + k] = out(tmp[k])
 
     @T.macro
+    def start_partials(accw, accb, acc_smem, PW, PB, group, lane):
+        if in_registers:
+            for i in T.unroll(per_thread):
+                accw[i] = T.cast(0, ACCUM)
+                accb[i] = T.cast(0, ACCUM)
+        else:
+            reset_memory_partials(acc_smem, PW, PB, group, lane)
+
+    @T.macro
+    def finish_partials(accw, accb, acc_smem, PW, PB, bx, group, lane, tx, tmp):
+        """The partial sums to the partials buffer: folded over the block's groups, or a row per group."""
+        if fold:
+            T.sync_threads()
+            fold_partials(PW, acc_smem, 0, bx, tx, tmp)
+            if layer:
+                fold_partials(PB, acc_smem, 1, bx, tx, tmp)
+        else:
+            if in_registers or slots[0] > 0:
+                store_partials(PW, accw, acc_smem, PW, PB, 0, group, lane)
+            if layer and (in_registers or slots[1] > 0):
+                store_partials(PB, accb, acc_smem, PW, PB, 1, group, lane)
+
+    @T.macro
     def body(G, X, W, DX, PW, PB):
         # ``Q``: the partials rows; the row groups striding over the rows are ``groups``.
         groups = Q * rows_per_block if fold else Q
@@ -596,14 +619,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
             lane = tx % row_threads
             if has_weight and in_registers:
                 loads["load_vector"](W, wb, lane)
-            if direct:
-                pass  # one row: its terms are written as the gradients, with no partial sums
-            elif in_registers:
-                for i in T.unroll(per_thread):
-                    accw[i] = T.cast(0, ACCUM)
-                    accb[i] = T.cast(0, ACCUM)
-            else:
-                reset_memory_partials(acc_smem, PW, PB, group, lane)
+            if not direct:  # one row writes its terms as the gradients, with no partial sums
+                start_partials(accw, accb, acc_smem, PW, PB, group, lane)
             for it in T.serial(T.ceildiv(M, groups)):
                 loads["load_row"](G, gb, it * groups + group, lane)
                 loads["load_row"](X, xb, it * groups + group, lane)
@@ -616,17 +633,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                 else:
                     rms_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, it % 2, it * groups + group,
                             group, lane, tx, DX, tmp)
-            if direct:
-                pass
-            elif fold:
-                T.sync_threads()
-                fold_partials(PW, acc_smem, 0, bx, tx, tmp)
-                if layer:
-                    fold_partials(PB, acc_smem, 1, bx, tx, tmp)
-            elif in_registers or slots[0] > 0:
-                store_partials(PW, accw, acc_smem, PW, PB, 0, group, lane)
-            if layer and not direct and not fold and (in_registers or slots[1] > 0):
-                store_partials(PB, accb, acc_smem, PW, PB, 1, group, lane)
+            if not direct:
+                finish_partials(accw, accb, acc_smem, PW, PB, bx, group, lane, tx, tmp)
 
     return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body, partial_dtype)
 
