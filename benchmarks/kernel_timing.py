@@ -83,11 +83,10 @@ def _make_kernel(family: str, N: int, dtype: torch.dtype, config: Optional[Dict[
 
 
 def _cumsum_jobs(N: int, dtype_name: str, config: Dict[str, Any], inners: Sequence[int] = ()) -> List[tuple]:
-    from tileops.kernels.scan.cumsum import column_program_name
-
     kernel = _make_kernel("cumsum", N, DTYPE_NAMES[dtype_name], config)
     names = kernel.program_names()
-    names += [column_program_name(inner, DTYPE_NAMES[dtype_name].itemsize) for inner in inners]
+    for inner in inners:
+        names += kernel.program_names(inner)
     return [("cumsum", N, dtype_name, name, config) for name in dict.fromkeys(names)]
 
 

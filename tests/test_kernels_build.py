@@ -20,11 +20,14 @@ from tileops.kernels.norm.rms_norm import (
 )
 from tileops.kernels.scan.cumsum import (
     COLUMN_SCAN,
+    COLUMN_SUMS,
     LOOKBACK_ROW_SCAN,
     ROW_SCAN,
     SEGMENT_SUMS,
+    SPLIT_COLUMN_SCAN,
     SPLIT_ROW_SCAN,
     CumsumFwdKernel,
+    column_layouts,
     column_program_name,
     SHARED_BYTES_PER_SM,
     cumsum_autotune_configs,
@@ -71,6 +74,11 @@ def test_cumsum_builds_every_program_for_sm90() -> None:
     built = kernel.build_all_for_sm90(inner=5)
     assert set(built) == {ROW_SCAN, SEGMENT_SUMS, SPLIT_ROW_SCAN, f"{COLUMN_SCAN}_8"}
     built[f"{COLUMN_SCAN}_32x8"] = kernel.compile_program(f"{COLUMN_SCAN}_32x8", target=SM90_BUILD_TARGET)
+    columns = CumsumFwdKernel(4096, torch.bfloat16).build_all_for_sm90(inner=64)
+    assert set(columns) == {
+        ROW_SCAN, f"{COLUMN_SCAN}_8x8", f"{COLUMN_SCAN}_4x8", f"{COLUMN_SUMS}_4x8", f"{SPLIT_COLUMN_SCAN}_4x8"
+    }
+    built.update({f"{name} (64 columns)": compiled for name, compiled in columns.items()})
     lookback = CumsumFwdKernel(65544, torch.float16, config={"lookback": 1})
     built["lookback"] = lookback.compile_program(LOOKBACK_ROW_SCAN, target=SM90_BUILD_TARGET)
     for compiled in built.values():
@@ -211,14 +219,40 @@ def test_cumsum_lookback_keeps_every_block_resident() -> None:
                 assert tiles * per_tile * config["threads"] * config["items"] >= N
 
 
-def test_column_program_tile_follows_inner_extent() -> None:
-    assert column_program_name(2) == f"{COLUMN_SCAN}_2"
-    assert column_program_name(5) == f"{COLUMN_SCAN}_8"
-    assert column_program_name(33) == f"{COLUMN_SCAN}_32"
-    # Wide rows of whole 16-byte vectors read a vector per thread.
-    assert column_program_name(4096) == f"{COLUMN_SCAN}_32x8"
-    assert column_program_name(4096, elem_bytes=4) == f"{COLUMN_SCAN}_32x4"
-    assert column_program_name(4100) == f"{COLUMN_SCAN}_32"
+def test_column_layouts_follow_inner_extent() -> None:
+    # One column a thread, in one tile as wide as the columns up to a warp.
+    assert column_layouts(2) == [(2, 1)]
+    assert column_layouts(5) == [(8, 1)]
+    assert column_layouts(33) == [(32, 1)]
+    assert column_layouts(4100) == [(32, 1)]
+    assert column_layouts(40) == [(32, 1)]  # 5 vectors: a power of two of them or a warp, else single columns
+    # Rows of whole 16-byte vectors read a vector per thread, in tiles from a warp of vectors down to 4.
+    assert column_layouts(4096) == [(32, 8), (16, 8), (8, 8), (4, 8)]
+    assert column_layouts(4096, elem_bytes=4) == [(32, 4), (16, 4), (8, 4), (4, 4)]
+    assert column_layouts(64) == [(8, 8), (4, 8)]
+    assert column_layouts(16) == [(2, 8)]  # narrower than 4 vectors: the row is the tile
+    assert column_program_name(32, 8) == f"{COLUMN_SCAN}_32x8"
+    assert column_program_name(8, 1, COLUMN_SUMS) == f"{COLUMN_SUMS}_8"
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, plan",
+    [
+        ((8, 4096, 4096), torch.bfloat16, (32, 8, 1)),  # a warp of vectors already gives 128 blocks
+        ((16, 4096, 1024), torch.bfloat16, (16, 8, 1)),  # narrower tiles for 128 blocks
+        ((64, 4096, 64), torch.bfloat16, (4, 8, 1)),
+        ((64, 4096, 64), torch.float32, (8, 4, 1)),
+        ((4, 32768, 256), torch.bfloat16, (4, 8, 8)),  # 32 blocks at best: the axis in 8 segments
+        ((3, 65537, 16), torch.bfloat16, (2, 8, 65)),  # one chunk a segment at most
+        ((1, 300, 64), torch.bfloat16, (4, 8, 1)),  # one chunk: nothing to cut
+        ((1, 65537, 3), torch.float32, (4, 1, 0)),  # single columns: transposed rows
+        ((5, 3000, 40), torch.float32, (32, 1, 0)),
+        ((1, 1000, 3), torch.float32, (4, 1, 1)),  # too short to be worth transposing
+    ],
+)
+def test_column_plan_fills_the_gpu(shape, dtype, plan) -> None:
+    outer, N, inner = shape
+    assert CumsumFwdKernel(N, dtype)._column_plan(outer, inner) == plan
 
 
 def test_unknown_config_keys_are_rejected() -> None:

@@ -18,9 +18,11 @@ from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
 from tileops.kernels.scan.cumprod import CumprodFwdKernel
 from tileops.kernels.scan.cumsum import (
     COLUMN_SCAN,
+    COLUMN_SUMS,
     LOOKBACK_ROW_SCAN,
     ROW_SCAN,
     SEGMENT_SUMS,
+    SPLIT_COLUMN_SCAN,
     SPLIT_ROW_SCAN,
     CumsumBwdKernel,
     CumsumFwdKernel,
@@ -125,7 +127,8 @@ def test_tuned_configs_are_kept_apart_per_kernel() -> None:
         (4096, (32768, 4096), [ROW_SCAN]),
         (262144, (64, 262144), [LOOKBACK_ROW_SCAN]),
         (262144, (4096, 262144), [ROW_SCAN]),
-        (4096, (64, 4096, 64), [f"{COLUMN_SCAN}_32"]),
+        (4096, (64, 4096, 64), [f"{COLUMN_SCAN}_4x8"]),  # the tile narrowed for 128 blocks
+        (32768, (4, 32768, 256), [f"{COLUMN_SUMS}_4x8", f"{SPLIT_COLUMN_SCAN}_4x8"]),  # the axis cut
         (4096, (8, 4096, 4096), [f"{COLUMN_SCAN}_32x8"]),
         (65537, (1, 65537, 3), [SEGMENT_SUMS, SPLIT_ROW_SCAN]),  # few columns: transposed rows
         (4097, (3, 4097, 1), [ROW_SCAN]),

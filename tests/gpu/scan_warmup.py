@@ -70,9 +70,26 @@ def inventory() -> List[Task]:
         for length in (3, 4097):
             tasks += _op_tasks(op_name, (length, 1), torch.float32, 0)
     tasks += _op_tasks("CumsumBwdOp", (2**31 // 4096 + 1, 4096), torch.bfloat16, -1)
+    tasks += _split_column_tasks()
     for kernel, view_shape in scan_timing.inventory():
         tasks += _tasks(kernel, view_shape)
     return list(dict.fromkeys(tasks))
+
+
+def _split_column_tasks() -> List[Task]:
+    """The split column scans ``test_kernels_direct`` launches on its kernels."""
+    from tileops.kernels.scan.cumprod import CumprodFwdKernel
+    from tileops.kernels.scan.cumsum import CumsumBwdKernel, CumsumFwdKernel
+    from tests.gpu import test_kernels_direct as t
+
+    tasks: List[Task] = []
+    for outer, N, inner in t.SPLIT_COLUMN_CASES:
+        for dtype in t.DTYPES:
+            for cls in (CumsumFwdKernel, CumsumBwdKernel):
+                tasks += _tasks(cls(N, dtype), (outer, N, inner))
+    for outer, N, inner in t.SPLIT_CUMPROD_CASES:
+        tasks += _tasks(CumprodFwdKernel(N, torch.float32), (outer, N, inner))
+    return tasks
 
 
 def compile_one(task: Task) -> None:

@@ -20,11 +20,15 @@ import pytest
 import torch
 
 from tileops.kernels.norm.rms_norm import RMSNormFwdKernel
+from tileops.kernels.scan.cumprod import CumprodFwdKernel
 from tileops.kernels.scan.cumsum import (
     COLUMN_SCAN,
+    COLUMN_SUMS,
     LOOKBACK_ROW_SCAN,
     ROW_SCAN,
+    SPLIT_COLUMN_SCAN,
     SPLIT_ROW_SCAN,
+    CumsumBwdKernel,
     CumsumFwdKernel,
 )
 
@@ -322,6 +326,47 @@ def test_cumsum_outer_n_inner(dtype: torch.dtype, outer: int, N: int, inner: int
     _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(N))
 
 
+# (outer, N, inner) scans with too few column blocks to fill the GPU: the split column scan.
+SPLIT_COLUMN_CASES = (
+    (16, 4096, 64),  # a row of 64 columns: tiles of 16-byte vectors
+    (1, 4097, 64),  # the tail chunk in the last segment
+    (3, 65537, 16),  # one 32-byte sector a position, one column a thread
+    (5, 3000, 16),  # four vectors of fp32 (a 64-byte tile), two of 16-bit types
+    (2, 1000, 264),  # a warp of vectors and a ragged tile
+    (1, 1500, 32),  # fewer chunks than the blocks asked for
+)
+SPLIT_CUMPROD_CASES = ((4, 4097, 64), (2, 1000, 32))
+
+
+@pytest.mark.parametrize("outer, N, inner", SPLIT_COLUMN_CASES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("cls", [CumsumFwdKernel, CumsumBwdKernel], ids=lambda cls: cls.__name__)
+def test_few_wide_columns_cut_the_axis_across_blocks(cls, dtype: torch.dtype, outer: int, N: int, inner: int) -> None:
+    kernel = _kernel(cls, N, dtype)
+    shape = (outer, N, inner)
+    assert [name.rpartition("_")[0] for name in kernel.programs_for(shape)] == [COLUMN_SUMS, SPLIT_COLUMN_SCAN]
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    out = _poisoned_like(x)
+    kernel(x, out)
+    torch.cuda.synchronize()
+    x64 = x.double()
+    expected = torch.cumsum(x64, dim=1) if not cls.reverse else torch.cumsum(x64.flip(1), dim=1).flip(1)
+    _assert_matches(out, expected, atol=_cumsum_atol(N))
+
+
+@pytest.mark.parametrize("outer, N, inner", SPLIT_CUMPROD_CASES)
+def test_cumprod_of_few_wide_columns_cuts_the_axis(outer: int, N: int, inner: int) -> None:
+    kernel = _kernel(CumprodFwdKernel, N, torch.float32)
+    assert kernel.programs_for((outer, N, inner))[-1].startswith(SPLIT_COLUMN_SCAN)
+    x = 1 + torch.randn(outer, N, inner, device="cuda", dtype=torch.float64) / math.sqrt(N)
+    out = _poisoned_like(x.float())
+    kernel(x.float(), out)
+    torch.cuda.synchronize()
+    expected = torch.cumprod(x.float().double(), dim=1)
+    relative = ((out.double() - expected).abs() / expected.abs()).max().item()
+    assert relative <= 4 * math.sqrt(N) * 2.0**-23 + RTOL[torch.float32], relative
+
+
 def test_cumsum_few_long_columns_take_the_transposed_path() -> None:
     N = 65537
     kernel = _kernel(CumsumFwdKernel, N, torch.float32)
@@ -336,7 +381,8 @@ def test_cumsum_few_long_columns_take_the_transposed_path() -> None:
 def test_cumsum_new_shapes_do_not_recompile(compile_counter: _CompileCounter) -> None:
     N = 4097
     kernel = _kernel(CumsumFwdKernel, N, torch.bfloat16)
-    for shape in [(1000, N), (200, N, 40)]:
+    # Row scans, a plain column scan, transposed single columns, a split scan of vectors.
+    for shape in [(1000, N), (200, N, 40), (3, N, 40), (1, N, 64)]:
         x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
         kernel(x, torch.empty_like(x))
     compiled, compiles = len(kernel._compiled), compile_counter.count

@@ -62,12 +62,17 @@ __all__ = [
 
 
 MAX_GRID_Y = 65535
+# Narrowest tile of 16-byte vectors a column program takes where the row is
+# wider (64 bytes a position: H100, tiles of 32 bytes ran at half the speed).
+MIN_VECTOR_TILE = 4
 
 # Program names, besides the row scan that ``program`` returns.
 SEGMENT_SUMS = "segment_sums"
 SPLIT_ROW_SCAN = "split_row_scan"
 LOOKBACK_ROW_SCAN = "lookback_row_scan"
 COLUMN_SCAN = "column_scan"  # one program per tile width: "column_scan_<tile>"
+COLUMN_SUMS = "column_sums"  # the split column scan's first step, per tile width
+SPLIT_COLUMN_SCAN = "split_column_scan"  # and its second
 ROW_SCAN = "row_scan"
 COLUMN_TILES = (1, 2, 4, 8, 16, 32)
 
@@ -149,10 +154,19 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     config["lookback_stages"] = 2
     config["column_threads"] = 256
     config["column_items"] = 16  # H100, 8 x 4096 x 4096 bf16 over dim 1: 16 beats 8 by 15%
-    # Scans over a middle axis with fewer column blocks than this, and at
-    # least ``4 * column_threads`` long, transpose to rows instead (the
-    # column program would leave most SMs idle).
+    # Scans over a middle axis want at least ``column_min_blocks`` column
+    # blocks: rows of 16-byte vectors take the widest tile that gives that
+    # many.  Fewer would leave SMs idle: rows of vectors then cut their axis
+    # into segments, about ``column_split_blocks`` blocks in all; single
+    # columns at least ``4 * column_threads`` long transpose to rows instead.
+    # H100, bf16 unless said, us: 64 x 4096 x 64 tiles of 8 / 4 vectors 61.8 /
+    # 40.9 (fp32, 16 / 8: 100.4 / 55.5); 16 x 4096 x 1024 tiles of 32 / 16 / 8
+    # vectors 224 / 121 / 105; 4 x 32768 x 256 split over 256 blocks 132
+    # (transposed 532); 1 x 262144 x 64 fp32 split over 128, 256, 512 and 1024
+    # blocks 140, 105, 104, 300 (transposed 337); 5 x 3000 x 40 fp32 (single
+    # columns) split 34.5, transposed 18.4.
     config["column_min_blocks"] = 128
+    config["column_split_blocks"] = 256
     return config
 
 
@@ -840,6 +854,7 @@ def column_scan_program(
     column_items: int,
     column_tile: int,
     column_vector: int = 1,
+    mode: str = "plain",
     combine: str = ADD,
     reverse: bool = False,
     **_: Any,
@@ -858,13 +873,24 @@ def column_scan_program(
     ``V > 1`` each thread holds half the items to keep its registers in check.
     ``combine`` and ``reverse`` are as in ``row_scan_program``; a reverse scan
     visits positions ``N - 1`` down to ``0``.
+
+    Columns too few to fill the GPU are cut along the axis into ``S``
+    segments of whole chunks (``S`` is the middle extent of ``Partial: (O, S,
+    I, V)``, float32, so one program serves every cut), block ``(tile, s)``
+    taking segment ``s`` in scan order:
+
+    * ``sums``: ``Partial[o, s]`` = the total of each column over segment ``s``;
+    * ``split``: scans segment ``s`` starting from the total of the segments
+      before it (reduce-then-scan, as the split row scan).
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
+    if mode not in ("plain", "sums", "split"):
+        raise ValueError(f"scan kernel: unknown column mode {mode!r}")
     tile = column_tile
     threads = column_threads
     vector = column_vector
-    items = column_items if vector == 1 else max(2, column_items // 2)
+    items = _column_items(column_items, vector)
     if (
         tile not in COLUMN_TILES
         or threads % WARP
@@ -880,6 +906,7 @@ def column_scan_program(
     chunk = positions * items
     full_chunks = N // chunk
     tail = N - full_chunks * chunk
+    total_chunks = full_chunks + (tail > 0)
     warps = threads // WARP
     lanes_per_column = WARP // tile  # threads of one column inside a warp
     op, identity = _combiner(combine)
@@ -889,6 +916,19 @@ def column_scan_program(
     def position(index):
         """Where position ``index`` of the axis in scan order lies in memory."""
         return N - 1 - index if reverse else index
+
+    def full_chunks_from(first_chunk, chunks):
+        """Full chunks among ``chunks`` from ``first_chunk``: all of them but where the tail lies."""
+        if isinstance(first_chunk, int):
+            return max(min(chunks, full_chunks - first_chunk), 0)
+        return T.max(T.min(chunks, full_chunks - first_chunk), 0)
+
+    def column_of(bx, tx):
+        """(outer index, column in vectors) of thread ``tx`` of block ``bx``."""
+        # Truncating division: block indices are non-negative, and it spares
+        # the sign fix-ups of floor division.
+        outer = T.truncdiv(bx, T.ceildiv(I, tile))
+        return outer, (bx - outer * T.ceildiv(I, tile)) * tile + tx % tile
 
     @T.macro
     def load_chunk(X, raw, outer, column, tx, chunk_index, guarded):
@@ -959,34 +999,132 @@ def column_scan_program(
         for v in T.unroll(vector):
             state[0, v] = op(state[0, v], state[3, v])
 
+    @T.macro
+    def add_chunk(vals, state):
+        for k in T.unroll(items):
+            for v in T.unroll(vector):
+                state[0, v] = op(state[0, v], vals[k * vector + v])
+
+    @T.macro
+    def walk(X, Y, raw, vals, state, totals, outer, column, tx, first_chunk, chunks):
+        """Scan (or, in ``sums`` mode, total in ``state[0]``) chunks ``first_chunk`` on, at most ``chunks`` of them."""
+        full_here = full_chunks_from(first_chunk, chunks)
+        if full_here > 0:
+            load_chunk(X, raw, outer, column, tx, first_chunk, False)
+        for c in T.serial(full_here):
+            widen(raw, vals)
+            # Issue the next chunk's loads now: they are in flight while this one is scanned.
+            if c + 1 < full_here:
+                load_chunk(X, raw, outer, column, tx, first_chunk + c + 1, False)
+            if mode == "sums":
+                add_chunk(vals, state)
+            else:
+                scan_chunk(Y, vals, totals, state, outer, column, tx, first_chunk + c, False)
+        if tail > 0:
+            if first_chunk + full_here == full_chunks and full_here < chunks:
+                load_chunk(X, raw, outer, column, tx, full_chunks, True)
+                widen(raw, vals)
+                if mode == "sums":
+                    add_chunk(vals, state)
+                else:
+                    scan_chunk(Y, vals, totals, state, outer, column, tx, full_chunks, True)
+
+    @T.macro
+    def combine_positions(state, totals, tx):
+        """Every thread's ``state[0]`` = the combined ``state[0]`` of all positions of its columns.
+
+        Shuffles within a warp, then shared memory across warps, added in warp order.
+        """
+        for v in T.unroll(vector):
+            for step in T.unroll(max(1, lanes_per_column.bit_length() - 1)):
+                if (1 << step) < lanes_per_column:
+                    state[0, v] = op(state[0, v], T.shfl_xor(state[0, v], (1 << step) * tile))
+        if warps > 1:
+            if tx % WARP < tile:
+                for v in T.unroll(vector):
+                    totals[0, tx // WARP, (tx % tile) * vector + v] = state[0, v]
+            T.sync_threads()
+            for v in T.unroll(vector):
+                state[0, v] = totals[0, 0, (tx % tile) * vector + v]
+                for w in T.unroll(1, warps):
+                    state[0, v] = op(state[0, v], totals[0, w, (tx % tile) * vector + v])
+            # ``totals`` is reused by the scan that follows.
+            T.sync_threads()
+
+    @T.macro
+    def carry_in(Partial, state, totals, outer, column, segment, tx):
+        """``state[0]`` = the column totals of the segments before ``segment``.
+
+        The positions of a column share the segments out, one load each per
+        round, where one thread reading them all held every load in turn.
+        """
+        for base in T.serial(T.ceildiv(segment, positions)):
+            if column < I and base * positions + tx // tile < segment:
+                for v in T.unroll(vector):
+                    state[0, v] = op(state[0, v], Partial[outer, base * positions + tx // tile, column, v])
+        combine_positions(state, totals, tx)
+
+    if mode == "plain":
+
+        @T.prim_func
+        def cumsum_column_scan(X: T.Tensor((O, N, I, vector), dtype), Y: T.Tensor((O, N, I, vector), dtype)):
+            with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
+                tx = T.get_thread_binding()
+                raw = T.alloc_local((items * vector,), dtype)
+                vals = T.alloc_local((items * vector,), ACCUM)
+                state = T.alloc_local((4, vector), ACCUM)
+                totals = T.alloc_shared((2, warps, tile * vector), ACCUM)
+                outer, column = column_of(bx, tx)
+                for v in T.unroll(vector):
+                    state[0, v] = T.cast(identity, ACCUM)
+                walk(X, Y, raw, vals, state, totals, outer, column, tx, 0, total_chunks)
+
+        return cumsum_column_scan
+
+    S = T.dynamic("S")
+
+    if mode == "sums":
+
+        @T.prim_func
+        def cumsum_column_sums(X: T.Tensor((O, N, I, vector), dtype), Partial: T.Tensor((O, S, I, vector), ACCUM)):
+            with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, segment):
+                tx = T.get_thread_binding()
+                raw = T.alloc_local((items * vector,), dtype)
+                vals = T.alloc_local((items * vector,), ACCUM)
+                state = T.alloc_local((1, vector), ACCUM)
+                totals = T.alloc_shared((1, warps, tile * vector), ACCUM)
+                outer, column = column_of(bx, tx)
+                per_segment = T.ceildiv(total_chunks, S)
+                for v in T.unroll(vector):
+                    state[0, v] = T.cast(identity, ACCUM)
+                walk(X, X, raw, vals, state, totals, outer, column, tx, segment * per_segment, per_segment)
+                combine_positions(state, totals, tx)
+                if tx < tile and column < I:
+                    for v in T.unroll(vector):
+                        Partial[outer, segment, column, v] = state[0, v]
+
+        return cumsum_column_sums
+
     @T.prim_func
-    def cumsum_column_scan(X: T.Tensor((O, N, I, vector), dtype), Y: T.Tensor((O, N, I, vector), dtype)):
-        with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
+    def cumsum_split_column_scan(
+        X: T.Tensor((O, N, I, vector), dtype),
+        Partial: T.Tensor((O, S, I, vector), ACCUM),
+        Y: T.Tensor((O, N, I, vector), dtype),
+    ):
+        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, segment):
             tx = T.get_thread_binding()
             raw = T.alloc_local((items * vector,), dtype)
             vals = T.alloc_local((items * vector,), ACCUM)
             state = T.alloc_local((4, vector), ACCUM)
             totals = T.alloc_shared((2, warps, tile * vector), ACCUM)
-            # Truncating division: block indices are non-negative, and it spares
-            # the sign fix-ups of floor division.
-            outer = T.truncdiv(bx, T.ceildiv(I, tile))
-            column = (bx - outer * T.ceildiv(I, tile)) * tile + tx % tile  # in vectors
+            outer, column = column_of(bx, tx)
+            per_segment = T.ceildiv(total_chunks, S)
             for v in T.unroll(vector):
                 state[0, v] = T.cast(identity, ACCUM)
-            if full_chunks > 0:
-                load_chunk(X, raw, outer, column, tx, 0, False)
-            for c in T.serial(full_chunks):
-                widen(raw, vals)
-                # Issue the next chunk's loads now: they are in flight while this one is scanned.
-                if c + 1 < full_chunks:
-                    load_chunk(X, raw, outer, column, tx, c + 1, False)
-                scan_chunk(Y, vals, totals, state, outer, column, tx, c, False)
-            if tail > 0:
-                load_chunk(X, raw, outer, column, tx, full_chunks, True)
-                widen(raw, vals)
-                scan_chunk(Y, vals, totals, state, outer, column, tx, full_chunks, True)
+            carry_in(Partial, state, totals, outer, column, segment, tx)
+            walk(X, Y, raw, vals, state, totals, outer, column, tx, segment * per_segment, per_segment)
 
-    return cumsum_column_scan
+    return cumsum_split_column_scan
 
 
 def _build_program(
@@ -1002,11 +1140,10 @@ def _build_program(
         program = row_scan_program(N, dtype, **{**config, "mode": "lookback"}, **operator)
     elif name == SEGMENT_SUMS:
         program = segment_sums_program(N, dtype, **config, **operator)
-    elif name.startswith(COLUMN_SCAN):
-        tile, _, vector = name[len(COLUMN_SCAN) + 1 :].partition("x")
-        program = column_scan_program(
-            N, dtype, column_tile=int(tile), column_vector=int(vector or 1), **config, **operator
-        )
+    elif name.startswith((COLUMN_SCAN, COLUMN_SUMS, SPLIT_COLUMN_SCAN)):
+        tile, vector = _column_tile(name)
+        mode = {COLUMN_SCAN: "plain", COLUMN_SUMS: "sums", SPLIT_COLUMN_SCAN: "split"}[name.rpartition("_")[0]]
+        program = column_scan_program(N, dtype, column_tile=tile, column_vector=vector, mode=mode, **config, **operator)
     else:
         raise ValueError(f"scan kernel: unknown program {name!r}")
     return _named_for_operator(program, combine, reverse)
@@ -1054,22 +1191,37 @@ def lookback_resident_blocks(
     return max(1, min(max(1, blocks_per_sm), SHARED_BYTES_PER_SM // (staging + 1024), THREADS_PER_SM // threads))
 
 
-def column_program_name(inner: int, elem_bytes: int = 2) -> str:
-    """The column-scan program for ``inner`` columns.
+def _column_items(column_items: int, vector: int) -> int:
+    """Positions a column thread holds per chunk: half of ``column_items`` with vectors, to keep registers in check."""
+    return column_items if vector == 1 else max(2, column_items // 2)
 
-    Wide rows of whole 16-byte vectors (``inner`` a multiple of the vector
-    and at least a warp of them) get one vector per thread; otherwise one
-    column per thread, tiles as wide as the columns up to a warp.
+
+def column_layouts(inner: int, elem_bytes: int = 2) -> List[Tuple[int, int]]:
+    """The (tile, vector) layouts a column program may take for ``inner`` columns, widest tile first.
+
+    Rows of whole 16-byte vectors (a warp of them, or a power of two) get one
+    vector per thread, in tiles of a warp of vectors down to
+    ``MIN_VECTOR_TILE`` (or the row, if narrower); other rows one column per
+    thread, in one tile as wide as the columns up to a warp.
     """
     vector = VECTOR_BYTES // elem_bytes
-    if inner % vector == 0 and inner >= WARP * vector:
-        return f"{COLUMN_SCAN}_{WARP}x{vector}"
-    return f"{COLUMN_SCAN}_{min(WARP, next_pow2(inner))}"
+    vectors = inner // vector
+    if inner % vector or not (vectors >= WARP or (vectors >= 2 and vectors & (vectors - 1) == 0)):
+        return [(min(WARP, next_pow2(inner)), 1)]
+    widest = min(WARP, vectors)
+    return [(tile, vector) for tile in COLUMN_TILES[::-1] if min(widest, MIN_VECTOR_TILE) <= tile <= widest]
 
 
-def _column_block_count(outer: int, inner: int, name: str) -> int:
-    tile, _, vector = name[len(COLUMN_SCAN) + 1 :].partition("x")
-    return outer * -(-inner // (int(tile) * int(vector or 1)))
+def column_program_name(tile: int, vector: int, program: str = COLUMN_SCAN) -> str:
+    """The name of column program ``program`` (``COLUMN_SCAN``, ``COLUMN_SUMS`` or
+    ``SPLIT_COLUMN_SCAN``) in the layout (``tile``, ``vector``)."""
+    return f"{program}_{tile}" if vector == 1 else f"{program}_{tile}x{vector}"
+
+
+def _column_tile(name: str) -> Tuple[int, int]:
+    """(tile, vector) of a column program's name."""
+    tile, _, vector = name.rpartition("_")[2].partition("x")
+    return int(tile), int(vector or 1)
 
 
 class ScanKernel(Kernel):
@@ -1212,7 +1364,10 @@ class ScanKernel(Kernel):
         """The programs ``forward`` may launch with the current config (``inner``: columns per position)."""
         names = [ROW_SCAN]
         if inner > 1:
-            names.append(column_program_name(inner, self.dtype.itemsize))
+            layouts = column_layouts(inner, self.dtype.itemsize)
+            names += [column_program_name(*layout) for layout in layouts]
+            if self._splits_columns(inner):
+                names += [column_program_name(*layouts[-1], step) for step in (COLUMN_SUMS, SPLIT_COLUMN_SCAN)]
         if self._uses_lookback():
             names.append(LOOKBACK_ROW_SCAN)
         elif self.split_segments > 1:
@@ -1260,29 +1415,49 @@ class ScanKernel(Kernel):
         if inner == 1:
             self._scan_rows(x.view(outer, self.N), out.view(outer, self.N))
             return out
-        name = column_program_name(inner, self.dtype.itemsize)
-        if self._transposes_columns(outer, inner, name):
+        tile, vector, segments = self._column_plan(outer, inner)
+        if segments == 0:
             rows = x.transpose(1, 2).contiguous()
             scanned = torch.empty_like(rows)
             self._scan_rows(rows.view(-1, self.N), scanned.view(-1, self.N))
             out.copy_(scanned.transpose(1, 2))
             return out
-        vector = int(name.partition("x")[2] or 1)
         shape = (outer, self.N, inner // vector, vector)
-        self._launcher(name)(x.view(shape), out.view(shape))
+        x, out = x.view(shape), out.view(shape)
+        if segments == 1:
+            self._launcher(column_program_name(tile, vector))(x, out)
+            return out
+        partial = torch.empty((outer, segments, inner // vector, vector), dtype=torch.float32, device=x.device)
+        self._launcher(column_program_name(tile, vector, COLUMN_SUMS))(x, partial)
+        self._launcher(column_program_name(tile, vector, SPLIT_COLUMN_SCAN))(x, partial, out)
         return out
 
-    def _transposes_columns(self, outer: int, inner: int, name: str) -> bool:
-        """Whether an ``(outer, N, inner)`` scan goes through transposed rows.
+    def _splits_columns(self, inner: int) -> bool:
+        """Whether few columns of ``inner`` cut their axis across blocks (rather than transpose to
+        rows): rows of 16-byte vectors, whose blocks read whole sectors with few loads."""
+        return column_layouts(inner, self.dtype.itemsize)[0][1] > 1
 
-        Too few columns to fill the GPU: scanning transposed rows is faster
-        than leaving most SMs idle, even with the two extra copies.
+    def _column_plan(self, outer: int, inner: int) -> Tuple[int, int, int]:
+        """(tile, vector, segments) of an ``(outer, N, inner)`` scan: segments 0 through
+        transposed rows, 1 in the column program, more in the split column scan.
+
+        The widest tile that gives ``column_min_blocks`` blocks.  Where even the
+        narrowest gives fewer, rows of vectors cut the axis into segments of
+        whole chunks (each block still walks its segment with loads in flight);
+        single columns scan transposed rows, faster than leaving most SMs idle
+        even with the two extra copies.
         """
         config = self.config
-        return (
-            _column_block_count(outer, inner, name) < config["column_min_blocks"]
-            and self.N >= 4 * config["column_threads"]
-        )
+        layouts = column_layouts(inner, self.dtype.itemsize)
+        for tile, vector in layouts:
+            blocks = outer * -(-inner // (tile * vector))
+            if blocks >= config["column_min_blocks"]:
+                return tile, vector, 1
+        if self._splits_columns(inner):
+            chunk = config["column_threads"] // tile * _column_items(config["column_items"], vector)
+            chunks = -(-self.N // chunk)
+            return tile, vector, max(1, min(chunks, -(-config["column_split_blocks"] // blocks), MAX_GRID_Y))
+        return tile, vector, 0 if self.N >= 4 * config["column_threads"] else 1
 
     def programs_for(self, shape: Tuple[int, ...]) -> List[str]:
         """The programs ``forward`` launches for an input of ``shape`` (to compile them ahead)."""
@@ -1291,10 +1466,12 @@ class ScanKernel(Kernel):
         outer, _, inner = shape
         if inner == 1:
             return self._row_programs(outer)
-        name = column_program_name(inner, self.dtype.itemsize)
-        if self._transposes_columns(outer, inner, name):
+        tile, vector, segments = self._column_plan(outer, inner)
+        if segments == 0:
             return self._row_programs(outer * inner)
-        return [name]
+        if segments == 1:
+            return [column_program_name(tile, vector)]
+        return [column_program_name(tile, vector, step) for step in (COLUMN_SUMS, SPLIT_COLUMN_SCAN)]
 
     def _row_programs(self, rows: int) -> List[str]:
         config = self.config
