@@ -753,7 +753,11 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     @T.macro
     def write_segment(A, B, D, a, b, st, bounds, row, seg, tx):
         segment_bounds(bounds, seg, S)
-        for step in T.serial(T.truncdiv(bounds[1] - bounds[0] + unroll - 1, unroll)):
+        steps = T.truncdiv(bounds[1] - bounds[0] + unroll - 1, unroll)
+        # Last step first: the stats program read the segment front to back, so
+        # its end is the likeliest still to be in L2.
+        for back in T.serial(steps):
+            step = steps - 1 - back
             load_step(A, a, row, bounds[0] + step * unroll, bounds[1], tx)
             if variant.backward:
                 load_step(B, b, row, bounds[0] + step * unroll, bounds[1], tx)
