@@ -25,8 +25,14 @@ for a forward sum):
   scans and stores.  Which predecessors had published varies run to run, and
   with it the last bits of float results: under
   ``torch.use_deterministic_algorithms`` these rows take the split scan.
-* **column scan** (``inner > 1``): one thread per ``(outer, inner)`` column
-  walks the axis; neighbouring threads read neighbouring addresses.
+* **column scan** (``inner > 1``): a block takes a tile of neighbouring
+  columns (16-byte vectors where the row allows, the tile narrowed until
+  the blocks fill the GPU) and its threads walk the axis, neighbouring
+  threads reading neighbouring addresses.
+* **split column scan**, for tiles too few even at the narrowest: the column
+  totals of each segment of the axis, then each segment scanned in its own
+  block from the totals before it (as the split row scan).  Single columns
+  that few go through transposed rows instead.
 
 Global indices are computed in 64-bit by TileLang.
 """
@@ -160,11 +166,12 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     # into segments, about ``column_split_blocks`` blocks in all; single
     # columns at least ``4 * column_threads`` long transpose to rows instead.
     # H100, bf16 unless said, us: 64 x 4096 x 64 tiles of 8 / 4 vectors 61.8 /
-    # 40.9 (fp32, 16 / 8: 100.4 / 55.5); 16 x 4096 x 1024 tiles of 32 / 16 / 8
-    # vectors 224 / 121 / 105; 4 x 32768 x 256 split over 256 blocks 132
-    # (transposed 532); 1 x 262144 x 64 fp32 split over 128, 256, 512 and 1024
-    # blocks 140, 105, 104, 300 (transposed 337); 5 x 3000 x 40 fp32 (single
-    # columns) split 34.5, transposed 18.4.
+    # 44.4 (fp32, 16 / 8: 100.6 / 55.5); 16 x 4096 x 1024 tiles of 32 / 16 / 8
+    # vectors 224 / 121 / 122; 4 x 32768 x 256 split over 256 blocks 132
+    # (transposed 532); 1 x 262144 x 64 fp32 in tiles of 4 vectors split over
+    # 128, 256 and 512 blocks 140, 105, 104 (transposed 337; tiles of 16
+    # vectors over 1024 blocks 300); 5 x 3000 x 40 fp32 (single columns)
+    # split 34.5, transposed 18.4.
     config["column_min_blocks"] = 128
     config["column_split_blocks"] = 256
     return config
@@ -1083,25 +1090,33 @@ def column_scan_program(
 
     S = T.dynamic("S")
 
+    @T.macro
+    def walk_segment(X, Y, Partial, raw, vals, state, totals, bx, segment, tx):
+        """Segment ``segment`` of the block's columns: its totals into ``Partial`` (``sums``),
+        or its scan from the totals before it (``split``)."""
+        outer, column = column_of(bx, tx)
+        per_segment = T.ceildiv(total_chunks, S)
+        for v in T.unroll(vector):
+            state[0, v] = T.cast(identity, ACCUM)
+        if mode == "split":
+            carry_in(Partial, state, totals, outer, column, segment, tx)
+        walk(X, Y, raw, vals, state, totals, outer, column, tx, segment * per_segment, per_segment)
+        if mode == "sums":
+            combine_positions(state, totals, tx)
+            if tx < tile and column < I:
+                for v in T.unroll(vector):
+                    Partial[outer, segment, column, v] = state[0, v]
+
     if mode == "sums":
 
         @T.prim_func
         def cumsum_column_sums(X: T.Tensor((O, N, I, vector), dtype), Partial: T.Tensor((O, S, I, vector), ACCUM)):
             with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, segment):
-                tx = T.get_thread_binding()
                 raw = T.alloc_local((items * vector,), dtype)
                 vals = T.alloc_local((items * vector,), ACCUM)
                 state = T.alloc_local((1, vector), ACCUM)
                 totals = T.alloc_shared((1, warps, tile * vector), ACCUM)
-                outer, column = column_of(bx, tx)
-                per_segment = T.ceildiv(total_chunks, S)
-                for v in T.unroll(vector):
-                    state[0, v] = T.cast(identity, ACCUM)
-                walk(X, X, raw, vals, state, totals, outer, column, tx, segment * per_segment, per_segment)
-                combine_positions(state, totals, tx)
-                if tx < tile and column < I:
-                    for v in T.unroll(vector):
-                        Partial[outer, segment, column, v] = state[0, v]
+                walk_segment(X, X, Partial, raw, vals, state, totals, bx, segment, T.get_thread_binding())
 
         return cumsum_column_sums
 
@@ -1112,17 +1127,11 @@ def column_scan_program(
         Y: T.Tensor((O, N, I, vector), dtype),
     ):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, segment):
-            tx = T.get_thread_binding()
             raw = T.alloc_local((items * vector,), dtype)
             vals = T.alloc_local((items * vector,), ACCUM)
             state = T.alloc_local((4, vector), ACCUM)
             totals = T.alloc_shared((2, warps, tile * vector), ACCUM)
-            outer, column = column_of(bx, tx)
-            per_segment = T.ceildiv(total_chunks, S)
-            for v in T.unroll(vector):
-                state[0, v] = T.cast(identity, ACCUM)
-            carry_in(Partial, state, totals, outer, column, segment, tx)
-            walk(X, Y, raw, vals, state, totals, outer, column, tx, segment * per_segment, per_segment)
+            walk_segment(X, Y, Partial, raw, vals, state, totals, bx, segment, T.get_thread_binding())
 
     return cumsum_split_column_scan
 

@@ -90,7 +90,8 @@ class ScanOp(Op):
                 f"{type(kernel).__name__}: {inner} elements after the scanned axis exceed "
                 f"{MAX_EXTENT}; reshape the input"
             )
-        # The column program numbers its blocks outer * ceil(inner / 32) in int32.
+        # The column programs number their blocks in int32: at most outer * ceil(inner / 32)
+        # (tiles narrower than 32 columns are taken only where that gives under 256 blocks).
         outer_per_launch = max(1, MAX_EXTENT // -(-inner // 32))
         if outer <= outer_per_launch:
             kernel.forward(x, y)
