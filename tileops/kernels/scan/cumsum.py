@@ -1245,6 +1245,7 @@ class ScanKernel(Kernel):
     ``out`` (same shape and dtype, preallocated).  Few long rows (at most
     ``config["split_max_rows"]``) are cut across blocks: the look-back scan
     (``config["lookback"]``) or the split scan (``config["segments"] > 1``).
+    Columns take the tile and, when too few, the cut that ``_column_plan`` picks.
 
     Args:
         N: length of the scanned axis, fixed at construction.
