@@ -138,6 +138,25 @@ def test_programs_for_follows_the_launch_plan(N: int, shape: Tuple[int, ...], ex
     assert CumsumBwdKernel(N, torch.bfloat16).programs_for(shape) == expected
 
 
+@pytest.mark.parametrize(
+    "shape, segments",
+    [((64, 4096, 64), 1), ((4, 32768, 256), 8)],  # a narrowed tile; the axis cut in 8
+)
+def test_column_forward_launches_its_plan_and_returns_out(shape: Tuple[int, ...], segments: int) -> None:
+    outer, N, inner = shape
+    kernel = CumsumFwdKernel(N, torch.bfloat16)
+    launches: List[Tuple[str, Tuple[Tuple[int, ...], ...]]] = []
+    kernel._launcher = lambda name: lambda *args: launches.append((name, tuple(tuple(a.shape) for a in args)))
+    x = torch.zeros(shape, dtype=torch.bfloat16)
+    out = torch.empty_like(x)
+    assert kernel.forward(x, out) is out
+    assert [name for name, _ in launches] == kernel.programs_for(shape)
+    view = (outer, N, inner // 8, 8)
+    partial = (outer, segments, inner // 8, 8)
+    expected = [(view, view)] if segments == 1 else [(view, partial), (view, partial, view)]
+    assert [args for _, args in launches] == expected
+
+
 # ---- the family base and the ops on CPU tensors ---------------------------------------------------
 
 

@@ -1376,8 +1376,9 @@ class ScanKernel(Kernel):
         if inner > 1:
             layouts = column_layouts(inner, self.dtype.itemsize)
             names += [column_program_name(*layout) for layout in layouts]
-            if self._splits_columns(inner):
-                names += [column_program_name(*layouts[-1], step) for step in (COLUMN_SUMS, SPLIT_COLUMN_SCAN)]
+            tile, vector = layouts[-1]
+            if vector > 1:  # rows of vectors may take the split column scan
+                names += [column_program_name(tile, vector, step) for step in (COLUMN_SUMS, SPLIT_COLUMN_SCAN)]
         if self._uses_lookback():
             names.append(LOOKBACK_ROW_SCAN)
         elif self.split_segments > 1:
@@ -1433,19 +1434,14 @@ class ScanKernel(Kernel):
             out.copy_(scanned.transpose(1, 2))
             return out
         shape = (outer, self.N, inner // vector, vector)
-        x, out = x.view(shape), out.view(shape)
+        x_vectors, out_vectors = x.view(shape), out.view(shape)
         if segments == 1:
-            self._launcher(column_program_name(tile, vector))(x, out)
+            self._launcher(column_program_name(tile, vector))(x_vectors, out_vectors)
             return out
         partial = torch.empty((outer, segments, inner // vector, vector), dtype=torch.float32, device=x.device)
-        self._launcher(column_program_name(tile, vector, COLUMN_SUMS))(x, partial)
-        self._launcher(column_program_name(tile, vector, SPLIT_COLUMN_SCAN))(x, partial, out)
+        self._launcher(column_program_name(tile, vector, COLUMN_SUMS))(x_vectors, partial)
+        self._launcher(column_program_name(tile, vector, SPLIT_COLUMN_SCAN))(x_vectors, partial, out_vectors)
         return out
-
-    def _splits_columns(self, inner: int) -> bool:
-        """Whether few columns of ``inner`` cut their axis across blocks (rather than transpose to
-        rows): rows of 16-byte vectors, whose blocks read whole sectors with few loads."""
-        return column_layouts(inner, self.dtype.itemsize)[0][1] > 1
 
     def _column_plan(self, outer: int, inner: int) -> Tuple[int, int, int]:
         """(tile, vector, segments) of an ``(outer, N, inner)`` scan: segments 0 through
@@ -1463,7 +1459,8 @@ class ScanKernel(Kernel):
             blocks = outer * -(-inner // (tile * vector))
             if blocks >= config["column_min_blocks"]:
                 return tile, vector, 1
-        if self._splits_columns(inner):
+        # Rows of vectors read whole sectors with few loads, so cutting their axis pays.
+        if vector > 1:
             chunk = config["column_threads"] // tile * _column_items(config["column_items"], vector)
             chunks = -(-self.N // chunk)
             return tile, vector, max(1, min(chunks, -(-config["column_split_blocks"] // blocks), MAX_GRID_Y))
