@@ -200,8 +200,7 @@ def sweep_tasks() -> List[Tuple[Any, ...]]:
     tasks = []
     for workload in _sweep_workloads():
         for kernel in _sweep_kernels(workload):
-            tasks.extend(kernel_task(kernel, spec, config)
-                         for spec in kernel.typical_specs() for config in kernel.call_configs())
+            tasks.extend(kernel_task(kernel, spec, config) for spec, config in kernel.typical_programs())
     return tasks
 
 

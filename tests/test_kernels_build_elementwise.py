@@ -24,6 +24,7 @@ from tileops.kernels.elementwise.base import (
     is_small_call,
     launch_slices,
     one_access_config,
+    small_call_vector,
 )
 from tileops.kernels.elementwise.binary import AddFwdKernel, MulFwdKernel, launch_boxes
 from tileops.kernels.elementwise.gated import GeluAndMulBwdKernel, SiluAndMulFwdKernel, gated_vector
@@ -72,21 +73,29 @@ def test_elementwise_programs_build_for_sm90(kernel: ElementwiseKernel, spec) ->
 @needs_nvcc
 def test_build_all_for_sm90_builds_the_typical_programs() -> None:
     built = SiluFwdKernel(torch.bfloat16).build_all_for_sm90()
-    # The default config (two accesses a thread) and the one of small calls (one).
-    assert list(built) == [(("flat", 8), 2), (("flat", 8), 1)]
-    assert built[(("flat", 8), 1)].get_kernel_source() != built[(("flat", 8), 2)].get_kernel_source()
+    # The default config (two 16-byte accesses a thread), and the smallest calls' program
+    # (one 4-byte access a thread).
+    assert list(built) == [(("flat", 8), 2), (("flat", 2), 1)]
+    assert "uint4" in built[(("flat", 8), 2)].get_kernel_source()
 
 
-def test_small_calls_take_one_access_a_thread() -> None:
+def test_small_calls_take_one_narrower_access_a_thread() -> None:
     config = {"threads": 256, "unroll": 2}
     # Up to a block of one access a thread per SM: one access a thread.
     assert is_small_call(config, 132 * 256, 132) and is_small_call(config, 1, 132)
+    assert is_small_call({"threads": 128, "unroll": 1}, 1, 132)
     assert one_access_config(config) == {"threads": 256, "unroll": 1}
-    # Larger calls, and configs of one access already, keep the config.
     assert not is_small_call(config, 132 * 256 + 1, 132)
-    assert not is_small_call({"threads": 128, "unroll": 1}, 1, 132)
-    assert SiluFwdKernel(torch.float32, config={"threads": 128, "unroll": 1}).call_configs() == [
-        {"threads": 128, "unroll": 1}]
+    # Accesses narrow while the call still fits a block per SM, down to 4 bytes.
+    assert small_call_vector(8, 4096, 132 * 256, 2) == 2
+    assert small_call_vector(8, 132 * 256 // 2, 132 * 256, 2) == 4
+    assert small_call_vector(8, 132 * 256, 132 * 256, 2) == 8
+    assert small_call_vector(4, 1, 132 * 256, 4) == 1
+    assert small_call_vector(1, 1, 132 * 256, 2) == 1
+    kernel = GeluAndMulBwdKernel(8192, torch.bfloat16)
+    assert kernel.small_call_spec(("gated", 8), 8 * 512, 132) == ("gated", 2)
+    assert kernel.call_programs(("gated", 8), 8 * 512, 132) == [
+        (("gated", 8), {"threads": 256, "unroll": 2}), (("gated", 2), {"threads": 256, "unroll": 1})]
 
 
 def test_every_program_layout_is_valid_tir() -> None:

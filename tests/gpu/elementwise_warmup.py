@@ -38,14 +38,17 @@ def kernel_task(kernel: Any, spec: Tuple[Any, ...], config: Optional[Dict[str, A
 
 @contextlib.contextmanager
 def recording(tasks: Set[Task]) -> Iterator[None]:
-    """Kernels record the program of each launch instead of launching it: under every config a
-    call may take, since which one a call of few accesses takes depends on the GPU's SM count."""
+    """Kernels record the program of each launch instead of launching it: both programs a call
+    may take (``call_programs``), since whether a call of few accesses is small depends on the
+    GPU's SM count (this GPU's, or an H100's)."""
     from tileops.kernels.elementwise.base import ElementwiseKernel
 
     original = ElementwiseKernel.launcher
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
 
     def record(kernel: Any, spec: Tuple[Any, ...], accesses: int, device: torch.device) -> Any:
-        tasks.update(kernel_task(kernel, spec, config) for config in kernel.call_configs())
+        tasks.update(kernel_task(kernel, program, config)
+                     for program, config in kernel.call_programs(spec, accesses, sm_count))
         return lambda *tensors: None
 
     ElementwiseKernel.launcher = record  # type: ignore[method-assign]
