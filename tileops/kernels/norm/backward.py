@@ -334,8 +334,8 @@ def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) ->
 
 def _one_pass_sums(T: Any, element: Dict[str, Callable[..., Any]], layer: bool, N: int, eps: float,
                    vector: int) -> Dict[str, Any]:
-    """Macros of the row sums taken in one pass (the streamed and cluster programs), and of the
-    row state ``_element_math`` reads (``mean`` 5, ``rstd`` 6) made from them.
+    """Macros of the row sums taken in one pass (every backward program), and of the row state
+    ``_element_math`` reads (``mean`` 5, ``rstd`` 6) made from them.
 
     RMSNorm sums ``x**2`` and ``g * w * x``; LayerNorm sums ``x - s``, ``(x - s)**2``, ``g * w``
     and ``g * w * (x - s)`` with the shift ``s = st[4]``, the row's first element, which is
@@ -402,10 +402,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
     loads = resident_macros(T, layout, M)
     column = loads["column"]
-    sum1 = row_sum_macro(T, row_threads, 1)
     sum2 = row_sum_macro(T, row_threads, 2)
-    sum3 = row_sum_macro(T, row_threads, 3)
-    inv_n = 1.0 / N
+    sum4 = row_sum_macro(T, row_threads, 4)
     in_registers = smem_slots is None
     slots = (0, 0) if in_registers else smem_slots
     partial_dtype, out = _partials_out(T, dtype, direct)
@@ -418,10 +416,11 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     block_threads = layout.block_threads
     group_vectors = layout.vecs * row_threads  # (column group, lane) pairs of a row group
 
-    element = _element_math(T, dtype, has_weight, 0, 1)
-    f32, scaled, rms_grad, layer_grad = element["f32"], element["scaled"], element["rms_grad"], element["layer_grad"]
+    element = _element_math(T, dtype, has_weight, 5, 6)
+    f32, rms_grad, layer_grad = element["f32"], element["rms_grad"], element["layer_grad"]
     rms_weight_term, layer_weight_term, bias_term = (
         element["rms_weight_term"], element["layer_weight_term"], element["bias_term"])
+    one_pass = _one_pass_sums(T, element, layer, N, eps, vector)
 
     @T.macro
     def store_row(DX, row, lane, value, gb, xb, wb, st):
@@ -484,12 +483,9 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     def rms_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, slot, row, group, lane, tx, DX, tmp):
         st[0] = T.cast(0, ACCUM)
         st[1] = T.cast(0, ACCUM)
-        for i in T.unroll(per_thread):  # missing elements are zeros and add nothing
-            st[0] = st[0] + f32(xb[i]) * f32(xb[i])
-            st[1] = st[1] + scaled(gb[i], wb[i]) * f32(xb[i])
+        one_pass["add_rms"](gb, xb, wb, st, per_thread)
         sum2(st, 0, scratch, slot, tx)
-        st[0] = T.rsqrt(st[0] * inv_n + eps)
-        st[1] = st[1] * st[0] * st[0] * inv_n
+        one_pass["row_state"](st)
         store_row(DX, row, lane, rms_grad, gb, xb, wb, st)
         if direct:
             store_terms(PW, PB, row, lane, gb, xb, st)
@@ -497,31 +493,22 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
             add_terms(accw, accb, acc_smem, PW, PB, gb, xb, st, group, lane, tmp)
 
     @T.macro
-    def add_centered(st, gb, xb, wb, j):
-        for k in T.unroll(vector):
-            st[1] = st[1] + (f32(xb[j * vector + k]) - st[0]) * (f32(xb[j * vector + k]) - st[0])
-            st[2] = st[2] + scaled(gb[j * vector + k], wb[j * vector + k])
-            st[3] = st[3] + scaled(gb[j * vector + k], wb[j * vector + k]) * (f32(xb[j * vector + k]) - st[0])
-
-    @T.macro
-    def layer_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, row, group, lane, tx, DX, tmp):
-        st[0] = T.cast(0, ACCUM)
-        for i in T.unroll(per_thread):
-            st[0] = st[0] + f32(xb[i])
-        sum1(st, 0, scratch, 0, tx)
-        st[0] = st[0] * inv_n
-        st[1] = T.cast(0, ACCUM)
-        st[2] = T.cast(0, ACCUM)
-        st[3] = T.cast(0, ACCUM)
+    def layer_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, first, scratch, slot, row, group, lane, tx, X, DX,
+                  tmp):
+        # One block-wide sum of the shifted terms (see ``_one_pass_sums``) rather than the mean's
+        # and then the centred terms': a row waits on one reduction instead of two.
+        for k in T.vectorized(vector):
+            first[k] = X[T.min(row, M - 1), k]
+        st[4] = f32(first[0])
+        for v in T.unroll(4):
+            st[v] = T.cast(0, ACCUM)
         for j in T.unroll(full_vecs):
-            add_centered(st, gb, xb, wb, j)
+            one_pass["add_shifted"](gb, xb, wb, st, j * vector)
         if has_tail:
             if column(full_vecs, lane) < N:
-                add_centered(st, gb, xb, wb, full_vecs)
-        sum3(st, 1, scratch, 1, tx)
-        st[1] = T.rsqrt(st[1] * inv_n + eps)
-        st[2] = st[2] * inv_n
-        st[3] = st[3] * st[1] * inv_n
+                one_pass["add_shifted"](gb, xb, wb, st, full_vecs * vector)
+        sum4(st, 0, scratch, slot, tx)
+        one_pass["row_state"](st)
         store_row(DX, row, lane, layer_grad, gb, xb, wb, st)
         if direct:
             store_terms(PW, PB, row, lane, gb, xb, st)
@@ -611,9 +598,10 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
             wb = T.alloc_local((per_thread,), dtype)
             accw = T.alloc_local((per_thread,), ACCUM)
             accb = T.alloc_local((per_thread,), ACCUM)
-            st = T.alloc_local((4,), ACCUM)
+            st = T.alloc_local((8,), ACCUM)
+            first = T.alloc_local((vector,), dtype)
             tmp = T.alloc_local((vector,), ACCUM)
-            scratch = T.alloc_shared(scratch_shape(layout.block_threads, 3), ACCUM)
+            scratch = T.alloc_shared(scratch_shape(layout.block_threads, 4), ACCUM)
             acc_smem = T.alloc_shared((smem_size,), ACCUM)
             group = bx * rows_per_block + tx // row_threads
             lane = tx % row_threads
@@ -628,8 +616,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                     # Long rows: the weight is reloaded per row (L1 hits) rather than held in registers.
                     loads["load_vector"](W, wb, lane)
                 if layer:
-                    layer_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, it * groups + group, group,
-                              lane, tx, DX, tmp)
+                    layer_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, first, scratch, it % 2,
+                              it * groups + group, group, lane, tx, X, DX, tmp)
                 else:
                     rms_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, it % 2, it * groups + group,
                             group, lane, tx, DX, tmp)
