@@ -73,8 +73,11 @@ def test_backward_programs_and_where_partial_sums_live(cls, N, dtype, program, i
     # A single row writes the gradients directly when its partial sums never leave the chip.
     on_chip = in_registers or all(slots >= N for slots in in_shared) or kernel.register_groups(kernel.layout())[-1]
     direct = [(program, {"direct": True, "has_weight": True})] if on_chip else []
-    # Streamed rows that split over a cluster have its program too, both ways.
-    split = [(CLUSTER, {"direct": d, "has_weight": True}) for d in (False, True)] if kernel.split_layout() else []
+    # Streamed rows that split over a cluster have its program too: both ways for few rows, and
+    # into partials over the wider clusters of many RMSNorm rows.
+    few, many = kernel.config["cluster_ctas"], kernel.config["many_rows_ctas"]
+    split = [(CLUSTER, {"ctas": few, "direct": d, "has_weight": True}) for d in (False, True)] if kernel.split_layout() else []
+    split += [(CLUSTER, {"ctas": many, "direct": False, "has_weight": True})] if kernel.split_layout(ctas=many) else []
     assert keys[2:] == direct + split
 
 
@@ -316,13 +319,13 @@ def test_backward_of_no_rows_zeroes_the_affine_gradients(monkeypatch: pytest.Mon
 # ---- rows split over a cluster --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls, N, dtype, row_threads, in_registers, blocks_per_sm", [
-    (LayerNormBwdKernel, 32768, torch.bfloat16, 256, True, 2),  # 8 slices of 4096 columns
-    (RMSNormBwdKernel, 32768, torch.float32, 512, True, 1),  # 8 slices of 4096, 8 columns a lane
-    (LayerNormBwdKernel, 131072, torch.bfloat16, 1024, False, 1),  # 8 slices of 16384
-    (RMSNormBwdKernel, 24576, torch.bfloat16, 256, True, 2),  # 8 slices of 3072: a tail group
+@pytest.mark.parametrize("cls, N, dtype, row_threads, in_registers, blocks_per_sm, many", [
+    (LayerNormBwdKernel, 32768, torch.bfloat16, 256, True, 2, 0),  # 8 slices of 4096 columns
+    (RMSNormBwdKernel, 32768, torch.float32, 512, True, 1, 0),  # 8 slices of 4096, 8 columns a lane
+    (LayerNormBwdKernel, 131072, torch.bfloat16, 1024, False, 1, 0),  # 8 slices of 16384
+    (RMSNormBwdKernel, 24576, torch.bfloat16, 256, True, 2, 2),  # 8 slices of 3072: a tail group
 ])
-def test_few_long_rows_split_over_a_cluster(cls, N, dtype, row_threads, in_registers, blocks_per_sm) -> None:
+def test_few_long_rows_split_over_a_cluster(cls, N, dtype, row_threads, in_registers, blocks_per_sm, many) -> None:
     kernel = cls(N, dtype)
     split = kernel.split_layout()
     assert isinstance(kernel.layout(), StreamLayout)
@@ -338,7 +341,13 @@ def test_few_long_rows_split_over_a_cluster(cls, N, dtype, row_threads, in_regis
         assert all(slots >= split.slice.N for slots in kernel.smem_slots(split))
         assert 4 * sum(kernel.smem_slots(split)) <= 212 * 1024
     assert kernel.blocks_per_sm(split) == blocks_per_sm
-    assert kernel.splits(1) and kernel.splits(1024) and not kernel.splits(1025)
+    assert kernel.split_ctas(1) == kernel.split_ctas(1024) == 8
+    # More rows: RMSNorm splits them over blocks of 1024 threads, 32 bytes of each tensor a thread.
+    assert kernel.split_ctas(1025) == many
+    if many:
+        wide = kernel.split_layout(ctas=many)
+        assert wide.threads == 1024 and wide.slice.per_thread * dtype.itemsize == 32
+        assert not kernel.partials_in_registers(wide) and kernel.blocks_per_sm(wide) == 1
 
 
 @pytest.mark.parametrize("cls, N, dtype", [
@@ -348,7 +357,7 @@ def test_few_long_rows_split_over_a_cluster(cls, N, dtype, row_threads, in_regis
 ])
 def test_rows_that_do_not_split(cls, N, dtype) -> None:
     kernel = cls(N, dtype)
-    assert kernel.split_layout() is None and not kernel.splits(1)
+    assert kernel.split_layout() is None and kernel.split_ctas(1) == kernel.split_ctas(10**6) == 0
     assert cls(32768, torch.bfloat16, config={**cls(32768, torch.bfloat16).default_config,
                                               "cluster_ctas": 0}).split_layout() is None
 
@@ -360,26 +369,34 @@ def test_split_rows_launch_the_cluster_program(monkeypatch: pytest.MonkeyPatch) 
     one = torch.randn(1, 32768, dtype=torch.bfloat16)
     kernel.forward(one, one, None, torch.empty_like(one), *grads)
     [(name, shape, args)] = recorder.calls
-    assert name == CLUSTER and dict(shape) == {"direct": True, "has_weight": False}
+    assert name == CLUSTER and dict(shape) == {"ctas": 8, "direct": True, "has_weight": False}
     assert [view.data_ptr() for view in args[3:]] == [grad.data_ptr() for grad in grads]
     recorder.calls.clear()
     rows = torch.randn(1025, 32768, dtype=torch.bfloat16)  # past cluster_rows: streamed
     kernel.forward(rows[:200], rows[:200], torch.ones(32768, dtype=torch.bfloat16), torch.empty_like(rows[:200]),
                    *grads)
     (name, shape, args), (sum_name, _, sum_args) = recorder.calls
-    assert name == CLUSTER and dict(shape) == {"direct": False, "has_weight": True}
+    assert name == CLUSTER and dict(shape) == {"ctas": 8, "direct": False, "has_weight": True}
     # 132 SMs hold 2 blocks of 256 threads each (partial sums in registers), 33 clusters of 8;
     # 200 rows take 7 steps, which 29 clusters do as well, each taking rows q, q + 29, ...
     assert args[4].shape == (29, 32768) and sum_name == COLUMN_SUM
     recorder.calls.clear()
     kernel.forward(rows, rows, None, torch.empty_like(rows), *grads)
     assert [name for name, _, _ in recorder.calls] == [STREAMED, COLUMN_SUM]
+    # RMSNorm splits many rows too, each over 2 blocks of 1024 threads, a block an SM: 66
+    # clusters; 1025 rows take 16 steps, which 65 clusters do as well.
+    recorder.calls.clear()
+    RMSNormBwdKernel(32768, torch.bfloat16).forward(rows, rows, torch.ones(32768, dtype=torch.bfloat16),
+                                                    torch.empty_like(rows), grads[0])
+    (name, shape, args), (sum_name, _, _) = recorder.calls
+    assert name == CLUSTER and dict(shape) == {"ctas": 2, "direct": False, "has_weight": True}
+    assert args[4].shape == (65, 32768) and sum_name == COLUMN_SUM
 
 
 @needs_nvcc
 def test_cluster_program_builds_for_sm90() -> None:
     kernel = RMSNormBwdKernel(32768, torch.bfloat16)
-    source = _source(kernel, CLUSTER, direct=False, has_weight=True)
+    source = _source(kernel, CLUSTER, ctas=8, direct=False, has_weight=True)
     # Sums swapped through distributed shared memory: asynchronous copies that count on the
     # receiving block's barrier, which each block waits on alone.
     assert "tma_store_cluster" in source and ".wait(" in source
@@ -387,3 +404,6 @@ def test_cluster_program_builds_for_sm90() -> None:
     assert "atomic" not in source.lower()
     split = kernel.split_layout()
     assert f"__launch_bounds__({split.threads}, {kernel.blocks_per_sm(split)})" in source
+    # Many rows: slices of 16384 columns, a block of 1024 threads an SM, sums in shared memory.
+    wide = _source(kernel, CLUSTER, ctas=2, direct=False, has_weight=True)
+    assert "__launch_bounds__(1024, 1)" in wide and "tma_store_cluster" in wide

@@ -51,7 +51,9 @@ GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
     # A few long rows, each split over a cluster of blocks (the slices of 20000 end in a tail group).
     (200, 20000, torch.float32),
     (3, 65536, torch.bfloat16),
-    # Streamed rows, several to a row group (more rows than groups, and than ``cluster_rows``).
+    # Streamed rows, several to a row group (more rows than groups, and than ``cluster_rows``);
+    # RMSNorm splits the half-precision ones over clusters of 4 and 2 blocks (``many_rows_ctas``).
+    (1100, 65536, torch.float16),
     (1100, 20000, torch.float32),
     (1500, 32768, torch.bfloat16),
 ]
@@ -147,7 +149,7 @@ def schedule_kernels(N: int, dtype: torch.dtype) -> List[Any]:
     from tileops.kernels.norm.layer_norm import LayerNormBwdKernel
     from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
 
-    return [cls(N, dtype, eps=1e-5, config={"stream_overlap": overlap})
+    return [cls(N, dtype, eps=1e-5, config={"stream_overlap": overlap, "many_rows_ctas": 0})
             for cls in (LayerNormBwdKernel, RMSNormBwdKernel) for overlap in (0, 1)]
 
 
@@ -159,7 +161,7 @@ def test_streamed_backward_schedules_agree(rows, N, dtype):
     weight, grad = _randn(N, dtype=dtype, generator=generator), _randn(rows, N, dtype=dtype, generator=generator)
     results = []
     for kernel in schedule_kernels(N, dtype):
-        assert kernel.main_program() == "norm_bwd_streamed" and not kernel.splits(rows)
+        assert kernel.main_program() == "norm_bwd_streamed" and not kernel.split_ctas(rows)
         grads = [torch.empty_like(x)] + [torch.empty(N, device="cuda", dtype=dtype) for _ in range(kernel.accumulators)]
         kernel.forward(grad, x, weight, *grads)
         results.append(grads)
@@ -246,3 +248,26 @@ def test_over_2_31_elements_forward_and_backward():
                                  * torch.rsqrt(chunk.square().mean(-1, keepdim=True) + 1e-6)).sum(0)
     assert_close(grad_weight, expected_grad_weight, dtype)
     assert math.prod(x.shape) > 2**31
+
+
+def test_over_2_31_elements_rows_split_over_a_cluster():
+    """RMSNorm's backward over many long rows splits each over a cluster (``many_rows_ctas``)."""
+    from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
+
+    N, dtype = 32768, torch.bfloat16
+    rows = 2**31 // N + 64
+    assert RMSNormBwdKernel(N, dtype).split_ctas(rows) == 2
+    x = torch.randn(rows, N, device="cuda", dtype=dtype)
+    grad = torch.randn_like(x)
+    weight = torch.randn(N, device="cuda", dtype=dtype)
+    grad_x, grad_weight = _op("RMSNormBwdOp", N, dtype, eps=1e-6)(grad, x, weight)
+    tail = slice(rows - 100, rows)  # rows whose offsets pass 2**31
+    wide = _leaves([x[tail], weight], torch.float64)
+    torch.nn.functional.rms_norm(wide[0], (N,), wide[1], 1e-6).backward(grad[tail].double())
+    assert_close(grad_x[tail], wide[0].grad, dtype)
+    expected_grad_weight = torch.zeros(N, device="cuda", dtype=torch.float64)
+    for chunk_rows in _row_chunks(rows, 4096):
+        chunk = x[chunk_rows].double()
+        expected_grad_weight += (grad[chunk_rows].double() * chunk
+                                 * torch.rsqrt(chunk.square().mean(-1, keepdim=True) + 1e-6)).sum(0)
+    assert_close(grad_weight, expected_grad_weight, dtype)

@@ -33,6 +33,8 @@ memory: the row launch writes them as the gradients (``writes_directly``).
 Calls of a few rows too long for a block's registers would leave most SMs idle
 under the streamed program (a row group per row); they take a third program
 instead, which splits every row over a cluster of blocks (``_cluster_bwd_program``).
+RMSNorm calls of many such rows take it too, with slices as wide as a block holds:
+each row is then read once, and its sums cross the cluster once.
 
 No atomics: every partial sum has one owner and a fixed summation order, so
 results are reproducible.
@@ -143,6 +145,9 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False) -> 
     slice's traffic does not cover.  The exception is float32 RMSNorm N = 32768, 5-9% slower
     split at every count from 256 rows on.)
 
+    ``many_rows_ctas``: calls of more than ``cluster_rows`` streamed rows split each row over
+    a cluster of this many blocks (0: they are streamed); see ``many_rows_ctas``.
+
     ``stream_overlap`` (streamed rows): sum the next row during the walk that writes
     this one (see ``_streamed_bwd_program``); on for LayerNorm only.  (Measured on
     H100, bf16 8192x32768: LayerNorm 854 us against 908 with the two walks apart;
@@ -151,7 +156,34 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False) -> 
     per_thread = 2 * vector_elems if N >= 2048 else vector_elems
     return {"per_thread": max(per_thread, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 4,
             "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024, "stream_overlap": int(layer),
-            "fold_threads": FOLD_THREADS, "cluster_ctas": CLUSTER_CTAS, "cluster_rows": CLUSTER_ROWS}
+            "fold_threads": FOLD_THREADS, "cluster_ctas": CLUSTER_CTAS, "cluster_rows": CLUSTER_ROWS,
+            "many_rows_ctas": many_rows_ctas(N, dtype, layer)}
+
+
+def many_rows_ctas(N: int, dtype: torch.dtype, layer: bool) -> int:
+    """Blocks an RMSNorm row splits over in calls of many streamed rows: the fewest (a power of
+    two, at most ``CLUSTER_CTAS``) whose slices a block of ``MAX_THREADS`` threads holds at
+    ``RESIDENT_ROW_BYTES`` a thread; 0 for LayerNorm and float32 (see below) and for rows too
+    long for that.
+
+    Each row is read once, against twice by the streamed program (the second time from L2), and
+    a block of that size keeps its SM's memory busy while the slices' sums cross the cluster.
+    (Measured on H100, bf16, µs streamed / split: RMSNorm 2048x32768 191.6 / 154.8 (2 blocks a
+    row), 8192x32768 647.1 / 590.7, 16384x32768 1261.5 / 1164.1, 8192x65536 2178.7 / 1852.9 (4
+    blocks).  Narrower slices lose: 8192x32768 over 4 blocks of 512 threads 913.1, of 1024
+    threads with 8 elements each 1024.4.  More: bf16 4096x24576 303.1 / 217.8 (2 blocks, slices
+    of 12288 ending in a half group), 4096x131072 2996.7 / 1982.4 (8), fp16 1100x65536 404.2 /
+    244.3 (4).  LayerNorm's slices of 16384 columns spill registers at 1024 threads (its shift,
+    four sums, and both partial sums in shared memory): 8192x32768 1040.1 against 840.5
+    streamed.  Float32 slices gain little or lose: 8192x32768 1523.6 / 1496.3, 1100x20000
+    145.1 / 193.0.)"""
+    if layer or dtype.itemsize != 2:
+        return 0
+    width = MAX_THREADS * (RESIDENT_ROW_BYTES // dtype.itemsize)
+    ctas = 2
+    while ctas * width < N:
+        ctas *= 2
+    return ctas if ctas <= CLUSTER_CTAS else 0
 
 
 def group_columns(layout: Any) -> int:
@@ -1097,15 +1129,17 @@ class NormBwdKernel(RowNormKernel):
             return self._folded(resident, config["fold_threads"])
         return stream_layout(self.N, self.dtype, config["stream_threads"], config["stream_unroll"])
 
-    def split_layout(self, config: Optional[Dict[str, Any]] = None) -> Optional[ClusterLayout]:
-        """The layout of calls of few streamed rows: each row split over a cluster of
-        ``cluster_ctas`` blocks, when the slices are whole vectors, fit a block's registers as
-        resident rows, and their partial sums fit its shared memory (else None)."""
+    def split_layout(self, config: Optional[Dict[str, Any]] = None,
+                     ctas: Optional[int] = None) -> Optional[ClusterLayout]:
+        """The layout of streamed rows split over a cluster of ``ctas`` blocks (default: the
+        ``cluster_ctas`` of calls of few rows), when the slices are whole vectors, fit a block's
+        registers as resident rows, and their partial sums fit its shared memory (else None)."""
         if config is None:
-            return self.cached("split_layout", lambda: self.split_layout(self.config))
+            ctas = self.config["cluster_ctas"] if ctas is None else ctas
+            return self.cached(f"split_layout:{ctas}", lambda: self.split_layout(self.config, ctas))
         if not isinstance(self.layout(config), StreamLayout):
             return None
-        ctas = config["cluster_ctas"]
+        ctas = config["cluster_ctas"] if ctas is None else ctas
         vector = max_vector(self.dtype)
         if ctas < 2 or self.N % (ctas * vector):
             return None
@@ -1183,18 +1217,22 @@ class NormBwdKernel(RowNormKernel):
     def main_program(self) -> str:
         return self.cached("program", lambda: RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED)
 
-    def splits(self, rows: int) -> bool:
-        """Whether a call over ``rows`` rows takes the cluster program (``split_layout``): few
-        rows, which the streamed program would give one block each, the rest of the GPU idle."""
-        return rows <= self.config["cluster_rows"] and self.split_layout() is not None
+    def split_ctas(self, rows: int) -> int:
+        """The blocks each row of a call over ``rows`` streamed rows splits over (0: none): few
+        rows, which the streamed program would give one block each, the rest of the GPU idle,
+        split over ``cluster_ctas``; more, over ``many_rows_ctas``.  Only where ``split_layout``
+        allows it."""
+        config = self.config
+        ctas = config["cluster_ctas"] if rows <= config["cluster_rows"] else config["many_rows_ctas"]
+        return ctas if ctas and self.split_layout(ctas=ctas) is not None else 0
 
     def build_program(self, name: str, config: Dict[str, Any], *, has_weight: bool = True,
-                      direct: bool = False) -> Any:
+                      direct: bool = False, ctas: Optional[int] = None) -> Any:
         dtype = torch_dtype_to_tl(self.dtype)
         if name == COLUMN_SUM:
             return column_sum_program(self.N, dtype, self.accumulators)
         if name == CLUSTER:
-            split = self.split_layout(config)
+            split = self.split_layout(config, ctas)
             return _cluster_bwd_program(self.N, dtype, self.eps, split, self.layer, has_weight,
                                         self.smem_slots(split), self.partials_in_registers(split),
                                         self.blocks_per_sm(split, config), direct)
@@ -1211,8 +1249,11 @@ class NormBwdKernel(RowNormKernel):
         keys = [(self.main_program(), (("direct", False), ("has_weight", True))), (COLUMN_SUM, ())]
         if self.writes_directly(1):
             keys.append((self.main_program(), (("direct", True), ("has_weight", True))))
-        if self.split_layout() is not None:
-            keys += [(CLUSTER, (("direct", direct), ("has_weight", True))) for direct in (False, True)]
+        few, many = self.config["cluster_ctas"], self.config["many_rows_ctas"]
+        if self.split_layout(ctas=few) is not None:  # a single row of them is one launch
+            keys += [(CLUSTER, (("ctas", few), ("direct", direct), ("has_weight", True))) for direct in (False, True)]
+        if many != few and many and self.split_layout(ctas=many) is not None:
+            keys.append((CLUSTER, (("ctas", many), ("direct", False), ("has_weight", True))))
         return keys
 
     def writes_directly(self, rows: int) -> bool:
@@ -1232,10 +1273,9 @@ class NormBwdKernel(RowNormKernel):
 
     def blocks_per_sm(self, layout: Any, config: Optional[Dict[str, Any]] = None) -> int:
         """Blocks of the row program that run on an SM at once (shared memory and the config's cap);
-        without ``config``, under the current one (a config has one layout of each kind)."""
+        without ``config``, under the current one."""
         if config is None:
-            return self.cached(f"blocks_per_sm:{type(layout).__name__}",
-                               lambda: self.blocks_per_sm(layout, self.config))
+            return self.cached(("blocks_per_sm", layout), lambda: self.blocks_per_sm(layout, self.config))
         threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
         smem = 4 * sum(self.smem_slots(layout)) * (layout.rows_per_block if self.folds(layout) else 1)
         fit = min(THREADS_PER_SM // threads, SMEM_PER_SM // smem if smem else THREADS_PER_SM)
@@ -1286,8 +1326,9 @@ class NormBwdKernel(RowNormKernel):
                 grad.zero_()
             return grad_x
         affine = [] if weight is None else [weight]
-        if self.splits(rows):
-            return self._split_rows(grad_y, x, affine, grad_x, grads)
+        ctas = self.split_ctas(rows)
+        if ctas:
+            return self._split_rows(ctas, grad_y, x, affine, grad_x, grads)
         if self.writes_directly(rows):
             launch = self.launcher(self.main_program(), (("direct", True), ("has_weight", weight is not None)))
             launch(grad_y, x, *affine, grad_x, *(grad.view(1, self.N) for grad in grads))
@@ -1307,18 +1348,18 @@ class NormBwdKernel(RowNormKernel):
         self.launcher(COLUMN_SUM)(partials, *grads)
         return grad_x
 
-    def _split_rows(self, grad_y: torch.Tensor, x: torch.Tensor, affine: List[torch.Tensor], grad_x: torch.Tensor,
-                    grads: List[torch.Tensor]) -> torch.Tensor:
-        """The cluster program: one launch for a single row, else a partials row per cluster
-        and the column sum."""
+    def _split_rows(self, ctas: int, grad_y: torch.Tensor, x: torch.Tensor, affine: List[torch.Tensor],
+                    grad_x: torch.Tensor, grads: List[torch.Tensor]) -> torch.Tensor:
+        """The cluster program over clusters of ``ctas`` blocks: one launch for a single row, else
+        a partials row per cluster and the column sum."""
         has_weight = bool(affine)
         if x.shape[0] == 1:
-            launch = self.launcher(CLUSTER, (("direct", True), ("has_weight", has_weight)))
+            launch = self.launcher(CLUSTER, (("ctas", ctas), ("direct", True), ("has_weight", has_weight)))
             launch(grad_y, x, *affine, grad_x, *(grad.view(1, self.N) for grad in grads))
             return grad_x
-        groups = self.partial_rows(x.shape[0], x.device, self.split_layout())
+        groups = self.partial_rows(x.shape[0], x.device, self.split_layout(ctas=ctas))
         partials = torch.empty((self.accumulators, groups, self.N), dtype=torch.float32, device=x.device)
-        launch = self.launcher(CLUSTER, (("direct", False), ("has_weight", has_weight)))
+        launch = self.launcher(CLUSTER, (("ctas", ctas), ("direct", False), ("has_weight", has_weight)))
         launch(grad_y, x, *affine, grad_x, *(partials[a] for a in range(self.accumulators)))
         self.launcher(COLUMN_SUM)(partials, *grads)
         return grad_x

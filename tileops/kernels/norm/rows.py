@@ -454,7 +454,7 @@ class RowNormKernel(Kernel):
             self._bound = (config, cache)
         return cache
 
-    def cached(self, name: str, compute: Callable[[], Any]) -> Any:
+    def cached(self, name: Hashable, compute: Callable[[], Any]) -> Any:
         """``compute()`` once per config."""
         cache = self.derived()
         if name not in cache:
