@@ -289,7 +289,7 @@ def test_backward_launches_rows_then_column_sums(monkeypatch: pytest.MonkeyPatch
 def test_backward_of_one_row_is_one_launch_when_its_sums_stay_on_chip(monkeypatch: pytest.MonkeyPatch,
                                                                      cls, N, dtype, direct) -> None:
     recorder = _record(monkeypatch)
-    kernel = cls(N, dtype, config={**cls(N, dtype).default_config, "cluster_rows": 0})  # no cluster split
+    kernel = cls(N, dtype, config={"cluster_rows": 0, "many_rows_ctas": 0})  # no cluster split
     grad_y, x = torch.randn(1, N, dtype=dtype), torch.randn(1, N, dtype=dtype)
     grads = [torch.empty(N, dtype=dtype) for _ in range(kernel.accumulators)]
     kernel.forward(grad_y, x, torch.ones(N, dtype=dtype), torch.empty_like(x), *grads)
@@ -320,9 +320,9 @@ def test_backward_of_no_rows_zeroes_the_affine_gradients(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("cls, N, dtype, row_threads, in_registers, blocks_per_sm, many", [
-    (LayerNormBwdKernel, 32768, torch.bfloat16, 256, True, 2, 0),  # 8 slices of 4096 columns
+    (LayerNormBwdKernel, 32768, torch.bfloat16, 256, True, 2, 2),  # 8 slices of 4096 columns
     (RMSNormBwdKernel, 32768, torch.float32, 512, True, 1, 0),  # 8 slices of 4096, 8 columns a lane
-    (LayerNormBwdKernel, 131072, torch.bfloat16, 1024, False, 1, 0),  # 8 slices of 16384
+    (LayerNormBwdKernel, 131072, torch.bfloat16, 1024, False, 1, 8),  # 8 slices of 16384
     (RMSNormBwdKernel, 24576, torch.bfloat16, 256, True, 2, 2),  # 8 slices of 3072: a tail group
 ])
 def test_few_long_rows_split_over_a_cluster(cls, N, dtype, row_threads, in_registers, blocks_per_sm, many) -> None:
@@ -342,7 +342,7 @@ def test_few_long_rows_split_over_a_cluster(cls, N, dtype, row_threads, in_regis
         assert 4 * sum(kernel.smem_slots(split)) <= 212 * 1024
     assert kernel.blocks_per_sm(split) == blocks_per_sm
     assert kernel.split_ctas(1) == kernel.split_ctas(1024) == 8
-    # More rows: RMSNorm splits them over blocks of 1024 threads, 32 bytes of each tensor a thread.
+    # More half-precision rows split over blocks of 1024 threads, 32 bytes of each tensor a thread.
     assert kernel.split_ctas(1025) == many
     if many:
         wide = kernel.split_layout(ctas=many)
@@ -380,17 +380,17 @@ def test_split_rows_launch_the_cluster_program(monkeypatch: pytest.MonkeyPatch) 
     # 132 SMs hold 2 blocks of 256 threads each (partial sums in registers), 33 clusters of 8;
     # 200 rows take 7 steps, which 29 clusters do as well, each taking rows q, q + 29, ...
     assert args[4].shape == (29, 32768) and sum_name == COLUMN_SUM
+    # Many rows split too, each over 2 blocks of 1024 threads, a block an SM: 66 clusters; 1025
+    # rows take 16 steps, which 65 clusters do as well.
     recorder.calls.clear()
     kernel.forward(rows, rows, None, torch.empty_like(rows), *grads)
-    assert [name for name, _, _ in recorder.calls] == [STREAMED, COLUMN_SUM]
-    # RMSNorm splits many rows too, each over 2 blocks of 1024 threads, a block an SM: 66
-    # clusters; 1025 rows take 16 steps, which 65 clusters do as well.
-    recorder.calls.clear()
-    RMSNormBwdKernel(32768, torch.bfloat16).forward(rows, rows, torch.ones(32768, dtype=torch.bfloat16),
-                                                    torch.empty_like(rows), grads[0])
     (name, shape, args), (sum_name, _, _) = recorder.calls
-    assert name == CLUSTER and dict(shape) == {"ctas": 2, "direct": False, "has_weight": True}
-    assert args[4].shape == (65, 32768) and sum_name == COLUMN_SUM
+    assert name == CLUSTER and dict(shape) == {"ctas": 2, "direct": False, "has_weight": False}
+    assert args[3].shape == (65, 32768) and sum_name == COLUMN_SUM
+    recorder.calls.clear()
+    streamed = LayerNormBwdKernel(32768, torch.bfloat16, config={"many_rows_ctas": 0})
+    streamed.forward(rows, rows, None, torch.empty_like(rows), *grads)
+    assert [name for name, _, _ in recorder.calls] == [STREAMED, COLUMN_SUM]
 
 
 @needs_nvcc

@@ -52,7 +52,7 @@ GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
     (200, 20000, torch.float32),
     (3, 65536, torch.bfloat16),
     # Streamed rows, several to a row group (more rows than groups, and than ``cluster_rows``);
-    # RMSNorm splits the half-precision ones over clusters of 4 and 2 blocks (``many_rows_ctas``).
+    # the half-precision ones split over clusters of 4 and 2 blocks (``many_rows_ctas``).
     (1100, 65536, torch.float16),
     (1100, 20000, torch.float32),
     (1500, 32768, torch.bfloat16),
@@ -251,7 +251,7 @@ def test_over_2_31_elements_forward_and_backward():
 
 
 def test_over_2_31_elements_rows_split_over_a_cluster():
-    """RMSNorm's backward over many long rows splits each over a cluster (``many_rows_ctas``)."""
+    """The backward over many long rows splits each over a cluster (``many_rows_ctas``)."""
     from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
 
     N, dtype = 32768, torch.bfloat16

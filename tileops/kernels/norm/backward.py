@@ -33,8 +33,8 @@ memory: the row launch writes them as the gradients (``writes_directly``).
 Calls of a few rows too long for a block's registers would leave most SMs idle
 under the streamed program (a row group per row); they take a third program
 instead, which splits every row over a cluster of blocks (``_cluster_bwd_program``).
-RMSNorm calls of many such rows take it too, with slices as wide as a block holds:
-each row is then read once, and its sums cross the cluster once.
+Calls of many such half-precision rows take it too, with slices as wide as a block
+holds: each row is then read once, and its sums cross the cluster once.
 
 No atomics: every partial sum has one owner and a fixed summation order, so
 results are reproducible.
@@ -161,23 +161,22 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False) -> 
 
 
 def many_rows_ctas(N: int, dtype: torch.dtype, layer: bool) -> int:
-    """Blocks an RMSNorm row splits over in calls of many streamed rows: the fewest (a power of
-    two, at most ``CLUSTER_CTAS``) whose slices a block of ``MAX_THREADS`` threads holds at
-    ``RESIDENT_ROW_BYTES`` a thread; 0 for LayerNorm and float32 (see below) and for rows too
-    long for that.
+    """Blocks a half-precision row splits over in calls of many streamed rows: the fewest (a
+    power of two, at most ``CLUSTER_CTAS``) whose slices a block of ``MAX_THREADS`` threads holds
+    at ``RESIDENT_ROW_BYTES`` a thread; 0 for float32 (see below) and for rows too long for that.
 
     Each row is read once, against twice by the streamed program (the second time from L2), and
     a block of that size keeps its SM's memory busy while the slices' sums cross the cluster.
-    (Measured on H100, bf16, µs streamed / split: RMSNorm 2048x32768 191.6 / 154.8 (2 blocks a
-    row), 8192x32768 647.1 / 590.7, 16384x32768 1261.5 / 1164.1, 8192x65536 2178.7 / 1852.9 (4
-    blocks).  Narrower slices lose: 8192x32768 over 4 blocks of 512 threads 913.1, of 1024
-    threads with 8 elements each 1024.4.  More: bf16 4096x24576 303.1 / 217.8 (2 blocks, slices
-    of 12288 ending in a half group), 4096x131072 2996.7 / 1982.4 (8), fp16 1100x65536 404.2 /
-    244.3 (4).  LayerNorm's slices of 16384 columns spill registers at 1024 threads (its shift,
-    four sums, and both partial sums in shared memory): 8192x32768 1040.1 against 840.5
-    streamed.  Float32 slices gain little or lose: 8192x32768 1523.6 / 1496.3, 1100x20000
-    145.1 / 193.0.)"""
-    if layer or dtype.itemsize != 2:
+    (Measured on H100, bf16, µs streamed / split: LayerNorm 8192x32768 841.1 / 631.9 (2 blocks a
+    row), 2048x32768 285.7 / 186.2, 4096x65536 2031.1 / 1209.4 (4 blocks); RMSNorm 8192x32768
+    647.1 / 566.3.  Measured while each block still held the next row's slice in registers
+    (see ``_cluster_bwd_program``), RMSNorm: 2048x32768 191.6 / 154.8, 16384x32768 1261.5 /
+    1164.1, 4096x24576 303.1 / 217.8 (slices of 12288 ending in a half group), 4096x131072
+    2996.7 / 1982.4 (8 blocks), fp16 1100x65536 404.2 / 244.3.  Narrower slices lose:
+    8192x32768 over 4 blocks of 512 threads 913.1, of 1024 threads with 8 elements each
+    1024.4.  Float32 slices gained little or lost: RMSNorm 8192x32768 1523.6 / 1496.3,
+    1100x20000 145.1 / 193.0.)"""
+    if dtype.itemsize != 2:
         return 0
     width = MAX_THREADS * (RESIDENT_ROW_BYTES // dtype.itemsize)
     ctas = 2
@@ -864,8 +863,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     (on as many SMs) takes each row, every block its slice of columns, and the blocks swap their
     slices' row sums through distributed shared memory.
 
-    Cluster ``q`` walks rows ``q, q + Q, ...``, loading each row's slice while the one before
-    is summed and written.  A block sums its slice, and one thread sends the sums to every
+    Cluster ``q`` walks rows ``q, q + Q, ...``; blocks of few threads load each row's slice
+    while the one before is summed and written.  A block sums its slice, and one thread sends the sums to every
     block's exchange slots (by its rank) with asynchronous shared-memory copies that count on
     the receiver's barrier; each block waits on its own barrier alone, then adds the slots in
     rank order: all blocks get the same row statistics, in a fixed order, and no block waits
@@ -899,8 +898,11 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
 
     loads = resident_macros(T, part, M)  # loads of a slice: the row's columns from ``base`` on
     column = loads["column"]  # a column of the slice
-    # Blocks of few threads hold the weight's slice in registers; larger ones reload it each row.
-    hold_weight = threads <= CLUSTER_REGISTER_THREADS
+    # Blocks of few threads hold the weight's slice and the next row's slices in registers; larger
+    # ones reload the weight each row and load a row's slices when they reach it.  (At 1024
+    # threads, 64 registers each, holding the next row spills: H100, bf16 8192x32768 over 2
+    # blocks a row, LayerNorm 1032.3 us against 631.9, RMSNorm 587.5 against 566.3.)
+    hold = threads <= CLUSTER_REGISTER_THREADS
     # Column groups of a lane, unrolled so that each partial sum kept in registers is named.
     groups = functools.partial(T.unroll, explicit=True) if register_partials else T.unroll
 
@@ -1025,25 +1027,30 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             if has_tail:
                 if column(full_vecs, tx) < width:
                     reset_group(acc_smem, accr, tx, full_vecs)
-            if has_weight and hold_weight:
+            if has_weight and hold:
                 loads["load_vector"](W, wb, tx, base)
-            load_slice(G, X, gb, xb, first, q, base, tx)
+            if hold:
+                load_slice(G, X, gb, xb, first, q, base, tx)
             for it in T.serial(T.ceildiv(M, Q)):
-                if has_weight and not hold_weight:
+                if has_weight and not hold:
                     loads["load_vector"](W, wb, tx, base)
-                load_slice(G, X, gn, xn, fn, (it + 1) * Q + q, base, tx)
+                if hold:
+                    load_slice(G, X, gn, xn, fn, (it + 1) * Q + q, base, tx)
+                else:
+                    load_slice(G, X, gb, xb, first, it * Q + q, base, tx)
                 slice_sums(gb, xb, wb, first, st, tx)
                 row_sum(st, 0, scratch, it % 2, tx)
                 send(st, mine, swap, arrived, rank, it, tx)
                 receive(st, swap, arrived, it)
                 one_pass["row_state"](st)
                 write_slice(DX, gb, xb, wb, st, acc_smem, accr, it * Q + q, base, tx, tmp)
-                for i in T.unroll(per_thread):
-                    gb[i] = gn[i]
-                    xb[i] = xn[i]
-                if layer:
-                    for k in T.unroll(vector):
-                        first[k] = fn[k]
+                if hold:
+                    for i in T.unroll(per_thread):
+                        gb[i] = gn[i]
+                        xb[i] = xn[i]
+                    if layer:
+                        for k in T.unroll(vector):
+                            first[k] = fn[k]
             flush(PW, acc_smem, accr, 0, q, base, tx, tmp)
             if layer:
                 flush(PB, acc_smem, accr, 1, q, base, tx, tmp)
