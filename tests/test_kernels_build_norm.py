@@ -407,3 +407,12 @@ def test_cluster_program_builds_for_sm90() -> None:
     # Many rows: slices of 16384 columns, a block of 1024 threads an SM, sums in shared memory.
     wide = _source(kernel, CLUSTER, ctas=2, direct=False, has_weight=True)
     assert "__launch_bounds__(1024, 1)" in wide and "tma_store_cluster" in wide
+
+
+@needs_nvcc
+def test_a_single_row_launches_a_block_of_one_row_group() -> None:
+    # Many rows fold two row groups of 256 threads into a block; a single row's launch takes one.
+    kernel = LayerNormBwdKernel(4096, torch.bfloat16)
+    assert kernel.layout().rows_per_block == 2 and kernel.writes_directly(1)
+    assert "__launch_bounds__(256" in _source(kernel, RESIDENT, direct=True, has_weight=True)
+    assert "__launch_bounds__(512" in _source(kernel, RESIDENT, direct=False, has_weight=True)

@@ -1243,7 +1243,7 @@ class NormBwdKernel(RowNormKernel):
             return _cluster_bwd_program(self.N, dtype, self.eps, split, self.layer, has_weight,
                                         self.smem_slots(split), self.partials_in_registers(split),
                                         self.blocks_per_sm(split, config), direct)
-        layout = self.layout(config)
+        layout = self._direct_layout(config) if direct else self.layout(config)
         if isinstance(layout, RowLayout):
             smem = None if self.partials_in_registers(layout) else self.smem_slots(layout)
             return _resident_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight, smem,
@@ -1274,9 +1274,18 @@ class NormBwdKernel(RowNormKernel):
         return rows == 1 and self.cached("single_row_direct", self._single_row_direct)
 
     def _single_row_direct(self) -> bool:
-        layout = self.layout()
+        layout = self._direct_layout(self.config)
         one_row_a_block = not isinstance(layout, RowLayout) or layout.rows_per_block == 1
-        return (one_row_a_block or self.folds(layout)) and self.partials_on_chip(layout)
+        return one_row_a_block and self.partials_on_chip(layout)
+
+    def _direct_layout(self, config: Dict[str, Any]) -> Any:
+        """The layout of a single row's one launch: a block of one row group where calls of many rows
+        fold several into a block, which a single row would leave idle.  (H100, bf16 1x4096, µs
+        folded / one group: RMSNorm 5.44 / 5.31, LayerNorm 6.30 / 5.95.)"""
+        layout = self.layout(config)
+        if isinstance(layout, RowLayout) and self.folds(layout) and layout.rows_per_block > 1:
+            return self.layout({**config, "fold_threads": 0})
+        return layout
 
     def blocks_per_sm(self, layout: Any, config: Optional[Dict[str, Any]] = None) -> int:
         """Blocks of the row program that run on an SM at once (shared memory and the config's cap);
