@@ -76,7 +76,8 @@ def test_backward_programs_and_where_partial_sums_live(cls, N, dtype, program, i
     # Streamed rows that split over a cluster have its program too: both ways for few rows, and
     # into partials over the wider clusters of many RMSNorm rows.
     few, many = kernel.config["cluster_ctas"], kernel.config["many_rows_ctas"]
-    split = [(CLUSTER, {"ctas": few, "direct": d, "has_weight": True}) for d in (False, True)] if kernel.split_layout() else []
+    split = [(CLUSTER, {"ctas": few, "direct": d, "has_weight": True}) for d in (False, True)
+             if kernel.split_layout()]
     split += [(CLUSTER, {"ctas": many, "direct": False, "has_weight": True})] if kernel.split_layout(ctas=many) else []
     assert keys[2:] == direct + split
 

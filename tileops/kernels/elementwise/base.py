@@ -160,7 +160,8 @@ class ElementwiseKernel(Kernel):
         vector = small_call_vector(spec[1], accesses, sm_count * self.config["threads"], self.dtype.itemsize)
         return (spec[0], vector, *spec[2:])
 
-    def call_programs(self, spec: ProgramSpec, accesses: int, sm_count: int) -> List[Tuple[ProgramSpec, Dict[str, Any]]]:
+    def call_programs(self, spec: ProgramSpec, accesses: int,
+                      sm_count: int) -> List[Tuple[ProgramSpec, Dict[str, Any]]]:
         """The (program, config) pairs a call of program ``spec`` may run: the current config, and
         the small-call program of ``accesses`` accesses on ``sm_count`` SMs."""
         return [(spec, dict(self.config)),

@@ -140,9 +140,10 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False) -> 
     44.1.  Streamed / 8 blocks a row, 1024 rows: LayerNorm 195.1 / 176.8, RMSNorm 120.6 /
     117.3, float32 LayerNorm N = 16384 119.7 / 104.8, LayerNorm N = 65536 643.2 / 405.4; 2048
     rows: 282.2 / 330.4, 190.2 / 214.7, 214.2 / 196.7, 1107.0 / 780.6.  With 8192 rows the
-    streamed program wins: LayerNorm 842 µs against 1247, RMSNorm 641 against 813; each row
-    step of a cluster waits on a block-wide sum and the exchange, a few microseconds that its
-    slice's traffic does not cover.  The exception is float32 RMSNorm N = 32768, 5-9% slower
+    streamed program beats these 8-block clusters (not the wider ones of ``many_rows_ctas``):
+    LayerNorm 842 µs against 1247, RMSNorm 641 against 813; each row step of a cluster waits on
+    a block-wide sum and the exchange, a few microseconds that its slice's traffic does not
+    cover.  The exception is float32 RMSNorm N = 32768, 5-9% slower
     split at every count from 256 rows on.)
 
     ``many_rows_ctas``: calls of more than ``cluster_rows`` streamed rows split each row over
@@ -157,10 +158,10 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False) -> 
     return {"per_thread": max(per_thread, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 4,
             "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024, "stream_overlap": int(layer),
             "fold_threads": FOLD_THREADS, "cluster_ctas": CLUSTER_CTAS, "cluster_rows": CLUSTER_ROWS,
-            "many_rows_ctas": many_rows_ctas(N, dtype, layer)}
+            "many_rows_ctas": many_rows_ctas(N, dtype)}
 
 
-def many_rows_ctas(N: int, dtype: torch.dtype, layer: bool) -> int:
+def many_rows_ctas(N: int, dtype: torch.dtype) -> int:
     """Blocks a half-precision row splits over in calls of many streamed rows: the fewest (a
     power of two, at most ``CLUSTER_CTAS``) whose slices a block of ``MAX_THREADS`` threads holds
     at ``RESIDENT_ROW_BYTES`` a thread; 0 for float32 (see below) and for rows too long for that.
@@ -864,11 +865,11 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     slices' row sums through distributed shared memory.
 
     Cluster ``q`` walks rows ``q, q + Q, ...``; blocks of few threads load each row's slice
-    while the one before is summed and written.  A block sums its slice, and one thread sends the sums to every
-    block's exchange slots (by its rank) with asynchronous shared-memory copies that count on
-    the receiver's barrier; each block waits on its own barrier alone, then adds the slots in
-    rank order: all blocks get the same row statistics, in a fixed order, and no block waits
-    for the whole cluster.  The slots and barriers alternate between two sets row by row.  A
+    while the one before is summed and written.  A block sums its slice, and one thread sends
+    the sums to every block's exchange slots (by its rank) with asynchronous shared-memory
+    copies that count on the receiver's barrier; each block waits on its own barrier alone,
+    then adds the slots in rank order: all blocks get the same row statistics, in a fixed
+    order, and no block waits for the whole cluster.  The slots and barriers alternate between two sets row by row.  A
     block sends into a set again only after receiving every block's sums of the row in
     between, which each block sends only after reading the set.  LayerNorm sums
     ``x - x[row, 0]`` (as the streamed program does) so that one exchange gives both the mean
