@@ -933,7 +933,14 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
 
     @T.macro
     def send(st, mine, swap, arrived, rank, it, tx):
-        """This block's sums of row step ``it`` to every block of the cluster."""
+        """This block's sums of row step ``it`` to every block of the cluster.
+
+        TileLang's ThreadSync pass warns here that it hoists a barrier out of ``tx == 0`` and
+        that "the race remains": the write of ``mine`` and the copies reading it are one
+        thread's, and each copy fences the asynchronous proxy before it reads (the copy of
+        ``tl::tma_store_cluster``), so there is no race.  ``mine[it % 2]`` is written again
+        two steps on, after this block has received every block's sums of the step in between,
+        which each block sends only once this step's copies have reached it."""
         if tx == 0:
             for v in T.unroll(EXCHANGE_SLOTS):
                 mine[it % 2, v] = st[v] if v < sums else T.cast(0, ACCUM)
