@@ -52,8 +52,10 @@ GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
     (200, 20000, torch.float32),
     (3, 65536, torch.bfloat16),
     # Streamed rows, several to a row group (more rows than groups, and than ``cluster_rows``);
-    # the half-precision ones split over clusters of 4 and 2 blocks (``many_rows_ctas``).
+    # the half-precision ones split over clusters of 4 and 2 blocks (``many_rows_ctas``; the
+    # slices of 12288 end in a tail group).
     (1100, 65536, torch.float16),
+    (1100, 24576, torch.bfloat16),
     (1100, 20000, torch.float32),
     (1500, 32768, torch.bfloat16),
 ]
@@ -61,7 +63,8 @@ GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
 SCHEDULE_CASES = GRAD_CASES[-2:]
 # Which affine tensors LayerNorm gets, (weight, bias); every combination on a few cases.
 AFFINES = [(True, True), (False, False), (True, False), (False, True)]
-AFFINE_CASES = [GRAD_CASES[1], GRAD_CASES[3], GRAD_CASES[6], GRAD_CASES[9], GRAD_CASES[11], GRAD_CASES[13]]
+AFFINE_CASES = [GRAD_CASES[1], GRAD_CASES[3], GRAD_CASES[6], GRAD_CASES[9], GRAD_CASES[11], GRAD_CASES[13],
+                GRAD_CASES[-1]]
 LAYER_GRAD_CASES = [(*case, (True, True)) for case in GRAD_CASES] + [
     (*case, affine) for case in AFFINE_CASES for affine in AFFINES[1:]]
 FUSED_SIZES = ODD_SIZES + (4096, 32768)
