@@ -417,3 +417,15 @@ def test_a_single_row_launches_a_block_of_one_row_group() -> None:
     assert kernel.layout().rows_per_block == 2 and kernel.writes_directly(1)
     assert "__launch_bounds__(256" in _source(kernel, RESIDENT, direct=True, has_weight=True)
     assert "__launch_bounds__(512" in _source(kernel, RESIDENT, direct=False, has_weight=True)
+
+
+def test_tuning_weighs_the_split_of_many_rows_against_streaming() -> None:
+    kernel = RMSNormBwdKernel(32768, torch.bfloat16)
+    candidates = kernel.autotune_configs
+    assert candidates[0] == kernel.default_config and kernel.split_ctas(kernel.tuning_rows) == 2
+    streamed = [config for config in candidates if config["many_rows_ctas"] == 0]
+    assert {**kernel.default_config, "many_rows_ctas": 0} in streamed
+    assert {(config["stream_threads"], config["stream_unroll"]) for config in streamed} == {
+        (512, 2), (512, 4), (1024, 1), (1024, 4)}
+    # Float32 rows are streamed by default: no split candidates to add.
+    assert all(config["many_rows_ctas"] == 0 for config in RMSNormBwdKernel(32768, torch.float32).autotune_configs)
