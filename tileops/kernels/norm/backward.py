@@ -143,8 +143,8 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False) -> 
     streamed program beats these 8-block clusters (not the wider ones of ``many_rows_ctas``):
     LayerNorm 842 µs against 1247, RMSNorm 641 against 813; each row step of a cluster waits on
     a block-wide sum and the exchange, a few microseconds that its slice's traffic does not
-    cover.  The exception is float32 RMSNorm N = 32768, 5-9% slower
-    split at every count from 256 rows on.)
+    cover.  The exception is float32 RMSNorm N = 32768, 5-9% slower split at every count from
+    256 rows on.)
 
     ``many_rows_ctas``: calls of more than ``cluster_rows`` streamed rows split each row over
     a cluster of this many blocks (0: they are streamed); see ``many_rows_ctas``.
@@ -869,9 +869,9 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     the sums to every block's exchange slots (by its rank) with asynchronous shared-memory
     copies that count on the receiver's barrier; each block waits on its own barrier alone,
     then adds the slots in rank order: all blocks get the same row statistics, in a fixed
-    order, and no block waits for the whole cluster.  The slots and barriers alternate between two sets row by row.  A
-    block sends into a set again only after receiving every block's sums of the row in
-    between, which each block sends only after reading the set.  LayerNorm sums
+    order, and no block waits for the whole cluster.  The slots and barriers alternate between
+    two sets row by row.  A block sends into a set again only after receiving every block's
+    sums of the row in between, which each block sends only after reading the set.  LayerNorm sums
     ``x - x[row, 0]`` (as the streamed program does) so that one exchange gives both the mean
     and the variance.  A block keeps its slice's partial sums in registers
     (``register_partials``) or shared memory and writes them to row ``q`` of the partials
