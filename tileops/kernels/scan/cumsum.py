@@ -1091,9 +1091,14 @@ def column_scan_program(
     S = T.dynamic("S")
 
     @T.macro
-    def walk_segment(X, Y, Partial, raw, vals, state, totals, bx, segment, tx):
+    def walk_segment(X, Y, Partial, bx, segment, tx):
         """Segment ``segment`` of the block's columns: its totals into ``Partial`` (``sums``),
-        or its scan from the totals before it (``split``)."""
+        or its scan from the totals before it (``split``), which also needs the scan's state
+        rows and a second set of totals."""
+        raw = T.alloc_local((items * vector,), dtype)
+        vals = T.alloc_local((items * vector,), ACCUM)
+        state = T.alloc_local((1 if mode == "sums" else 4, vector), ACCUM)
+        totals = T.alloc_shared((1 if mode == "sums" else 2, warps, tile * vector), ACCUM)
         outer, column = column_of(bx, tx)
         per_segment = T.ceildiv(total_chunks, S)
         for v in T.unroll(vector):
@@ -1112,11 +1117,7 @@ def column_scan_program(
         @T.prim_func
         def cumsum_column_sums(X: T.Tensor((O, N, I, vector), dtype), Partial: T.Tensor((O, S, I, vector), ACCUM)):
             with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, segment):
-                raw = T.alloc_local((items * vector,), dtype)
-                vals = T.alloc_local((items * vector,), ACCUM)
-                state = T.alloc_local((1, vector), ACCUM)
-                totals = T.alloc_shared((1, warps, tile * vector), ACCUM)
-                walk_segment(X, X, Partial, raw, vals, state, totals, bx, segment, T.get_thread_binding())
+                walk_segment(X, X, Partial, bx, segment, T.get_thread_binding())
 
         return cumsum_column_sums
 
@@ -1127,11 +1128,7 @@ def column_scan_program(
         Y: T.Tensor((O, N, I, vector), dtype),
     ):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, segment):
-            raw = T.alloc_local((items * vector,), dtype)
-            vals = T.alloc_local((items * vector,), ACCUM)
-            state = T.alloc_local((4, vector), ACCUM)
-            totals = T.alloc_shared((2, warps, tile * vector), ACCUM)
-            walk_segment(X, Y, Partial, raw, vals, state, totals, bx, segment, T.get_thread_binding())
+            walk_segment(X, Y, Partial, bx, segment, T.get_thread_binding())
 
     return cumsum_split_column_scan
 
