@@ -159,6 +159,44 @@ def test_every_row_ignored_gives_nan_mean_and_zero_gradient() -> None:
     assert torch.count_nonzero(logits.grad) == 0
 
 
+@pytest.mark.parametrize("reduction", ("mean", "sum"))
+def test_total_of_many_rows_is_deterministic_on_any_stream_and_in_a_graph(reduction: str) -> None:
+    """The row program and the one-block total over several waves of blocks give the same
+    bits call after call, on a second stream and replayed from a CUDA graph."""
+    fwd, _ = _ops(32000, torch.bfloat16, -100, 0.0, reduction)
+    logits, target = _inputs(32000, torch.bfloat16, -100, 3001, seed=11)
+    expected = F.cross_entropy(logits.double(), target, reduction=reduction)
+    first = fwd(logits, target)[0]
+    _close(first, expected, torch.bfloat16)
+    for _ in range(3):
+        assert torch.equal(fwd(logits, target)[0], first)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        on_side = fwd(logits, target)[0]
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(on_side, first)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fwd(logits, target)[0]
+    for _ in range(2):
+        captured.zero_()
+        graph.replay()
+        assert torch.equal(captured, first)
+    assert torch.equal(fwd(logits, target)[0], first)
+
+
+def test_every_row_ignored_beyond_the_one_block_program_gives_nan_mean() -> None:
+    fwd, _ = _ops(4097, torch.float32, -100, 0.1, "mean")
+    logits = torch.randn(40, 4097, device="cuda")
+    target = torch.full((40,), -100, device="cuda")
+    assert not fwd._device_kernel(logits.device).takes_small_total(40)
+    assert torch.isnan(fwd(logits, target)[0])
+    target[7] = 3  # one kept row: its loss alone
+    expected = F.cross_entropy(logits.double(), target, label_smoothing=0.1)
+    _close(fwd(logits, target)[0], expected, torch.float32)
+
+
 def test_row_count_changes_reuse_one_kernel_and_empty_batches_work() -> None:
     fwd, bwd = _ops(32000, torch.bfloat16, -100, 0.0, "none")
     for rows in (1, 5, 300):

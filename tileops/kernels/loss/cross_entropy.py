@@ -29,6 +29,13 @@ backward's **kept rows** (that divisor, for a ``mean`` backward).  A forward
 mean or sum over at most ``SMALL_TOTAL_ELEMENTS`` logits is one launch of a
 third, which does the rows (a warp each) and the total in one block.
 
+The total stays a launch of its own: folding it into the row program (each block
+counts itself on an arrival counter, the last to arrive sums the rows) measured
+slower beyond two waves of blocks, as each block's ordered arrival holds its SM
+slot idle.  H100, bf16 rows of 32000, row program alone / with the separate
+total / folded, us: 528 rows 18.5 / 22.5 / 20.7; 4096 rows 92.0 / 95.2 / 98.5;
+8192 rows 173.3 / 177.6 / 185.6.
+
 ``V``, ``ignore_index`` and the label smoothing are compile-time constants; the
 row count is a TileLang symbolic value, so one program serves every batch.
 Row offsets are 64-bit (the row stride is an int64 symbolic value).  A row
