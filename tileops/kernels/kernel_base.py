@@ -5,6 +5,23 @@ dims) and a dtype; the remaining axes are TileLang symbolic dimensions, so one
 compiled program serves every row count.  Subclasses supply ``program`` (the
 TileLang ``prim_func`` for one config), ``default_config`` (the heuristic
 choice), optionally ``autotune_configs``, and ``forward`` (the launch).
+
+**Overlapped launches.**  An op of two launches (partial results, then a
+program that combines them) hides the second one's launch latency behind the
+first one's last blocks (programmatic dependent launch, sm_90):
+
+* the first program calls ``T.pdl_trigger()`` as its first statement: once
+  every block has started, the GPU may set up the next launch;
+* the second calls ``T.pdl_sync()`` before it reads global memory (TileLang
+  then launches it with programmatic stream serialization).  The wait returns
+  once the launch before it has ended and its writes are visible, so nothing
+  is read early; a program that starts an op has no wait.
+
+Measured on an H100 against the same programs without it: the cross-entropy
+forward's mean over 4096 rows of 32000 bf16 logits 95.3 -> 94.2 us, over 1024
+rows of 262144 188.4 -> 185.5; the softmax forward over 64 rows of 262144
+37.7 -> 36.9.
+``tests/test_kernels_launch_overlap.py`` checks the order in every such pair.
 """
 
 from __future__ import annotations

@@ -623,6 +623,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         # ``Q``: the partials rows; the row groups striding over the rows are ``groups``.
         groups = Q * rows_per_block if fold else Q
         with T.Kernel(Q if fold else T.ceildiv(Q, rows_per_block), threads=block_threads) as bx:
+            T.pdl_trigger()  # the next launch may start early (see kernel_base)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             gb = T.alloc_local((per_thread,), dtype)
@@ -804,6 +805,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     @T.macro
     def body(G, X, W, DX, PW, PB):
         with T.Kernel(Q, threads=threads) as block:
+            T.pdl_trigger()  # the next launch may start early (see kernel_base)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             gb = T.alloc_local((unroll * vector,), dtype)
@@ -1009,6 +1011,7 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     @T.macro
     def body(G, X, W, DX, PW, PB):
         with T.Kernel(Q * ctas, threads=threads, cluster_dims=ctas) as bx:
+            T.pdl_trigger()  # the next launch may start early (see kernel_base)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             rank = T.block_rank_in_cluster()

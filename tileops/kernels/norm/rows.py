@@ -283,6 +283,7 @@ def column_sum_program(N: int, dtype: str, count: int = 1) -> Any:
     @T.macro
     def body(P, out_first, out_second):
         with T.Kernel(T.ceildiv(N, width), count, threads=WARP * lanes) as (bx, a):
+            T.pdl_sync()  # wait for the launch before (see kernel_base)
             tx = T.get_thread_binding()
             acc = T.alloc_local((COLUMN_UNROLL * vector,), ACCUM)
             tmp = T.alloc_local((vector,), ACCUM)

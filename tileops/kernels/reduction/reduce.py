@@ -321,6 +321,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     @T.prim_func
     def reduce_row_segments(X: T.StridedTensor((G, N), (LDX, 1), dtype), P: T.Tensor((G, S, 1, width), PARTIAL)):
         with T.Kernel(G, S, threads=threads) as (row, seg):
+            T.pdl_trigger()  # the next launch may start early (see kernel_base)
             tx = T.get_thread_binding()
             buf = T.alloc_local((unroll * vector,), dtype)
             cm = T.alloc_local((spec.chunk_locals(1),), ACCUM)
@@ -499,6 +500,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     def reduce_column_segments(X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
                                P: T.Tensor((O, S, I, width), PARTIAL)):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+            T.pdl_trigger()  # the next launch may start early (see kernel_base)
             T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
             buf = T.alloc_local((unroll * cvec,), dtype)
@@ -547,6 +549,7 @@ def combine_program(reducer: str, dtype: str, out_dtype: str, correction: float,
     @T.prim_func
     def combine_partials(P: T.Tensor((O, S, I, width), PARTIAL), Y: T.Tensor((O, I), out_dtype)):
         with T.Kernel(T.ceildiv(O * I, per_block), threads=threads) as bx:
+            T.pdl_sync()  # wait for the launch before (see kernel_base)
             tx = T.get_thread_binding()
             st = T.alloc_local((spec.slots,), ACCUM)
             sti = T.alloc_local((1,), "int64")

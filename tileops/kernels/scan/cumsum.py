@@ -471,6 +471,7 @@ def row_scan_program(
             Y: T.Tensor((R, N), dtype),
         ):
             with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, by):
+                T.pdl_sync()  # wait for the launch before (see kernel_base)
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items,), dtype)
                 staged = T.alloc_local((items,), dtype)  # used by reverse scans only
@@ -796,6 +797,7 @@ def segment_sums_program(
     @T.prim_func
     def cumsum_segment_sums(X: T.Tensor((R, N), dtype), Partial: T.Tensor((R, used_segments), ACCUM)):
         with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, segment):
+            T.pdl_trigger()  # the next launch may start early (see kernel_base)
             tx = T.get_thread_binding()
             raw = T.alloc_local((items,), dtype)
             segment_raw = T.alloc_local((per_segment * items if preload else 1,), dtype)
@@ -1117,6 +1119,7 @@ def column_scan_program(
         @T.prim_func
         def cumsum_column_sums(X: T.Tensor((O, N, I, vector), dtype), Partial: T.Tensor((O, S, I, vector), ACCUM)):
             with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, segment):
+                T.pdl_trigger()  # the next launch may start early (see kernel_base)
                 walk_segment(X, X, Partial, bx, segment, T.get_thread_binding())
 
         return cumsum_column_sums
@@ -1128,6 +1131,7 @@ def column_scan_program(
         Y: T.Tensor((O, N, I, vector), dtype),
     ):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, segment):
+            T.pdl_sync()  # wait for the launch before (see kernel_base)
             walk_segment(X, Y, Partial, bx, segment, T.get_thread_binding())
 
     return cumsum_split_column_scan

@@ -671,6 +671,7 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             PS: T.Tensor((R, S), ACCUM),
         ):
             with T.Kernel(R, S, threads=threads) as (row, seg):
+                T.pdl_trigger()  # the next launch may start early (see kernel_base)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((unroll * vector,), dtype)
                 st = T.alloc_local((_STATE,), ACCUM)
@@ -695,6 +696,7 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         PS: T.Tensor((R, S), ACCUM),
     ):
         with T.Kernel(R, S, threads=threads) as (row, seg):
+            T.pdl_trigger()  # the next launch may start early (see kernel_base)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * vector,), dtype)
             b = T.alloc_local((unroll * vector,), dtype)
@@ -779,6 +781,7 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             Y: T.Tensor((R, N), dtype),
         ):
             with T.Kernel(R, S, threads=threads) as (row, seg):
+                T.pdl_sync()  # wait for the launch before (see kernel_base)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((unroll * vector,), dtype)
                 st = T.alloc_local((_STATE,), ACCUM)
@@ -801,6 +804,7 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         DX: T.Tensor((R, N), dtype),
     ):
         with T.Kernel(R, S, threads=threads) as (row, seg):
+            T.pdl_sync()  # wait for the launch before (see kernel_base)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * vector,), dtype)
             b = T.alloc_local((unroll * vector,), dtype)
@@ -991,6 +995,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             PS: T.Tensor((O, S, I), ACCUM),
         ):
             with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+                T.pdl_trigger()  # the next launch may start early (see kernel_base)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((unroll * cvec,), dtype)
                 st = T.alloc_local((_STATE * cvec,), ACCUM)
@@ -1023,6 +1028,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         PS: T.Tensor((O, S, I), ACCUM),
     ):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+            T.pdl_trigger()  # the next launch may start early (see kernel_base)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * cvec,), dtype)
             b = T.alloc_local((unroll * cvec,), dtype)
@@ -1095,6 +1101,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             Y: T.Tensor((O, N, I), dtype),
         ):
             with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+                T.pdl_sync()  # wait for the launch before (see kernel_base)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((unroll * cvec,), dtype)
                 st = T.alloc_local((_STATE * cvec,), ACCUM)
@@ -1123,6 +1130,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         DX: T.Tensor((O, N, I), dtype),
     ):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+            T.pdl_sync()  # wait for the launch before (see kernel_base)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * cvec,), dtype)
             b = T.alloc_local((unroll * cvec,), dtype)
