@@ -23,7 +23,7 @@ from .metrics import achieved_gbps, achieved_tflops, sol_percent, speedup
 from .runner import CaseResult
 
 __all__ = [
-    "CSV_COLUMNS", "RunInfo", "gpu_slug", "result_rows", "append_csv", "read_csv", "latest_run",
+    "CSV_COLUMNS", "RunInfo", "gpu_slug", "result_rows", "append_csv", "read_csv", "latest_run", "latest_by_case",
     "render_table", "render_markdown", "VARIANTS",
 ]
 
@@ -154,6 +154,20 @@ def latest_run(rows: Sequence[Row]) -> List[Row]:
     return [row for row in rows if row.get("run", "") == last]
 
 
+def latest_by_case(rows: Sequence[Row]) -> List[Row]:
+    """Each case's rows from the most recent run that measured it, cases in CSV order.
+
+    A run over a subset of ops (``make bench OPS=...``) then updates its cases and
+    leaves the others as last measured.  Every row keeps its own run's ceilings and
+    baselines, so its percentages and speedups stay those of one run.
+    """
+    newest: Dict[Tuple[str, str, str], str] = {}
+    for row in rows:
+        case = (row["op"], row["workload"], row["dtype"])
+        newest[case] = max(newest.get(case, ""), row.get("run", ""))
+    return [row for row in rows if row.get("run", "") == newest[(row["op"], row["workload"], row["dtype"])]]
+
+
 # ---- Markdown -------------------------------------------------------------------------------
 def _cases(rows: Sequence[Row]) -> "OrderedDict[Tuple[str, str, str], Dict[str, Row]]":
     grouped: "OrderedDict[Tuple[str, str, str], Dict[str, Row]]" = OrderedDict()
@@ -217,6 +231,13 @@ def _notes(rows: Sequence[Row]) -> List[str]:
             f"{row['status']}{(' — ' + row['note']) if row.get('note') else ''}"
             for row in rows if row.get("status") != "ok"
             or (row.get("note") and not row["note"].startswith(AUTOGRAD_NOTE))]
+
+
+def describe_runs(rows: Sequence[Row]) -> str:
+    """``describe_run`` of every run among ``rows``, oldest first."""
+    runs = sorted({row.get("run", "") for row in rows})
+    lines = [f"{describe_run([r for r in rows if r.get('run', '') == run])} (Run {run}.)" for run in runs]
+    return " ".join(lines)
 
 
 def describe_run(rows: Sequence[Row]) -> str:

@@ -10,7 +10,7 @@ from benchmarks import readme
 from benchmarks.ceilings import Ceilings
 from benchmarks.readme import BEGIN, END, MarkersMissing, render_block, rewrite_block
 from benchmarks.results import (
-    CSV_COLUMNS, RunInfo, append_csv, gpu_slug, latest_run, read_csv, render_markdown, render_table,
+    CSV_COLUMNS, RunInfo, append_csv, gpu_slug, latest_by_case, latest_run, read_csv, render_markdown, render_table,
     result_rows,
 )
 from benchmarks.runner import CaseResult, Outcome
@@ -142,7 +142,7 @@ def test_readme_block_is_the_csv_content(manifest, tmp_path):
     readme_path.write_text(f"intro\n{BEGIN}\n{END}\nrest\n")
     assert readme.main(["--readme", str(readme_path), "--csv", str(csv_path)]) == 0
     text = readme_path.read_text()
-    assert render_table(latest_run(read_csv(csv_path))) in text  # the latest run only
+    assert render_table(latest_run(read_csv(csv_path))) in text  # the case's latest run only
     assert "| 50.00 |" in text and "| 100.00 |" not in text
     assert text.startswith("intro\n") and text.endswith("rest\n")
     assert readme.main(["--readme", str(readme_path), "--csv", str(csv_path), "--check"]) == 0
@@ -219,3 +219,29 @@ def test_the_usual_autograd_note_is_explained_once_not_listed(manifest, tmp_path
     append_csv(csv_path, rows)
     assert results.main([str(csv_path)]) == 0
     assert (tmp_path / "gpu.md").read_text() == render_markdown(read_csv(csv_path), source="gpu.csv")
+
+
+def decode_result(manifest, micros):
+    spec = manifest.op("RMSNormFwdOp")
+    workload = next(w for w in spec.workloads if w.label == "decode-1x4k")
+    return CaseResult(Case(spec, workload, "bfloat16"), ((1, 4096), (4096,)), 4 * 4096, 2 * 3 * 4096,
+                      (ok("tileops", micros, 1, 0.0), ok("eager", 9.0, 1, 0.0), ok("compile", 6.0, 1, 0.0)))
+
+
+def test_a_run_over_some_cases_updates_only_those(manifest, tmp_path):
+    """``make bench OPS=...`` appends a run of a few cases: the README keeps the other cases' rows."""
+    csv_path = tmp_path / "gpu.csv"
+    first = info("2026-11-22T05:00:00Z")
+    append_csv(csv_path, result_rows(llama_result(manifest), first) + result_rows(decode_result(manifest, 5.0), first))
+    append_csv(csv_path, result_rows(decode_result(manifest, 4.0), info("2026-11-23T05:00:00Z")))
+    rows = latest_by_case(read_csv(csv_path))
+    runs = {(r["workload"], r["variant"]): r["run"] for r in rows}
+    assert len(rows) == 6
+    assert {run for (workload, _), run in runs.items() if workload == "llama-4k"} == {"2026-11-22T05:00:00Z"}
+    assert {run for (workload, _), run in runs.items() if workload == "decode-1x4k"} == {"2026-11-23T05:00:00Z"}
+    readme_path = tmp_path / "README.md"
+    readme_path.write_text(f"{BEGIN}\n{END}\n")
+    assert readme.main(["--readme", str(readme_path), "--csv", str(csv_path)]) == 0
+    text = readme_path.read_text()
+    assert "| 100.00 |" in text and "| 4.00 |" in text and "| 5.00 |" not in text
+    assert "Run 2026-11-22T05:00:00Z" in text and "Run 2026-11-23T05:00:00Z" in text
