@@ -155,17 +155,28 @@ def latest_run(rows: Sequence[Row]) -> List[Row]:
 
 
 def latest_by_case(rows: Sequence[Row]) -> List[Row]:
-    """Each case's rows from the most recent run that measured it, cases in CSV order.
+    """Each case's rows from the most recent run that measured it.
 
-    A run over a subset of ops (``make bench OPS=...``) then updates its cases and
-    leaves the others as last measured.  Every row keeps its own run's ceilings and
-    baselines, so its percentages and speedups stay those of one run.
+    A run over a subset of ops (``make bench OPS=...``) then updates its cases in place
+    and leaves the others as last measured: cases keep the order in which they first
+    appear among the runs shown.  Every row keeps its own run's ceilings and baselines,
+    so its percentages and speedups stay those of one run.
     """
+    def case(row: Row) -> Tuple[str, str, str]:
+        return row["op"], row["workload"], row["dtype"]
+
     newest: Dict[Tuple[str, str, str], str] = {}
     for row in rows:
-        case = (row["op"], row["workload"], row["dtype"])
-        newest[case] = max(newest.get(case, ""), row.get("run", ""))
-    return [row for row in rows if row.get("run", "") == newest[(row["op"], row["workload"], row["dtype"])]]
+        newest[case(row)] = max(newest.get(case(row), ""), row.get("run", ""))
+    shown = set(newest.values())
+    order: "OrderedDict[Tuple[str, str, str], List[Row]]" = OrderedDict()
+    for row in rows:
+        if row.get("run", "") in shown:
+            order.setdefault(case(row), [])
+    for row in rows:
+        if row.get("run", "") == newest[case(row)]:
+            order[case(row)].append(row)
+    return [row for case_rows in order.values() for row in case_rows]
 
 
 # ---- Markdown -------------------------------------------------------------------------------

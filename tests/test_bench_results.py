@@ -229,19 +229,20 @@ def decode_result(manifest, micros):
 
 
 def test_a_run_over_some_cases_updates_only_those(manifest, tmp_path):
-    """``make bench OPS=...`` appends a run of a few cases: the README keeps the other cases' rows."""
+    """``make bench OPS=...`` appends a run of a few cases: the README updates those rows in
+    place and keeps the other cases' rows."""
     csv_path = tmp_path / "gpu.csv"
     first = info("2026-11-22T05:00:00Z")
     append_csv(csv_path, result_rows(llama_result(manifest), first) + result_rows(decode_result(manifest, 5.0), first))
-    append_csv(csv_path, result_rows(decode_result(manifest, 4.0), info("2026-11-23T05:00:00Z")))
+    append_csv(csv_path, result_rows(llama_result(manifest, ours=ok("tileops", 50.0, 1, 0.0)),
+                                     info("2026-11-23T05:00:00Z")))
     rows = latest_by_case(read_csv(csv_path))
-    runs = {(r["workload"], r["variant"]): r["run"] for r in rows}
-    assert len(rows) == 6
-    assert {run for (workload, _), run in runs.items() if workload == "llama-4k"} == {"2026-11-22T05:00:00Z"}
-    assert {run for (workload, _), run in runs.items() if workload == "decode-1x4k"} == {"2026-11-23T05:00:00Z"}
+    assert [(r["workload"], r["run"]) for r in rows] == (
+        [("llama-4k", "2026-11-23T05:00:00Z")] * 3 + [("decode-1x4k", "2026-11-22T05:00:00Z")] * 3)
     readme_path = tmp_path / "README.md"
     readme_path.write_text(f"{BEGIN}\n{END}\n")
     assert readme.main(["--readme", str(readme_path), "--csv", str(csv_path)]) == 0
     text = readme_path.read_text()
-    assert "| 100.00 |" in text and "| 4.00 |" in text and "| 5.00 |" not in text
+    assert "| 50.00 |" in text and "| 5.00 |" in text and "| 100.00 |" not in text
+    assert text.index("| 50.00 |") < text.index("| 5.00 |")  # the re-measured case keeps its place
     assert "Run 2026-11-22T05:00:00Z" in text and "Run 2026-11-23T05:00:00Z" in text
