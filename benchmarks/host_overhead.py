@@ -12,6 +12,10 @@ four ways on the same tensors:
 
 Then it calls each op at row counts it has not seen and reports whether any new
 program was compiled and how long the first call took.
+
+``--ops``/``--workloads`` instead take manifest cases (as ``make bench`` does) and
+report, for each, the eager op and the PyTorch baseline per call, and with
+``--profile`` the functions that own the op's host time.
 """
 
 from __future__ import annotations
@@ -98,6 +102,9 @@ def profile(case: Dict) -> None:
     import cProfile
     import pstats
 
+    for _ in range(200):  # compile and load first: the profile is of warm calls
+        case["eager"]()
+    torch.cuda.synchronize()
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(5000):
@@ -105,14 +112,50 @@ def profile(case: Dict) -> None:
     profiler.disable()
     torch.cuda.synchronize()
     print(f"== {case['name']}: eager call profile (5000 calls)")
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(24)
+
+
+def manifest_cases(ops: List[str], workloads: List[str]) -> List[Dict]:
+    """Cases of ``make bench`` (our op and its eager baseline), bound to one input set each."""
+    from codegen.loader import load_manifest
+
+    from .runner import RunContext, variants_and_inputs
+    from .timing import CudaBackend
+    from .workloads import constructor_kwargs, load_entries, resolve_op_class, select_cases
+
+    manifest = load_manifest()
+    context = RunContext(manifest, CudaBackend())
+    cases = []
+    for case in select_cases(manifest, load_entries(), ops, workloads or None):
+        op = resolve_op_class(case.spec)(**constructor_kwargs(case.spec, case.workload, getattr(torch, case.dtype)))
+        variants, make_inputs, _ = variants_and_inputs(case, op, context)
+        inputs = make_inputs()
+        calls = {variant.name: variant.bind(inputs) for variant in variants}
+        cases.append({"name": case.label, "eager": calls["tileops"], "torch": calls["eager"]})
+    return cases
+
+
+def report_manifest_cases(cases: List[Dict], profile_calls: bool) -> None:
+    if profile_calls:
+        for case in cases:
+            profile(case)
+    print(f"device: {torch.cuda.get_device_name()}  calls per figure: {CALLS}")
+    print("| case | eager op µs | torch eager µs |")
+    print("|---|---|---|")
+    for case in cases:
+        print(f"| {case['name']} | {per_call_us(case['eager']):.1f} | {per_call_us(case['torch']):.1f} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--profile", action="store_true", help="also print where an eager call spends its host time")
+    parser.add_argument("--ops", nargs="+", default=[], help="manifest ops to time instead of the built-in cases")
+    parser.add_argument("--workloads", nargs="+", default=[], help="workload labels of those ops (default: all)")
     args = parser.parse_args()
+    if args.ops:
+        report_manifest_cases(manifest_cases(args.ops, args.workloads), args.profile)
+        return
     cases = [rms_norm_case(args.hidden, torch.bfloat16), cumsum_case(args.hidden, torch.bfloat16)]
     if args.profile:
         for case in cases:

@@ -63,6 +63,12 @@ def direct_launcher(compiled: Any) -> Callable[..., Any]:
     if get_executable is None or getattr(adapter, "result_idx", None):
         return compiled
     try:
-        return get_executable()
+        executable = get_executable()
+        # A freshly compiled program is an executable whose every call re-walks its module
+        # tree to find the entry function; a program loaded from TileLang's cache is the
+        # module itself.  Either way, the entry function is resolved once, here.
+        jit = getattr(executable, "jit", None)
+        module = jit() if jit is not None else executable
+        return module.main
     except Exception:  # noqa: BLE001 - an unknown backend layout: the wrapper still works
         return compiled

@@ -68,14 +68,31 @@ def reduction_view(x: torch.Tensor, axes: Tuple[int, ...]) -> torch.Tensor:
     """
     first, last = axes[0], axes[-1]
     if last - first + 1 == len(axes):
+        if x.is_contiguous():  # the common case, without walking the strides
+            return _contiguous_view(x, first, last)
         view = _strided_view(x, first, last)
-        if view is None:
-            view = _strided_view(x.contiguous(), first, last)
-        assert view is not None  # a contiguous tensor always folds
-        return view
+        return _contiguous_view(x.contiguous(), first, last) if view is None else view
     kept = [axis for axis in range(x.dim()) if axis not in axes]
     moved = x.permute(*kept, *axes).contiguous()
-    return moved.view(math.prod(moved.shape[:len(kept)]), -1)
+    return _contiguous_view(moved, len(kept), x.dim() - 1)
+
+
+def _contiguous_view(x: torch.Tensor, first: int, last: int) -> torch.Tensor:
+    """Contiguous ``x`` as ``(rows, N)`` or ``(outer, N, inner)`` over axes ``first..last``.
+
+    Runs on every call, so a tensor that already has the view's shape and strides is
+    returned as it is.  (``view`` would keep whatever strides size-1 axes of a contiguous
+    tensor carry; the programs need unit-stride rows.)
+    """
+    shape = x.shape
+    N, inner = math.prod(shape[first:last + 1]), math.prod(shape[last + 1:])
+    if inner == 1:
+        if len(shape) == 2 and first == 1 and x.stride(1) == 1:
+            return x
+        return x.as_strided((x.numel() // N, N), (N, 1))
+    if len(shape) == 3 and first == last == 1:
+        return x
+    return x.as_strided((x.numel() // (N * inner), N, inner), (N * inner, inner, 1))
 
 
 class ReductionOp(Op):
@@ -109,30 +126,35 @@ class ReductionOp(Op):
         return input_shapes[0]
 
     def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
-        axes = rules.normalize_dims(self.dim, x.ndim)
-        out_shape = rules.reduced_shape(x.shape, axes, self.keepdim)
-        if x.ndim == 0:  # a scalar reduces as a one-element vector
+        shape = x.shape
+        axes = rules.normalize_dims(self.dim, len(shape))
+        out_shape = _reduced_shape(shape, axes, self.keepdim)
+        if not shape:  # a scalar reduces as a one-element vector
             x, axes = x.reshape(1), (0,)
         kernel_cls = self.kernel_map[self.kernel_key]
-        out_dtype = getattr(kernel_cls, "out_dtype", None) or x.dtype
-        out = torch.empty(out_shape, dtype=out_dtype, device=x.device)
+        device = x.device
+        out = torch.empty(out_shape, dtype=getattr(kernel_cls, "out_dtype", None) or x.dtype, device=device)
         if out.numel() == 0:
             return out
-        if math.prod(x.shape[a] for a in axes) == 0:
+        if 0 in shape:
             return out.fill_(self.empty_result)
         view = reduction_view(x, axes)
-        device = x.device
-        kernel = self._kernel(self.kernel_key, (device.index, view.dim()))
+        rank = view.dim()
+        kernel = self._kernel(self.kernel_key, (device.index, rank))
         with on_device(device):
-            if view.dim() == ROWS:
-                self._launch_rows(kernel, view, out.view(-1))
+            if rank == ROWS:
+                self._launch_rows(kernel, view, out if out.dim() == 1 else out.view(-1))
             else:
-                self._launch_columns(kernel, view, out.view(view.shape[0], view.shape[2]))
+                outer, _, inner = view.shape
+                self._launch_columns(kernel, view, out if out.shape == (outer, inner) else out.view(outer, inner))
         return out
 
     @staticmethod
     def _launch_rows(kernel: Kernel, view: torch.Tensor, out: torch.Tensor) -> None:
         rows = view.shape[0]
+        if rows <= MAX_EXTENT:  # slicing costs microseconds a call: only huge inputs pay for it
+            kernel(view, out)
+            return
         for start in range(0, rows, MAX_EXTENT):
             stop = min(rows, start + MAX_EXTENT)
             kernel(view[start:stop], out[start:stop])
@@ -145,6 +167,16 @@ class ReductionOp(Op):
                              "reduce a reshaped input")
         # Programs number their blocks and outputs outer * inner in int32.
         per_launch = max(1, MAX_EXTENT // inner)
+        if outer <= per_launch:
+            kernel(view, out)
+            return
         for start in range(0, outer, per_launch):
             stop = min(outer, start + per_launch)
             kernel(view[start:stop], out[start:stop])
+
+
+def _reduced_shape(shape: Sequence[int], axes: Tuple[int, ...], keepdim: bool) -> Tuple[int, ...]:
+    """``rules.reduced_shape`` for axes already normalized."""
+    if keepdim:
+        return tuple(1 if i in axes else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axes)

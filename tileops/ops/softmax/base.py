@@ -101,9 +101,15 @@ class SoftmaxFamilyOp(Op):
 
     def _run_kernel(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The contiguous output: the kernel on the inputs' axis views."""
+        # Runs on every call: each step is chosen for its host cost (``empty_like`` of a
+        # contiguous tensor is several times cheaper than ``torch.empty(shape, ...)``, and
+        # tensors that already have the kernel's shape take no view).
         first = inputs[0]
         shape = first.shape
-        out = torch.empty(shape, dtype=first.dtype, device=first.device)
+        if first.is_contiguous():
+            out = torch.empty_like(first)
+        else:
+            out = torch.empty(tuple(shape), dtype=first.dtype, device=first.device)
         numel = out.numel()
         if numel == 0:
             return out
@@ -111,9 +117,12 @@ class SoftmaxFamilyOp(Op):
         dim = self.dim % len(shape)
         inner = math.prod(shape[dim + 1:])
         kernel_shape = (numel // (N * inner), N) if inner == 1 else (numel // (N * inner), N, inner)
-        # Contiguous inputs (the common case) take the cheap view.
-        views = [t.view(kernel_shape) if t.is_contiguous() else kernel_view(t, dim, N) for t in inputs]
-        out_view = out.view(kernel_shape)
+        if shape == kernel_shape:
+            views = [t if t.is_contiguous() else kernel_view(t, dim, N) for t in inputs]
+            out_view = out
+        else:
+            views = [t.view(kernel_shape) if t.is_contiguous() else kernel_view(t, dim, N) for t in inputs]
+            out_view = out.view(kernel_shape)
         device = first.device
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
