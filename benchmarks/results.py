@@ -245,10 +245,9 @@ def _notes(rows: Sequence[Row]) -> List[str]:
 
 
 def describe_runs(rows: Sequence[Row]) -> str:
-    """``describe_run`` of every run among ``rows``, oldest first."""
+    """A Markdown list: ``describe_run`` of every run among ``rows``, oldest first."""
     runs = sorted({row.get("run", "") for row in rows})
-    lines = [f"{describe_run([r for r in rows if r.get('run', '') == run])} (Run {run}.)" for run in runs]
-    return " ".join(lines)
+    return "\n".join(f"- Run {run}: {describe_run([r for r in rows if r.get('run', '') == run])}" for run in runs)
 
 
 def describe_run(rows: Sequence[Row]) -> str:
