@@ -1,0 +1,71 @@
+"""``direct_launcher``: which callable launches a compiled program, with stand-ins for TileLang's
+adapter and runtime objects (what they return is all the launcher looks at)."""
+
+from typing import Any, Optional
+
+from tileops.kernels.launch import direct_launcher
+
+
+class _Module:
+    """A runtime module: its entry function is the attribute ``main``."""
+
+    def __init__(self) -> None:
+        self.main = lambda *args: ("main", args)
+
+
+class _Executable:
+    """A freshly compiled executable: ``jit()`` yields the runnable module."""
+
+    def __init__(self, module: _Module) -> None:
+        self.module = module
+        self.jits = 0
+
+    def jit(self) -> _Module:
+        self.jits += 1
+        return self.module
+
+
+class _Adapter:
+    def __init__(self, executable: Any, result_idx: Optional[list] = None) -> None:
+        self.executable = executable
+        self.result_idx = result_idx
+
+    def _get_executable(self) -> Any:
+        if isinstance(self.executable, Exception):
+            raise self.executable
+        return self.executable
+
+
+class _Compiled:
+    def __init__(self, adapter: Any = None) -> None:
+        if adapter is not None:
+            self.adapter = adapter
+
+    def __call__(self, *args: Any) -> Any:
+        return ("wrapper", args)
+
+
+def test_a_fresh_executable_is_resolved_to_its_entry_function_once() -> None:
+    module = _Module()
+    executable = _Executable(module)
+    launcher = direct_launcher(_Compiled(_Adapter(executable)))
+    assert launcher is module.main
+    assert executable.jits == 1
+    assert launcher(1, 2) == ("main", (1, 2))
+
+
+def test_a_module_loaded_from_the_cache_launches_its_entry_function() -> None:
+    module = _Module()
+    assert direct_launcher(_Compiled(_Adapter(module))) is module.main
+
+
+def test_programs_that_allocate_outputs_keep_the_wrapper() -> None:
+    compiled = _Compiled(_Adapter(_Module(), result_idx=[1]))
+    assert direct_launcher(compiled) is compiled
+
+
+def test_other_backends_keep_the_wrapper() -> None:
+    plain = _Compiled()
+    assert direct_launcher(plain) is plain
+    failing = _Compiled(_Adapter(RuntimeError("no executable")))
+    assert direct_launcher(failing) is failing
