@@ -233,6 +233,13 @@ def test_transposes_are_copied_and_outputs_are_contiguous() -> None:
     assert _Softmax(5, 1)._run_kernel(transposed).is_contiguous()
 
 
+def test_a_size_one_axis_of_any_stride_reaches_the_kernel_with_unit_stride() -> None:
+    column = torch.randn(1, 4, dtype=torch.float64).t()  # (4, 1), strides (1, 4): contiguous
+    assert column.is_contiguous() and column.stride(-1) == 4
+    launches, _ = _run(column, -1)
+    assert all(stride[-1] == 1 for _, stride in launches[0])
+
+
 def test_backward_inputs_get_their_own_views() -> None:
     g = torch.randn(3, 20, dtype=torch.float64)[:, :16]
     y = torch.randn(3, 16, dtype=torch.float64)

@@ -12,7 +12,7 @@ from typing import Iterable, Sequence, Tuple, Union
 Shape = Tuple[int, ...]
 Dims = Union[None, int, Sequence[int]]
 
-__all__ = ["numel", "prod", "broadcast_shapes", "reduced_shape", "normalize_dims", "axis_size", "HELPERS"]
+__all__ = ["numel", "prod", "broadcast_shapes", "reduced_shape", "shape_without_axes", "normalize_dims", "axis_size", "HELPERS"]
 
 
 def prod(values: Iterable[int]) -> int:
@@ -59,7 +59,11 @@ def normalize_dims(dims: Dims, ndim: int) -> Tuple[int, ...]:
 
 def reduced_shape(shape: Sequence[int], dims: Dims, keepdim: bool = False) -> Shape:
     """Shape after reducing ``dims`` (``None``: all) with or without ``keepdim``."""
-    axes = set(normalize_dims(dims, len(shape)))
+    return shape_without_axes(shape, normalize_dims(dims, len(shape)), keepdim)
+
+
+def shape_without_axes(shape: Sequence[int], axes: Sequence[int], keepdim: bool = False) -> Shape:
+    """``reduced_shape`` for axes already normalized (non-negative)."""
     if keepdim:
         return tuple(1 if i in axes else s for i, s in enumerate(shape))
     return tuple(s for i, s in enumerate(shape) if i not in axes)

@@ -128,7 +128,7 @@ class ReductionOp(Op):
     def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         axes = rules.normalize_dims(self.dim, len(shape))
-        out_shape = _reduced_shape(shape, axes, self.keepdim)
+        out_shape = rules.shape_without_axes(shape, axes, self.keepdim)
         if not shape:  # a scalar reduces as a one-element vector
             x, axes = x.reshape(1), (0,)
         kernel_cls = self.kernel_map[self.kernel_key]
@@ -174,9 +174,3 @@ class ReductionOp(Op):
             stop = min(outer, start + per_launch)
             kernel(view[start:stop], out[start:stop])
 
-
-def _reduced_shape(shape: Sequence[int], axes: Tuple[int, ...], keepdim: bool) -> Tuple[int, ...]:
-    """``rules.reduced_shape`` for axes already normalized."""
-    if keepdim:
-        return tuple(1 if i in axes else s for i, s in enumerate(shape))
-    return tuple(s for i, s in enumerate(shape) if i not in axes)

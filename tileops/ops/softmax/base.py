@@ -106,7 +106,7 @@ class SoftmaxFamilyOp(Op):
         # tensors that already have the kernel's shape take no view).
         first = inputs[0]
         shape = first.shape
-        if first.is_contiguous():
+        if first.is_contiguous() and first.stride(-1) == 1:
             out = torch.empty_like(first)
         else:
             out = torch.empty(tuple(shape), dtype=first.dtype, device=first.device)
@@ -117,11 +117,13 @@ class SoftmaxFamilyOp(Op):
         dim = self.dim % len(shape)
         inner = math.prod(shape[dim + 1:])
         kernel_shape = (numel // (N * inner), N) if inner == 1 else (numel // (N * inner), N, inner)
+        # (A contiguous tensor whose last axis has size 1 may carry any stride there.)
         if shape == kernel_shape:
-            views = [t if t.is_contiguous() else kernel_view(t, dim, N) for t in inputs]
+            views = [t if t.is_contiguous() and t.stride(-1) == 1 else kernel_view(t, dim, N) for t in inputs]
             out_view = out
         else:
-            views = [t.view(kernel_shape) if t.is_contiguous() else kernel_view(t, dim, N) for t in inputs]
+            views = [t.view(kernel_shape) if t.is_contiguous() and t.stride(-1) == 1 else kernel_view(t, dim, N)
+                     for t in inputs]
             out_view = out.view(kernel_shape)
         device = first.device
         kernel = self._kernel(self.kernel_key, (device.index,))
