@@ -69,3 +69,17 @@ def test_other_backends_keep_the_wrapper() -> None:
     assert direct_launcher(plain) is plain
     failing = _Compiled(_Adapter(RuntimeError("no executable")))
     assert direct_launcher(failing) is failing
+
+
+def test_empty_contiguous_is_contiguous_with_unit_rows_whatever_its_model() -> None:
+    import torch
+
+    from tileops.kernels.launch import empty_contiguous, has_unit_rows
+
+    column = torch.randn(1, 4).t()  # (4, 1), strides (1, 4): contiguous, yet no unit last stride
+    assert column.is_contiguous() and not has_unit_rows(column)
+    for like, shape in [(torch.randn(3, 5), (3, 5)), (column, (4, 1)), (torch.randn(4, 6)[:, ::2], (4, 3)),
+                        (torch.randn(2, 8), (2, 4))]:
+        out = empty_contiguous(like, shape)
+        assert out.shape == shape and out.dtype == like.dtype and has_unit_rows(out)
+        assert out.stride() == torch.empty(shape).stride()

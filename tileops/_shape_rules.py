@@ -12,7 +12,10 @@ from typing import Iterable, Sequence, Tuple, Union
 Shape = Tuple[int, ...]
 Dims = Union[None, int, Sequence[int]]
 
-__all__ = ["numel", "prod", "broadcast_shapes", "reduced_shape", "shape_without_axes", "normalize_dims", "axis_size", "HELPERS"]
+__all__ = [
+    "numel", "prod", "broadcast_shapes", "reduced_shape", "shape_without_axes", "normalize_dims", "axis_size",
+    "HELPERS",
+]
 
 
 def prod(values: Iterable[int]) -> int:

@@ -5,11 +5,12 @@ importing TileLang.
 """
 
 import contextlib
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
-__all__ = ["ALIGNMENT", "aligned_contiguous", "direct_launcher", "on_device", "widest_access"]
+__all__ = ["ALIGNMENT", "aligned_contiguous", "direct_launcher", "empty_contiguous", "has_unit_rows", "on_device",
+           "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
 ALIGNMENT = 16
@@ -25,6 +26,27 @@ def aligned_contiguous(tensor: torch.Tensor) -> torch.Tensor:
         # A view at an odd offset into its storage: a fresh allocation is aligned.
         return tensor.clone()
     return tensor
+
+
+def has_unit_rows(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is contiguous with a unit-stride last axis.
+
+    A contiguous tensor whose last axis has size 1 may carry any stride there, and the
+    programs read their innermost axis with unit stride.
+    """
+    return tensor.is_contiguous() and (tensor.dim() == 0 or tensor.stride(-1) == 1)
+
+
+def empty_contiguous(like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """An uninitialised contiguous tensor of ``shape`` with ``like``'s dtype and device.
+
+    Runs on every call of an op: ``empty_like`` of a contiguous tensor of the same shape
+    is several times cheaper than ``torch.empty``, which is itself cheaper given a tuple
+    than a ``torch.Size``.
+    """
+    if like.shape == shape and has_unit_rows(like):
+        return torch.empty_like(like)
+    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
 
 
 def widest_access(tensor: torch.Tensor, strides: int, cap: int) -> int:

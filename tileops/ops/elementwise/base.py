@@ -28,7 +28,7 @@ import torch
 
 from tileops import _shape_rules as rules
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import on_device
+from tileops.kernels.launch import empty_contiguous, on_device
 from tileops.ops.op_base import Op
 
 __all__ = [
@@ -80,22 +80,11 @@ class UnaryElementwiseOp(ElementwiseFamilyOp):
 
     def _run_kernel(self, *inputs: torch.Tensor) -> torch.Tensor:
         x = inputs[-1]
-        out = _empty_contiguous(x, x.shape)
+        out = empty_contiguous(x, x.shape)
         if out.numel() == 0:
             return out
         self._launch(x.device, *(_flat(t) for t in inputs), _flat(out))
         return out
-
-
-def _empty_contiguous(like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-    """A contiguous tensor of ``shape`` with ``like``'s dtype and device.
-
-    Runs on every call: ``empty_like`` of a contiguous tensor of the same shape is several
-    times cheaper than ``torch.empty``, which is itself cheaper given a tuple than a ``Size``.
-    """
-    if like.is_contiguous() and like.shape == shape:
-        return torch.empty_like(like)
-    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
 
 
 def _flat(tensor: torch.Tensor) -> torch.Tensor:
@@ -142,7 +131,7 @@ class GatedElementwiseOp(ElementwiseFamilyOp):
         backward = len(inputs) == 2
         half = self.N // 2
         out_shape = x.shape if backward else x.shape[:-1] + (half,)
-        out = _empty_contiguous(x, out_shape)
+        out = empty_contiguous(x, out_shape)
         if out.numel() == 0:
             return out
         views = [row_view(t, half if backward and index == 0 else self.N) for index, t in enumerate(inputs)]
@@ -172,7 +161,7 @@ class BinaryElementwiseOp(ElementwiseFamilyOp):
     def _run_kernel(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         same_shape = a.shape == b.shape
         out_shape = a.shape if same_shape else rules.broadcast_shapes(a.shape, b.shape)
-        out = _empty_contiguous(a, out_shape)
+        out = empty_contiguous(a, out_shape)
         if out.numel() == 0:
             return out
         if same_shape and a.is_contiguous() and b.is_contiguous():

@@ -17,7 +17,7 @@ from typing import Hashable, List, Optional, Sequence, Tuple
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import on_device
+from tileops.kernels.launch import empty_contiguous, has_unit_rows, on_device
 from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
@@ -101,15 +101,10 @@ class SoftmaxFamilyOp(Op):
 
     def _run_kernel(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The contiguous output: the kernel on the inputs' axis views."""
-        # Runs on every call: each step is chosen for its host cost (``empty_like`` of a
-        # contiguous tensor is several times cheaper than ``torch.empty(shape, ...)``, and
-        # tensors that already have the kernel's shape take no view).
+        # Runs on every call: tensors that already have the kernel's shape take no view.
         first = inputs[0]
         shape = first.shape
-        if first.is_contiguous() and first.stride(-1) == 1:
-            out = torch.empty_like(first)
-        else:
-            out = torch.empty(tuple(shape), dtype=first.dtype, device=first.device)
+        out = empty_contiguous(first, shape)
         numel = out.numel()
         if numel == 0:
             return out
@@ -117,14 +112,10 @@ class SoftmaxFamilyOp(Op):
         dim = self.dim % len(shape)
         inner = math.prod(shape[dim + 1:])
         kernel_shape = (numel // (N * inner), N) if inner == 1 else (numel // (N * inner), N, inner)
-        # (A contiguous tensor whose last axis has size 1 may carry any stride there.)
-        if shape == kernel_shape:
-            views = [t if t.is_contiguous() and t.stride(-1) == 1 else kernel_view(t, dim, N) for t in inputs]
-            out_view = out
-        else:
-            views = [t.view(kernel_shape) if t.is_contiguous() and t.stride(-1) == 1 else kernel_view(t, dim, N)
-                     for t in inputs]
-            out_view = out.view(kernel_shape)
+        reshape = shape != kernel_shape
+        views = [(t.view(kernel_shape) if reshape else t) if has_unit_rows(t) else kernel_view(t, dim, N)
+                 for t in inputs]
+        out_view = out.view(kernel_shape) if reshape else out
         device = first.device
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
