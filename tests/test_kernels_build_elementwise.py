@@ -36,6 +36,7 @@ from tileops.ops.elementwise.base import (
     BinaryElementwiseOp,
     GatedElementwiseOp,
     UnaryElementwiseOp,
+    expanded_strides,
     fold_broadcast,
     row_view,
 )
@@ -358,9 +359,16 @@ def test_binary_base_copies_only_what_the_kernel_cannot_read() -> None:
 
 
 def test_fold_broadcast_drops_unit_axes_and_merges_neighbours() -> None:
+    def strides(out_shape: Tuple[int, ...], *operands: torch.Tensor) -> List[Tuple[int, ...]]:
+        return [expanded_strides(t.shape, t.stride(), out_shape) for t in operands]
+
     a, b = _randn(2, 1, 3, 4), _randn(3, 4)
-    assert fold_broadcast((2, 1, 3, 4), [a, b]) == [(2, (12, 0)), (12, (1, 1))]
-    assert math.prod(size for size, _ in fold_broadcast((2, 5, 3), [_randn(2, 5, 3), _randn(1, 5, 1)])) == 30
+    for got, operand in zip(strides((2, 1, 3, 4), a, b), (a, b)):  # size-1 axes of the output never fold
+        assert [step for axis, step in enumerate(got) if axis != 1] == \
+            [step for axis, step in enumerate(operand.expand(2, 1, 3, 4).stride()) if axis != 1]
+    assert fold_broadcast((2, 1, 3, 4), strides((2, 1, 3, 4), a, b)) == [(2, (12, 0)), (12, (1, 1))]
+    folded = fold_broadcast((2, 5, 3), strides((2, 5, 3), _randn(2, 5, 3), _randn(1, 5, 1)))
+    assert math.prod(size for size, _ in folded) == 30
 
 
 def test_kernel_cache_key_ignores_shapes() -> None:
@@ -474,3 +482,26 @@ def test_emulated_launches_split_large_tensors(emulated: None, monkeypatch: pyte
     _check_kernel_path(cases.build("AddFwdOp", torch.float32), [torch.randn(3, 5000), torch.randn(5000)])
     _check_kernel_path(cases.build("MulFwdOp", torch.float32), [torch.randn(4, 3, 700), torch.randn(4, 1, 700)])
     _check_kernel_path(cases.build("MulFwdOp", torch.float32), [torch.randn(3, 5000), torch.randn(3, 5000)])
+
+
+def test_binary_layouts_are_remembered_per_geometry_and_read_each_call_in_place() -> None:
+    op = _Binary()
+    kernel = op.kernel_map["add"]
+    wide = _randn(5, 12)
+    cases = [(_randn(5, 6), _randn(6)), (_randn(6, 5).t(), torch.ones(5, 1, dtype=torch.float64)),
+             (_randn(3, 1, 4, 1, 5), _randn(1, 2, 1, 6, 1)), (_randn(4, 1).expand(4, 6), _randn(4, 1).expand(4, 6))]
+    for a, b in cases:
+        first = op._run_kernel(a, b)
+        views = kernel.launches[-1]
+        if a.is_contiguous():
+            a.copy_(torch.randn_like(a))
+        torch.testing.assert_close(op._run_kernel(a, b), a + b)  # the remembered layout, new values
+        assert kernel.launches[-1][:2] == views[:2]
+        assert first.shape == (a + b).shape
+    remembered = len(op._layouts)
+    assert remembered == len(cases)
+    # One geometry at two offsets into the same storage: each call reads its own elements.
+    for start in (0, 3, 6):
+        torch.testing.assert_close(op._run_kernel(wide[:, start:start + 6], wide[0, :6]),
+                                   wide[:, start:start + 6] + wide[0, :6])
+    assert len(op._layouts) == remembered + 1

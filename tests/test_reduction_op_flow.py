@@ -101,3 +101,36 @@ def test_empty_inputs_launch_nothing() -> None:
     torch.testing.assert_close(total._run_kernel(torch.randn(4, 0, dtype=torch.float32)),
                                torch.zeros(4, dtype=torch.float32))
     assert kernel.views == []
+
+
+def test_layouts_are_remembered_per_geometry_and_read_each_call_in_place() -> None:
+    op = SumFwdOp(dtype=torch.float32, dim=[0, 2])
+    kernel = _with_stand_in(op, lambda view, axis: view.sum(axis))
+    inputs = [torch.randn(3, 4, 5), torch.randn(5, 4, 3).transpose(0, 2), torch.randn(3, 4, 8)[..., 1:6]]
+    for x in inputs * 2:
+        torch.testing.assert_close(op._run_kernel(x), x.sum((0, 2)))
+    assert len(op._layouts) == 3  # one geometry each; the second round reused them
+    assert [view[:2] for view in kernel.views[3:]] == [view[:2] for view in kernel.views[:3]]
+    wide = torch.randn(6, 40)
+    rows = SumFwdOp(dtype=torch.float32, dim=[-1])
+    row_kernel = _with_stand_in(rows, lambda view, axis: view.sum(axis))
+    for start in (0, 5, 17):  # one geometry at three offsets into the same storage
+        torch.testing.assert_close(rows._run_kernel(wide[:, start:start + 9]), wide[:, start:start + 9].sum(-1))
+        assert row_kernel.views[-1][2] == wide[:, start:].data_ptr()  # read in place
+    assert len(rows._layouts) == 1
+
+
+def test_layout_memo_is_bounded_and_derives_once_per_key() -> None:
+    from tileops.kernels.launch import LayoutMemo
+
+    memo: LayoutMemo[int] = LayoutMemo(capacity=4)
+    calls: List[int] = []
+
+    def derive(value: int) -> Any:
+        return lambda: calls.append(value) or value
+
+    assert [memo.get(k, derive(k)) for k in (1, 2, 1, 2)] == [1, 2, 1, 2]
+    assert calls == [1, 2]
+    for key in range(10, 20):
+        assert memo.get(key, derive(key)) == key
+    assert len(memo) <= 4

@@ -32,6 +32,8 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
+from tileops.kernels.launch import LayoutMemo
+
 __all__ = ["Kernel", "UnsupportedArchError", "SM90_BUILD_TARGET", "PASS_CONFIGS", "torch_dtype_to_tl"]
 
 logger = logging.getLogger(__name__)
@@ -95,8 +97,22 @@ class Kernel:
         self._sm_counts: Dict[int, int] = {}
         self._sm_lock = threading.Lock()
         self._config_override: Optional[Dict[str, Any]] = None
-        self.config: Dict[str, Any] = {}
+        self.config = {}
         self.init_config(config, tune)
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """The config this kernel launches with.
+
+        Assigning one (tuning does) forgets the launch plans derived from the previous one.
+        """
+        return self._config
+
+    @config.setter
+    def config(self, value: Dict[str, Any]) -> None:
+        self._config = value
+        # Per input geometry: what ``forward`` launches (kernels that plan their launches use it).
+        self._launch_plans: LayoutMemo[Any] = LayoutMemo()
 
     # ---- what subclasses supply -------------------------------------------------
     @property

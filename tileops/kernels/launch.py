@@ -5,17 +5,46 @@ importing TileLang.
 """
 
 import contextlib
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any, Callable, ContextManager, Dict, Generic, Hashable, Sequence, TypeVar
 
 import torch
 
-__all__ = ["ALIGNMENT", "aligned_contiguous", "direct_launcher", "empty_contiguous", "has_unit_rows", "on_device",
-           "widest_access"]
+__all__ = ["ALIGNMENT", "LayoutMemo", "aligned_contiguous", "direct_launcher", "empty_contiguous", "has_unit_rows",
+           "on_device", "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
 ALIGNMENT = 16
 
 _NO_SWITCH = contextlib.nullcontext()
+
+LayoutT = TypeVar("LayoutT")
+
+
+class LayoutMemo(Generic[LayoutT]):
+    """What an op derives on the host from its inputs' shapes and strides, remembered per geometry.
+
+    An eager call of a small input spends most of its time on the host: normalizing
+    axes, working out the output's shape and the views a kernel reads.  Those depend
+    only on the inputs' sizes, strides and dtypes, so an op computes them once per
+    geometry.  The memo is bounded (emptied when full, so a stream of new shapes costs
+    what it cost without one) and needs no lock: a lost race computes the same value twice.
+    """
+
+    def __init__(self, capacity: int = 512) -> None:
+        self._capacity = capacity
+        self._entries: Dict[Hashable, LayoutT] = {}
+
+    def get(self, key: Hashable, derive: Callable[[], LayoutT]) -> LayoutT:
+        layout = self._entries.get(key)
+        if layout is None:
+            layout = derive()
+            if len(self._entries) >= self._capacity:
+                self._entries.clear()
+            self._entries[key] = layout
+        return layout
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def aligned_contiguous(tensor: torch.Tensor) -> torch.Tensor:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Hashable, Mapping, NamedTuple, Optional,
 import torch
 
 from tileops.kernels.kernel_base import Kernel
+from tileops.kernels.launch import LayoutMemo
 
 __all__ = ["Op", "STRICT_DEVICE_ENV", "SHARED_INSTANCE", "BackwardWiring", "register_library_op"]
 
@@ -94,6 +95,8 @@ class Op(torch.nn.Module):
         super().__init__()
         self._kernel_cache: Dict[Hashable, Kernel] = {}
         self._kernel_cache_lock = threading.Lock()
+        # Host-side decisions per input geometry, for the families that use it (see LayoutMemo).
+        self._layouts: LayoutMemo[Any] = LayoutMemo()
         # Diagnostics only: which path the latest call took ("kernel" or "reference").
         self.last_backend: Optional[str] = None
         self._handle = next(_HANDLES)

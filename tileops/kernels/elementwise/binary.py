@@ -30,7 +30,7 @@ from tileops.kernels.elementwise.base import (
 )
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS, broadcast_program, flat_program
 from tileops.kernels.kernel_base import torch_dtype_to_tl
-from tileops.kernels.launch import widest_access
+from tileops.kernels.launch import ALIGNMENT, widest_access
 
 __all__ = ["BroadcastKernel", "AddFwdKernel", "MulFwdKernel", "launch_boxes"]
 
@@ -119,9 +119,9 @@ class BroadcastKernel(ElementwiseKernel):
             launch(a[piece], b[piece], out[piece])
 
     def _broadcast(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-        spec = self.program_for(a, b, out)
-        _, vector, a_inner, b_inner = spec
-        launch = self.launcher(spec, out.shape[0] * out.shape[1] * (out.shape[2] // vector), out.device)
+        key = (a.stride(), b.stride(), out.shape, out.stride(), a.data_ptr() % ALIGNMENT, b.data_ptr() % ALIGNMENT,
+               out.data_ptr() % ALIGNMENT, out.device.index)
+        launch, a_inner, b_inner = self._launch_plans.get(key, lambda: self._broadcast_plan(a, b, out))
         # An operand constant along the innermost axis is passed as its (D0, D1) face.
         a_arg = a if a_inner else a[:, :, 0]
         b_arg = b if b_inner else b[:, :, 0]
@@ -132,6 +132,12 @@ class BroadcastKernel(ElementwiseKernel):
             launch(a_arg[s0:e0, s1:e1, s2:e2] if a_inner else a_arg[s0:e0, s1:e1],
                    b_arg[s0:e0, s1:e1, s2:e2] if b_inner else b_arg[s0:e0, s1:e1],
                    out[s0:e0, s1:e1, s2:e2])
+
+    def _broadcast_plan(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Tuple[Any, bool, bool]:
+        """(launcher, whether a and b vary along the innermost axis) of every call with this geometry."""
+        spec = self.program_for(a, b, out)
+        _, vector, a_inner, b_inner = spec
+        return self.launcher(spec, out.shape[0] * out.shape[1] * (out.shape[2] // vector), out.device), a_inner, b_inner
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         """Random flat operands of ``rows * 4096`` elements and a preallocated output."""

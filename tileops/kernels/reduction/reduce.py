@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
-from tileops.kernels.launch import direct_launcher, widest_access
+from tileops.kernels.launch import ALIGNMENT, direct_launcher, widest_access
 from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
 from tileops.kernels.sizes import (
     ACCUM,
@@ -754,17 +754,25 @@ class ReductionKernel(Kernel):
 
     def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """Write the reduction of ``x`` into ``out`` and return it."""
+        device = x.device
+        key = (x.shape, x.stride(), x.data_ptr() % ALIGNMENT, device.index)
+        launch, combine, partials_shape = self._launch_plans.get(key, lambda: self._planned_launch(x))
+        if combine is None:
+            launch(x, out)
+            return out
+        partials = torch.empty(partials_shape, dtype=torch.float64, device=device)
+        launch(x, partials)
+        combine(partials, out.view(partials_shape[0], partials_shape[2]))
+        return out
+
+    def _planned_launch(self, x: torch.Tensor) -> Tuple[Any, Optional[Any], Tuple[int, ...]]:
+        """(launcher, combine launcher or None, partials shape) of every call with ``x``'s geometry and alignment."""
         name, params, segments = self.launch_plan(x, self.sm_count(x.device))
         if segments == 1:
-            self._launcher(name, params)(x, out)
-            return out
-        outer = x.shape[0]
+            return self._launcher(name, params), None, ()
         inner = 1 if x.dim() == 2 else x.shape[2]
-        width = REDUCERS[self.reducer].partial_width
-        partials = torch.empty((outer, segments, inner, width), dtype=torch.float64, device=x.device)
-        self._launcher(name, params)(x, partials)
-        self._launcher(COMBINE, self._combine_params(segments))(partials, out.view(outer, inner))
-        return out
+        shape = (x.shape[0], segments, inner, REDUCERS[self.reducer].partial_width)
+        return self._launcher(name, params), self._launcher(COMBINE, self._combine_params(segments)), shape
 
 
 class SumKernel(ReductionKernel):

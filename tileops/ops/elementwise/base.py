@@ -21,6 +21,7 @@ outputs are.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Hashable, List, Optional, Sequence, Tuple
 
@@ -33,7 +34,7 @@ from tileops.ops.op_base import Op
 
 __all__ = [
     "ElementwiseFamilyOp", "UnaryElementwiseOp", "GatedElementwiseOp", "BinaryElementwiseOp",
-    "row_view", "fold_broadcast",
+    "BinaryLayout", "binary_layout", "contiguous_strides", "expanded_strides", "fold_broadcast", "row_view",
 ]
 
 logger = logging.getLogger(__name__)
@@ -139,15 +140,42 @@ class GatedElementwiseOp(ElementwiseFamilyOp):
         return out
 
 
-def fold_broadcast(out_shape: Sequence[int], operands: Sequence[torch.Tensor]) -> List[Axis]:
-    """The output's axes with each operand's strides after broadcasting, size-1 axes dropped and
-    neighbours merged wherever every operand steps through them as one axis (outermost first)."""
-    strides = [t.expand(tuple(out_shape)).stride() for t in operands]
+def expanded_strides(shape: Sequence[int], strides: Sequence[int], out_shape: Sequence[int]) -> Tuple[int, ...]:
+    """The strides of a tensor of ``shape``/``strides`` broadcast to ``out_shape`` (0 along broadcast axes)."""
+    lead = len(out_shape) - len(shape)
+    return tuple(0 if axis < lead or shape[axis - lead] != size else strides[axis - lead]
+                 for axis, size in enumerate(out_shape))
+
+
+def contiguous_strides(shape: Sequence[int]) -> Tuple[int, ...]:
+    """The strides ``torch.Tensor.contiguous`` gives a tensor of ``shape``."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """``torch.Tensor.is_contiguous`` from a shape and strides (size-1 axes may carry any stride)."""
+    if 0 in shape:
+        return True
+    expected = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def fold_broadcast(out_shape: Sequence[int], operand_strides: Sequence[Sequence[int]]) -> List[Axis]:
+    """The output's axes with each operand's strides along them (``expanded_strides``), size-1 axes
+    dropped and neighbours merged wherever every operand steps through them as one axis (outermost first)."""
     axes: List[Axis] = []
     for axis, size in enumerate(out_shape):
         if size == 1:
             continue
-        steps = tuple(s[axis] for s in strides)
+        steps = tuple(s[axis] for s in operand_strides)
         if axes and all(outer == inner * size for outer, inner in zip(axes[-1][1], steps)):
             axes[-1] = (axes[-1][0] * size, steps)
         else:
@@ -155,51 +183,85 @@ def fold_broadcast(out_shape: Sequence[int], operands: Sequence[torch.Tensor]) -
     return axes
 
 
+# How ``BinaryLayout`` prepares an operand: read it as it is, copy it contiguous, or
+# materialize it at the output's shape.
+KEEP, CONTIGUOUS, EXPAND = "keep", "contiguous", "expand"
+
+
+@dataclasses.dataclass(frozen=True)
+class BinaryLayout:
+    """What every call with one pair of operand geometries does on the host (see the module docstring).
+
+    ``sizes`` is None for the flat program over 1-D views, else the ``(D0, D1, D2)``
+    problem with each prepared operand's ``strides`` along it.
+    """
+
+    out_shape: Tuple[int, ...]
+    prepare: Tuple[str, str]
+    sizes: Optional[Tuple[int, ...]]
+    strides: Tuple[Tuple[int, ...], ...]
+
+    def operands(self, a: torch.Tensor, b: torch.Tensor) -> List[torch.Tensor]:
+        """``a`` and ``b`` as the kernel reads them."""
+        views = []
+        for tensor, how, strides in zip((a, b), self.prepare, self.strides):
+            if how == CONTIGUOUS:
+                tensor = tensor.contiguous()
+            elif how == EXPAND:
+                tensor = tensor.expand(self.out_shape).contiguous()
+            if self.sizes is None:
+                views.append(tensor if tensor.dim() == 1 else tensor.view(-1))
+            else:
+                views.append(tensor.as_strided(self.sizes, strides))
+        return views
+
+
+def binary_layout(a: Tuple[Sequence[int], Sequence[int]], b: Tuple[Sequence[int], Sequence[int]]) -> BinaryLayout:
+    """The layout of operands with these ``(shape, strides)`` (see ``BinaryLayout``)."""
+    shapes = (tuple(a[0]), tuple(b[0]))
+    out_shape = shapes[0] if shapes[0] == shapes[1] else rules.broadcast_shapes(*shapes)
+    contiguous = [is_contiguous(shape, strides) for shape, strides in zip(shapes, (a[1], b[1]))]
+    if shapes[0] == shapes[1] and all(contiguous):
+        return BinaryLayout(out_shape, (KEEP, KEEP), None, ((), ()))
+    prepare = [KEEP, KEEP]
+    strides = [expanded_strides(shape, s, out_shape) for shape, s in zip(shapes, (a[1], b[1]))]
+    axes = fold_broadcast(out_shape, strides)
+    if not axes:  # one element
+        return BinaryLayout(out_shape, (CONTIGUOUS, CONTIGUOUS), None, ((), ()))
+    # The kernel reads an operand along the innermost axis with unit stride, or not at all;
+    # a contiguous copy always has one of those (its innermost axis is the output's, or broadcast).
+    for index, step in enumerate(axes[-1][1]):
+        if step not in (0, 1):
+            prepare[index] = CONTIGUOUS
+            strides[index] = expanded_strides(shapes[index], contiguous_strides(shapes[index]), out_shape)
+    if all(step == 0 for step in fold_broadcast(out_shape, strides)[-1][1]):
+        # Both constant along the innermost axis (expanded inputs): one of them must vary.
+        prepare[0] = EXPAND
+        strides[0] = contiguous_strides(out_shape)
+    axes = fold_broadcast(out_shape, strides)
+    if len(axes) > KERNEL_AXES:
+        logger.debug("broadcast of %s and %s folds into %d axes; materializing the operands",
+                     shapes[0], shapes[1], len(axes))
+        full = [KEEP if shape == out_shape and flat else EXPAND for shape, flat in zip(shapes, contiguous)]
+        return BinaryLayout(out_shape, (full[0], full[1]), None, ((), ()))
+    axes = [(1, (0, 0))] * (KERNEL_AXES - len(axes)) + axes
+    sizes = tuple(size for size, _ in axes)
+    return BinaryLayout(out_shape, (prepare[0], prepare[1]), sizes,
+                        tuple(tuple(steps[i] for _, steps in axes) for i in range(2)))
+
+
 class BinaryElementwiseOp(ElementwiseFamilyOp):
     """``y = f(a, b)`` with PyTorch broadcasting (see the module docstring)."""
 
     def _run_kernel(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        same_shape = a.shape == b.shape
-        out_shape = a.shape if same_shape else rules.broadcast_shapes(a.shape, b.shape)
-        out = empty_contiguous(a, out_shape)
+        layout = self._layouts.get((a.shape, a.stride(), b.shape, b.stride()),
+                                   lambda: binary_layout((a.shape, a.stride()), (b.shape, b.stride())))
+        out = empty_contiguous(a, layout.out_shape)
         if out.numel() == 0:
             return out
-        if same_shape and a.is_contiguous() and b.is_contiguous():
-            self._launch(a.device, _flat(a), _flat(b), _flat(out))
-            return out
-        a, b, axes = self._folded_operands(out_shape, a, b)
-        if axes is None:
-            self._launch(a.device, a.view(-1), b.view(-1), out.view(-1))
-            return out
-        sizes = tuple(size for size, _ in axes)
-        views = [t.as_strided(sizes, tuple(steps[i] for _, steps in axes)) for i, t in enumerate((a, b))]
-        self._launch(a.device, *views, out.view(sizes))
+        operands = layout.operands(a, b)
+        if layout.sizes is None:
+            self._launch(a.device, *operands, out if out.dim() == 1 else out.view(-1))
+        else:
+            self._launch(a.device, *operands, out.view(layout.sizes))
         return out
-
-    def _folded_operands(self, out_shape: Sequence[int], a: torch.Tensor,
-                         b: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Optional[List[Axis]]]:
-        """``(a, b, axes)``: operands (copied where needed) and their three folded axes, or
-        ``(a, b, None)`` with both operands contiguous at the output's shape (the flat fallback)."""
-        operands = [a, b]
-        axes = fold_broadcast(out_shape, operands)
-        if not axes:  # one element
-            return a.reshape(1).contiguous(), b.reshape(1).contiguous(), None
-        # The kernel reads an operand along the innermost axis with unit stride, or not at all;
-        # a contiguous copy always has one of those (its innermost axis is the output's, or broadcast).
-        inner = axes[-1][1]
-        for index, step in enumerate(inner):
-            if step not in (0, 1):
-                operands[index] = operands[index].contiguous()
-        if inner == (0, 0):
-            # Both constant along the innermost axis (expanded inputs): one of them must vary.
-            operands[0] = operands[0].expand(tuple(out_shape)).contiguous()
-        if operands[0] is not a or operands[1] is not b:
-            axes = fold_broadcast(out_shape, operands)
-        if len(axes) > KERNEL_AXES:
-            logger.debug("%s: broadcast of %s and %s folds into %d axes; materializing the operands",
-                         type(self).__name__, tuple(a.shape), tuple(b.shape), len(axes))
-            full = [t if tuple(t.shape) == tuple(out_shape) and t.is_contiguous()
-                    else t.expand(tuple(out_shape)).contiguous() for t in operands]
-            return full[0], full[1], None
-        padding = [(1, (0, 0))] * (KERNEL_AXES - len(axes))
-        return operands[0], operands[1], padding + axes

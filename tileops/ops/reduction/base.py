@@ -11,6 +11,7 @@ tensor.  Extents and strides are TileLang symbolic values, so one kernel per
 device and layout kind (rows or columns) serves every shape.
 """
 
+import dataclasses
 import math
 from typing import Hashable, Optional, Sequence, Tuple
 
@@ -22,9 +23,42 @@ from tileops.kernels.launch import on_device
 from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
-__all__ = ["ReductionOp", "reduction_view"]
+__all__ = ["CallLayout", "ReductionOp", "ViewSpec", "reduction_view", "reduction_view_spec"]
 
 ROWS, COLUMNS = 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewSpec:
+    """How an input of one shape and stride becomes the kernel's view.
+
+    ``order``: ``None`` reads the input in place; otherwise it is copied once,
+    its axes permuted into ``order``.  ``size``/``stride``: the view of the
+    (copied) tensor, ``None`` when it already is the view.
+    """
+
+    order: Optional[Tuple[int, ...]]
+    size: Optional[Tuple[int, ...]]
+    stride: Optional[Tuple[int, ...]]
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        if self.order is not None:
+            x = x.permute(self.order).contiguous()
+        return x if self.size is None else x.as_strided(self.size, self.stride)
+
+
+@dataclasses.dataclass(frozen=True)
+class CallLayout:
+    """What every call with one input shape, stride and dtype does on the host (see ``ReductionOp``)."""
+
+    out_shape: Tuple[int, ...]
+    out_dtype: torch.dtype
+    # "launch", or "empty" (nothing to write) / "fill" (the empty reduction's value) without a launch.
+    action: str
+    view: ViewSpec
+    rank: int
+    # The output as the kernel writes it: ``(rows,)`` or ``(outer, inner)``; None: the output itself.
+    out_view: Optional[Tuple[int, ...]]
 
 
 def _folded_stride(sizes: Sequence[int], strides: Sequence[int]) -> Tuple[bool, Optional[int]]:
@@ -42,9 +76,8 @@ def _folded_stride(sizes: Sequence[int], strides: Sequence[int]) -> Tuple[bool, 
     return True, stride
 
 
-def _strided_view(x: torch.Tensor, first: int, last: int) -> Optional[torch.Tensor]:
-    """``x`` as ``(outer, N)`` or ``(outer, N, inner)`` over reduced axes ``first..last``, without a copy."""
-    sizes, strides = x.shape, x.stride()
+def _strided_view(sizes: Sequence[int], strides: Sequence[int], first: int, last: int) -> Optional[ViewSpec]:
+    """``(outer, N)`` or ``(outer, N, inner)`` over reduced axes ``first..last`` in place, if the memory allows."""
     outer, N, inner = math.prod(sizes[:first]), math.prod(sizes[first:last + 1]), math.prod(sizes[last + 1:])
     outer_folds, outer_stride = _folded_stride(sizes[:first], strides[:first])
     axis_folds, axis_stride = _folded_stride(sizes[first:last + 1], strides[first:last + 1])
@@ -55,44 +88,64 @@ def _strided_view(x: torch.Tensor, first: int, last: int) -> Optional[torch.Tens
     if inner == 1:
         if axis_stride not in (None, 1):
             return None
-        return x.as_strided((outer, N), (outer_stride, 1))
+        return ViewSpec(None, (outer, N), (outer_stride, 1))
     axis_stride = inner if axis_stride is None else axis_stride
-    return x.as_strided((outer, N, inner), (outer_stride, axis_stride, 1))
+    return ViewSpec(None, (outer, N, inner), (outer_stride, axis_stride, 1))
 
 
-def reduction_view(x: torch.Tensor, axes: Tuple[int, ...]) -> torch.Tensor:
-    """``x`` as ``(rows, N)`` or ``(outer, N, inner)`` with the sorted, non-empty ``axes`` merged into ``N``.
+def reduction_view_spec(sizes: Sequence[int], strides: Sequence[int], axes: Tuple[int, ...]) -> ViewSpec:
+    """The view of a tensor of ``sizes``/``strides`` as ``(rows, N)`` or ``(outer, N, inner)``, with the
+    sorted, non-empty ``axes`` merged into ``N``.
 
     The kept axes keep their order, so the output (kept axes in order) is the
     view's rows, or its ``(outer, inner)`` positions, in row-major order.
     """
+    ndim = len(sizes)
     first, last = axes[0], axes[-1]
     if last - first + 1 == len(axes):
-        if x.is_contiguous():  # the common case, without walking the strides
-            return _contiguous_view(x, first, last)
-        view = _strided_view(x, first, last)
-        return _contiguous_view(x.contiguous(), first, last) if view is None else view
-    kept = [axis for axis in range(x.dim()) if axis not in axes]
-    moved = x.permute(*kept, *axes).contiguous()
-    return _contiguous_view(moved, len(kept), x.dim() - 1)
+        if _is_contiguous(sizes, strides):
+            return _contiguous_view(None, sizes, strides, first, last)
+        view = _strided_view(sizes, strides, first, last)
+        return _contiguous_view(tuple(range(ndim)), sizes, None, first, last) if view is None else view
+    order = tuple(axis for axis in range(ndim) if axis not in axes) + tuple(axes)
+    return _contiguous_view(order, [sizes[axis] for axis in order], None, ndim - len(axes), ndim - 1)
 
 
-def _contiguous_view(x: torch.Tensor, first: int, last: int) -> torch.Tensor:
-    """Contiguous ``x`` as ``(rows, N)`` or ``(outer, N, inner)`` over axes ``first..last``.
+def reduction_view(x: torch.Tensor, axes: Tuple[int, ...]) -> torch.Tensor:
+    """``x`` as the kernel reads it: see ``reduction_view_spec``."""
+    return reduction_view_spec(x.shape, x.stride(), axes).apply(x)
 
-    Runs on every call, so a tensor that already has the view's shape and strides is
-    returned as it is.  (``view`` would keep whatever strides size-1 axes of a contiguous
-    tensor carry; the programs need unit-stride rows.)
+
+def _is_contiguous(sizes: Sequence[int], strides: Sequence[int]) -> bool:
+    """``torch.Tensor.is_contiguous`` from sizes and strides (size-1 axes may carry any stride)."""
+    if 0 in sizes:
+        return True
+    expected = 1
+    for size, stride in zip(reversed(sizes), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _contiguous_view(order: Optional[Tuple[int, ...]], sizes: Sequence[int], strides: Optional[Sequence[int]],
+                     first: int, last: int) -> ViewSpec:
+    """A contiguous tensor of ``sizes`` (copied into ``order`` unless ``None``) as ``(rows, N)`` or
+    ``(outer, N, inner)`` over axes ``first..last``.
+
+    ``strides`` are the tensor's own when it is read in place: one that already has the
+    view's shape and strides is taken as it is.  (``view`` would keep whatever strides
+    size-1 axes of a contiguous tensor carry; the programs need unit-stride rows.)
     """
-    shape = x.shape
-    N, inner = math.prod(shape[first:last + 1]), math.prod(shape[last + 1:])
+    N, inner = math.prod(sizes[first:last + 1]), math.prod(sizes[last + 1:])
+    numel = math.prod(sizes)
     if inner == 1:
-        if len(shape) == 2 and first == 1 and x.stride(1) == 1:
-            return x
-        return x.as_strided((x.numel() // N, N), (N, 1))
-    if len(shape) == 3 and first == last == 1:
-        return x
-    return x.as_strided((x.numel() // (N * inner), N, inner), (N * inner, inner, 1))
+        if strides is not None and len(sizes) == 2 and first == 1 and strides[1] == 1:
+            return ViewSpec(order, None, None)
+        return ViewSpec(order, (numel // N, N), (N, 1))
+    if strides is not None and len(sizes) == 3 and first == last == 1:
+        return ViewSpec(order, None, None)
+    return ViewSpec(order, (numel // (N * inner), N, inner), (N * inner, inner, 1))
 
 
 class ReductionOp(Op):
@@ -126,28 +179,38 @@ class ReductionOp(Op):
         return input_shapes[0]
 
     def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
+        layout = self._layouts.get((x.shape, x.stride(), x.dtype), lambda: self._call_layout(x))
+        device = x.device
+        out = torch.empty(layout.out_shape, dtype=layout.out_dtype, device=device)
+        if layout.action != "launch":
+            return out if layout.action == "empty" else out.fill_(self.empty_result)
+        view = layout.view.apply(x)
+        kernel = self._kernel(self.kernel_key, (device.index, layout.rank))
+        target = out if layout.out_view is None else out.view(layout.out_view)
+        with on_device(device):
+            if layout.rank == ROWS:
+                self._launch_rows(kernel, view, target)
+            else:
+                self._launch_columns(kernel, view, target)
+        return out
+
+    def _call_layout(self, x: torch.Tensor) -> CallLayout:
+        """The host side of every call with ``x``'s shape, stride and dtype."""
+        shape, strides = tuple(x.shape), x.stride()
         axes = rules.normalize_dims(self.dim, len(shape))
         out_shape = rules.shape_without_axes(shape, axes, self.keepdim)
+        out_dtype = getattr(self.kernel_map[self.kernel_key], "out_dtype", None) or x.dtype
+        if math.prod(out_shape) == 0 or 0 in shape:
+            action = "empty" if math.prod(out_shape) == 0 else "fill"
+            return CallLayout(out_shape, out_dtype, action, ViewSpec(None, None, None), ROWS, None)
         if not shape:  # a scalar reduces as a one-element vector
-            x, axes = x.reshape(1), (0,)
-        kernel_cls = self.kernel_map[self.kernel_key]
-        device = x.device
-        out = torch.empty(out_shape, dtype=getattr(kernel_cls, "out_dtype", None) or x.dtype, device=device)
-        if out.numel() == 0:
-            return out
-        if 0 in shape:
-            return out.fill_(self.empty_result)
-        view = reduction_view(x, axes)
-        rank = view.dim()
-        kernel = self._kernel(self.kernel_key, (device.index, rank))
-        with on_device(device):
-            if rank == ROWS:
-                self._launch_rows(kernel, view, out if out.dim() == 1 else out.view(-1))
-            else:
-                outer, _, inner = view.shape
-                self._launch_columns(kernel, view, out if out.shape == (outer, inner) else out.view(outer, inner))
-        return out
+            view = ViewSpec(None, (1, 1), (1, 1))
+        else:
+            view = reduction_view_spec(shape, strides, axes)
+        size = shape if view.size is None else view.size
+        kernel_out = (size[0],) if len(size) == ROWS else (size[0], size[2])
+        return CallLayout(out_shape, out_dtype, "launch", view, len(size),
+                          None if out_shape == kernel_out else kernel_out)
 
     @staticmethod
     def _launch_rows(kernel: Kernel, view: torch.Tensor, out: torch.Tensor) -> None:
