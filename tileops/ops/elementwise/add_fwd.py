@@ -38,6 +38,7 @@ class AddFwdOp(BinaryElementwiseOp):
         "large-8k-16k": {"shapes": [(8192, 16384), (8192, 16384)], "dtype": "bfloat16", "params": {}},
         "bias-8k-16k": {"shapes": [(8192, 16384), (16384,)], "dtype": "bfloat16", "params": {}},
         "small-1x4k": {"shapes": [(1, 4096), (1, 4096)], "dtype": "bfloat16", "params": {}},
+        "bias-decode-8x4k": {"shapes": [(8, 4096), (4096,)], "dtype": "bfloat16", "params": {}},
     }
 
     def __init__(
