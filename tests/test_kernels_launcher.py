@@ -1,7 +1,10 @@
-"""``direct_launcher``: which callable launches a compiled program, with stand-ins for TileLang's
-adapter and runtime objects (what they return is all the launcher looks at)."""
+"""Launch helpers: which callable ``direct_launcher`` picks, with stand-ins for TileLang's adapter
+and runtime objects (what they return is all the launcher looks at), and the layout predicates
+the op bases decide views with."""
 
 from typing import Any, Optional
+
+import torch
 
 from tileops.kernels.launch import direct_launcher
 
@@ -83,3 +86,14 @@ def test_empty_contiguous_is_contiguous_with_unit_rows_whatever_its_model() -> N
         out = empty_contiguous(like, shape)
         assert out.shape == shape and out.dtype == like.dtype and has_unit_rows(out)
         assert out.stride() == torch.empty(shape).stride()
+
+
+def test_layout_predicates_match_torch() -> None:
+    from tileops.kernels.launch import contiguous_strides, is_contiguous
+
+    base = torch.randn(4, 1, 6, 5)
+    tensors = [base, base.transpose(0, 2), base[:, :, ::2], base[..., :3], base[:1, :, :1], base.permute(1, 0, 2, 3),
+               torch.randn(3, 0, 2).transpose(0, 2), torch.randn(5, 1).t(), torch.tensor(1.0), base.expand(2, 4, 3, 6, 5)]
+    for tensor in tensors:
+        assert is_contiguous(tensor.shape, tensor.stride()) == tensor.is_contiguous(), (tensor.shape, tensor.stride())
+        assert contiguous_strides(tensor.shape) == torch.empty(tensor.shape).stride()

@@ -5,12 +5,12 @@ importing TileLang.
 """
 
 import contextlib
-from typing import Any, Callable, ContextManager, Dict, Generic, Hashable, Sequence, TypeVar
+from typing import Any, Callable, ContextManager, Dict, Generic, Hashable, Sequence, Tuple, TypeVar
 
 import torch
 
-__all__ = ["ALIGNMENT", "LayoutMemo", "aligned_contiguous", "direct_launcher", "empty_contiguous", "has_unit_rows",
-           "on_device", "widest_access"]
+__all__ = ["ALIGNMENT", "LayoutMemo", "aligned_contiguous", "contiguous_strides", "direct_launcher", "empty_contiguous",
+           "has_unit_rows", "is_contiguous", "on_device", "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
 ALIGNMENT = 16
@@ -76,6 +76,27 @@ def empty_contiguous(like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     if like.shape == shape and has_unit_rows(like):
         return torch.empty_like(like)
     return torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
+
+
+def contiguous_strides(shape: Sequence[int]) -> Tuple[int, ...]:
+    """The strides ``torch.Tensor.contiguous`` gives a tensor of ``shape``."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """``torch.Tensor.is_contiguous`` from a shape and strides (size-1 axes may carry any stride)."""
+    if 0 in shape:
+        return True
+    expected = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def widest_access(tensor: torch.Tensor, strides: int, cap: int) -> int:

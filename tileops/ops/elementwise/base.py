@@ -29,12 +29,12 @@ import torch
 
 from tileops import _shape_rules as rules
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import empty_contiguous, on_device
+from tileops.kernels.launch import contiguous_strides, empty_contiguous, is_contiguous, on_device
 from tileops.ops.op_base import Op
 
 __all__ = [
     "ElementwiseFamilyOp", "UnaryElementwiseOp", "GatedElementwiseOp", "BinaryElementwiseOp",
-    "BinaryLayout", "binary_layout", "contiguous_strides", "expanded_strides", "fold_broadcast", "row_view",
+    "BinaryLayout", "binary_layout", "expanded_strides", "fold_broadcast", "row_view",
 ]
 
 logger = logging.getLogger(__name__)
@@ -145,27 +145,6 @@ def expanded_strides(shape: Sequence[int], strides: Sequence[int], out_shape: Se
     lead = len(out_shape) - len(shape)
     return tuple(0 if axis < lead or shape[axis - lead] != size else strides[axis - lead]
                  for axis, size in enumerate(out_shape))
-
-
-def contiguous_strides(shape: Sequence[int]) -> Tuple[int, ...]:
-    """The strides ``torch.Tensor.contiguous`` gives a tensor of ``shape``."""
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
-def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    """``torch.Tensor.is_contiguous`` from a shape and strides (size-1 axes may carry any stride)."""
-    if 0 in shape:
-        return True
-    expected = 1
-    for size, stride in zip(reversed(shape), reversed(strides)):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def fold_broadcast(out_shape: Sequence[int], operand_strides: Sequence[Sequence[int]]) -> List[Axis]:

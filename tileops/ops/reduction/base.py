@@ -19,7 +19,7 @@ import torch
 
 from tileops import _shape_rules as rules
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import on_device
+from tileops.kernels.launch import is_contiguous, on_device
 from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
@@ -103,7 +103,7 @@ def reduction_view_spec(sizes: Sequence[int], strides: Sequence[int], axes: Tupl
     ndim = len(sizes)
     first, last = axes[0], axes[-1]
     if last - first + 1 == len(axes):
-        if _is_contiguous(sizes, strides):
+        if is_contiguous(sizes, strides):
             return _contiguous_view(None, sizes, strides, first, last)
         view = _strided_view(sizes, strides, first, last)
         return _contiguous_view(tuple(range(ndim)), sizes, None, first, last) if view is None else view
@@ -114,18 +114,6 @@ def reduction_view_spec(sizes: Sequence[int], strides: Sequence[int], axes: Tupl
 def reduction_view(x: torch.Tensor, axes: Tuple[int, ...]) -> torch.Tensor:
     """``x`` as the kernel reads it: see ``reduction_view_spec``."""
     return reduction_view_spec(x.shape, x.stride(), axes).apply(x)
-
-
-def _is_contiguous(sizes: Sequence[int], strides: Sequence[int]) -> bool:
-    """``torch.Tensor.is_contiguous`` from sizes and strides (size-1 axes may carry any stride)."""
-    if 0 in sizes:
-        return True
-    expected = 1
-    for size, stride in zip(reversed(sizes), reversed(strides)):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _contiguous_view(order: Optional[Tuple[int, ...]], sizes: Sequence[int], strides: Optional[Sequence[int]],
