@@ -16,7 +16,8 @@ outputs are.
   along broadcast axes.  An operand without a unit or zero inner stride (a
   transpose, every other element) is copied once; a broadcast that does not
   fold into three axes (rare: e.g. ``(A, 1, B, 1, C)`` against
-  ``(1, D, 1, E, 1)``) materializes the operands at the output's shape.
+  ``(1, D, 1, E, 1)``) materializes the operands at the output's shape.  The
+  fold is worked out once per pair of operand geometries (``BinaryLayout``).
 """
 
 from __future__ import annotations

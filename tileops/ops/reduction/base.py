@@ -8,7 +8,9 @@ are contiguous.  Reduced axes that are not adjacent (``dim=(0, 2)`` of a 3-d
 tensor), and layouts no such view describes (a transpose, every other
 element), are copied once, kept axes first, into a contiguous ``(kept, N)``
 tensor.  Extents and strides are TileLang symbolic values, so one kernel per
-device and layout kind (rows or columns) serves every shape.
+device and layout kind (rows or columns) serves every shape.  These decisions
+depend only on the input's sizes, strides and dtype, so each op makes them once
+per geometry (``CallLayout``, kept in the op's ``LayoutMemo``).
 """
 
 import dataclasses
