@@ -505,3 +505,22 @@ def test_binary_layouts_are_remembered_per_geometry_and_read_each_call_in_place(
         torch.testing.assert_close(op._run_kernel(wide[:, start:start + 6], wide[0, :6]),
                                    wide[:, start:start + 6] + wide[0, :6])
     assert len(op._layouts) == remembered + 1
+
+
+def test_launchers_are_remembered_per_config_and_a_new_config_forgets_them() -> None:
+    kernel = SiluFwdKernel(dtype=torch.bfloat16, config=elementwise_default_config(torch.bfloat16))
+    compiled: List[Tuple[object, Dict[str, int]]] = []
+
+    def compile_program(spec, config=None, target="auto"):
+        compiled.append((spec, dict(config)))
+        return object()
+
+    kernel.compile_program = compile_program
+    kernel.sm_count = lambda device: 132
+    device = torch.device("cpu")
+    large = 1 << 24  # accesses enough for the configured program, not the small-call one
+    first = kernel.launcher(("flat", 8), large, device)
+    assert kernel.launcher(("flat", 8), large, device) is first and len(compiled) == 1
+    kernel.config = {**kernel.config, "unroll": 1 if kernel.config["unroll"] != 1 else 2}
+    assert kernel.launcher(("flat", 8), large, device) is not first
+    assert len(compiled) == 2 and compiled[1][1] == kernel.config

@@ -114,8 +114,6 @@ class ElementwiseKernel(Kernel):
 
     def __init__(self, dtype: torch.dtype, *, config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
         check_kernel_args(type(self).__name__, dtype)
-        # (config object, {(program spec, small call): launcher}) of the current config.
-        self._bound: Tuple[Optional[Dict[str, Any]], Dict[Tuple[ProgramSpec, bool], Any]] = (None, {})
         super().__init__(dtype, config=config, tune=tune)
 
     # ---- what subclasses supply ----------------------------------------------------------------
@@ -180,20 +178,13 @@ class ElementwiseKernel(Kernel):
     def launcher(self, spec: ProgramSpec, accesses: int, device: torch.device) -> Any:
         """The fastest callable of program ``spec`` for a call of ``accesses`` vector accesses
         (the program's work items) on ``device``, under the current config."""
-        config, launchers = self._bound
-        if config is not self.config:
-            # Launchers are cached per config object: building a compile key per call costs microseconds.
-            config, launchers = self.config, {}
-            self._bound = (config, launchers)
         sm_count = self.sm_count(device)
-        small = is_small_call(config, accesses, sm_count)
+        small = is_small_call(self.config, accesses, sm_count)
         if small:
             spec = self.small_call_spec(spec, accesses, sm_count)
-        launcher = launchers.get((spec, small))
-        if launcher is None:
-            call_config = one_access_config(config) if small else config
-            launcher = launchers[(spec, small)] = direct_launcher(self.compile_program(spec, call_config))
-        return launcher
+        # Remembered per config (assigning one forgets them): a compile key per call costs microseconds.
+        return self._launch_plans.get((spec, small), lambda: direct_launcher(
+            self.compile_program(spec, one_access_config(self.config) if small else self.config)))
 
     def flat_vector(self, tensors: Sequence[torch.Tensor]) -> int:
         """The access width that every (1-D, contiguous) tensor's address allows."""

@@ -190,7 +190,7 @@ class BinaryLayout:
             elif how == EXPAND:
                 tensor = tensor.expand(self.out_shape).contiguous()
             if self.sizes is None:
-                views.append(tensor if tensor.dim() == 1 else tensor.view(-1))
+                views.append(_flat(tensor))
             else:
                 views.append(tensor.as_strided(self.sizes, strides))
         return views
@@ -240,8 +240,5 @@ class BinaryElementwiseOp(ElementwiseFamilyOp):
         if out.numel() == 0:
             return out
         operands = layout.operands(a, b)
-        if layout.sizes is None:
-            self._launch(a.device, *operands, out if out.dim() == 1 else out.view(-1))
-        else:
-            self._launch(a.device, *operands, out.view(layout.sizes))
+        self._launch(a.device, *operands, _flat(out) if layout.sizes is None else out.view(layout.sizes))
         return out

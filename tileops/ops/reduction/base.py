@@ -190,13 +190,11 @@ class ReductionOp(Op):
         axes = rules.normalize_dims(self.dim, len(shape))
         out_shape = rules.shape_without_axes(shape, axes, self.keepdim)
         out_dtype = getattr(self.kernel_map[self.kernel_key], "out_dtype", None) or x.dtype
-        if math.prod(out_shape) == 0 or 0 in shape:
-            action = "empty" if math.prod(out_shape) == 0 else "fill"
+        if 0 in shape:  # nothing to write, or the empty reduction's value: no launch
+            action = "empty" if 0 in out_shape else "fill"
             return CallLayout(out_shape, out_dtype, action, ViewSpec(None, None, None), ROWS, None)
-        if not shape:  # a scalar reduces as a one-element vector
-            view = ViewSpec(None, (1, 1), (1, 1))
-        else:
-            view = reduction_view_spec(shape, strides, axes)
+        # A scalar reduces as a one-element vector.
+        view = reduction_view_spec(shape, strides, axes) if shape else ViewSpec(None, (1, 1), (1, 1))
         size = shape if view.size is None else view.size
         kernel_out = (size[0],) if len(size) == ROWS else (size[0], size[2])
         return CallLayout(out_shape, out_dtype, "launch", view, len(size),
@@ -226,4 +224,3 @@ class ReductionOp(Op):
         for start in range(0, outer, per_launch):
             stop = min(outer, start + per_launch)
             kernel(view[start:stop], out[start:stop])
-
