@@ -93,7 +93,8 @@ def test_layout_predicates_match_torch() -> None:
 
     base = torch.randn(4, 1, 6, 5)
     tensors = [base, base.transpose(0, 2), base[:, :, ::2], base[..., :3], base[:1, :, :1], base.permute(1, 0, 2, 3),
-               torch.randn(3, 0, 2).transpose(0, 2), torch.randn(5, 1).t(), torch.tensor(1.0), base.expand(2, 4, 3, 6, 5)]
+               torch.randn(3, 0, 2).transpose(0, 2), torch.randn(5, 1).t(), torch.tensor(1.0),
+               base.expand(2, 4, 3, 6, 5)]
     for tensor in tensors:
         assert is_contiguous(tensor.shape, tensor.stride()) == tensor.is_contiguous(), (tensor.shape, tensor.stride())
         assert contiguous_strides(tensor.shape) == torch.empty(tensor.shape).stride()
