@@ -65,6 +65,9 @@ def test_rms_norm_builds_for_sm90(N: int, dtype: torch.dtype) -> None:
     assert "__global__" in source
     # Global offsets are 64-bit, so tensors over 2**31 elements are addressed correctly.
     assert "(int64_t)" in source
+    if N % 8 == 0:  # rows of a strided input are still read 16 bytes at a time
+        assert all("*(uint4*)" in line for line in source.splitlines() if "* LDX)" in line)
+        assert "* LDX)" in source
 
 
 @needs_nvcc
@@ -81,8 +84,14 @@ def test_cumsum_builds_every_program_for_sm90() -> None:
     built.update({f"{name} (64 columns)": compiled for name, compiled in columns.items()})
     lookback = CumsumFwdKernel(65544, torch.float16, config={"lookback": 1})
     built["lookback"] = lookback.compile_program(LOOKBACK_ROW_SCAN, target=SM90_BUILD_TARGET)
-    for compiled in built.values():
-        assert "(int64_t)" in compiled.get_kernel_source()
+    for name, compiled in built.items():
+        source = compiled.get_kernel_source()
+        assert "(int64_t)" in source
+        if COLUMN_SCAN not in name and COLUMN_SUMS not in name:  # row programs read rows at any stride
+            assert "int64_t LDX" in source, name
+    # The look-back scan stages rows at any stride through 16-byte asynchronous copies.
+    staged = [line for line in built["lookback"].get_kernel_source().splitlines() if "(&(X[" in line]
+    assert staged and all("cp_async_gs<16>" in line and "LDX" in line for line in staged)
 
 
 @needs_nvcc

@@ -187,6 +187,14 @@ def _source(kernel: Any, name: str, **shape: Any) -> str:
     return kernel.compile_program(name, tuple(sorted(shape.items())), target=SM90).get_kernel_source()
 
 
+def assert_strided_reads_are_16_bytes(source: str, *strides: str) -> None:
+    """Inputs read in place address rows through their symbolic stride, with 16-byte accesses still."""
+    for stride in strides:
+        reads = [line for line in source.splitlines() if f"* {stride})" in line]
+        assert reads, f"no read through {stride}"
+        assert all("*(uint4*)" in line for line in reads), reads
+
+
 @needs_nvcc
 @pytest.mark.parametrize("cls, N, dtype, shape", [
     (LayerNormFwdKernel, 4096, torch.bfloat16, {"has_weight": True, "has_bias": True}),
@@ -200,7 +208,7 @@ def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
     assert "__global__" in source
     assert "int64_t" in source  # 64-bit offsets: tensors over 2**31 elements are addressed correctly
     if kernel.N % 8 == 0 and kernel.dtype == torch.bfloat16:
-        assert "uint4" in source  # 16-byte accesses
+        assert_strided_reads_are_16_bytes(source, "LDX", *(("LDR",) if cls is FusedAddRMSNormFwdKernel else ()))
 
 
 @needs_nvcc
@@ -215,6 +223,7 @@ def test_backward_programs_build_for_sm90(cls, N, dtype, has_weight) -> None:
     kernel = cls(N, dtype)
     source = _source(kernel, kernel.main_program(), direct=False, has_weight=has_weight)
     assert "__global__" in source and "int64_t" in source
+    assert_strided_reads_are_16_bytes(source, "LDG", "LDX")
     assert "atomic" not in source.lower()  # partial sums have one owner each
     layout = kernel.layout()
     threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
@@ -398,6 +407,7 @@ def test_split_rows_launch_the_cluster_program(monkeypatch: pytest.MonkeyPatch) 
 def test_cluster_program_builds_for_sm90() -> None:
     kernel = RMSNormBwdKernel(32768, torch.bfloat16)
     source = _source(kernel, CLUSTER, ctas=8, direct=False, has_weight=True)
+    assert_strided_reads_are_16_bytes(source, "LDG", "LDX")
     # Sums swapped through distributed shared memory: asynchronous copies that count on the
     # receiving block's barrier, which each block waits on alone.
     assert "tma_store_cluster" in source and ".wait(" in source

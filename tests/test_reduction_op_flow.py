@@ -134,3 +134,6 @@ def test_layout_memo_is_bounded_and_derives_once_per_key() -> None:
     for key in range(10, 20):
         assert memo.get(key, derive(key)) == key
     assert len(memo) <= 4
+    nothing: LayoutMemo[Any] = LayoutMemo()
+    assert [nothing.get("k", lambda: calls.append(0)) for _ in range(3)] == [None] * 3
+    assert calls.count(0) == 1  # ``None`` is a remembered value, not a miss

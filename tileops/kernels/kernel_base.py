@@ -34,7 +34,7 @@ import torch
 
 from tileops.kernels.launch import LayoutMemo
 
-__all__ = ["Kernel", "UnsupportedArchError", "SM90_BUILD_TARGET", "PASS_CONFIGS", "torch_dtype_to_tl"]
+__all__ = ["Kernel", "UnsupportedArchError", "SM90_BUILD_TARGET", "PASS_CONFIGS", "strided_rows", "torch_dtype_to_tl"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,14 @@ def torch_dtype_to_tl(dtype: torch.dtype) -> str:
         return _TL_DTYPE_NAMES[dtype]
     except KeyError:
         raise TypeError(f"no TileLang dtype for {dtype}") from None
+
+
+def strided_rows(T: Any, M: Any, N: int, dtype: str, stride_name: str) -> Tuple[Any, Any]:
+    """The TileLang type of an input ``(M, N)`` whose rows lie ``stride`` elements apart, and that
+    symbolic (int64) stride.  The host hands such a tensor in place only when the stride is a
+    multiple of ``row_vector(N)``, so a program may ``T.assume(stride % vector == 0)``."""
+    stride = T.dynamic(stride_name, "int64")
+    return T.StridedTensor((M, N), (stride, 1), dtype), stride
 
 
 class UnsupportedArchError(RuntimeError):

@@ -5,17 +5,20 @@ importing TileLang.
 """
 
 import contextlib
-from typing import Any, Callable, ContextManager, Dict, Generic, Hashable, Sequence, Tuple, TypeVar
+import math
+from typing import Any, Callable, ContextManager, Dict, Generic, Hashable, Optional, Sequence, Tuple, TypeVar
 
 import torch
 
-__all__ = ["ALIGNMENT", "LayoutMemo", "aligned_contiguous", "contiguous_strides", "direct_launcher", "empty_contiguous",
-           "has_unit_rows", "is_contiguous", "on_device", "widest_access"]
+__all__ = ["ALIGNMENT", "LayoutMemo", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher", "empty_contiguous",
+           "folded_stride", "has_unit_rows", "is_contiguous", "on_device", "unit_stride_rows", "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
 ALIGNMENT = 16
 
 _NO_SWITCH = contextlib.nullcontext()
+# Marks a key the memo has not seen (``None`` is a value worth remembering).
+_MISSING: Any = object()
 
 LayoutT = TypeVar("LayoutT")
 
@@ -35,8 +38,8 @@ class LayoutMemo(Generic[LayoutT]):
         self._entries: Dict[Hashable, LayoutT] = {}
 
     def get(self, key: Hashable, derive: Callable[[], LayoutT]) -> LayoutT:
-        layout = self._entries.get(key)
-        if layout is None:
+        layout = self._entries.get(key, _MISSING)
+        if layout is _MISSING:
             layout = derive()
             if len(self._entries) >= self._capacity:
                 self._entries.clear()
@@ -97,6 +100,54 @@ def is_contiguous(shape: Sequence[int], strides: Sequence[int]) -> bool:
             return False
         expected *= size
     return True
+
+
+def folded_stride(sizes: Sequence[int], strides: Sequence[int]) -> Tuple[bool, Optional[int]]:
+    """Whether axes of ``sizes``/``strides`` step through memory as one axis, and that axis's stride
+    (``None`` when every size is 1, so that any stride would do)."""
+    stride: Optional[int] = None
+    expected = 0
+    for size, step in zip(reversed(sizes), reversed(strides)):
+        if size == 1:
+            continue
+        if stride is None:
+            stride = step
+        elif step != expected:
+            return False, None
+        expected = step * size
+    return True, stride
+
+
+def unit_stride_rows(tensor: torch.Tensor, width: int) -> Optional[torch.Tensor]:
+    """``tensor`` (its last axis of ``width`` elements) as ``(rows, width)`` with unit-stride rows
+    ``row_stride`` elements apart, without a copy; ``None`` when its memory allows no such view.
+
+    Row slices of a wider tensor and broadcast rows (stride 0) qualify; a transpose does not.
+    A 2-D tensor that already is such a view comes back as it is (a view costs a microsecond).
+    """
+    sizes, strides = tensor.shape, tensor.stride()
+    if width > 1 and strides[-1] != 1:
+        return None
+    folds, row_stride = folded_stride(sizes[:-1], strides[:-1])
+    if not folds:
+        return None
+    if row_stride is None:  # one row: any stride addresses it
+        row_stride = width
+    if len(sizes) == 2 and strides[0] == row_stride and strides[1] == 1:
+        return tensor
+    return tensor.as_strided((math.prod(sizes[:-1]), width), (row_stride, 1))
+
+
+def aligned_rows(tensor: torch.Tensor, width: int, access: int) -> torch.Tensor:
+    """``tensor`` as ``(rows, width)`` for programs that read unit-stride rows ``access`` elements at a
+    time from 16-byte aligned starts (``kernel_base.strided_rows``): in place when its memory allows
+    (``unit_stride_rows``, a row stride that is a multiple of ``access``, an aligned start), else
+    an aligned contiguous copy."""
+    view = unit_stride_rows(tensor, width)
+    if view is None or view.data_ptr() % ALIGNMENT or view.stride(0) % access:
+        view = aligned_contiguous(tensor)
+        return view if view.dim() == 2 else view.view(-1, width)
+    return view
 
 
 def widest_access(tensor: torch.Tensor, strides: int, cap: int) -> int:

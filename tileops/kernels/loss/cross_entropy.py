@@ -478,7 +478,6 @@ class _CrossEntropyKernel(Kernel):
         self.ignore_index = int(ignore_index)
         self.label_smoothing = float(label_smoothing)
         self._vector = row_vector(self.V, dtype)
-        self._launchers: Dict[tuple, Any] = {}
         super().__init__(dtype, config=config, tune=tune)
 
     # Vectors in flight per thread, at most, once a row spans that many steps.
@@ -544,12 +543,11 @@ class _CrossEntropyKernel(Kernel):
         key = (repr(target), ("flags", flags)) + tuple(sorted(config.items()))
         return self.compile_once(key, lambda: self.program(flags, **config), target, ("config", config, flags))
 
+    # Launchers are kept in the per-config plans: compiling looks programs up by a key of the
+    # whole config, which costs microseconds per call.
     def _launcher(self, **flags: bool) -> Any:
-        key = (tuple(sorted(self.config.items())), tuple(sorted(flags.items())))
-        launcher = self._launchers.get(key)
-        if launcher is None:
-            launcher = self._launchers[key] = direct_launcher(self._compile_main(key[1]))
-        return launcher
+        key = tuple(sorted(flags.items()))
+        return self._launch_plans.get(("main", key), lambda: direct_launcher(self._compile_main(key)))
 
     def _compile_batch(self, flags: Tuple[Tuple[str, bool], ...], target: Any = "auto") -> Any:
         """The batch program for ``flags`` (``((name, value), ...)``), compiled once."""
@@ -562,10 +560,7 @@ class _CrossEntropyKernel(Kernel):
 
     def _batch_launcher(self, **flags: bool) -> Any:
         key = tuple(sorted(flags.items()))
-        launcher = self._launchers.get(key)
-        if launcher is None:
-            launcher = self._launchers[key] = direct_launcher(self._compile_batch(key))
-        return launcher
+        return self._launch_plans.get(("batch", key), lambda: direct_launcher(self._compile_batch(key)))
 
 
 class CrossEntropyFwdKernel(_CrossEntropyKernel):
@@ -599,10 +594,7 @@ class CrossEntropyFwdKernel(_CrossEntropyKernel):
     def small_total(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
                     mean: bool) -> torch.Tensor:
         """Write ``lse`` and, into ``out``, the sum or kept-row mean of the row losses, in one launch."""
-        key = ("small", mean)
-        launcher = self._launchers.get(key)
-        if launcher is None:
-            launcher = self._launchers[key] = direct_launcher(self._compile_small(mean))
+        launcher = self._launch_plans.get(("small", mean), lambda: direct_launcher(self._compile_small(mean)))
         launcher(logits, target, lse, out)
         return out
 

@@ -48,7 +48,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import torch_dtype_to_tl
+from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
     MAX_EXTENT,
     RowLayout,
@@ -430,6 +430,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
 
     M = T.dynamic("M")
     Q = T.dynamic("Q")
+    GT, LDG = strided_rows(T, M, N, dtype, "LDG")
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
     loads = resident_macros(T, layout, M)
@@ -624,6 +626,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         groups = Q * rows_per_block if fold else Q
         with T.Kernel(Q if fold else T.ceildiv(Q, rows_per_block), threads=block_threads) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
+            T.assume(LDG % vector == 0)
+            T.assume(LDX % vector == 0)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             gb = T.alloc_local((per_thread,), dtype)
@@ -657,7 +661,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
             if not direct:
                 finish_partials(accw, accb, acc_smem, PW, PB, bx, group, lane, tx, tmp)
 
-    return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body, partial_dtype)
+    return _signature_variants(T, M, Q, N, dtype, GT, XT, layer, has_weight, body, partial_dtype)
 
 
 # ---- streamed rows ------------------------------------------------------------------------------
@@ -679,6 +683,8 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
 
     M = T.dynamic("M")
     Q = T.dynamic("Q")
+    GT, LDG = strided_rows(T, M, N, dtype, "LDG")
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
     vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
     walk = stream_macros(T, layout)
     column, valid = walk["column"], walk["valid"]
@@ -806,6 +812,8 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     def body(G, X, W, DX, PW, PB):
         with T.Kernel(Q, threads=threads) as block:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
+            T.assume(LDG % vector == 0)
+            T.assume(LDX % vector == 0)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             gb = T.alloc_local((unroll * vector,), dtype)
@@ -839,7 +847,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
                         write_row(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, st, it * Q + block, block, tx, tmp)
             flush_partials(acc_smem, accr, PW, PB, block, tx)
 
-    return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body, partial_dtype)
+    return _signature_variants(T, M, Q, N, dtype, GT, XT, layer, has_weight, body, partial_dtype)
 
 
 # ---- rows split over a cluster -------------------------------------------------------------------
@@ -883,6 +891,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
 
     M = T.dynamic("M")
     Q = T.dynamic("Q")
+    GT, LDG = strided_rows(T, M, N, dtype, "LDG")
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
     ctas, part = layout.ctas, layout.slice
     width, vector, threads = part.N, part.vector, part.row_threads
     full_vecs, has_tail, per_thread = part.full_vecs, part.has_tail, part.per_thread
@@ -1012,6 +1022,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     def body(G, X, W, DX, PW, PB):
         with T.Kernel(Q * ctas, threads=threads, cluster_dims=ctas) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
+            T.assume(LDG % vector == 0)
+            T.assume(LDX % vector == 0)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             rank = T.block_rank_in_cluster()
@@ -1068,17 +1080,18 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             # No block leaves while a copy it sent may still read its shared memory.
             T.cluster_sync()
 
-    return _signature_variants(T, M, Q, N, dtype, layer, has_weight, body, partial_dtype)
+    return _signature_variants(T, M, Q, N, dtype, GT, XT, layer, has_weight, body, partial_dtype)
 
 
-def _signature_variants(T: Any, M: Any, Q: Any, N: int, dtype: str, layer: bool, has_weight: bool, body: Any,
-                        partial_dtype: str) -> Any:
+def _signature_variants(T: Any, M: Any, Q: Any, N: int, dtype: str, GT: Any, XT: Any, layer: bool, has_weight: bool,
+                        body: Any, partial_dtype: str) -> Any:
     """The program whose signature takes the weight only when present, and a bias partials buffer for LayerNorm;
-    the partials buffers are ``partial_dtype`` (see ``_partials_out``)."""
+    ``grad_y`` and ``x`` are of types ``GT`` and ``XT`` (``strided_rows``), the partials buffers
+    ``partial_dtype`` (see ``_partials_out``)."""
     if not layer:
 
         @T.prim_func
-        def rms_norm_bwd(G: T.Tensor((M, N), dtype), X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype),
+        def rms_norm_bwd(G: GT, X: XT, W: T.Tensor((N,), dtype),
                          DX: T.Tensor((M, N), dtype), PW: T.Tensor((Q, N), partial_dtype)):
             body(G, X, W, DX, PW, None)
 
@@ -1086,7 +1099,7 @@ def _signature_variants(T: Any, M: Any, Q: Any, N: int, dtype: str, layer: bool,
     if has_weight:
 
         @T.prim_func
-        def layer_norm_bwd(G: T.Tensor((M, N), dtype), X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype),
+        def layer_norm_bwd(G: GT, X: XT, W: T.Tensor((N,), dtype),
                            DX: T.Tensor((M, N), dtype), PW: T.Tensor((Q, N), partial_dtype),
                            PB: T.Tensor((Q, N), partial_dtype)):
             body(G, X, W, DX, PW, PB)
@@ -1094,7 +1107,7 @@ def _signature_variants(T: Any, M: Any, Q: Any, N: int, dtype: str, layer: bool,
         return layer_norm_bwd
 
     @T.prim_func
-    def layer_norm_bwd_plain(G: T.Tensor((M, N), dtype), X: T.Tensor((M, N), dtype), DX: T.Tensor((M, N), dtype),
+    def layer_norm_bwd_plain(G: GT, X: XT, DX: T.Tensor((M, N), dtype),
                              PW: T.Tensor((Q, N), partial_dtype), PB: T.Tensor((Q, N), partial_dtype)):
         body(G, X, None, DX, PW, PB)
 
@@ -1108,8 +1121,9 @@ class NormBwdKernel(RowNormKernel):
     """Shared host side of the RMSNorm and LayerNorm backward kernels (``layer`` picks the formula).
 
     ``forward(grad_y, x, weight, grad_x, grad_weight[, grad_bias])`` takes
-    contiguous, 16-byte aligned ``(rows, N)`` row tensors and ``(N,)``
-    vectors on one GPU, and fills the preallocated gradients.
+    16-byte aligned ``(rows, N)`` row tensors (``grad_x`` contiguous; ``grad_y`` and
+    ``x`` with unit-stride rows a multiple of ``row_vector(N)`` elements apart) and
+    ``(N,)`` vectors on one GPU, and fills the preallocated gradients.
     """
 
     layer: bool = False

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import torch_dtype_to_tl
+from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
     MAX_EXTENT,
     RowLayout,
@@ -51,6 +51,8 @@ def _resident_program(N: int, dtype: str, eps: float, layout: RowLayout) -> Any:
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
+    RT, LDR = strided_rows(T, M, N, dtype, "LDR")
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
     loads = resident_macros(T, layout, M)
@@ -69,13 +71,15 @@ def _resident_program(N: int, dtype: str, eps: float, layout: RowLayout) -> Any:
 
     @T.prim_func
     def fused_add_rms_norm_fwd(
-        X: T.Tensor((M, N), dtype),
-        R: T.Tensor((M, N), dtype),
+        X: XT,
+        R: RT,
         W: T.Tensor((N,), dtype),
         Y: T.Tensor((M, N), dtype),
         RO: T.Tensor((M, N), dtype),
     ):
         with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads) as bx:
+            T.assume(LDX % vector == 0)
+            T.assume(LDR % vector == 0)
             tx = T.get_thread_binding()
             xb = T.alloc_local((per_thread,), dtype)
             rb = T.alloc_local((per_thread,), dtype)
@@ -106,6 +110,8 @@ def _streamed_program(N: int, dtype: str, eps: float, layout: StreamLayout) -> A
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
+    RT, LDR = strided_rows(T, M, N, dtype, "LDR")
     vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
     walk = stream_macros(T, layout)
     column, valid = walk["column"], walk["valid"]
@@ -117,13 +123,15 @@ def _streamed_program(N: int, dtype: str, eps: float, layout: StreamLayout) -> A
 
     @T.prim_func
     def fused_add_rms_norm_fwd_streamed(
-        X: T.Tensor((M, N), dtype),
-        R: T.Tensor((M, N), dtype),
+        X: XT,
+        R: RT,
         W: T.Tensor((N,), dtype),
         Y: T.Tensor((M, N), dtype),
         RO: T.Tensor((M, N), dtype),
     ):
         with T.Kernel(M, threads=threads) as row:
+            T.assume(LDX % vector == 0)
+            T.assume(LDR % vector == 0)
             tx = T.get_thread_binding()
             xb = T.alloc_local((unroll * vector,), dtype)
             rb = T.alloc_local((unroll * vector,), dtype)
@@ -159,7 +167,8 @@ def _streamed_program(N: int, dtype: str, eps: float, layout: StreamLayout) -> A
 
 
 class FusedAddRMSNormFwdKernel(RowNormKernel):
-    """``forward(x, residual, weight, y, residual_out)``: contiguous, 16-byte aligned tensors on one GPU."""
+    """``forward(x, residual, weight, y, residual_out)``: 16-byte aligned tensors on one GPU; the outputs
+    contiguous, the inputs' rows of unit stride and a multiple of ``row_vector(N)`` elements apart."""
 
     @property
     def default_config(self) -> Dict[str, Any]:

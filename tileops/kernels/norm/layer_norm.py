@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import torch_dtype_to_tl
+from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
 from tileops.kernels.norm.backward import NormBwdKernel
 from tileops.kernels.norm.rows import (
     MAX_EXTENT,
@@ -60,6 +60,7 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
     loads = resident_macros(T, layout, M)
@@ -84,6 +85,7 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
     @T.macro
     def body(X, W, B, Y):
         with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads) as bx:
+            T.assume(LDX % vector == 0)
             tx = T.get_thread_binding()
             xb = T.alloc_local((per_thread,), dtype)
             st = T.alloc_local((2,), ACCUM)
@@ -114,7 +116,7 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
                             Y[row, column(full_vecs, lane) + k] = output(
                                 xb[full_vecs * vector + k], W, B, column(full_vecs, lane) + k, st)
 
-    return _affine_variants(T, M, N, dtype, has_weight, has_bias, body)
+    return _affine_variants(T, M, N, dtype, XT, has_weight, has_bias, body)
 
 
 def _streamed_fwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, has_weight: bool,
@@ -122,6 +124,7 @@ def _streamed_fwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
     vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
     walk = stream_macros(T, layout)
     column, valid = walk["column"], walk["valid"]
@@ -139,6 +142,7 @@ def _streamed_fwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     @T.macro
     def body(X, W, B, Y):
         with T.Kernel(M, threads=threads) as row:
+            T.assume(LDX % vector == 0)
             tx = T.get_thread_binding()
             xb = T.alloc_local((unroll * vector,), dtype)
             wb = T.alloc_local((unroll * vector,), dtype)
@@ -178,15 +182,16 @@ def _streamed_fwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
                             Y[row, column(steps - 1 - back, u, tx) + k] = output(
                                 xb[u * vector + k], wb[u * vector + k], bb[u * vector + k], st)
 
-    return _affine_variants(T, M, N, dtype, has_weight, has_bias, body)
+    return _affine_variants(T, M, N, dtype, XT, has_weight, has_bias, body)
 
 
-def _affine_variants(T: Any, M: Any, N: int, dtype: str, has_weight: bool, has_bias: bool, body: Any) -> Any:
-    """The program whose signature takes exactly the affine tensors that are present."""
+def _affine_variants(T: Any, M: Any, N: int, dtype: str, XT: Any, has_weight: bool, has_bias: bool,
+                     body: Any) -> Any:
+    """The program whose signature takes exactly the affine tensors that are present (``x`` of type ``XT``)."""
     if has_weight and has_bias:
 
         @T.prim_func
-        def layer_norm_fwd(X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype),
+        def layer_norm_fwd(X: XT, W: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype),
                            Y: T.Tensor((M, N), dtype)):
             body(X, W, B, Y)
 
@@ -194,20 +199,20 @@ def _affine_variants(T: Any, M: Any, N: int, dtype: str, has_weight: bool, has_b
     if has_weight:
 
         @T.prim_func
-        def layer_norm_fwd_weight(X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
+        def layer_norm_fwd_weight(X: XT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
             body(X, W, None, Y)
 
         return layer_norm_fwd_weight
     if has_bias:
 
         @T.prim_func
-        def layer_norm_fwd_bias(X: T.Tensor((M, N), dtype), B: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
+        def layer_norm_fwd_bias(X: XT, B: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
             body(X, None, B, Y)
 
         return layer_norm_fwd_bias
 
     @T.prim_func
-    def layer_norm_fwd_plain(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+    def layer_norm_fwd_plain(X: XT, Y: T.Tensor((M, N), dtype)):
         body(X, None, None, Y)
 
     return layer_norm_fwd_plain
@@ -216,7 +221,8 @@ def _affine_variants(T: Any, M: Any, N: int, dtype: str, has_weight: bool, has_b
 class LayerNormFwdKernel(RowNormKernel):
     """LayerNorm forward; ``forward(x, weight, bias, y)`` with ``weight``/``bias`` possibly ``None``.
 
-    ``x`` and ``y`` are contiguous ``(rows, N)``; ``weight`` and ``bias`` contiguous ``(N,)``;
+    ``x`` and ``y`` are ``(rows, N)`` with unit-stride rows, ``y`` contiguous and ``x``'s rows a
+    multiple of ``row_vector(N)`` elements apart; ``weight`` and ``bias`` contiguous ``(N,)``;
     all 16-byte aligned on one GPU.
     """
 

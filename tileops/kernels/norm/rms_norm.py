@@ -1,8 +1,9 @@
 """RMSNorm forward: ``y = x * rsqrt(mean(x**2, -1) + eps) * weight``.
 
-``x`` and ``y`` are ``(M, N)`` row-major with ``M`` a TileLang symbolic
+``x`` and ``y`` are ``(M, N)`` with unit-stride rows and ``M`` a TileLang symbolic
 dimension (one compiled program serves every row count) and ``N`` fixed at
-construction.  Sums of squares accumulate in float32 whatever the input
+construction; ``x``'s rows may lie any multiple of ``row_vector(N)`` elements
+apart (``strided_rows``), ``y`` is contiguous.  Sums of squares accumulate in float32 whatever the input
 dtype.  Two program shapes, chosen by ``config["chunk"]``:
 
 * single pass (``chunk >= N``): a block loads ``block_rows`` whole rows into
@@ -22,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import Kernel, torch_dtype_to_tl
+from tileops.kernels.kernel_base import Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     MAX_THREADS,
@@ -106,24 +107,28 @@ def _validate_config(N: int, block_rows: int, threads: int, chunk: int) -> None:
         raise ValueError("RMSNormFwdKernel: the chunked program (chunk < N) takes block_rows=1")
 
 
-def rms_norm_fwd_program(N: int, dtype: str, eps: float, *, block_rows: int, threads: int, chunk: int) -> Any:
-    """The TileLang program for one config (see the module docstring)."""
+def rms_norm_fwd_program(N: int, dtype: str, eps: float, *, block_rows: int, threads: int, chunk: int,
+                         row_access: int = 1) -> Any:
+    """The TileLang program for one config (see the module docstring); ``x``'s row stride is a
+    multiple of ``row_access`` elements."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     _validate_config(N, block_rows, threads, chunk)
     accum = "float32"
     inv_n = 1.0 / N
     M = T.dynamic("M")
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
 
     if chunk >= N:
 
         @T.prim_func
         def rms_norm_fwd_single_pass(
-            X: T.Tensor((M, N), dtype),
+            X: XT,
             W: T.Tensor((N,), dtype),
             Y: T.Tensor((M, N), dtype),
         ):
             with T.Kernel(T.ceildiv(M, block_rows), threads=threads) as bx:
+                T.assume(LDX % row_access == 0)
                 x_tile = T.alloc_fragment((block_rows, chunk), dtype)
                 squares = T.alloc_fragment((block_rows, chunk), accum)
                 scale = T.alloc_fragment((block_rows,), accum)
@@ -149,11 +154,12 @@ def rms_norm_fwd_program(N: int, dtype: str, eps: float, *, block_rows: int, thr
 
     @T.prim_func
     def rms_norm_fwd_chunked(
-        X: T.Tensor((M, N), dtype),
+        X: XT,
         W: T.Tensor((N,), dtype),
         Y: T.Tensor((M, N), dtype),
     ):
         with T.Kernel(M, threads=threads) as row:
+            T.assume(LDX % row_access == 0)
             squares = T.alloc_fragment((1, chunk), accum)
             scale = T.alloc_fragment((1,), accum)
             T.clear(squares)
@@ -215,7 +221,6 @@ class RMSNormFwdKernel(Kernel):
         check_kernel_args(type(self).__name__, dtype, N=N)
         self.N = int(N)
         self.eps = float(eps)
-        self._bound = None  # (config object, compiled program) of the latest launch
         super().__init__(dtype, config=config, tune=tune)
 
     @property
@@ -227,7 +232,8 @@ class RMSNormFwdKernel(Kernel):
         return rms_norm_autotune_configs(self.N, self.dtype)
 
     def program(self, **config: Any) -> Any:
-        return rms_norm_fwd_program(self.N, torch_dtype_to_tl(self.dtype), self.eps, **config)
+        return rms_norm_fwd_program(self.N, torch_dtype_to_tl(self.dtype), self.eps,
+                                    row_access=row_vector(self.N, self.dtype), **config)
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         """Random ``(x, weight, out)`` on the current GPU to time a candidate on."""
@@ -236,12 +242,9 @@ class RMSNormFwdKernel(Kernel):
         return x, weight, torch.empty_like(x)
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """Write ``rms_norm(x) * weight`` into ``out``; all contiguous, 16-byte aligned, on one GPU."""
-        bound = self._bound
-        if bound is None or bound[0] is not self.config:
-            # Cache the launcher of the current config: the lookup in
-            # ``compile`` builds a key per call, which costs microseconds.
-            bound = (self.config, direct_launcher(self.kernel))
-            self._bound = bound
-        bound[1](x, weight, out)
+        """Write ``rms_norm(x) * weight`` into ``out`` (contiguous); ``x`` has rows of unit stride lying a
+        multiple of ``row_vector(N)`` elements apart; all 16-byte aligned, on one GPU."""
+        # The launcher of the current config, kept in the per-config plans: looking it up
+        # through ``compile`` builds a key per call, which costs microseconds.
+        self._launch_plans.get("launcher", lambda: direct_launcher(self.kernel))(x, weight, out)
         return out

@@ -17,6 +17,11 @@ Two ways to walk a row:
   ``threads * vector * unroll`` elements, once to reduce and once (in
   reverse, so the chunks read last are still in L2) to write.
 
+Inputs are read in place when their rows lie apart by any multiple of the
+access width (a slice of a wider tensor, such as a head of a fused projection):
+``strided_rows`` declares them with a symbolic int64 row stride, and each
+program assumes that stride divides into its accesses.  Outputs are contiguous.
+
 Sums accumulate in float32 whatever the input dtype.  Global offsets are
 64-bit (TileLang widens them), and hosts split launches into slices of at
 most ``MAX_EXTENT`` rows, since ``M`` is an int32 extent.
@@ -384,8 +389,6 @@ class RowNormKernel(Kernel):
         check_kernel_args(name, dtype, N=N)
         self.N = int(N)
         self.eps = float(eps)
-        # (config object, {program key or name: launcher or derived value}) for the current config.
-        self._bound: Tuple[Optional[Dict[str, Any]], Dict[Hashable, Any]] = (None, {})
         super().__init__(dtype, config=config, tune=tune)
 
     # ---- what subclasses supply ----------------------------------------------------------
@@ -436,29 +439,11 @@ class RowNormKernel(Kernel):
 
     def launcher(self, name: str, shape: Tuple[Tuple[str, Any], ...] = ()) -> Any:
         """The direct launcher of program ``name`` (shape items sorted by name) under the current config."""
-        launchers = self.derived()
-        key = (name, shape)
-        launcher = launchers.get(key)
-        if launcher is None:
-            launcher = launchers[key] = direct_launcher(self.compile_program(name, shape))
-        return launcher
-
-    def derived(self) -> Dict[Hashable, Any]:
-        """A cache of what follows from the current config alone (launchers, layouts).
-
-        Calls run on the host for every launch; recomputing layouts and compile
-        keys each time would cost microseconds.
-        """
-        config, cache = self._bound
-        if config is not self.config:
-            config, cache = self.config, {}
-            self._bound = (config, cache)
-        return cache
+        return self._launch_plans.get(("launcher", name, shape),
+                                      lambda: direct_launcher(self.compile_program(name, shape)))
 
     def cached(self, name: Hashable, compute: Callable[[], Any]) -> Any:
-        """``compute()`` once per config."""
-        cache = self.derived()
-        if name not in cache:
-            cache[name] = compute()
-        return cache[name]
+        """``compute()`` once per config (layouts and launchers are asked for on every launch,
+        and recomputing them would cost microseconds)."""
+        return self._launch_plans.get(name, compute)
 

@@ -635,7 +635,6 @@ class ReductionKernel(Kernel):
         check_kernel_args(type(self).__name__, dtype)
         self.correction = float(correction)
         self._max_vector = max_vector(dtype)
-        self._launchers: Dict[Tuple[str, ProgramParams], Any] = {}
         super().__init__(dtype, config=config, tune=tune)
 
     @property
@@ -724,10 +723,7 @@ class ReductionKernel(Kernel):
                 for name, params in self.program_specs(inner)}
 
     def _launcher(self, name: str, params: ProgramParams) -> Any:
-        launcher = self._launchers.get((name, params))
-        if launcher is None:
-            launcher = self._launchers[(name, params)] = direct_launcher(self.compile_program(name, params))
-        return launcher
+        return self._launch_plans.get((name, params), lambda: direct_launcher(self.compile_program(name, params)))
 
     # ---- launch ------------------------------------------------------------------------------
     def launch_plan(self, x: torch.Tensor, sm_count: int) -> Tuple[str, ProgramParams, int]:

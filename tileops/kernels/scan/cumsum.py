@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     ACCUM,
@@ -312,6 +312,9 @@ def row_scan_program(
     preload = per_segment <= MAX_PRELOAD_CHUNKS
     op, identity = _combiner(combine)
     R = T.dynamic("R")
+    # Rows of ``x`` may lie any multiple of the row's access width apart (``strided_rows``).
+    XT, LDX = strided_rows(T, R, N, dtype, "LDX")
+    row_access = largest_pow2_divisor(N, VECTOR_BYTES // _elem_bytes(dtype))
 
     def first_element(lane, chunk_index):
         """Where the thread's ``items`` elements start in memory (they end there when reversed)."""
@@ -434,8 +437,9 @@ def row_scan_program(
     if mode == "plain":
 
         @T.prim_func
-        def cumsum_row_scan(X: T.Tensor((R, N), dtype), Y: T.Tensor((R, N), dtype)):
+        def cumsum_row_scan(X: XT, Y: T.Tensor((R, N), dtype)):
             with T.Kernel(T.ceildiv(R, rows_per_block), threads=threads) as bx:
+                T.assume(LDX % row_access == 0)
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items,), dtype)
                 staged = T.alloc_local((items,), dtype)  # used by reverse scans only
@@ -466,11 +470,12 @@ def row_scan_program(
 
         @T.prim_func
         def cumsum_split_row_scan(
-            X: T.Tensor((R, N), dtype),
+            X: XT,
             Partial: T.Tensor((R, used_segments), ACCUM),
             Y: T.Tensor((R, N), dtype),
         ):
             with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, by):
+                T.assume(LDX % row_access == 0)
                 T.pdl_sync()  # wait for the launch before (see kernel_base)
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items,), dtype)
@@ -645,7 +650,7 @@ def row_scan_program(
 
     @T.prim_func
     def cumsum_lookback_row_scan(
-        X: T.Tensor((R, N), dtype),
+        X: XT,
         Status: T.Tensor((2, S, used_tiles), "uint64"),
         Control: T.Tensor((2,), "int32"),
         Y: T.Tensor((R, N), dtype),
@@ -654,6 +659,7 @@ def row_scan_program(
         # Block b scans tiles b, b + blocks, b + 2 * blocks, ... in order; every block
         # must be resident at once (the caller keeps ``blocks`` within what fits).
         with T.Kernel(blocks, threads=threads) as block:
+            T.assume(LDX % row_access == 0)
             tx = T.get_thread_binding()
             staging = T.alloc_shared((stages, tile_items), dtype)
             warp_totals = T.alloc_shared((per_tile, warps), ACCUM)
@@ -778,6 +784,9 @@ def segment_sums_program(
     preload = per_segment <= MAX_PRELOAD_CHUNKS
     op, identity = _combiner(combine)
     R = T.dynamic("R")
+    # Rows of ``x`` may lie any multiple of the row's access width apart (``strided_rows``).
+    XT, LDX = strided_rows(T, R, N, dtype, "LDX")
+    row_access = largest_pow2_divisor(N, VECTOR_BYTES // _elem_bytes(dtype))
 
     def position(index):
         """Where element ``index`` of the row in scan order lies in memory."""
@@ -795,8 +804,9 @@ def segment_sums_program(
                 raw[at + v * vector + k] = X[row, first + v * vector + k]
 
     @T.prim_func
-    def cumsum_segment_sums(X: T.Tensor((R, N), dtype), Partial: T.Tensor((R, used_segments), ACCUM)):
+    def cumsum_segment_sums(X: XT, Partial: T.Tensor((R, used_segments), ACCUM)):
         with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, segment):
+            T.assume(LDX % row_access == 0)
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             tx = T.get_thread_binding()
             raw = T.alloc_local((items,), dtype)
@@ -1268,10 +1278,6 @@ class ScanKernel(Kernel):
     ) -> None:
         check_kernel_args(type(self).__name__, dtype, N=N)
         self.N = int(N)
-        # (config object, {program name: compiled}) of the current config.
-        self._bound: Tuple[Optional[Dict[str, Any]], Dict[str, Any]] = (None, {})
-        # (config object, (look-back tiles per row, look-back blocks resident an SM)) of the current config.
-        self._lookback_plan: Tuple[Optional[Dict[str, Any]], Tuple[int, int]] = (None, (0, 0))
         # (device index, stream, tiles per row) -> (status words, control words); see ``lookback_workspace``.
         self._lookback_workspaces: Dict[Tuple[Any, int, int], Tuple[torch.Tensor, torch.Tensor]] = {}
         self._lookback_workspace_lock = threading.Lock()
@@ -1347,20 +1353,19 @@ class ScanKernel(Kernel):
     def _lookback_layout(self) -> Tuple[int, int]:
         """(tiles per row, blocks resident an SM) of the look-back scan; (0, 0) where the config
         or the row length rules it out.  Worked out once per config: ``forward`` asks every call."""
-        config, layout = self._lookback_plan
-        if config is not self.config:
-            config = self.config
-            elem_bytes = self.dtype.itemsize
-            row_bytes, span_bytes = self.N * elem_bytes, config["items"] * elem_bytes
-            layout = (0, 0)
-            if config["lookback"] and row_bytes % VECTOR_BYTES == 0 and span_bytes % VECTOR_BYTES == 0:
-                shape = (self.N, config["threads"], config["items"], config["segments"], elem_bytes)
-                layout = (
-                    lookback_layout(*shape, config["lookback_stages"])[1],
-                    lookback_resident_blocks(*shape, config["lookback_stages"], config["blocks_per_sm"]),
-                )
-            self._lookback_plan = (config, layout)
-        return layout
+        return self._launch_plans.get("lookback", self._derive_lookback_layout)
+
+    def _derive_lookback_layout(self) -> Tuple[int, int]:
+        config = self.config
+        elem_bytes = self.dtype.itemsize
+        row_bytes, span_bytes = self.N * elem_bytes, config["items"] * elem_bytes
+        if not (config["lookback"] and row_bytes % VECTOR_BYTES == 0 and span_bytes % VECTOR_BYTES == 0):
+            return 0, 0
+        shape = (self.N, config["threads"], config["items"], config["segments"], elem_bytes)
+        return (
+            lookback_layout(*shape, config["lookback_stages"])[1],
+            lookback_resident_blocks(*shape, config["lookback_stages"], config["blocks_per_sm"]),
+        )
 
     def program(self, **config: Any) -> Any:
         """The row-scan program (the one every row count can use)."""
@@ -1404,16 +1409,9 @@ class ScanKernel(Kernel):
         return x, torch.empty_like(x)
 
     def _launcher(self, name: str) -> Any:
-        config, launchers = self._bound
-        if config is not self.config:
-            # Compiled programs are cached per config object: looking them up
-            # through ``compile`` builds a key per call, which costs microseconds.
-            config, launchers = self.config, {}
-            self._bound = (config, launchers)
-        launcher = launchers.get(name)
-        if launcher is None:
-            launcher = launchers[name] = direct_launcher(self.compile_program(name))
-        return launcher
+        # Compiled programs kept per config: looking them up through ``compile`` builds a key
+        # per call, which costs microseconds.
+        return self._launch_plans.get(("launcher", name), lambda: direct_launcher(self.compile_program(name)))
 
     def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """Write the inclusive scan of ``x`` along its axis of length ``N`` into ``out``.

@@ -1285,9 +1285,6 @@ class SoftmaxFamilyKernel(Kernel):
         self.N = int(N)
         self._row_vector = row_vector(self.N, dtype)
         self._max_vector = max_vector(dtype)
-        # (config object, whether rows fuse under it, {(program, params): launcher}): what a
-        # call needs from the current config, rebuilt only when the config object changes.
-        self._bound: Tuple[Optional[Dict[str, Any]], bool, Dict[Tuple[str, ProgramParams], Any]] = (None, False, {})
         super().__init__(dtype, config=config, tune=tune)
 
     # ---- configs -----------------------------------------------------------------------------
@@ -1366,20 +1363,14 @@ class SoftmaxFamilyKernel(Kernel):
         return (*inputs, torch.empty_like(inputs[0]))
 
     # ---- launch ------------------------------------------------------------------------------
-    def _state(self) -> Tuple[Optional[Dict[str, Any]], bool, Dict[Tuple[str, ProgramParams], Any]]:
-        bound = self._bound
-        if bound[0] is not self.config:
-            # Cached per config object: deriving these per call costs microseconds.
-            bound = (self.config, self.fused(), {})
-            self._bound = bound
-        return bound
+    # What a call needs from the current config is kept in the per-config plans: deriving it per
+    # call would cost microseconds.
+    def _fuses_rows(self) -> bool:
+        return self._launch_plans.get("fused", self.fused)
 
     def _launcher(self, name: str, params: ProgramParams) -> Any:
-        launchers = self._state()[2]
-        launcher = launchers.get((name, params))
-        if launcher is None:
-            launcher = launchers[(name, params)] = direct_launcher(self.compile_program(name, params))
-        return launcher
+        return self._launch_plans.get(("launcher", name, params),
+                                      lambda: direct_launcher(self.compile_program(name, params)))
 
     def _target_blocks(self, device: torch.device) -> int:
         return BLOCKS_PER_SM * self.sm_count(device)
@@ -1415,7 +1406,7 @@ class SoftmaxFamilyKernel(Kernel):
             vector = self._row_vector
             for tensor in tensors:
                 vector = widest_access(tensor, tensor.stride(0), vector)
-            names = (ROW_FUSED,) if self._state()[1] else (ROW_STATS, ROW_APPLY)
+            names = (ROW_FUSED,) if self._fuses_rows() else (ROW_STATS, ROW_APPLY)
             return names, (("vector", vector),)
         inner = out.shape[2]
         cvec = largest_pow2_divisor(inner, self._max_vector)

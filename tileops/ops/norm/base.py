@@ -3,8 +3,11 @@
 A norm op commits its hidden size ``N`` (the last axis) at construction; all
 leading axes fold into one row axis, which the kernels take as a TileLang
 symbolic dimension, so one kernel per device serves every input shape.
-Inputs that are not contiguous (or not 16-byte aligned) are copied once;
-outputs are contiguous.
+Row inputs are read in place when their rows have unit stride and lie a
+multiple of the kernels' access width apart from a 16-byte aligned start (a
+row slice of a wider tensor, such as one head of a fused projection); any
+other layout (a transpose, every other element) is copied once.  Outputs
+are contiguous.
 
 * ``NormOp``: RMSNorm forward (and the shared machinery).
 * ``LayerNormOp``: LayerNorm forward with optional weight and bias.
@@ -12,13 +15,14 @@ outputs are contiguous.
 * ``NormBwdOp``: RMSNorm and LayerNorm backward (``grad_x`` and the affine gradients).
 """
 
+import functools
 from typing import Hashable, Optional, Tuple
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import aligned_contiguous, on_device
-from tileops.kernels.sizes import MAX_EXTENT
+from tileops.kernels.launch import aligned_contiguous, aligned_rows, empty_contiguous, on_device
+from tileops.kernels.sizes import MAX_EXTENT, row_vector
 from tileops.ops.op_base import Op
 
 __all__ = ["NormOp", "LayerNormOp", "FusedAddNormOp", "NormBwdOp"]
@@ -47,20 +51,24 @@ class NormOp(Op):
         # ``(device index,)`` as the only "shape".
         return input_shapes[0]
 
+    @functools.cached_property
+    def _row_access(self) -> int:
+        """Elements of the kernels' row accesses: in-place row strides must be multiples of it."""
+        return row_vector(self.N, self.dtype)
+
+    def _rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A row input as the kernels read it: ``(rows, N)`` in place when its memory allows, else a copy."""
+        return aligned_rows(tensor, self.N, self._row_access)
+
     def _run_kernel(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """``y`` shaped like ``x``: the kernel on ``x`` viewed as ``(rows, N)``."""
-        # Runs on every call: each step below is chosen for its host cost
-        # (``empty_like`` of a contiguous tensor is contiguous and several times
-        # cheaper than ``torch.empty(shape, ...)``; 2-D inputs need no views).
-        x = aligned_contiguous(x)
-        y = torch.empty_like(x)
-        if x.ndim == 2:
-            x_rows, y_rows = x, y
-        else:
-            x_rows, y_rows = x.view(-1, self.N), y.view(-1, self.N)
-        rows = x_rows.shape[0]
-        if rows == 0:
+        # Runs on every call: ``empty_contiguous`` is cheapest for contiguous inputs, and 2-D
+        # inputs need no views.
+        y = empty_contiguous(x, x.shape)
+        if y.numel() == 0:
             return y
+        x_rows, y_rows = self._rows(x), _rows_view(y, self.N)
+        rows = x_rows.shape[0]
         weight = aligned_contiguous(weight)
         device = x.device
         kernel = self._kernel(self.kernel_key, (device.index,))
@@ -68,7 +76,7 @@ class NormOp(Op):
             if rows <= MAX_EXTENT:
                 kernel.forward(x_rows, weight, y_rows)
             else:
-                # Slices start at a multiple of N elements, so they stay as
+                # Slices start at a multiple of the row stride, so they stay as
                 # aligned as the kernel's vector accesses need.
                 for start in range(0, rows, MAX_EXTENT):
                     stop = min(rows, start + MAX_EXTENT)
@@ -93,15 +101,13 @@ class LayerNormOp(NormOp):
     def _run_kernel(self, x: torch.Tensor, weight: Optional[torch.Tensor],
                     bias: Optional[torch.Tensor]) -> torch.Tensor:
         """``y`` shaped like ``x``."""
-        x = aligned_contiguous(x)
-        y = torch.empty_like(x)
-        if x.numel() == 0:
+        y = empty_contiguous(x, x.shape)
+        if y.numel() == 0:
             return y
         device = x.device
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
-            kernel.forward(_rows_view(x, self.N), _optional_aligned(weight), _optional_aligned(bias),
-                           _rows_view(y, self.N))
+            kernel.forward(self._rows(x), _optional_aligned(weight), _optional_aligned(bias), _rows_view(y, self.N))
         return y
 
 
@@ -112,16 +118,14 @@ class FusedAddNormOp(NormOp):
 
     def _run_kernel(self, x: torch.Tensor, residual: torch.Tensor,
                     weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        x = aligned_contiguous(x)
-        residual = aligned_contiguous(residual)
-        y = torch.empty_like(x)
-        residual_out = torch.empty_like(x)
-        if x.numel() == 0:
+        y = empty_contiguous(x, x.shape)
+        residual_out = empty_contiguous(x, x.shape)
+        if y.numel() == 0:
             return y, residual_out
         device = x.device
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
-            kernel.forward(_rows_view(x, self.N), _rows_view(residual, self.N), aligned_contiguous(weight),
+            kernel.forward(self._rows(x), self._rows(residual), aligned_contiguous(weight),
                            _rows_view(y, self.N), _rows_view(residual_out, self.N))
         return y, residual_out
 
@@ -141,16 +145,14 @@ class NormBwdOp(NormOp):
 
     def _run_kernel(self, grad_y: torch.Tensor, x: torch.Tensor,
                     weight: Optional[torch.Tensor]) -> Tuple[torch.Tensor, ...]:
-        x = aligned_contiguous(x)
-        grad_y = aligned_contiguous(grad_y)
         device = x.device
-        grad_x = torch.empty_like(x)
+        grad_x = empty_contiguous(x, x.shape)
         accumulators = self.kernel_map[self.kernel_key].accumulators
-        if x.numel() == 0:  # sums over no rows
+        if grad_x.numel() == 0:  # sums over no rows
             return (grad_x, *(x.new_zeros(self.N) for _ in range(accumulators)))
         kernel = self._kernel(self.kernel_key, (device.index,))
         grads = [torch.empty(self.N, dtype=x.dtype, device=device) for _ in range(accumulators)]
         with on_device(device):
-            kernel.forward(_rows_view(grad_y, self.N), _rows_view(x, self.N), _optional_aligned(weight),
+            kernel.forward(self._rows(grad_y), self._rows(x), _optional_aligned(weight),
                            _rows_view(grad_x, self.N), *grads)
         return (grad_x, *grads)

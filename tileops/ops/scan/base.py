@@ -3,16 +3,21 @@
 A scan op commits the length ``N`` of its axis ``dim`` at construction.  A
 contiguous input is seen as ``(outer, N, inner)`` without copying; the kernels
 take ``outer`` and ``inner`` as TileLang symbolic dimensions, so one kernel per
-device serves every input shape.
+device serves every input shape.  A scan along the last axis also reads rows in
+place when they have unit stride and lie a multiple of the access width apart
+(a row slice of a wider tensor); other layouts are copied once.  The output is
+contiguous.
 """
 
+import functools
+import math
 from typing import Hashable, Tuple
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import aligned_contiguous, on_device
-from tileops.kernels.sizes import MAX_EXTENT
+from tileops.kernels.launch import aligned_contiguous, aligned_rows, empty_contiguous, on_device
+from tileops.kernels.sizes import MAX_EXTENT, row_vector
 from tileops.ops.op_base import Op
 
 __all__ = ["ScanOp"]
@@ -43,32 +48,34 @@ class ScanOp(Op):
         # which kernel serves a call; ``_run_kernel`` passes ``(device index,)``.
         return input_shapes[0]
 
+    @functools.cached_property
+    def _row_access(self) -> int:
+        """Elements of the row programs' accesses: in-place row strides must be multiples of it."""
+        return row_vector(self.N, self.dtype)
+
     def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
         """``y`` shaped like ``x``: the scan of ``x`` along ``self.dim``."""
-        # Runs on every call: ``empty_like`` of a contiguous tensor is contiguous
-        # and several times cheaper than ``torch.empty(shape, ...)``; a 2-D scan
-        # over the last axis needs no views.
-        x = aligned_contiguous(x)
-        y = torch.empty_like(x)
-        if x.numel() == 0:
+        # Runs on every call: ``empty_contiguous`` is cheapest for contiguous inputs, and a 2-D
+        # scan over the last axis needs no views.
+        shape = x.shape
+        y = empty_contiguous(x, shape)
+        if y.numel() == 0:
             return y
         N = self.N
-        shape = x.shape
         ndim = len(shape)
         dim = self.dim % ndim
-        inner = 1
-        for size in shape[dim + 1 :]:
-            inner *= size
+        inner = math.prod(shape[dim + 1:])
         device = x.device
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
             if inner > 1:
-                outer = x.numel() // (N * inner)
+                outer = y.numel() // (N * inner)
+                x = aligned_contiguous(x)
                 self._launch_columns(kernel, x.view(outer, N, inner), y.view(outer, N, inner))
-            elif dim == 1 and ndim == 2:
-                self._launch_rows(kernel, x, y)
-            else:
-                self._launch_rows(kernel, x.view(-1, N), y.view(-1, N))
+            elif dim == ndim - 1:
+                self._launch_rows(kernel, aligned_rows(x, N, self._row_access), y if ndim == 2 else y.view(-1, N))
+            else:  # only size-1 axes follow: fold them into the scanned one
+                self._launch_rows(kernel, aligned_rows(x.flatten(dim), N, self._row_access), y.view(-1, N))
         return y
 
     @staticmethod
@@ -77,7 +84,7 @@ class ScanOp(Op):
         if rows <= MAX_EXTENT:
             kernel.forward(x, y)
             return
-        # Slices start at a multiple of N elements: as aligned as the kernel needs.
+        # Slices start at a multiple of the row stride: as aligned as the kernel needs.
         for start in range(0, rows, MAX_EXTENT):
             stop = min(rows, start + MAX_EXTENT)
             kernel.forward(x[start:stop], y[start:stop])
