@@ -69,16 +69,16 @@ def test_backward_programs_and_where_partial_sums_live(cls, N, dtype, program, i
     assert kernel.partials_in_registers(kernel.layout()) == in_registers
     assert kernel.smem_slots(kernel.layout()) == in_shared
     keys = [(name, dict(shape)) for name, shape in kernel.program_keys()]
-    assert keys[:2] == [(program, {"direct": False, "has_weight": True}), (COLUMN_SUM, {})]
+    assert keys[:2] == [(program, {"direct": False, "has_weight": True, "strided": False}), (COLUMN_SUM, {})]
     # A single row writes the gradients directly when its partial sums never leave the chip.
     on_chip = in_registers or all(slots >= N for slots in in_shared) or kernel.register_groups(kernel.layout())[-1]
-    direct = [(program, {"direct": True, "has_weight": True})] if on_chip else []
+    direct = [(program, {"direct": True, "has_weight": True, "strided": False})] if on_chip else []
     # Streamed rows that split over a cluster have its program too: both ways for few rows, and
     # into partials over the wider clusters of many RMSNorm rows.
     few, many = kernel.config["cluster_ctas"], kernel.config["many_rows_ctas"]
-    split = [(CLUSTER, {"ctas": few, "direct": d, "has_weight": True}) for d in (False, True)
+    split = [(CLUSTER, {"ctas": few, "direct": d, "has_weight": True, "strided": False}) for d in (False, True)
              if kernel.split_layout()]
-    split += [(CLUSTER, {"ctas": many, "direct": False, "has_weight": True})] if kernel.split_layout(ctas=many) else []
+    split += [(CLUSTER, {"ctas": many, "direct": False, "has_weight": True, "strided": False})] if kernel.split_layout(ctas=many) else []
     assert keys[2:] == direct + split
 
 
@@ -221,9 +221,11 @@ def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
         "layer-bwd-32768-streamed-no-weight", "layer-bwd-4096-folded-groups-no-weight"])
 def test_backward_programs_build_for_sm90(cls, N, dtype, has_weight) -> None:
     kernel = cls(N, dtype)
-    source = _source(kernel, kernel.main_program(), direct=False, has_weight=has_weight)
+    source = _source(kernel, kernel.main_program(), direct=False, has_weight=has_weight, strided=False)
     assert "__global__" in source and "int64_t" in source
-    assert_strided_reads_are_16_bytes(source, "LDG", "LDX")
+    assert "LDX" not in source  # contiguous calls walk rows at a constant stride
+    strided = _source(kernel, kernel.main_program(), direct=False, has_weight=has_weight, strided=True)
+    assert_strided_reads_are_16_bytes(strided, "LDG", "LDX")
     assert "atomic" not in source.lower()  # partial sums have one owner each
     layout = kernel.layout()
     threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
@@ -278,7 +280,7 @@ def test_backward_launches_rows_then_column_sums(monkeypatch: pytest.MonkeyPatch
     grad_x, grad_weight, grad_bias = torch.empty_like(x), torch.empty(4096, dtype=x.dtype), torch.empty(4096, dtype=x.dtype)
     kernel.forward(grad_y, x, None, grad_x, grad_weight, grad_bias)
     (rows_name, rows_shape, rows_args), *sums = recorder.calls
-    assert rows_name == kernel.main_program() and dict(rows_shape) == {"direct": False, "has_weight": False}
+    assert rows_name == kernel.main_program() and dict(rows_shape) == {"direct": False, "has_weight": False, "strided": False}
     assert rows_args[0] is grad_y and rows_args[1] is x and rows_args[2] is grad_x
     partial_w, partial_b = rows_args[3], rows_args[4]
     assert partial_w.shape == partial_b.shape == (kernel.buffer_rows(300, x.device), 4096)
@@ -307,7 +309,7 @@ def test_backward_of_one_row_is_one_launch_when_its_sums_stay_on_chip(monkeypatc
         assert [name for name, _, _ in recorder.calls] == [kernel.main_program(), COLUMN_SUM]
         return
     [(name, shape, args)] = recorder.calls
-    assert name == kernel.main_program() and dict(shape) == {"direct": True, "has_weight": True}
+    assert name == kernel.main_program() and dict(shape) == {"direct": True, "has_weight": True, "strided": False}
     for grad, view in zip(grads, args[4:]):
         assert view.shape == (1, N) and view.dtype == dtype and view.data_ptr() == grad.data_ptr()
     # Two rows take the row launch and the column sum again.
@@ -379,14 +381,14 @@ def test_split_rows_launch_the_cluster_program(monkeypatch: pytest.MonkeyPatch) 
     one = torch.randn(1, 32768, dtype=torch.bfloat16)
     kernel.forward(one, one, None, torch.empty_like(one), *grads)
     [(name, shape, args)] = recorder.calls
-    assert name == CLUSTER and dict(shape) == {"ctas": 8, "direct": True, "has_weight": False}
+    assert name == CLUSTER and dict(shape) == {"ctas": 8, "direct": True, "has_weight": False, "strided": False}
     assert [view.data_ptr() for view in args[3:]] == [grad.data_ptr() for grad in grads]
     recorder.calls.clear()
     rows = torch.randn(1025, 32768, dtype=torch.bfloat16)  # past cluster_rows: streamed
     kernel.forward(rows[:200], rows[:200], torch.ones(32768, dtype=torch.bfloat16), torch.empty_like(rows[:200]),
                    *grads)
     (name, shape, args), (sum_name, _, sum_args) = recorder.calls
-    assert name == CLUSTER and dict(shape) == {"ctas": 8, "direct": False, "has_weight": True}
+    assert name == CLUSTER and dict(shape) == {"ctas": 8, "direct": False, "has_weight": True, "strided": False}
     # 132 SMs hold 2 blocks of 256 threads each (partial sums in registers), 33 clusters of 8;
     # 200 rows take 7 steps, which 29 clusters do as well, each taking rows q, q + 29, ...
     assert args[4].shape == (29, 32768) and sum_name == COLUMN_SUM
@@ -395,7 +397,7 @@ def test_split_rows_launch_the_cluster_program(monkeypatch: pytest.MonkeyPatch) 
     recorder.calls.clear()
     kernel.forward(rows, rows, None, torch.empty_like(rows), *grads)
     (name, shape, args), (sum_name, _, _) = recorder.calls
-    assert name == CLUSTER and dict(shape) == {"ctas": 2, "direct": False, "has_weight": False}
+    assert name == CLUSTER and dict(shape) == {"ctas": 2, "direct": False, "has_weight": False, "strided": False}
     assert args[3].shape == (65, 32768) and sum_name == COLUMN_SUM
     recorder.calls.clear()
     streamed = LayerNormBwdKernel(32768, torch.bfloat16, config={"many_rows_ctas": 0})
@@ -406,8 +408,9 @@ def test_split_rows_launch_the_cluster_program(monkeypatch: pytest.MonkeyPatch) 
 @needs_nvcc
 def test_cluster_program_builds_for_sm90() -> None:
     kernel = RMSNormBwdKernel(32768, torch.bfloat16)
-    source = _source(kernel, CLUSTER, ctas=8, direct=False, has_weight=True)
-    assert_strided_reads_are_16_bytes(source, "LDG", "LDX")
+    source = _source(kernel, CLUSTER, ctas=8, direct=False, has_weight=True, strided=False)
+    assert_strided_reads_are_16_bytes(_source(kernel, CLUSTER, ctas=8, direct=False, has_weight=True, strided=True),
+                                      "LDG", "LDX")
     # Sums swapped through distributed shared memory: asynchronous copies that count on the
     # receiving block's barrier, which each block waits on alone.
     assert "tma_store_cluster" in source and ".wait(" in source

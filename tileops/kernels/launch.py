@@ -10,7 +10,7 @@ from typing import Any, Callable, ContextManager, Dict, Generic, Hashable, Optio
 
 import torch
 
-__all__ = ["ALIGNMENT", "LayoutMemo", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher", "empty_contiguous",
+__all__ = ["ALIGNMENT", "LayoutMemo", "aligned_contiguous", "aligned_rows", "contiguous_strides", "is_aligned_contiguous", "direct_launcher", "empty_contiguous",
            "folded_stride", "has_unit_rows", "is_contiguous", "on_device", "unit_stride_rows", "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
@@ -67,6 +67,12 @@ def has_unit_rows(tensor: torch.Tensor) -> bool:
     programs read their innermost axis with unit stride.
     """
     return tensor.is_contiguous() and (tensor.dim() == 0 or tensor.stride(-1) == 1)
+
+
+def is_aligned_contiguous(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is what the programs read without a view: contiguous with unit-stride
+    rows, from a 16-byte aligned start (``aligned_contiguous`` returns it as it is)."""
+    return has_unit_rows(tensor) and not tensor.data_ptr() % ALIGNMENT
 
 
 def empty_contiguous(like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
@@ -143,6 +149,8 @@ def aligned_rows(tensor: torch.Tensor, width: int, access: int) -> torch.Tensor:
     time from 16-byte aligned starts (``kernel_base.strided_rows``): in place when its memory allows
     (``unit_stride_rows``, a row stride that is a multiple of ``access``, an aligned start), else
     an aligned contiguous copy."""
+    if is_aligned_contiguous(tensor):  # the usual call, on its fast path
+        return tensor if tensor.dim() == 2 else tensor.view(-1, width)
     view = unit_stride_rows(tensor, width)
     if view is None or view.data_ptr() % ALIGNMENT or view.stride(0) % access:
         view = aligned_contiguous(tensor)

@@ -412,7 +412,7 @@ def _one_pass_sums(T: Any, element: Dict[str, Callable[..., Any]], layer: bool, 
 
 def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, layer: bool, has_weight: bool,
                           smem_slots: Optional[Tuple[int, ...]], blocks_per_sm: int, direct: bool = False,
-                          fold: bool = False) -> Any:
+                          fold: bool = False, strided: bool = False) -> Any:
     """``smem_slots`` None: partial sums in registers, a partials row per row group; else the
     shared-memory slots of each partial sum of a row group (see ``_accumulator_macros``), the
     rest being in the partials buffer.
@@ -430,8 +430,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
 
     M = T.dynamic("M")
     Q = T.dynamic("Q")
-    GT, LDG = strided_rows(T, M, N, dtype, "LDG")
-    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
+    GT, LDG = strided_rows(T, M, N, dtype, "LDG", strided)
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX", strided)
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
     loads = resident_macros(T, layout, M)
@@ -626,8 +626,9 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         groups = Q * rows_per_block if fold else Q
         with T.Kernel(Q if fold else T.ceildiv(Q, rows_per_block), threads=block_threads) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
-            T.assume(LDG % vector == 0)
-            T.assume(LDX % vector == 0)
+            if strided:
+                T.assume(LDG % vector == 0)
+                T.assume(LDX % vector == 0)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             gb = T.alloc_local((per_thread,), dtype)
@@ -669,7 +670,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
 
 def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, layer: bool, has_weight: bool,
                           smem_slots: Tuple[int, ...], register_groups: Tuple[int, ...], blocks_per_sm: int,
-                          overlap: bool, direct: bool = False) -> Any:
+                          overlap: bool, direct: bool = False, strided: bool = False) -> Any:
     """A row group walks each of its rows twice: once for the row sums, then again (mostly from L2)
     to write the gradient and add the partial-sum terms.
 
@@ -683,8 +684,8 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
 
     M = T.dynamic("M")
     Q = T.dynamic("Q")
-    GT, LDG = strided_rows(T, M, N, dtype, "LDG")
-    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
+    GT, LDG = strided_rows(T, M, N, dtype, "LDG", strided)
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX", strided)
     vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
     walk = stream_macros(T, layout)
     column, valid = walk["column"], walk["valid"]
@@ -812,8 +813,9 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     def body(G, X, W, DX, PW, PB):
         with T.Kernel(Q, threads=threads) as block:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
-            T.assume(LDG % vector == 0)
-            T.assume(LDX % vector == 0)
+            if strided:
+                T.assume(LDG % vector == 0)
+                T.assume(LDX % vector == 0)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             gb = T.alloc_local((unroll * vector,), dtype)
@@ -869,7 +871,7 @@ class ClusterLayout:
 
 def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, layer: bool, has_weight: bool,
                          smem_slots: Tuple[int, ...], register_partials: bool, blocks_per_sm: int,
-                         direct: bool = False) -> Any:
+                         direct: bool = False, strided: bool = False) -> Any:
     """Rows too long for one block's registers, read once: a cluster of ``layout.ctas`` blocks
     (on as many SMs) takes each row, every block its slice of columns, and the blocks swap their
     slices' row sums through distributed shared memory.
@@ -891,8 +893,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
 
     M = T.dynamic("M")
     Q = T.dynamic("Q")
-    GT, LDG = strided_rows(T, M, N, dtype, "LDG")
-    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
+    GT, LDG = strided_rows(T, M, N, dtype, "LDG", strided)
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX", strided)
     ctas, part = layout.ctas, layout.slice
     width, vector, threads = part.N, part.vector, part.row_threads
     full_vecs, has_tail, per_thread = part.full_vecs, part.has_tail, part.per_thread
@@ -1022,8 +1024,9 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     def body(G, X, W, DX, PW, PB):
         with T.Kernel(Q * ctas, threads=threads, cluster_dims=ctas) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
-            T.assume(LDG % vector == 0)
-            T.assume(LDX % vector == 0)
+            if strided:
+                T.assume(LDG % vector == 0)
+                T.assume(LDX % vector == 0)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             rank = T.block_rank_in_cluster()
@@ -1122,8 +1125,9 @@ class NormBwdKernel(RowNormKernel):
 
     ``forward(grad_y, x, weight, grad_x, grad_weight[, grad_bias])`` takes
     16-byte aligned ``(rows, N)`` row tensors (``grad_x`` contiguous; ``grad_y`` and
-    ``x`` with unit-stride rows a multiple of ``row_vector(N)`` elements apart) and
-    ``(N,)`` vectors on one GPU, and fills the preallocated gradients.
+    ``x`` with unit-stride rows a multiple of ``row_vector(N)`` elements apart, which
+    take the programs' ``strided`` variants unless both are contiguous) and ``(N,)``
+    vectors on one GPU, and fills the preallocated gradients.
     """
 
     layer: bool = False
@@ -1263,7 +1267,9 @@ class NormBwdKernel(RowNormKernel):
         return ctas if ctas and self.split_layout(ctas=ctas) is not None else 0
 
     def build_program(self, name: str, config: Dict[str, Any], *, has_weight: bool = True,
-                      direct: bool = False, ctas: Optional[int] = None) -> Any:
+                      direct: bool = False, ctas: Optional[int] = None, strided: bool = False) -> Any:
+        """Program ``name``; ``strided``: ``grad_y`` and ``x`` rows at any stride (``strided_rows``),
+        else contiguous (the persistent row walks pay a few percent for a symbolic stride)."""
         dtype = torch_dtype_to_tl(self.dtype)
         if name == COLUMN_SUM:
             return column_sum_program(self.N, dtype, self.accumulators)
@@ -1271,25 +1277,29 @@ class NormBwdKernel(RowNormKernel):
             split = self.split_layout(config, ctas)
             return _cluster_bwd_program(self.N, dtype, self.eps, split, self.layer, has_weight,
                                         self.smem_slots(split), self.partials_in_registers(split),
-                                        self.blocks_per_sm(split, config), direct)
+                                        self.blocks_per_sm(split, config), direct, strided)
         layout = self._direct_layout(config) if direct else self.layout(config)
         if isinstance(layout, RowLayout):
             smem = None if self.partials_in_registers(layout) else self.smem_slots(layout)
             return _resident_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight, smem,
-                                         self.blocks_per_sm(layout, config), direct, self.folds(layout))
+                                         self.blocks_per_sm(layout, config), direct, self.folds(layout), strided)
         return _streamed_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight,
                                      self.smem_slots(layout), self.register_groups(layout),
-                                     self.blocks_per_sm(layout, config), bool(config["stream_overlap"]), direct)
+                                     self.blocks_per_sm(layout, config), bool(config["stream_overlap"]), direct,
+                                     strided)
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
-        keys = [(self.main_program(), (("direct", False), ("has_weight", True))), (COLUMN_SUM, ())]
+        """The programs contiguous calls launch (strided ones take the ``strided`` variants on demand)."""
+        rows, plain = (("direct", False), ("has_weight", True), ("strided", False)), ("strided", False)
+        keys = [(self.main_program(), rows), (COLUMN_SUM, ())]
         if self.writes_directly(1):
-            keys.append((self.main_program(), (("direct", True), ("has_weight", True))))
+            keys.append((self.main_program(), (("direct", True), ("has_weight", True), plain)))
         few, many = self.config["cluster_ctas"], self.config["many_rows_ctas"]
         if self.split_layout(ctas=few) is not None:  # a single row of them is one launch
-            keys += [(CLUSTER, (("ctas", few), ("direct", direct), ("has_weight", True))) for direct in (False, True)]
+            keys += [(CLUSTER, (("ctas", few), ("direct", direct), ("has_weight", True), plain))
+                     for direct in (False, True)]
         if many != few and many and self.split_layout(ctas=many) is not None:
-            keys.append((CLUSTER, (("ctas", many), ("direct", False), ("has_weight", True))))
+            keys.append((CLUSTER, (("ctas", many), ("direct", False), ("has_weight", True), plain)))
         return keys
 
     def writes_directly(self, rows: int) -> bool:
@@ -1371,17 +1381,20 @@ class NormBwdKernel(RowNormKernel):
                 grad.zero_()
             return grad_x
         affine = [] if weight is None else [weight]
+        strided = grad_y.stride(0) != self.N or x.stride(0) != self.N
         ctas = self.split_ctas(rows)
         if ctas:
-            return self._split_rows(ctas, grad_y, x, affine, grad_x, grads)
+            return self._split_rows(ctas, grad_y, x, affine, grad_x, grads, strided)
         if self.writes_directly(rows):
-            launch = self.launcher(self.main_program(), (("direct", True), ("has_weight", weight is not None)))
+            launch = self.launcher(self.main_program(), (("direct", True), ("has_weight", weight is not None),
+                                                         ("strided", strided)))
             launch(grad_y, x, *affine, grad_x, *(grad.view(1, self.N) for grad in grads))
             return grad_x
         slices = [(0, rows)] if rows <= MAX_EXTENT else list(row_slices(rows))
         groups = [self.buffer_rows(stop - start, x.device) for start, stop in slices]
         partials = torch.empty((self.accumulators, sum(groups), self.N), dtype=torch.float32, device=x.device)
-        launch = self.launcher(self.main_program(), (("direct", False), ("has_weight", weight is not None)))
+        launch = self.launcher(self.main_program(), (("direct", False), ("has_weight", weight is not None),
+                                                     ("strided", strided)))
         if len(slices) == 1:  # the usual case: no slicing on the host path
             launch(grad_y, x, *affine, grad_x, *(partials[a] for a in range(self.accumulators)))
         else:
@@ -1394,17 +1407,19 @@ class NormBwdKernel(RowNormKernel):
         return grad_x
 
     def _split_rows(self, ctas: int, grad_y: torch.Tensor, x: torch.Tensor, affine: List[torch.Tensor],
-                    grad_x: torch.Tensor, grads: List[torch.Tensor]) -> torch.Tensor:
+                    grad_x: torch.Tensor, grads: List[torch.Tensor], strided: bool) -> torch.Tensor:
         """The cluster program over clusters of ``ctas`` blocks: one launch for a single row, else
         a partials row per cluster and the column sum."""
         has_weight = bool(affine)
         if x.shape[0] == 1:
-            launch = self.launcher(CLUSTER, (("ctas", ctas), ("direct", True), ("has_weight", has_weight)))
+            launch = self.launcher(CLUSTER, (("ctas", ctas), ("direct", True), ("has_weight", has_weight),
+                                             ("strided", strided)))
             launch(grad_y, x, *affine, grad_x, *(grad.view(1, self.N) for grad in grads))
             return grad_x
         groups = self.partial_rows(x.shape[0], x.device, self.split_layout(ctas=ctas))
         partials = torch.empty((self.accumulators, groups, self.N), dtype=torch.float32, device=x.device)
-        launch = self.launcher(CLUSTER, (("ctas", ctas), ("direct", False), ("has_weight", has_weight)))
+        launch = self.launcher(CLUSTER, (("ctas", ctas), ("direct", False), ("has_weight", has_weight),
+                                         ("strided", strided)))
         launch(grad_y, x, *affine, grad_x, *(partials[a] for a in range(self.accumulators)))
         self.launcher(COLUMN_SUM)(partials, *grads)
         return grad_x

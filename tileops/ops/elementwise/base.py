@@ -30,7 +30,7 @@ import torch
 
 from tileops import _shape_rules as rules
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import contiguous_strides, empty_contiguous, is_contiguous, on_device
+from tileops.kernels.launch import contiguous_strides, empty_contiguous, is_contiguous, on_device, unit_stride_rows
 from tileops.ops.op_base import Op
 
 __all__ = [
@@ -96,31 +96,10 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.contiguous().view(-1)
 
 
-def _folded_stride(sizes: Sequence[int], strides: Sequence[int]) -> Optional[int]:
-    """The one stride that steps through ``sizes`` as a single axis, or None when they do not fold."""
-    stride: Optional[int] = None
-    expected = 0
-    for size, step in zip(reversed(sizes), reversed(strides)):
-        if size == 1:
-            continue
-        if stride is None:
-            stride = step
-        elif step != expected:
-            return None
-        expected = step * size
-    return 0 if stride is None else stride
-
-
 def row_view(tensor: torch.Tensor, width: int) -> torch.Tensor:
     """``tensor`` as ``(rows, width)`` with contiguous rows: a view when its memory allows, else a copy."""
-    if tensor.dim() == 2 and tensor.stride() == (width, 1) and tensor.shape[1] == width:
-        return tensor  # the common case, without a view
-    rows = tensor.numel() // width
-    if width == 1 or tensor.stride(-1) == 1:
-        row_stride = _folded_stride(tensor.shape[:-1], tensor.stride()[:-1])
-        if row_stride is not None:
-            return tensor.as_strided((rows, width), (row_stride if rows > 1 else width, 1))
-    return tensor.contiguous().view(rows, width)
+    view = unit_stride_rows(tensor, width)
+    return tensor.contiguous().view(-1, width) if view is None else view
 
 
 class GatedElementwiseOp(ElementwiseFamilyOp):

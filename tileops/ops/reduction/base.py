@@ -21,7 +21,7 @@ import torch
 
 from tileops import _shape_rules as rules
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import is_contiguous, on_device
+from tileops.kernels.launch import folded_stride, is_contiguous, on_device
 from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
@@ -63,27 +63,12 @@ class CallLayout:
     out_view: Optional[Tuple[int, ...]]
 
 
-def _folded_stride(sizes: Sequence[int], strides: Sequence[int]) -> Tuple[bool, Optional[int]]:
-    """Whether axes fold into one, and the folded stride (``None`` when every size is 1)."""
-    stride: Optional[int] = None
-    expected = 0
-    for size, step in zip(reversed(sizes), reversed(strides)):
-        if size == 1:
-            continue
-        if stride is None:
-            stride = step
-        elif step != expected:
-            return False, None
-        expected = step * size
-    return True, stride
-
-
 def _strided_view(sizes: Sequence[int], strides: Sequence[int], first: int, last: int) -> Optional[ViewSpec]:
     """``(outer, N)`` or ``(outer, N, inner)`` over reduced axes ``first..last`` in place, if the memory allows."""
     outer, N, inner = math.prod(sizes[:first]), math.prod(sizes[first:last + 1]), math.prod(sizes[last + 1:])
-    outer_folds, outer_stride = _folded_stride(sizes[:first], strides[:first])
-    axis_folds, axis_stride = _folded_stride(sizes[first:last + 1], strides[first:last + 1])
-    inner_folds, inner_stride = _folded_stride(sizes[last + 1:], strides[last + 1:])
+    outer_folds, outer_stride = folded_stride(sizes[:first], strides[:first])
+    axis_folds, axis_stride = folded_stride(sizes[first:last + 1], strides[first:last + 1])
+    inner_folds, inner_stride = folded_stride(sizes[last + 1:], strides[last + 1:])
     if not (outer_folds and axis_folds and inner_folds) or inner_stride not in (None, 1):
         return None
     outer_stride = N * inner if outer_stride is None else outer_stride

@@ -16,7 +16,7 @@ from typing import Hashable, Tuple
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import aligned_contiguous, aligned_rows, empty_contiguous, on_device
+from tileops.kernels.launch import aligned_contiguous, aligned_rows, is_aligned_contiguous, on_device
 from tileops.kernels.sizes import MAX_EXTENT, row_vector
 from tileops.ops.op_base import Op
 
@@ -55,16 +55,17 @@ class ScanOp(Op):
 
     def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
         """``y`` shaped like ``x``: the scan of ``x`` along ``self.dim``."""
-        # Runs on every call: ``empty_contiguous`` is cheapest for contiguous inputs, and a 2-D
-        # scan over the last axis needs no views.
+        # Runs on every call: ``empty_like`` of a contiguous input is several times cheaper than
+        # ``torch.empty``, and a 2-D scan over the last axis needs no views.
         shape = x.shape
-        y = empty_contiguous(x, shape)
+        contiguous = is_aligned_contiguous(x)
+        y = torch.empty_like(x) if contiguous else torch.empty(tuple(shape), dtype=x.dtype, device=x.device)
         if y.numel() == 0:
             return y
         N = self.N
         ndim = len(shape)
         dim = self.dim % ndim
-        inner = math.prod(shape[dim + 1:])
+        inner = 1 if dim == ndim - 1 else math.prod(shape[dim + 1:])
         device = x.device
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
@@ -73,7 +74,11 @@ class ScanOp(Op):
                 x = aligned_contiguous(x)
                 self._launch_columns(kernel, x.view(outer, N, inner), y.view(outer, N, inner))
             elif dim == ndim - 1:
-                self._launch_rows(kernel, aligned_rows(x, N, self._row_access), y if ndim == 2 else y.view(-1, N))
+                if contiguous:
+                    x_rows = x if ndim == 2 else x.view(-1, N)
+                else:
+                    x_rows = aligned_rows(x, N, self._row_access)
+                self._launch_rows(kernel, x_rows, y if ndim == 2 else y.view(-1, N))
             else:  # only size-1 axes follow: fold them into the scanned one
                 self._launch_rows(kernel, aligned_rows(x.flatten(dim), N, self._row_access), y.view(-1, N))
         return y

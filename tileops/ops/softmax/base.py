@@ -12,37 +12,22 @@ TileLang symbolic values, so one kernel per device serves every shape and layout
 """
 
 import math
-from typing import Hashable, List, Optional, Sequence, Tuple
+from typing import Hashable, List, Optional, Tuple
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import empty_contiguous, has_unit_rows, on_device
+from tileops.kernels.launch import empty_contiguous, folded_stride, has_unit_rows, on_device
 from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
 __all__ = ["SoftmaxFamilyOp", "axis_view", "kernel_view"]
 
 
-def _collapsed_stride(sizes: Sequence[int], strides: Sequence[int]) -> Tuple[bool, Optional[int]]:
-    """Whether axes fold into one, and the folded stride (``None`` when every size is 1)."""
-    stride: Optional[int] = None
-    expected = 0
-    for size, step in zip(reversed(sizes), reversed(strides)):
-        if size == 1:
-            continue
-        if stride is None:
-            stride = step
-        elif step != expected:
-            return False, None
-        expected = step * size
-    return True, stride
-
-
 def _strided_axis_view(tensor: torch.Tensor, dim: int, outer: int, N: int, inner: int) -> Optional[torch.Tensor]:
     sizes, strides = tensor.shape, tensor.stride()
-    inner_folds, inner_stride = _collapsed_stride(sizes[dim + 1:], strides[dim + 1:])
-    outer_folds, outer_stride = _collapsed_stride(sizes[:dim], strides[:dim])
+    inner_folds, inner_stride = folded_stride(sizes[dim + 1:], strides[dim + 1:])
+    outer_folds, outer_stride = folded_stride(sizes[:dim], strides[:dim])
     if not (inner_folds and outer_folds) or inner_stride not in (None, 1):
         return None
     axis_stride = strides[dim] if N > 1 else inner
