@@ -166,11 +166,12 @@ def make_inputs(op: OpSpec, case: Case, device: str, generator: torch.Generator)
             tensors.append(torch.randn(tuple(shape), generator=generator).to(device=device, dtype=getattr(torch, declared[0])))
             continue
         if case.layout == "strided" and len(shape) >= 1:
-            # Every other element of a twice-as-wide buffer: same shape, not contiguous.
+            # Every other element of a twice-as-wide buffer: same shape, not contiguous.  Sliced
+            # after the move, which would otherwise hand back a contiguous copy.
             base = torch.randn(*shape[:-1], 2 * shape[-1], generator=generator, dtype=torch.float32)
-            value = base[..., ::2]
-        else:
-            value = torch.randn(tuple(shape), generator=generator, dtype=torch.float32)
+            tensors.append(base.to(device=device, dtype=case.dtype)[..., ::2])
+            continue
+        value = torch.randn(tuple(shape), generator=generator, dtype=torch.float32)
         tensors.append(value.to(device=device, dtype=case.dtype))
     return tensors
 
