@@ -52,6 +52,7 @@ def inventory() -> List[Task]:
     """Every (kernel, program) the GPU tests and the timing script launch."""
     from benchmarks import norm_timing
     from tests.gpu import test_norm_family as t
+    from tests.gpu import test_row_slices as row_slices
     from tests.op_checks import build_op
 
     tasks: Set[Task] = set()
@@ -88,6 +89,11 @@ def inventory() -> List[Task]:
     add(kernel_tasks(_op_kernel("LayerNormBwdOp", 1024, torch.bfloat16, 1e-5)))
     for kernel, flags in norm_timing.inventory():
         add(kernel_tasks(kernel, flags))
+    for _, N, dtype in row_slices.NORM_CASES:  # row slices: the backward programs' strided variants
+        for name in ("RMSNormFwdOp", "LayerNormFwdOp", "FusedAddRMSNormFwdOp"):
+            add(kernel_tasks(_op_kernel(name, N, dtype, 1e-5)))
+        for name in ("RMSNormBwdOp", "LayerNormBwdOp"):
+            add(kernel_tasks(_op_kernel(name, N, dtype, 1e-5), {"strided": True}))
     return sorted(tasks, key=repr)
 
 
