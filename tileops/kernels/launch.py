@@ -10,8 +10,9 @@ from typing import Any, Callable, ContextManager, Dict, Generic, Hashable, Optio
 
 import torch
 
-__all__ = ["ALIGNMENT", "LayoutMemo", "aligned_contiguous", "aligned_rows", "contiguous_strides", "is_aligned_contiguous", "direct_launcher", "empty_contiguous",
-           "folded_stride", "has_unit_rows", "is_contiguous", "on_device", "unit_stride_rows", "widest_access"]
+__all__ = ["ALIGNMENT", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher",
+           "empty_contiguous", "folded_stride", "has_unit_rows", "is_aligned_contiguous", "is_contiguous",
+           "LayoutMemo", "on_device", "unit_stride_rows", "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
 ALIGNMENT = 16

@@ -58,8 +58,10 @@ class ScanOp(Op):
         # Runs on every call: ``empty_like`` of a contiguous input is several times cheaper than
         # ``torch.empty``, and a 2-D scan over the last axis needs no views.
         shape = x.shape
-        contiguous = is_aligned_contiguous(x)
-        y = torch.empty_like(x) if contiguous else torch.empty(tuple(shape), dtype=x.dtype, device=x.device)
+        if is_aligned_contiguous(x):
+            y = torch.empty_like(x)
+        else:
+            y = torch.empty(tuple(shape), dtype=x.dtype, device=x.device)
         if y.numel() == 0:
             return y
         N = self.N
@@ -74,11 +76,7 @@ class ScanOp(Op):
                 x = aligned_contiguous(x)
                 self._launch_columns(kernel, x.view(outer, N, inner), y.view(outer, N, inner))
             elif dim == ndim - 1:
-                if contiguous:
-                    x_rows = x if ndim == 2 else x.view(-1, N)
-                else:
-                    x_rows = aligned_rows(x, N, self._row_access)
-                self._launch_rows(kernel, x_rows, y if ndim == 2 else y.view(-1, N))
+                self._launch_rows(kernel, aligned_rows(x, N, self._row_access), y if ndim == 2 else y.view(-1, N))
             else:  # only size-1 axes follow: fold them into the scanned one
                 self._launch_rows(kernel, aligned_rows(x.flatten(dim), N, self._row_access), y.view(-1, N))
         return y
