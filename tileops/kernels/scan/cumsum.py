@@ -242,6 +242,11 @@ def _elem_bytes(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
 
+def _row_access(N: int, dtype: str) -> int:
+    """Elements of a row's widest access (``row_vector``): in-place row strides are multiples of it."""
+    return largest_pow2_divisor(N, VECTOR_BYTES // _elem_bytes(dtype))
+
+
 def _load_vector(N: int, items: int, dtype: str) -> int:
     """Elements per vectorized access: divides ``items`` and ``N`` (aligned rows), <= 16 bytes."""
     return largest_pow2_divisor(N, largest_pow2_divisor(items, VECTOR_BYTES // _elem_bytes(dtype)))
@@ -314,7 +319,7 @@ def row_scan_program(
     R = T.dynamic("R")
     # Rows of ``x`` may lie any multiple of the row's access width apart (``strided_rows``).
     XT, LDX = strided_rows(T, R, N, dtype, "LDX")
-    row_access = largest_pow2_divisor(N, VECTOR_BYTES // _elem_bytes(dtype))
+    row_access = _row_access(N, dtype)
 
     def first_element(lane, chunk_index):
         """Where the thread's ``items`` elements start in memory (they end there when reversed)."""
@@ -786,7 +791,7 @@ def segment_sums_program(
     R = T.dynamic("R")
     # Rows of ``x`` may lie any multiple of the row's access width apart (``strided_rows``).
     XT, LDX = strided_rows(T, R, N, dtype, "LDX")
-    row_access = largest_pow2_divisor(N, VECTOR_BYTES // _elem_bytes(dtype))
+    row_access = _row_access(N, dtype)
 
     def position(index):
         """Where element ``index`` of the row in scan order lies in memory."""
