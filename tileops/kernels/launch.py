@@ -10,9 +10,11 @@ from typing import Any, Callable, ContextManager, Dict, Generic, Hashable, Optio
 
 import torch
 
+from tileops.kernels.sizes import row_vector
+
 __all__ = ["ALIGNMENT", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher",
            "empty_contiguous", "folded_stride", "has_unit_rows", "is_aligned_contiguous", "is_contiguous",
-           "LayoutMemo", "on_device", "unit_stride_rows", "widest_access"]
+           "LayoutMemo", "on_device", "rows_and_output", "unit_stride_rows", "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
 ALIGNMENT = 16
@@ -145,18 +147,34 @@ def unit_stride_rows(tensor: torch.Tensor, width: int) -> Optional[torch.Tensor]
     return tensor.as_strided((math.prod(sizes[:-1]), width), (row_stride, 1))
 
 
-def aligned_rows(tensor: torch.Tensor, width: int, access: int) -> torch.Tensor:
-    """``tensor`` as ``(rows, width)`` for programs that read unit-stride rows ``access`` elements at a
-    time from 16-byte aligned starts (``kernel_base.strided_rows``): in place when its memory allows
-    (``unit_stride_rows``, a row stride that is a multiple of ``access``, an aligned start), else
-    an aligned contiguous copy."""
+def aligned_rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """``tensor`` as ``(rows, width)`` for programs that read unit-stride rows ``row_vector(width)``
+    elements at a time from 16-byte aligned starts (``kernel_base.strided_rows``): in place when
+    its memory allows (``unit_stride_rows``, a row stride that is a multiple of that access
+    width, an aligned start), else an aligned contiguous copy."""
     if is_aligned_contiguous(tensor):  # the usual call, on its fast path
         return tensor if tensor.dim() == 2 else tensor.view(-1, width)
     view = unit_stride_rows(tensor, width)
-    if view is None or view.data_ptr() % ALIGNMENT or view.stride(0) % access:
+    if view is None or view.data_ptr() % ALIGNMENT or view.stride(0) % row_vector(width, tensor.dtype):
         view = aligned_contiguous(tensor)
         return view if view.dim() == 2 else view.view(-1, width)
     return view
+
+
+def rows_and_output(tensor: torch.Tensor, width: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``aligned_rows(tensor, width)``, an uninitialised contiguous output shaped like ``tensor``,
+    and the output as ``(rows, width)``.
+
+    Runs on every call of a row op: a contiguous input takes no views when 2-D, and
+    ``empty_like`` of it is several times cheaper than ``torch.empty``.
+    """
+    if is_aligned_contiguous(tensor):
+        out = torch.empty_like(tensor)
+        if tensor.dim() == 2:
+            return tensor, out, out
+        return tensor.view(-1, width), out, out.view(-1, width)
+    out = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
+    return aligned_rows(tensor, width), out, out.view(-1, width)
 
 
 def widest_access(tensor: torch.Tensor, strides: int, cap: int) -> int:

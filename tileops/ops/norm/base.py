@@ -15,14 +15,13 @@ are contiguous.
 * ``NormBwdOp``: RMSNorm and LayerNorm backward (``grad_x`` and the affine gradients).
 """
 
-import functools
 from typing import Hashable, Optional, Tuple
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import aligned_contiguous, aligned_rows, is_aligned_contiguous, on_device
-from tileops.kernels.sizes import MAX_EXTENT, row_vector
+from tileops.kernels.launch import aligned_contiguous, aligned_rows, on_device, rows_and_output
+from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
 __all__ = ["NormOp", "LayerNormOp", "FusedAddNormOp", "NormBwdOp"]
@@ -51,28 +50,13 @@ class NormOp(Op):
         # ``(device index,)`` as the only "shape".
         return input_shapes[0]
 
-    @functools.cached_property
-    def _row_access(self) -> int:
-        """Elements of the kernels' row accesses: in-place row strides must be multiples of it."""
-        return row_vector(self.N, self.dtype)
-
     def _rows(self, tensor: torch.Tensor) -> torch.Tensor:
         """A row input as the kernels read it: ``(rows, N)`` in place when its memory allows, else a copy."""
-        return aligned_rows(tensor, self.N, self._row_access)
-
-    def _rows_and_output(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``x`` as the kernels read it, and an uninitialised contiguous output shaped like ``x``
-        with its ``(rows, N)`` view.  Runs on every call: a contiguous input takes no views when
-        2-D, and ``empty_like`` of it is several times cheaper than ``torch.empty``."""
-        if is_aligned_contiguous(x):
-            y = torch.empty_like(x)
-            return (x, y, y) if x.dim() == 2 else (x.view(-1, self.N), y, y.view(-1, self.N))
-        y = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.device)
-        return self._rows(x), y, y.view(-1, self.N)
+        return aligned_rows(tensor, self.N)
 
     def _run_kernel(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """``y`` shaped like ``x``: the kernel on ``x`` viewed as ``(rows, N)``."""
-        x_rows, y, y_rows = self._rows_and_output(x)
+        x_rows, y, y_rows = rows_and_output(x, self.N)
         rows = x_rows.shape[0]
         if rows == 0:
             return y
@@ -108,7 +92,7 @@ class LayerNormOp(NormOp):
     def _run_kernel(self, x: torch.Tensor, weight: Optional[torch.Tensor],
                     bias: Optional[torch.Tensor]) -> torch.Tensor:
         """``y`` shaped like ``x``."""
-        x_rows, y, y_rows = self._rows_and_output(x)
+        x_rows, y, y_rows = rows_and_output(x, self.N)
         if y.numel() == 0:
             return y
         device = x.device
@@ -125,7 +109,7 @@ class FusedAddNormOp(NormOp):
 
     def _run_kernel(self, x: torch.Tensor, residual: torch.Tensor,
                     weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        x_rows, y, y_rows = self._rows_and_output(x)
+        x_rows, y, y_rows = rows_and_output(x, self.N)
         residual_out = torch.empty_like(y)
         if y.numel() == 0:
             return y, residual_out
@@ -153,7 +137,7 @@ class NormBwdOp(NormOp):
     def _run_kernel(self, grad_y: torch.Tensor, x: torch.Tensor,
                     weight: Optional[torch.Tensor]) -> Tuple[torch.Tensor, ...]:
         device = x.device
-        x_rows, grad_x, grad_x_rows = self._rows_and_output(x)
+        x_rows, grad_x, grad_x_rows = rows_and_output(x, self.N)
         accumulators = self.kernel_map[self.kernel_key].accumulators
         if grad_x.numel() == 0:  # sums over no rows
             return (grad_x, *(x.new_zeros(self.N) for _ in range(accumulators)))

@@ -9,15 +9,14 @@ place when they have unit stride and lie a multiple of the access width apart
 contiguous.
 """
 
-import functools
 import math
 from typing import Hashable, Tuple
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import aligned_contiguous, aligned_rows, is_aligned_contiguous, on_device
-from tileops.kernels.sizes import MAX_EXTENT, row_vector
+from tileops.kernels.launch import aligned_contiguous, empty_contiguous, on_device, rows_and_output
+from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
 __all__ = ["ScanOp"]
@@ -48,22 +47,11 @@ class ScanOp(Op):
         # which kernel serves a call; ``_run_kernel`` passes ``(device index,)``.
         return input_shapes[0]
 
-    @functools.cached_property
-    def _row_access(self) -> int:
-        """Elements of the row programs' accesses: in-place row strides must be multiples of it."""
-        return row_vector(self.N, self.dtype)
-
     def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
         """``y`` shaped like ``x``: the scan of ``x`` along ``self.dim``."""
-        # Runs on every call: ``empty_like`` of a contiguous input is several times cheaper than
-        # ``torch.empty``, and a 2-D scan over the last axis needs no views.
         shape = x.shape
-        if is_aligned_contiguous(x):
-            y = torch.empty_like(x)
-        else:
-            y = torch.empty(tuple(shape), dtype=x.dtype, device=x.device)
-        if y.numel() == 0:
-            return y
+        if x.numel() == 0:
+            return empty_contiguous(x, shape)
         N = self.N
         ndim = len(shape)
         dim = self.dim % ndim
@@ -72,14 +60,14 @@ class ScanOp(Op):
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
             if inner > 1:
+                y = empty_contiguous(x, shape)
                 outer = y.numel() // (N * inner)
-                x = aligned_contiguous(x)
-                self._launch_columns(kernel, x.view(outer, N, inner), y.view(outer, N, inner))
-            elif dim == ndim - 1:
-                self._launch_rows(kernel, aligned_rows(x, N, self._row_access), y if ndim == 2 else y.view(-1, N))
-            else:  # only size-1 axes follow: fold them into the scanned one
-                self._launch_rows(kernel, aligned_rows(x.flatten(dim), N, self._row_access), y.view(-1, N))
-        return y
+                self._launch_columns(kernel, aligned_contiguous(x).view(outer, N, inner), y.view(outer, N, inner))
+                return y
+            # A scan of rows; size-1 axes after ``dim`` fold into it.
+            x_rows, y, y_rows = rows_and_output(x if dim == ndim - 1 else x.flatten(dim), N)
+            self._launch_rows(kernel, x_rows, y_rows)
+        return y if dim == ndim - 1 else y.view(shape)
 
     @staticmethod
     def _launch_rows(kernel: Kernel, x: torch.Tensor, y: torch.Tensor) -> None:
