@@ -62,10 +62,11 @@ def torch_dtype_to_tl(dtype: torch.dtype) -> str:
         raise TypeError(f"no TileLang dtype for {dtype}") from None
 
 
-def strided_rows(T: Any, M: Any, N: int, dtype: str, stride_name: str, strided: bool = True) -> Tuple[Any, Any]:
+def strided_rows(T: Any, M: Any, N: Any, dtype: str, stride_name: str, strided: bool = True) -> Tuple[Any, Any]:
     """The TileLang type of an input ``(M, N)`` whose rows lie ``stride`` elements apart, and that
-    symbolic (int64) stride.  The host hands such a tensor in place only when the stride is a
-    multiple of ``row_vector(N)``, so a program may ``T.assume(stride % vector == 0)``.
+    symbolic (int64) stride (``M`` and ``N`` may be symbolic too).  The host hands such a tensor
+    in place only when the stride is a multiple of the program's access width, so a program
+    may ``T.assume(stride % vector == 0)``.
 
     ``strided=False`` gives a contiguous ``(M, N)`` type and no stride (``None``), for programs
     whose row walks are cheaper with the stride a constant."""

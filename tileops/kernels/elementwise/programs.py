@@ -36,7 +36,7 @@ tensors over 2**31 elements are addressed correctly.
 from typing import Any
 
 from tileops.kernels.elementwise.functions import PointwiseFn
-from tileops.kernels.kernel_base import PASS_CONFIGS
+from tileops.kernels.kernel_base import PASS_CONFIGS, strided_rows
 from tileops.kernels.sizes import ACCUM
 
 __all__ = ["flat_program", "gated_program", "broadcast_program", "MAX_LAUNCH_ELEMENTS"]
@@ -158,7 +158,7 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
     per_row = H // vector  # vectors in one half row
     tile = threads * unroll  # vectors of one block
     R = T.dynamic("R")
-    LDX = T.dynamic("LDX", "int64")
+    XT, LDX = strided_rows(T, R, N, dtype, "LDX")
 
     @T.macro
     def load_halves(X, gate, up, first):
@@ -175,7 +175,7 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
 
         @T.prim_func
         def elementwise_gated_fwd(
-            X: T.StridedTensor((R, N), (LDX, 1), dtype),
+            X: XT,
             Y: T.Tensor((R, H), dtype),
         ):
             with T.Kernel(T.ceildiv(R * per_row, tile), threads=threads) as bx:
@@ -194,12 +194,12 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
 
         return _finish(elementwise_gated_fwd)
 
-    LDG = T.dynamic("LDG", "int64")
+    GT, LDG = strided_rows(T, R, H, dtype, "LDG")
 
     @T.prim_func
     def elementwise_gated_bwd(
-        G: T.StridedTensor((R, H), (LDG, 1), dtype),
-        X: T.StridedTensor((R, N), (LDX, 1), dtype),
+        G: GT,
+        X: XT,
         DX: T.Tensor((R, N), dtype),
     ):
         with T.Kernel(T.ceildiv(R * per_row, tile), threads=threads) as bx:

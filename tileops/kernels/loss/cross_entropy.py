@@ -51,7 +51,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import ACCUM, MAX_THREADS, WARP, check_kernel_args, next_pow2, row_vector
 
@@ -137,7 +137,7 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
     steps = -(-V // step_elems)
     warps = threads // WARP
     R = T.dynamic("R")
-    LDX = T.dynamic("LDX", "int64")
+    XT, LDX = strided_rows(T, R, V, dtype, "LDX")
 
     block_reduce = _block_reduce(T, threads)
 
@@ -158,7 +158,7 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
 
     @T.prim_func
     def cross_entropy_fwd(
-        X: T.StridedTensor((R, V), (LDX, 1), dtype),
+        X: XT,
         Target: T.Tensor((R,), "int64"),
         Loss: T.Tensor((R,), ACCUM),
         Lse: T.Tensor((R,), ACCUM),
@@ -225,8 +225,8 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
     chunk = threads * vector
     tile = chunk * unroll
     R = T.dynamic("R")
-    LDX = T.dynamic("LDX", "int64")
-    LDG = T.dynamic("LDG", "int64")
+    XT, LDX = strided_rows(T, R, V, dtype, "LDX")
+    GT, LDG = strided_rows(T, R, V, dtype, "LDG")
     GL = T.dynamic("GL")
     GS = T.dynamic("GS")
     target_weight = 1.0 - label_smoothing
@@ -234,13 +234,13 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
 
     @T.prim_func
     def cross_entropy_bwd(
-        X: T.StridedTensor((R, V), (LDX, 1), dtype),
+        X: XT,
         Target: T.Tensor((R,), "int64"),
         Lse: T.Tensor((R,), ACCUM),
         GradLoss: T.Tensor((GL,), dtype),
         GradLse: T.Tensor((GS,), ACCUM),
         Kept: T.Tensor((1,), ACCUM),
-        G: T.StridedTensor((R, V), (LDG, 1), dtype),
+        G: GT,
     ):
         # Rows on the x axis: gridDim.y is limited to 65535, row counts are not.
         with T.Kernel(R, T.ceildiv(V, tile), threads=threads) as (row, bx):
@@ -373,7 +373,7 @@ def cross_entropy_small_total_program(V: int, dtype: str, *, mean: bool, ignore_
     shuffle_steps = WARP.bit_length() - 1
     store_total = _total_macro(T, threads, mean, dtype)
     R = T.dynamic("R")
-    LDX = T.dynamic("LDX", "int64")
+    XT, LDX = strided_rows(T, R, V, dtype, "LDX")
 
     @T.macro
     def warp_sum(st, slot):
@@ -382,7 +382,7 @@ def cross_entropy_small_total_program(V: int, dtype: str, *, mean: bool, ignore_
 
     @T.prim_func
     def cross_entropy_small_total(
-        X: T.StridedTensor((R, V), (LDX, 1), dtype),
+        X: XT,
         Target: T.Tensor((R,), "int64"),
         Lse: T.Tensor((R,), ACCUM),
         Out: T.Tensor((1,), dtype),

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import ALIGNMENT, direct_launcher, widest_access
 from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
 from tileops.kernels.sizes import (
@@ -219,7 +219,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     chunk = threads * vector
     G = T.dynamic("G")
     N = T.dynamic("N", "int64")
-    LDX = T.dynamic("LDX", "int64")
+    XT, LDX = strided_rows(T, G, N, dtype, "LDX")
     S = T.dynamic("S")
 
     # A block walks every ``bounds[1]``-th group of ``unroll`` chunks from group ``bounds[0]``
@@ -293,7 +293,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     if fused:
 
         @T.prim_func
-        def reduce_rows(X: T.StridedTensor((G, N), (LDX, 1), dtype), Y: T.Tensor((G,), out_dtype)):
+        def reduce_rows(X: XT, Y: T.Tensor((G,), out_dtype)):
             with T.Kernel(G, threads=threads) as row:
                 tx = T.get_thread_binding()
                 buf = T.alloc_local((unroll * vector,), dtype)
@@ -319,7 +319,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     width = spec.partial_width
 
     @T.prim_func
-    def reduce_row_segments(X: T.StridedTensor((G, N), (LDX, 1), dtype), P: T.Tensor((G, S, 1, width), PARTIAL)):
+    def reduce_row_segments(X: XT, P: T.Tensor((G, S, 1, width), PARTIAL)):
         with T.Kernel(G, S, threads=threads) as (row, seg):
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             tx = T.get_thread_binding()

@@ -54,7 +54,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
+from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher, widest_access
 from tileops.kernels.sizes import (
     ACCUM,
@@ -504,10 +504,10 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                         )
 
     if not variant.backward:
-        LDX = T.dynamic("LDX", "int64")
+        XT, LDX = strided_rows(T, R, N, dtype, "LDX")
 
         @T.prim_func
-        def softmax_row_fused(X: T.StridedTensor((R, N), (LDX, 1), dtype), Y: T.Tensor((R, N), dtype)):
+        def softmax_row_fused(X: XT, Y: T.Tensor((R, N), dtype)):
             with T.Kernel(T.ceildiv(R, rows_per_block), threads=block_threads) as bx:
                 if min_blocks > 1:
                     T.annotate_min_blocks_per_sm(min_blocks)
@@ -539,13 +539,13 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 
         return softmax_row_fused
 
-    LDG = T.dynamic("LDG", "int64")
-    LDY = T.dynamic("LDY", "int64")
+    GT, LDG = strided_rows(T, R, N, dtype, "LDG")
+    YT, LDY = strided_rows(T, R, N, dtype, "LDY")
 
     @T.prim_func
     def softmax_bwd_row_fused(
-        G: T.StridedTensor((R, N), (LDG, 1), dtype),
-        Yv: T.StridedTensor((R, N), (LDY, 1), dtype),
+        G: GT,
+        Yv: YT,
         DX: T.Tensor((R, N), dtype),
     ):
         with T.Kernel(T.ceildiv(R, rows_per_block), threads=block_threads) as bx:
@@ -662,11 +662,11 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             reduce(st, _SUM, scratch, 1, tx, False)
 
     if not variant.backward:
-        LDX = T.dynamic("LDX", "int64")
+        XT, LDX = strided_rows(T, R, N, dtype, "LDX")
 
         @T.prim_func
         def softmax_row_stats(
-            X: T.StridedTensor((R, N), (LDX, 1), dtype),
+            X: XT,
             PM: T.Tensor((R, S), ACCUM),
             PS: T.Tensor((R, S), ACCUM),
         ):
@@ -686,13 +686,13 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 
         return softmax_row_stats
 
-    LDG = T.dynamic("LDG", "int64")
-    LDY = T.dynamic("LDY", "int64")
+    GT, LDG = strided_rows(T, R, N, dtype, "LDG")
+    YT, LDY = strided_rows(T, R, N, dtype, "LDY")
 
     @T.prim_func
     def softmax_bwd_row_stats(
-        G: T.StridedTensor((R, N), (LDG, 1), dtype),
-        Yv: T.StridedTensor((R, N), (LDY, 1), dtype),
+        G: GT,
+        Yv: YT,
         PS: T.Tensor((R, S), ACCUM),
     ):
         with T.Kernel(R, S, threads=threads) as (row, seg):
@@ -771,11 +771,11 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                         )
 
     if not variant.backward:
-        LDX = T.dynamic("LDX", "int64")
+        XT, LDX = strided_rows(T, R, N, dtype, "LDX")
 
         @T.prim_func
         def softmax_row_apply(
-            X: T.StridedTensor((R, N), (LDX, 1), dtype),
+            X: XT,
             PM: T.Tensor((R, S), ACCUM),
             PS: T.Tensor((R, S), ACCUM),
             Y: T.Tensor((R, N), dtype),
@@ -793,13 +793,13 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 
         return softmax_row_apply
 
-    LDG = T.dynamic("LDG", "int64")
-    LDY = T.dynamic("LDY", "int64")
+    GT, LDG = strided_rows(T, R, N, dtype, "LDG")
+    YT, LDY = strided_rows(T, R, N, dtype, "LDY")
 
     @T.prim_func
     def softmax_bwd_row_apply(
-        G: T.StridedTensor((R, N), (LDG, 1), dtype),
-        Yv: T.StridedTensor((R, N), (LDY, 1), dtype),
+        G: GT,
+        Yv: YT,
         PS: T.Tensor((R, S), ACCUM),
         DX: T.Tensor((R, N), dtype),
     ):
