@@ -86,3 +86,41 @@ def test_an_empty_batch_launches_nothing(reduction: str, expected: Any) -> None:
         assert loss.shape == expected
     else:
         torch.testing.assert_close(loss, torch.tensor(expected, dtype=torch.float16), equal_nan=True)
+
+
+class _RecordingKernel(_StandInKernel):
+    """Also records the address of the logits each launch reads."""
+
+    def __init__(self, V: int) -> None:
+        super().__init__(V)
+        self.logits_addresses: List[int] = []
+
+    def __call__(self, *args: torch.Tensor) -> None:
+        self.logits_addresses.append(args[0].data_ptr())
+        super().__call__(*args)
+
+    def forward(self, logits: torch.Tensor, *args: torch.Tensor, **flags: bool) -> None:
+        self.logits_addresses.append(logits.data_ptr())
+        super().forward(logits, *args, **flags)
+
+
+@pytest.mark.parametrize("name, padded_width, start, in_place", [
+    ("padded-vocabulary", 64 + 16, 0, True),
+    ("row-stride-off-the-access-width", 64 + 3, 0, False),
+    ("misaligned-start", 64 + 16, 1, False),
+])
+def test_logits_sliced_from_a_padded_vocabulary_are_read_in_place(name: str, padded_width: int, start: int,
+                                                                   in_place: bool) -> None:
+    V = 64
+    logits = torch.randn(6, padded_width)[:, start:start + V]
+    target = torch.randint(0, V, (6,))
+    for op in (CrossEntropyFwdOp(V=V, dtype=torch.float32, reduction="none"),
+               CrossEntropyBwdOp(V=V, dtype=torch.float32, reduction="none")):
+        op._device_kernel = lambda device, kernel=_RecordingKernel(V): kernel
+        kernel = op._device_kernel(None)
+        if isinstance(op, CrossEntropyFwdOp):
+            loss, _ = op._run_kernel(logits, target)
+            torch.testing.assert_close(loss, F.cross_entropy(logits, target, reduction="none"))
+        else:
+            op._run_kernel(torch.ones(6), None, logits, target, torch.logsumexp(logits, -1))
+        assert (kernel.logits_addresses == [logits.data_ptr()]) == in_place, name

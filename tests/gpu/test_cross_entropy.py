@@ -221,3 +221,25 @@ def test_compiled_training_step_matches_eager() -> None:
     compiled_x = logits.clone().requires_grad_()
     torch.compile(step, fullgraph=True)(compiled_x).backward()
     torch.testing.assert_close(compiled_x.grad, eager_x.grad)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("config", [(127, torch.float16, -100, 0.0), (4097, torch.float32, -100, 0.1),
+                                    (32000, torch.bfloat16, -100, 0.0)],
+                         ids=lambda c: f"V{c[0]}-{str(c[1])[6:]}")
+def test_logits_sliced_from_a_padded_vocabulary_give_what_a_copy_gives(config, reduction: str) -> None:
+    """Logits ``[N, V]`` that are a row slice of a wider buffer (a vocabulary padded to a
+    multiple of 64) are read in place: loss, lse and gradient are bitwise those of a copy."""
+    V, dtype, ignore_index, label_smoothing = config
+    fwd, _ = _ops(V, dtype, ignore_index, label_smoothing, reduction)
+    padded, target = _inputs(V + 64, dtype, ignore_index, _rows(V), seed=V + 1)
+    target.clamp_(max=V - 1)
+    results = []
+    for logits in (padded[:, :V], padded[:, :V].contiguous()):
+        logits = logits.detach().requires_grad_()
+        loss, lse = fwd(logits, target)
+        loss.backward(torch.ones_like(loss))
+        results.append((loss, lse, logits.grad))
+    assert not padded[:, :V].is_contiguous()
+    for sliced, copied in zip(*results):
+        assert torch.equal(sliced, copied)

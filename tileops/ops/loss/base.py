@@ -16,7 +16,7 @@ from typing import Hashable, Optional, Tuple
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import aligned_contiguous, on_device
+from tileops.kernels.launch import aligned_rows, on_device
 from tileops.ops.op_base import Op
 
 __all__ = ["CrossEntropyFwdBase", "CrossEntropyBwdBase"]
@@ -65,15 +65,17 @@ class CrossEntropyFwdBase(_CrossEntropyOp):
         if rows:
             target = target.contiguous()
             mean = self.reduction == "mean"
+            # A row slice of a wider buffer (a padded vocabulary) is read in place.
+            logit_rows = aligned_rows(logits, self.V)
             with on_device(device):
                 kernel = self._device_kernel(device)
                 if self.reduction == "none":
-                    kernel(aligned_contiguous(logits), target, loss, lse)
+                    kernel(logit_rows, target, loss, lse)
                 elif kernel.takes_small_total(rows):
-                    kernel.small_total(aligned_contiguous(logits), target, lse, loss.view(1), mean=mean)
+                    kernel.small_total(logit_rows, target, lse, loss.view(1), mean=mean)
                 else:
                     loss_rows = torch.empty(rows, dtype=torch.float32, device=device)
-                    kernel(aligned_contiguous(logits), target, loss_rows, lse)
+                    kernel(logit_rows, target, loss_rows, lse)
                     kernel.total(loss_rows, target, loss.view(1), mean=mean)
         return loss.to(logits.dtype), lse
 
@@ -98,7 +100,7 @@ class CrossEntropyBwdBase(_CrossEntropyOp):
             kernel = self._device_kernel(device)
             if mean:
                 kernel.kept_rows(target, kept)
-            kernel.forward(aligned_contiguous(logits), target, lse, grad_loss.contiguous().reshape(-1),
+            kernel.forward(aligned_rows(logits, self.V), target, lse, grad_loss.contiguous().reshape(-1),
                            lse if grad_lse is None else grad_lse.contiguous(), kept, grad_logits,
                            per_row=self.reduction == "none", has_grad_lse=grad_lse is not None, mean=mean)
         return grad_logits
