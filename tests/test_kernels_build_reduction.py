@@ -80,6 +80,20 @@ def test_launch_plans_split_rows_and_columns_to_fill_the_sms() -> None:
     assert segments == -(-programs.COLUMN_BLOCKS_PER_SM * sms // tiles)
 
 
+@pytest.mark.parametrize("rows, N, segments, unroll", [
+    (16384, 16384, 1, 8),   # a block per row, eight vectors a thread to take
+    (16384, 8192, 1, 4),    # four vectors cover the row
+    (8, 4096, 1, 4),        # one step either way: the shorter program is faster
+    (1, 1 << 24, programs.ROW_BLOCKS_PER_SM * 132, 4),  # row segments: eight lost up to 18%
+])
+def test_long_rows_a_block_reduces_alone_keep_more_vectors_in_flight(rows: int, N: int, segments: int,
+                                                                     unroll: int) -> None:
+    kernel = programs.SumKernel(torch.bfloat16, config={})
+    name, params, planned = kernel.launch_plan(torch.empty(rows, N, dtype=torch.bfloat16), 132)
+    assert (name, planned, dict(params)["unroll"]) == (programs.ROW, segments, unroll)
+    assert (name, params) in kernel.program_specs()
+
+
 @pytest.mark.parametrize("shape, why", [
     ((1, 32768, 8192), "128 tiles of 64 columns are too few blocks, and narrower ones walk too long a strip"),
     ((1, 200, 16384), "200 rows are less than one step of 32 lanes x 8"),
