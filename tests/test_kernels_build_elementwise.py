@@ -10,6 +10,7 @@ computes with PyTorch on the views it is given and records them.
 from __future__ import annotations
 
 import math
+import re
 import types
 from typing import Dict, List, Tuple
 
@@ -53,13 +54,16 @@ SM90 = {"kind": "cuda", "arch": "sm_90"}
     "kernel, spec",
     [
         (SiluFwdKernel(torch.bfloat16), ("flat", 8)),
+        (SiluFwdKernel(torch.float32), ("flat", 4)),
         (GeluBwdKernel(torch.float16, approximate="tanh"), ("flat", 8)),
         (SiluAndMulFwdKernel(22016, torch.bfloat16), ("gated", 8)),
         (GeluAndMulBwdKernel(254, torch.float32), ("gated", 1)),
+        (GeluAndMulBwdKernel(8192, torch.float32), ("gated", 4)),
         (AddFwdKernel(torch.bfloat16), ("broadcast", 8, True, True)),
         (MulFwdKernel(torch.float32), ("broadcast", 4, True, False)),
     ],
-    ids=["silu-flat-bf16", "gelu-tanh-bwd-flat-fp16", "silu-and-mul-gated-bf16", "gelu-and-mul-bwd-odd-h-fp32",
+    ids=["silu-flat-bf16", "silu-flat-fp32", "gelu-tanh-bwd-flat-fp16", "silu-and-mul-gated-bf16",
+         "gelu-and-mul-bwd-odd-h-fp32", "gelu-and-mul-bwd-fp32",
          "add-broadcast-bf16", "mul-row-scale-fp32"],
 )
 def test_elementwise_programs_build_for_sm90(kernel: ElementwiseKernel, spec) -> None:
@@ -68,7 +72,11 @@ def test_elementwise_programs_build_for_sm90(kernel: ElementwiseKernel, spec) ->
     # Addresses are 64-bit, so tensors over 2**31 elements are addressed correctly.
     assert "(int64_t)" in source
     if spec[1] * kernel.dtype.itemsize == 16:
-        assert "uint4" in source or "float4" in source  # 16-byte accesses
+        # 16-byte loads, and 16-byte stores of the results (float32 math written straight into
+        # a vectorized store loop was lowered to one 4-byte store an element).
+        output = "DX" if spec[0] == "gated" and kernel.backward else "Y"
+        assert re.search(r"\*\((uint4|float4)\*\)\(\w+ \+ .*\) = \*\((uint4|float4)\*\)\(\w+ \+", source)
+        assert re.search(rf"\*\((uint4|float4)\*\)\({output} \+", source), "the results are stored 16 bytes at a time"
 
 
 @needs_nvcc

@@ -52,9 +52,9 @@ def elementwise_default_config(dtype: torch.dtype) -> Dict[str, int]:
     (more registers, fewer resident blocks), eight lost up to half.  One load
     a thread loses up to 13 % in bf16 (gelu backward 8192 x 16384: 273 -> 310
     us) but wins or ties on every float32 kernel (µs, two loads / one:
-    silu-and-mul 4 x 2048 x 8192 132.2 / 128.8, its backward 223.1 / 220.7,
-    gelu-and-mul 130.0 / 129.5, silu 8192 x 16384 355.8 / 353.7, gelu
-    backward 521.9 / 518.9, add 524.4 / 522.5).
+    silu-and-mul 4 x 2048 x 8192 129.8 / 128.7, its backward 219.3 / 218.9,
+    gelu-and-mul 128.6 / 128.5, silu 8192 x 16384 353.1 / 353.2, gelu
+    backward 521.6 / 517.1, add 524.2 / 522.4).
     """
     return {"threads": 256, "unroll": 1 if dtype.itemsize == 4 else 2}
 

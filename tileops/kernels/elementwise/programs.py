@@ -59,6 +59,42 @@ def _rounded(T: Any, fn: PointwiseFn, dtype: str, output: int, *loaded: Any) -> 
     return T.cast(fn.apply(T, *(T.cast(value, ACCUM) for value in loaded))[output], dtype)
 
 
+def _results_macro(T: Any, fn: PointwiseFn, dtype: str, vector: int, output: int = 0) -> Any:
+    """Macro ``(out, u, *buffers)``: output ``output`` of ``fn`` on vector ``u`` of the loaded
+    ``buffers``, into ``out[:vector]``.
+
+    Results go through registers so that the store after is one wide access: a vectorized loop
+    whose body holds the math (``__expf``, ``fast_rcp``) is lowered to scalar stores for float32
+    (four 4-byte stores a 16-byte vector), where half-precision outputs happened to get a cast
+    buffer and one wide store."""
+
+    def value(u, k, *loaded):
+        return _rounded(T, fn, dtype, output, *(buf[u * vector + k] for buf in loaded))
+
+    if fn.arity == 1:
+
+        @T.macro
+        def results(out, u, a):
+            for k in T.unroll(vector):
+                out[k] = value(u, k, a)
+
+    elif fn.arity == 2:
+
+        @T.macro
+        def results(out, u, a, b):
+            for k in T.unroll(vector):
+                out[k] = value(u, k, a, b)
+
+    else:
+
+        @T.macro
+        def results(out, u, a, b, c):
+            for k in T.unroll(vector):
+                out[k] = value(u, k, a, b, c)
+
+    return results
+
+
 def _finish(func: Any) -> Any:
     return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
 
@@ -77,6 +113,7 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
     step = threads * vector  # elements of one unrolled step of the block
     tile = step * unroll  # elements of one block
     partial_vectors = vector > 1  # a last vector may be cut by the end of the tensor
+    results = _results_macro(T, fn, dtype, vector)
 
     @T.macro
     def load(src, buf, start):
@@ -92,12 +129,14 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
             with T.Kernel(T.ceildiv(L, tile), threads=threads) as bx:
                 tx = T.get_thread_binding()
                 a = T.alloc_local((unroll * vector,), dtype)
+                y = T.alloc_local((vector,), dtype)
                 start = bx * tile + tx * vector
                 load(X, a, start)
                 for u in T.unroll(unroll):
                     if start + u * step + vector <= L:
+                        results(y, u, a)
                         for k in T.vectorized(vector):
-                            Y[start + u * step + k] = _rounded(T, fn, dtype, 0, a[u * vector + k])
+                            Y[start + u * step + k] = y[k]
                     if partial_vectors:
                         if start + u * step < L and start + u * step + vector > L:
                             for k in T.serial(vector):
@@ -116,13 +155,15 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * vector,), dtype)
             b = T.alloc_local((unroll * vector,), dtype)
+            y = T.alloc_local((vector,), dtype)
             start = bx * tile + tx * vector
             load(A, a, start)
             load(B, b, start)
             for u in T.unroll(unroll):
                 if start + u * step + vector <= L:
+                    results(y, u, a, b)
                     for k in T.vectorized(vector):
-                        Y[start + u * step + k] = _rounded(T, fn, dtype, 0, a[u * vector + k], b[u * vector + k])
+                        Y[start + u * step + k] = y[k]
                 if partial_vectors:
                     if start + u * step < L and start + u * step + vector > L:
                         for k in T.serial(vector):
@@ -159,6 +200,7 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
     tile = threads * unroll  # vectors of one block
     R = T.dynamic("R")
     XT, LDX = strided_rows(T, R, N, dtype, "LDX")
+    results = _results_macro(T, fn, dtype, vector)  # a forward's y; a backward's grad_gate
 
     @T.macro
     def load_halves(X, gate, up, first):
@@ -182,19 +224,20 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
                 tx = T.get_thread_binding()
                 gate = T.alloc_local((unroll * vector,), dtype)
                 up = T.alloc_local((unroll * vector,), dtype)
+                y = T.alloc_local((vector,), dtype)
                 T.assume(LDX % vector == 0)
                 first = bx * tile + tx
                 load_halves(X, gate, up, first)
                 for u in T.unroll(unroll):
                     if first + u * threads < R * per_row:
+                        results(y, u, gate, up)
                         for k in T.vectorized(vector):
-                            Y[(first + u * threads) // per_row, (first + u * threads) % per_row * vector + k] = (
-                                _rounded(T, fn, dtype, 0, gate[u * vector + k], up[u * vector + k])
-                            )
+                            Y[(first + u * threads) // per_row, (first + u * threads) % per_row * vector + k] = y[k]
 
         return _finish(elementwise_gated_fwd)
 
     GT, LDG = strided_rows(T, R, H, dtype, "LDG")
+    grad_up = _results_macro(T, fn, dtype, vector, output=1)
 
     @T.prim_func
     def elementwise_gated_bwd(
@@ -207,6 +250,7 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
             g = T.alloc_local((unroll * vector,), dtype)
             gate = T.alloc_local((unroll * vector,), dtype)
             up = T.alloc_local((unroll * vector,), dtype)
+            dx = T.alloc_local((vector,), dtype)
             T.assume(LDX % vector == 0)
             T.assume(LDG % vector == 0)
             first = bx * tile + tx
@@ -218,14 +262,12 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
             load_halves(X, gate, up, first)
             for u in T.unroll(unroll):
                 if first + u * threads < R * per_row:
+                    results(dx, u, g, gate, up)
                     for k in T.vectorized(vector):
-                        DX[(first + u * threads) // per_row, (first + u * threads) % per_row * vector + k] = (
-                            _rounded(T, fn, dtype, 0, g[u * vector + k], gate[u * vector + k], up[u * vector + k])
-                        )
+                        DX[(first + u * threads) // per_row, (first + u * threads) % per_row * vector + k] = dx[k]
+                    grad_up(dx, u, g, gate, up)
                     for k in T.vectorized(vector):
-                        DX[(first + u * threads) // per_row, H + (first + u * threads) % per_row * vector + k] = (
-                            _rounded(T, fn, dtype, 1, g[u * vector + k], gate[u * vector + k], up[u * vector + k])
-                        )
+                        DX[(first + u * threads) // per_row, H + (first + u * threads) % per_row * vector + k] = dx[k]
 
     return _finish(elementwise_gated_bwd)
 
@@ -250,6 +292,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
     D0, D1, D2 = T.dynamic("D0"), T.dynamic("D1"), T.dynamic("D2")
     SA0, SA1, SB0, SB1, SY0, SY1 = (T.dynamic(name, "int64") for name in ("SA0", "SA1", "SB0", "SB1", "SY0", "SY1"))
     tile = threads * unroll  # vectors of one block
+    results = _results_macro(T, fn, dtype, vector)
     a_shape, a_strides = ((D0, D1, D2), (SA0, SA1, 1)) if a_inner else ((D0, D1), (SA0, SA1))
     b_shape, b_strides = ((D0, D1, D2), (SB0, SB1, 1)) if b_inner else ((D0, D1), (SB0, SB1))
 
@@ -287,15 +330,14 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
                             buf[u * vector + k] = src[position(u, bx, tx)[0], position(u, bx, tx)[1]]
 
         @T.macro
-        def apply(A, B, Y, a, b, bx, tx):
+        def apply(A, B, Y, a, b, y, bx, tx):
             load(A, a, a_inner, bx, tx)
             load(B, b, b_inner, bx, tx)
             for u in T.unroll(unroll):
                 if in_range(u, bx, tx):
+                    results(y, u, a, b)
                     for k in T.vectorized(vector):
-                        Y[position(u, bx, tx)[0], position(u, bx, tx)[1], position(u, bx, tx)[2] + k] = _rounded(
-                            T, fn, dtype, 0, a[u * vector + k], b[u * vector + k]
-                        )
+                        Y[position(u, bx, tx)[0], position(u, bx, tx)[1], position(u, bx, tx)[2] + k] = y[k]
 
         return apply
 
@@ -311,6 +353,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * vector,), dtype)
             b = T.alloc_local((unroll * vector,), dtype)
+            y = T.alloc_local((vector,), dtype)
             T.assume(D2 % vector == 0)
             if a_inner:
                 T.assume(SA0 % vector == 0)
@@ -321,8 +364,8 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
             T.assume(SY0 % vector == 0)
             T.assume(SY1 % vector == 0)
             if (bx + 1) * tile <= D0 * D1 * T.truncdiv(D2, vector):
-                full_tile(A, B, Y, a, b, bx, tx)
+                full_tile(A, B, Y, a, b, y, bx, tx)
             else:
-                last_tile(A, B, Y, a, b, bx, tx)
+                last_tile(A, B, Y, a, b, y, bx, tx)
 
     return _finish(elementwise_broadcast)
