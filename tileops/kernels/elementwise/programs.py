@@ -71,6 +71,7 @@ def _results_macro(T: Any, fn: PointwiseFn, dtype: str, vector: int, output: int
     def value(u, k, *loaded):
         return _rounded(T, fn, dtype, output, *(buf[u * vector + k] for buf in loaded))
 
+    # One macro per arity: a TileLang macro's parameters are a fixed list.
     if fn.arity == 1:
 
         @T.macro
