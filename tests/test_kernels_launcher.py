@@ -2,11 +2,13 @@
 and runtime objects (what they return is all the launcher looks at), and the layout predicates
 the op bases decide views with."""
 
+import math
 from typing import Any, Optional
 
+import pytest
 import torch
 
-from tileops.kernels.launch import direct_launcher
+from tileops.kernels.launch import direct_launcher, merged_axes_view
 
 
 class _Module:
@@ -98,3 +100,35 @@ def test_layout_predicates_match_torch() -> None:
     for tensor in tensors:
         assert is_contiguous(tensor.shape, tensor.stride()) == tensor.is_contiguous(), (tensor.shape, tensor.stride())
         assert contiguous_strides(tensor.shape) == torch.empty(tensor.shape).stride()
+
+
+def _layouts_of(shape: tuple) -> list:
+    """``(name, tensor)`` of ``shape`` in several memory layouts."""
+    base = torch.arange(math.prod(shape) * 4, dtype=torch.float64)
+    contiguous = base[:math.prod(shape)].view(shape)
+    wide = base.view(*shape[:-1], shape[-1] * 4)
+    return [
+        ("contiguous", contiguous),
+        ("last-axis slice", wide[..., 1:1 + shape[-1]]),
+        ("every other element", wide[..., ::2][..., :shape[-1]]),
+        ("transposed", base[:math.prod(shape)].view(shape[::-1]).permute(*range(len(shape) - 1, -1, -1))),
+    ]
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 4), (4, 1, 3, 2), (1, 6, 1)])
+def test_merged_axes_views_address_the_tensor_in_place(shape: tuple) -> None:
+    for name, tensor in _layouts_of(shape):
+        for first in range(len(shape)):
+            for last in range(first, len(shape)):
+                view = merged_axes_view(tuple(tensor.shape), tensor.stride(), first, last)
+                if view is None:
+                    assert name != "contiguous", (shape, first, last)  # contiguous memory always merges
+                    continue
+                size, stride = view
+                assert stride[-1] == 1
+                merged = tensor.reshape(*((math.prod(shape[:first]), math.prod(shape[first:last + 1]))
+                                          + ((math.prod(shape[last + 1:]),) if len(size) == 3 else ())))
+                assert torch.equal(tensor.as_strided(size, stride), merged), (name, shape, first, last)
+    # A transpose and every other element have no unit-stride innermost axis to merge into.
+    assert merged_axes_view((3, 4), (1, 3), 1, 1) is None
+    assert merged_axes_view((3, 4), (8, 2), 0, 1) is None

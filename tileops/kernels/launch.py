@@ -14,7 +14,7 @@ from tileops.kernels.sizes import row_vector
 
 __all__ = ["ALIGNMENT", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher",
            "empty_contiguous", "folded_stride", "has_unit_rows", "is_aligned_contiguous", "is_contiguous",
-           "LayoutMemo", "on_device", "rows_and_output", "unit_stride_rows", "widest_access"]
+           "LayoutMemo", "merged_axes_view", "on_device", "rows_and_output", "unit_stride_rows", "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
 ALIGNMENT = 16
@@ -145,6 +145,27 @@ def unit_stride_rows(tensor: torch.Tensor, width: int) -> Optional[torch.Tensor]
     if len(sizes) == 2 and strides[0] == row_stride and strides[1] == 1:
         return tensor
     return tensor.as_strided((math.prod(sizes[:-1]), width), (row_stride, 1))
+
+
+def merged_axes_view(sizes: Sequence[int], strides: Sequence[int], first: int,
+                     last: int) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]]:
+    """Size and stride of an in-place view of memory ``sizes``/``strides`` with axes ``first..last``
+    merged into one axis ``N``: ``(outer, N)`` when nothing follows them, else ``(outer, N, inner)``.
+    The innermost axis of the view has unit stride; ``None`` when no such view describes the memory
+    (the axes before, within or after the range do not fold, or the innermost stride is not 1)."""
+    outer, N, inner = math.prod(sizes[:first]), math.prod(sizes[first:last + 1]), math.prod(sizes[last + 1:])
+    outer_folds, outer_stride = folded_stride(sizes[:first], strides[:first])
+    axis_folds, axis_stride = folded_stride(sizes[first:last + 1], strides[first:last + 1])
+    inner_folds, inner_stride = folded_stride(sizes[last + 1:], strides[last + 1:])
+    if not (outer_folds and axis_folds and inner_folds) or inner_stride not in (None, 1):
+        return None
+    outer_stride = N * inner if outer_stride is None else outer_stride  # outer == 1: any stride will do
+    if inner == 1:
+        if axis_stride not in (None, 1):
+            return None
+        return (outer, N), (outer_stride, 1)
+    axis_stride = inner if axis_stride is None else axis_stride
+    return (outer, N, inner), (outer_stride, axis_stride, 1)
 
 
 def aligned_rows(tensor: torch.Tensor, width: int) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 
 from tileops import _shape_rules as rules
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import folded_stride, is_contiguous, on_device
+from tileops.kernels.launch import is_contiguous, merged_axes_view, on_device
 from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
@@ -65,19 +65,8 @@ class CallLayout:
 
 def _strided_view(sizes: Sequence[int], strides: Sequence[int], first: int, last: int) -> Optional[ViewSpec]:
     """``(outer, N)`` or ``(outer, N, inner)`` over reduced axes ``first..last`` in place, if the memory allows."""
-    outer, N, inner = math.prod(sizes[:first]), math.prod(sizes[first:last + 1]), math.prod(sizes[last + 1:])
-    outer_folds, outer_stride = folded_stride(sizes[:first], strides[:first])
-    axis_folds, axis_stride = folded_stride(sizes[first:last + 1], strides[first:last + 1])
-    inner_folds, inner_stride = folded_stride(sizes[last + 1:], strides[last + 1:])
-    if not (outer_folds and axis_folds and inner_folds) or inner_stride not in (None, 1):
-        return None
-    outer_stride = N * inner if outer_stride is None else outer_stride
-    if inner == 1:
-        if axis_stride not in (None, 1):
-            return None
-        return ViewSpec(None, (outer, N), (outer_stride, 1))
-    axis_stride = inner if axis_stride is None else axis_stride
-    return ViewSpec(None, (outer, N, inner), (outer_stride, axis_stride, 1))
+    view = merged_axes_view(sizes, strides, first, last)
+    return None if view is None else ViewSpec(None, *view)
 
 
 def reduction_view_spec(sizes: Sequence[int], strides: Sequence[int], axes: Tuple[int, ...]) -> ViewSpec:

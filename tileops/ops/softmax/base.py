@@ -17,27 +17,11 @@ from typing import Hashable, List, Optional, Tuple
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import empty_contiguous, folded_stride, has_unit_rows, on_device
+from tileops.kernels.launch import empty_contiguous, has_unit_rows, merged_axes_view, on_device
 from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
 __all__ = ["SoftmaxFamilyOp", "axis_view", "kernel_view"]
-
-
-def _strided_axis_view(tensor: torch.Tensor, dim: int, outer: int, N: int, inner: int) -> Optional[torch.Tensor]:
-    sizes, strides = tensor.shape, tensor.stride()
-    inner_folds, inner_stride = folded_stride(sizes[dim + 1:], strides[dim + 1:])
-    outer_folds, outer_stride = folded_stride(sizes[:dim], strides[:dim])
-    if not (inner_folds and outer_folds) or inner_stride not in (None, 1):
-        return None
-    axis_stride = strides[dim] if N > 1 else inner
-    if outer_stride is None:  # outer == 1: any stride addresses the one slice
-        outer_stride = N * inner
-    if inner == 1:
-        if axis_stride != 1 and N > 1:
-            return None
-        return tensor.as_strided((outer, N), (outer_stride, 1))
-    return tensor.as_strided((outer, N, inner), (outer_stride, axis_stride, 1))
 
 
 def axis_view(tensor: torch.Tensor, dim: int, N: int) -> Optional[torch.Tensor]:
@@ -46,9 +30,8 @@ def axis_view(tensor: torch.Tensor, dim: int, N: int) -> Optional[torch.Tensor]:
     ``dim`` is non-negative.  The innermost axis of the view has unit stride;
     ``None`` when no such view describes the tensor's memory.
     """
-    outer = math.prod(tensor.shape[:dim])
-    inner = math.prod(tensor.shape[dim + 1:])
-    return _strided_axis_view(tensor, dim, outer, N, inner)
+    view = merged_axes_view(tensor.shape, tensor.stride(), dim, dim)
+    return None if view is None else tensor.as_strided(*view)
 
 
 def kernel_view(tensor: torch.Tensor, dim: int, N: int) -> torch.Tensor:
