@@ -30,7 +30,7 @@ from tileops.kernels.softmax.softmax import (
     softmax_autotune_configs,
     softmax_default_config,
 )
-from tileops.ops.softmax.base import SoftmaxFamilyOp, axis_view, kernel_view
+from tileops.ops.softmax.base import SoftmaxFamilyOp, kernel_view
 from tests.toolchain import needs_nvcc
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -243,11 +243,12 @@ def test_a_size_one_axis_of_any_stride_reaches_the_kernel_with_unit_stride() -> 
 def test_backward_inputs_get_their_own_views() -> None:
     g = torch.randn(3, 20, dtype=torch.float64)[:, :16]
     y = torch.randn(3, 16, dtype=torch.float64)
-    view_g, view_y = kernel_view(g, 1, 16), kernel_view(y, 1, 16)
+    view_g, view_y = kernel_view(g, 1), kernel_view(y, 1)
     assert view_g.stride() == (20, 1) and view_y.stride() == (16, 1)
     assert view_g.data_ptr() == g.data_ptr()
-    assert axis_view(torch.randn(4, 6, dtype=torch.float64)[:, ::2], 1, 3) is None
-    assert kernel_view(torch.randn(4, 6, dtype=torch.float64)[:, ::2], 1, 3).stride() == (3, 1)
+    every_other = torch.randn(4, 6, dtype=torch.float64)[:, ::2]
+    assert kernel_view(every_other, 1).stride() == (3, 1)
+    assert kernel_view(every_other, 1).data_ptr() != every_other.data_ptr()  # a copy
 
 
 def test_empty_inputs_launch_nothing() -> None:
@@ -258,12 +259,12 @@ def test_empty_inputs_launch_nothing() -> None:
 
 
 def test_launch_ranges_respect_int32_extents() -> None:
-    rows = torch.empty((2**31 + 5, 4), device="meta")
-    ranges = SoftmaxFamilyOp._launch_ranges(rows)
-    assert ranges == [(0, 2**31 - 1), (2**31 - 1, 2**31 + 5)]
-    columns = torch.empty((10, 3, 2**30), device="meta")
-    assert SoftmaxFamilyOp._launch_ranges(columns) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7),
-                                                       (7, 8), (8, 9), (9, 10)]
+    assert SoftmaxFamilyOp._launch_ranges((2**31 + 5, 4)) == ((0, 2**31 - 1), (2**31 - 1, 2**31 + 5))
+    assert SoftmaxFamilyOp._launch_ranges((2**31 - 1, 4)) is None
+    assert SoftmaxFamilyOp._launch_ranges((10, 3, 2**30)) == tuple((i, i + 1) for i in range(10))
+    assert SoftmaxFamilyOp._launch_ranges((2, 3, 2**30 - 1)) is None
+    with pytest.raises(ValueError, match="after the reduced axis"):
+        SoftmaxFamilyOp._launch_ranges((1, 3, 2**31))
 
 
 def test_only_the_softmax_forward_keeps_exponentials_in_registers() -> None:
@@ -309,3 +310,47 @@ def test_column_plan_follows_the_outer_extent() -> None:
     few = torch.empty(4, 4096, 64, dtype=torch.bfloat16)
     assert [name for name, _ in kernel.programs_for(many, many, many)] == [COLUMN_FUSED]
     assert [name for name, _ in kernel.programs_for(few, few, few)] == [COLUMN_STATS, COLUMN_APPLY]
+
+
+def test_call_layouts_are_derived_once_per_geometry() -> None:
+    op = _Softmax(16, -1)
+    _RecordingKernel.launches = []
+    for _ in range(3):
+        x = torch.randn(3, 16, dtype=torch.float64)
+        torch.testing.assert_close(op._run_kernel(x), torch.softmax(x, 1))
+    assert len(op._layouts) == 1
+    sliced = torch.randn(3, 20, dtype=torch.float64)[:, :16]  # the same shape with other strides: its own layout
+    torch.testing.assert_close(op._run_kernel(sliced), torch.softmax(sliced, 1))
+    batched = torch.randn(2, 3, 16, dtype=torch.float64)
+    torch.testing.assert_close(op._run_kernel(batched), torch.softmax(batched, 2))
+    assert len(op._layouts) == 3
+    assert [launch[0] for launch in _RecordingKernel.launches[-2:]] == [((3, 16), (20, 1)), ((6, 16), (16, 1))]
+
+
+def _recorded_plans(kernel: SoftmaxFwdKernel, monkeypatch: pytest.MonkeyPatch) -> List[Tuple[str, object]]:
+    """Stand-in launchers on ``kernel``: each launch records its program and shape parameters."""
+    launched: List[Tuple[str, object]] = []
+
+    def launcher(name: str, params: object):
+        return lambda *tensors: launched.append((name, params))
+
+    monkeypatch.setattr(kernel, "_launcher", launcher)
+    monkeypatch.setattr(kernel, "sm_count", lambda device: 132)  # two-step launches size their partials by it
+    return launched
+
+
+def test_launch_plans_follow_each_calls_alignment(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = SoftmaxFwdKernel(64, torch.bfloat16)
+    launched = _recorded_plans(kernel, monkeypatch)
+    flat = torch.empty(3 * 64 + 8, dtype=torch.bfloat16)
+    aligned, shifted = flat[:192].view(3, 64), flat[1:193].view(3, 64)  # the same strides, 2 bytes apart
+    assert aligned.data_ptr() % 16 == 0
+    for x in (aligned, shifted, aligned, flat[4:196].view(3, 64)):
+        kernel(x, torch.empty(3, 64, dtype=torch.bfloat16))
+    assert launched == [(ROW_FUSED, (("vector", vector),)) for vector in (8, 1, 8, 4)]
+    assert len(kernel._launch_plans) == 3 + 1  # three alignments, and whether rows fuse
+    columns = torch.empty(4, 64, 16, dtype=torch.bfloat16)
+    kernel(columns, torch.empty_like(columns))
+    kernel(columns[:2], torch.empty(2, 64, 16, dtype=torch.bfloat16))  # another outer extent: its own plan
+    assert [name for name, _ in launched[4:]] == [name for name, _ in kernel.programs_for(columns, columns)] + [
+        name for name, _ in kernel.programs_for(columns[:2], columns[:2])]

@@ -38,7 +38,7 @@ def _op_programs(op: Any, inputs: List[torch.Tensor]) -> List[Task]:
         return []
     kernel = op._build_kernel(op.kernel_key, (0,))
     dim = op.dim % inputs[0].ndim
-    views = [kernel_view(t, dim, op.N) for t in inputs]
+    views = [kernel_view(t, dim) for t in inputs]
     out = torch.empty(views[0].shape, dtype=views[0].dtype)
     return [_task(kernel, name, params) for name, params in kernel.programs_for(*views, out)]
 

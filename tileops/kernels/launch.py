@@ -5,6 +5,7 @@ importing TileLang.
 """
 
 import contextlib
+import dataclasses
 import math
 from typing import Any, Callable, ContextManager, Dict, Generic, Hashable, Optional, Sequence, Tuple, TypeVar
 
@@ -14,7 +15,8 @@ from tileops.kernels.sizes import row_vector
 
 __all__ = ["ALIGNMENT", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher",
            "empty_contiguous", "folded_stride", "has_unit_rows", "is_aligned_contiguous", "is_contiguous",
-           "LayoutMemo", "merged_axes_view", "on_device", "rows_and_output", "unit_stride_rows", "widest_access"]
+           "kernel_view_spec", "LayoutMemo", "merged_axes_view", "on_device", "rows_and_output", "unit_stride_rows",
+           "ViewSpec", "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
 ALIGNMENT = 16
@@ -166,6 +168,70 @@ def merged_axes_view(sizes: Sequence[int], strides: Sequence[int], first: int,
         return (outer, N), (outer_stride, 1)
     axis_stride = inner if axis_stride is None else axis_stride
     return (outer, N, inner), (outer_stride, axis_stride, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewSpec:
+    """How an input of one shape and stride becomes the kernel's view.
+
+    ``order``: ``None`` reads the input in place; otherwise it is copied once,
+    its axes permuted into ``order``.  ``size``/``stride``: the view of the
+    (copied) tensor, ``None`` when it already is the view.
+    """
+
+    order: Optional[Tuple[int, ...]]
+    size: Optional[Tuple[int, ...]]
+    stride: Optional[Tuple[int, ...]]
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        if self.order is not None:
+            x = x.permute(self.order).contiguous()
+        return x if self.size is None else x.as_strided(self.size, self.stride)
+
+
+def _strided_view(sizes: Sequence[int], strides: Sequence[int], first: int, last: int) -> Optional[ViewSpec]:
+    """``(outer, N)`` or ``(outer, N, inner)`` over the merged axes ``first..last`` in place, if the memory allows."""
+    view = merged_axes_view(sizes, strides, first, last)
+    return None if view is None else ViewSpec(None, *view)
+
+
+def kernel_view_spec(sizes: Sequence[int], strides: Sequence[int], axes: Tuple[int, ...]) -> ViewSpec:
+    """The view of a tensor of ``sizes``/``strides`` as ``(rows, N)`` or ``(outer, N, inner)``, with the
+    sorted, non-empty ``axes`` merged into ``N``.
+
+    The other axes keep their order, so the view's rows, or its ``(outer, inner)``
+    positions, run in row-major order over them.  Merged axes that are not adjacent,
+    and layouts no in-place view describes, are copied once (other axes first).
+    """
+    ndim = len(sizes)
+    first, last = axes[0], axes[-1]
+    if last - first + 1 == len(axes):
+        if is_contiguous(sizes, strides):
+            return _contiguous_view(None, sizes, strides, first, last)
+        view = _strided_view(sizes, strides, first, last)
+        return _contiguous_view(tuple(range(ndim)), sizes, None, first, last) if view is None else view
+    order = tuple(axis for axis in range(ndim) if axis not in axes) + tuple(axes)
+    return _contiguous_view(order, [sizes[axis] for axis in order], None, ndim - len(axes), ndim - 1)
+
+
+def _contiguous_view(order: Optional[Tuple[int, ...]], sizes: Sequence[int], strides: Optional[Sequence[int]],
+                     first: int, last: int) -> ViewSpec:
+    """A contiguous tensor of ``sizes`` (copied into ``order`` unless ``None``) as ``(rows, N)`` or
+    ``(outer, N, inner)`` over axes ``first..last``.
+
+    ``strides`` are the tensor's own when it is read in place: one that already has the
+    view's shape and strides is taken as it is.  (``view`` would keep whatever strides
+    size-1 axes of a contiguous tensor carry; the programs need unit-stride rows.)
+    """
+    N, inner = math.prod(sizes[first:last + 1]), math.prod(sizes[last + 1:])
+    numel = math.prod(sizes)
+    if inner == 1:
+        if strides is not None and len(sizes) == 2 and first == 1 and strides[1] == 1:
+            return ViewSpec(order, None, None)
+        return ViewSpec(order, (numel // N, N), (N, 1))
+    if strides is not None and len(sizes) == 3 and first == last == 1:
+        return ViewSpec(order, None, None)
+    return ViewSpec(order, (numel // (N * inner), N, inner), (N * inner, inner, 1))
 
 
 def aligned_rows(tensor: torch.Tensor, width: int) -> torch.Tensor:

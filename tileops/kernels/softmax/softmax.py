@@ -55,7 +55,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
-from tileops.kernels.launch import direct_launcher, widest_access
+from tileops.kernels.launch import ALIGNMENT, direct_launcher, widest_access
 from tileops.kernels.sizes import (
     ACCUM,
     MAX_THREADS,
@@ -1285,6 +1285,7 @@ class SoftmaxFamilyKernel(Kernel):
         self.N = int(N)
         self._row_vector = row_vector(self.N, dtype)
         self._max_vector = max_vector(dtype)
+        self._itemsize = dtype.itemsize
         super().__init__(dtype, config=config, tune=tune)
 
     # ---- configs -----------------------------------------------------------------------------
@@ -1382,16 +1383,40 @@ class SoftmaxFamilyKernel(Kernel):
                 f"{type(self).__name__}: expected {self.variant.inputs} inputs and out, got {len(tensors)} tensors"
             )
         inputs, out = tensors[:-1], tensors[-1]
-        names, params = self._launch_plan(tensors)
-        if len(names) == 1:  # a fused program
-            self._launcher(names[0], params)(*tensors)
+        launchers, params = self._planned_launch(tensors)
+        if len(launchers) == 1:  # a fused program
+            launchers[0](*tensors)
             return out
-        stats, apply = names
+        stats, apply = launchers
         shape = (out.shape[0], self._segments(out, params)) + tuple(out.shape[2:])
         partials = [torch.empty(shape, dtype=torch.float32, device=out.device) for _ in range(self.variant.partials)]
-        self._launcher(stats, params)(*inputs, *partials)
-        self._launcher(apply, params)(*inputs, *partials, out)
+        stats(*inputs, *partials)
+        apply(*inputs, *partials, out)
         return out
+
+    def _planned_launch(self, tensors: Tuple[torch.Tensor, ...]) -> Tuple[Tuple[Any, ...], ProgramParams]:
+        """The launchers of ``_launch_plan``'s programs and their shape parameters.
+
+        A plan depends on the tensors' addresses and strides only through the access
+        width they allow (at most 16 bytes), so it is derived once per alignment,
+        rank and, for columns, extents and device: a small call then costs a lookup.
+        """
+        out = tensors[-1]
+        itemsize = self._itemsize
+        bits = 0
+        if out.dim() == 2:
+            for tensor in tensors:
+                bits |= tensor.data_ptr() | tensor.stride(0) * itemsize
+            key: Tuple[Any, ...] = (bits % ALIGNMENT,)
+        else:
+            for tensor in tensors:
+                bits |= tensor.data_ptr() | (tensor.stride(0) | tensor.stride(1)) * itemsize
+            key = (bits % ALIGNMENT, out.shape[0], out.shape[2], out.device)
+        return self._launch_plans.get(key, lambda: self._derive_launch(tensors))
+
+    def _derive_launch(self, tensors: Tuple[torch.Tensor, ...]) -> Tuple[Tuple[Any, ...], ProgramParams]:
+        names, params = self._launch_plan(tensors)
+        return tuple(self._launcher(name, params) for name in names), params
 
     def programs_for(self, *tensors: torch.Tensor) -> List[Tuple[str, ProgramParams]]:
         """The programs ``forward(*tensors)`` launches (tensors may live on any device; off a GPU,

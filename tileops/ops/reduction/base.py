@@ -21,32 +21,13 @@ import torch
 
 from tileops import _shape_rules as rules
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import is_contiguous, merged_axes_view, on_device
+from tileops.kernels.launch import ViewSpec, kernel_view_spec, on_device
 from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
-__all__ = ["CallLayout", "ReductionOp", "ViewSpec", "reduction_view", "reduction_view_spec"]
+__all__ = ["CallLayout", "ReductionOp", "reduction_view"]
 
 ROWS, COLUMNS = 2, 3
-
-
-@dataclasses.dataclass(frozen=True)
-class ViewSpec:
-    """How an input of one shape and stride becomes the kernel's view.
-
-    ``order``: ``None`` reads the input in place; otherwise it is copied once,
-    its axes permuted into ``order``.  ``size``/``stride``: the view of the
-    (copied) tensor, ``None`` when it already is the view.
-    """
-
-    order: Optional[Tuple[int, ...]]
-    size: Optional[Tuple[int, ...]]
-    stride: Optional[Tuple[int, ...]]
-
-    def apply(self, x: torch.Tensor) -> torch.Tensor:
-        if self.order is not None:
-            x = x.permute(self.order).contiguous()
-        return x if self.size is None else x.as_strided(self.size, self.stride)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,53 +44,9 @@ class CallLayout:
     out_view: Optional[Tuple[int, ...]]
 
 
-def _strided_view(sizes: Sequence[int], strides: Sequence[int], first: int, last: int) -> Optional[ViewSpec]:
-    """``(outer, N)`` or ``(outer, N, inner)`` over reduced axes ``first..last`` in place, if the memory allows."""
-    view = merged_axes_view(sizes, strides, first, last)
-    return None if view is None else ViewSpec(None, *view)
-
-
-def reduction_view_spec(sizes: Sequence[int], strides: Sequence[int], axes: Tuple[int, ...]) -> ViewSpec:
-    """The view of a tensor of ``sizes``/``strides`` as ``(rows, N)`` or ``(outer, N, inner)``, with the
-    sorted, non-empty ``axes`` merged into ``N``.
-
-    The kept axes keep their order, so the output (kept axes in order) is the
-    view's rows, or its ``(outer, inner)`` positions, in row-major order.
-    """
-    ndim = len(sizes)
-    first, last = axes[0], axes[-1]
-    if last - first + 1 == len(axes):
-        if is_contiguous(sizes, strides):
-            return _contiguous_view(None, sizes, strides, first, last)
-        view = _strided_view(sizes, strides, first, last)
-        return _contiguous_view(tuple(range(ndim)), sizes, None, first, last) if view is None else view
-    order = tuple(axis for axis in range(ndim) if axis not in axes) + tuple(axes)
-    return _contiguous_view(order, [sizes[axis] for axis in order], None, ndim - len(axes), ndim - 1)
-
-
 def reduction_view(x: torch.Tensor, axes: Tuple[int, ...]) -> torch.Tensor:
-    """``x`` as the kernel reads it: see ``reduction_view_spec``."""
-    return reduction_view_spec(x.shape, x.stride(), axes).apply(x)
-
-
-def _contiguous_view(order: Optional[Tuple[int, ...]], sizes: Sequence[int], strides: Optional[Sequence[int]],
-                     first: int, last: int) -> ViewSpec:
-    """A contiguous tensor of ``sizes`` (copied into ``order`` unless ``None``) as ``(rows, N)`` or
-    ``(outer, N, inner)`` over axes ``first..last``.
-
-    ``strides`` are the tensor's own when it is read in place: one that already has the
-    view's shape and strides is taken as it is.  (``view`` would keep whatever strides
-    size-1 axes of a contiguous tensor carry; the programs need unit-stride rows.)
-    """
-    N, inner = math.prod(sizes[first:last + 1]), math.prod(sizes[last + 1:])
-    numel = math.prod(sizes)
-    if inner == 1:
-        if strides is not None and len(sizes) == 2 and first == 1 and strides[1] == 1:
-            return ViewSpec(order, None, None)
-        return ViewSpec(order, (numel // N, N), (N, 1))
-    if strides is not None and len(sizes) == 3 and first == last == 1:
-        return ViewSpec(order, None, None)
-    return ViewSpec(order, (numel // (N * inner), N, inner), (N * inner, inner, 1))
+    """``x`` as the kernel reads it: see ``kernel_view_spec``."""
+    return kernel_view_spec(x.shape, x.stride(), axes).apply(x)
 
 
 class ReductionOp(Op):
@@ -168,7 +105,7 @@ class ReductionOp(Op):
             action = "empty" if 0 in out_shape else "fill"
             return CallLayout(out_shape, out_dtype, action, ViewSpec(None, None, None), ROWS, None)
         # A scalar reduces as a one-element vector.
-        view = reduction_view_spec(shape, strides, axes) if shape else ViewSpec(None, (1, 1), (1, 1))
+        view = kernel_view_spec(shape, strides, axes) if shape else ViewSpec(None, (1, 1), (1, 1))
         size = shape if view.size is None else view.size
         kernel_out = (size[0],) if len(size) == ROWS else (size[0], size[2])
         return CallLayout(out_shape, out_dtype, "launch", view, len(size),

@@ -9,38 +9,47 @@ row and column slices of a larger tensor need no copy; other layouts (a
 transpose, every other element) are copied once.  The output is contiguous,
 as the traced (fake) output is.  The kernels take every extent and stride as
 TileLang symbolic values, so one kernel per device serves every shape and layout.
+These decisions depend only on the inputs' sizes and strides, so each op makes
+them once per geometry (``AxisCallLayout``, kept in the op's ``LayoutMemo``).
 """
 
-import math
-from typing import Hashable, List, Optional, Tuple
+import dataclasses
+from typing import Hashable, Optional, Tuple
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import empty_contiguous, has_unit_rows, merged_axes_view, on_device
+from tileops.kernels.launch import ViewSpec, contiguous_strides, has_unit_rows, kernel_view_spec, on_device
 from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
-__all__ = ["SoftmaxFamilyOp", "axis_view", "kernel_view"]
+__all__ = ["AxisCallLayout", "SoftmaxFamilyOp", "kernel_view"]
+
+LaunchRanges = Tuple[Tuple[int, int], ...]
+_AS_IS = ViewSpec(None, None, None)
 
 
-def axis_view(tensor: torch.Tensor, dim: int, N: int) -> Optional[torch.Tensor]:
-    """``tensor`` as ``(rows, N)`` (``dim`` innermost) or ``(outer, N, inner)`` without a copy, if it can be.
-
-    ``dim`` is non-negative.  The innermost axis of the view has unit stride;
-    ``None`` when no such view describes the tensor's memory.
-    """
-    view = merged_axes_view(tensor.shape, tensor.stride(), dim, dim)
-    return None if view is None else tensor.as_strided(*view)
+def kernel_view(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+    """``tensor`` as the kernels read it along non-negative ``dim``: ``(rows, N)`` or ``(outer, N, inner)``,
+    in place when its memory allows, else of a contiguous copy (``kernel_view_spec``)."""
+    return kernel_view_spec(tensor.shape, tensor.stride(), (dim,)).apply(tensor)
 
 
-def kernel_view(tensor: torch.Tensor, dim: int, N: int) -> torch.Tensor:
-    """``axis_view`` of ``tensor``, or of a contiguous copy when no view describes it."""
-    view = axis_view(tensor, dim, N)
-    if view is None:
-        view = axis_view(tensor.contiguous(), dim, N)
-    assert view is not None  # a contiguous tensor always folds
-    return view
+@dataclasses.dataclass(frozen=True)
+class AxisCallLayout:
+    """What every call with one geometry of inputs does on the host (see ``SoftmaxFamilyOp``)."""
+
+    out_shape: Tuple[int, ...]
+    # The output is ``empty_like`` of the first input: several times cheaper than ``torch.empty``.
+    out_like_first: bool
+    # How each input becomes the kernel's view; empty when there is nothing to launch.
+    views: Tuple[ViewSpec, ...]
+    # The output as the kernel writes it; None: the output itself.
+    out_view: Optional[Tuple[int, ...]]
+    # Slices of the leading axis launched one by one; None: one launch of everything.
+    ranges: Optional[LaunchRanges]
+    # The kernel takes the inputs and the output as they are: no view to take.
+    in_place: bool
 
 
 class SoftmaxFamilyOp(Op):
@@ -69,43 +78,60 @@ class SoftmaxFamilyOp(Op):
 
     def _run_kernel(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The contiguous output: the kernel on the inputs' axis views."""
-        # Runs on every call: tensors that already have the kernel's shape take no view.
         first = inputs[0]
-        shape = first.shape
-        out = empty_contiguous(first, shape)
-        numel = out.numel()
-        if numel == 0:
+        # Inputs of one call share a shape, so their strides tell their geometries apart.
+        key = (first.shape, *map(torch.Tensor.stride, inputs))
+        layout = self._layouts.get(key, lambda: self._call_layout(inputs))
+        if layout.out_like_first:
+            out = torch.empty_like(first)
+        else:
+            out = torch.empty(layout.out_shape, dtype=first.dtype, device=first.device)
+        if not layout.views:
             return out
-        N = self.N
-        dim = self.dim % len(shape)
-        inner = math.prod(shape[dim + 1:])
-        kernel_shape = (numel // (N * inner), N) if inner == 1 else (numel // (N * inner), N, inner)
-        reshape = shape != kernel_shape
-        views = [(t.view(kernel_shape) if reshape else t) if has_unit_rows(t) else kernel_view(t, dim, N)
-                 for t in inputs]
-        out_view = out.view(kernel_shape) if reshape else out
+        if layout.in_place:
+            views, out_view = inputs, out
+        else:
+            views = tuple(spec.apply(t) for spec, t in zip(layout.views, inputs))
+            out_view = out if layout.out_view is None else out.view(layout.out_view)
         device = first.device
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
-            if numel // N <= MAX_EXTENT:  # rows, or outer * inner, fit the int32 extents
-                kernel(*views, out_view)
+            if layout.ranges is None:
+                kernel.forward(*views, out_view)
             else:
-                for start, stop in self._launch_ranges(out_view):
-                    kernel(*(v[start:stop] for v in views), out_view[start:stop])
+                for start, stop in layout.ranges:
+                    kernel.forward(*(v[start:stop] for v in views), out_view[start:stop])
         return out
 
+    def _call_layout(self, inputs: Tuple[torch.Tensor, ...]) -> AxisCallLayout:
+        """The host side of every call with these inputs' shape and strides."""
+        first = inputs[0]
+        shape = tuple(first.shape)
+        out_like_first = has_unit_rows(first)
+        if first.numel() == 0:
+            return AxisCallLayout(shape, out_like_first, (), None, None, False)
+        axes = (self.dim % len(shape),)
+        views = tuple(kernel_view_spec(shape, t.stride(), axes) for t in inputs)
+        # The output is contiguous, as a contiguous input is: it takes the view such an input would.
+        kernel_shape = kernel_view_spec(shape, contiguous_strides(shape), axes).size
+        in_place = kernel_shape is None and all(spec == _AS_IS for spec in views)
+        return AxisCallLayout(shape, out_like_first, views, kernel_shape,
+                              self._launch_ranges(kernel_shape or shape), in_place)
+
     @staticmethod
-    def _launch_ranges(out_view: torch.Tensor) -> List[Tuple[int, int]]:
-        """Slices of the leading axis small enough for the kernels' int32 extents."""
-        leading = out_view.shape[0]
-        if out_view.dim() == 2:
+    def _launch_ranges(kernel_shape: Tuple[int, ...]) -> Optional[LaunchRanges]:
+        """Slices of the leading axis small enough for the kernels' int32 extents; None when one launch fits."""
+        leading = kernel_shape[0]
+        if len(kernel_shape) == 2:
             per_launch = MAX_EXTENT
         else:
-            inner = out_view.shape[2]
+            inner = kernel_shape[2]
             if inner > MAX_EXTENT:
                 raise ValueError(
                     f"softmax: {inner} elements after the reduced axis exceed {MAX_EXTENT}; reshape the input"
                 )
             # Column programs number their blocks outer * (inner tiles) in int32.
             per_launch = max(1, MAX_EXTENT // inner)
-        return [(start, min(leading, start + per_launch)) for start in range(0, leading, per_launch)]
+        if leading <= per_launch:
+            return None
+        return tuple((start, min(leading, start + per_launch)) for start in range(0, leading, per_launch))
