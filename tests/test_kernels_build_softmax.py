@@ -30,6 +30,7 @@ from tileops.kernels.softmax.softmax import (
     softmax_autotune_configs,
     softmax_default_config,
 )
+from tileops.kernels.launch import int32_launch_ranges
 from tileops.ops.softmax.base import SoftmaxFamilyOp, kernel_view
 from tests.toolchain import needs_nvcc
 
@@ -259,12 +260,21 @@ def test_empty_inputs_launch_nothing() -> None:
 
 
 def test_launch_ranges_respect_int32_extents() -> None:
-    assert SoftmaxFamilyOp._launch_ranges((2**31 + 5, 4)) == ((0, 2**31 - 1), (2**31 - 1, 2**31 + 5))
-    assert SoftmaxFamilyOp._launch_ranges((2**31 - 1, 4)) is None
-    assert SoftmaxFamilyOp._launch_ranges((10, 3, 2**30)) == tuple((i, i + 1) for i in range(10))
-    assert SoftmaxFamilyOp._launch_ranges((2, 3, 2**30 - 1)) is None
-    with pytest.raises(ValueError, match="after the reduced axis"):
-        SoftmaxFamilyOp._launch_ranges((1, 3, 2**31))
+    assert int32_launch_ranges((2**31 + 5, 4), "softmax") == ((0, 2**31 - 1), (2**31 - 1, 2**31 + 5))
+    assert int32_launch_ranges((2**31 - 1, 4), "softmax") is None
+    assert int32_launch_ranges((10, 3, 2**30), "softmax") == tuple((i, i + 1) for i in range(10))
+    assert int32_launch_ranges((2, 3, 2**30 - 1), "softmax") is None
+    # Scan column programs number 32 inner positions a block: 2**25 numbers an outer index here.
+    assert int32_launch_ranges((63, 3, 2**30), "scan", 32) is None
+    assert int32_launch_ranges((65, 3, 2**30), "scan", 32) == ((0, 63), (63, 65))
+    with pytest.raises(ValueError, match="softmax: 2147483648 elements follow the axis"):
+        int32_launch_ranges((1, 3, 2**31), "softmax")
+    # An op's layout holds the ranges of its kernel view.
+    rows = torch.empty((2, 2**30 + 3, 4), device="meta")  # (2**31 + 6, 4) rows
+    assert _Softmax(4, -1)._call_layout((rows,)).ranges == ((0, 2**31 - 1), (2**31 - 1, 2**31 + 6))
+    assert _Softmax(4, -1)._call_layout((rows[:1],)).ranges is None
+    with pytest.raises(ValueError, match="softmax: 2147483648 elements follow the axis"):
+        _Softmax(4, 0)._call_layout((torch.empty((4, 2**31), device="meta"),))
 
 
 def test_only_the_softmax_forward_keeps_exponentials_in_registers() -> None:

@@ -11,12 +11,12 @@ from typing import Any, Callable, ContextManager, Dict, Generic, Hashable, Optio
 
 import torch
 
-from tileops.kernels.sizes import row_vector
+from tileops.kernels.sizes import MAX_EXTENT, row_vector
 
 __all__ = ["ALIGNMENT", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher",
            "empty_contiguous", "folded_stride", "has_unit_rows", "is_aligned_contiguous", "is_contiguous",
-           "kernel_view_spec", "LayoutMemo", "merged_axes_view", "on_device", "rows_and_output", "unit_stride_rows",
-           "ViewSpec", "widest_access"]
+           "int32_launch_ranges", "kernel_view_spec", "launch_in_ranges", "LaunchRanges", "LayoutMemo",
+           "merged_axes_view", "on_device", "rows_and_output", "unit_stride_rows", "ViewSpec", "widest_access"]
 
 # Kernels read and write their tensors with 16-byte vector accesses.
 ALIGNMENT = 16
@@ -26,6 +26,8 @@ _NO_SWITCH = contextlib.nullcontext()
 _MISSING: Any = object()
 
 LayoutT = TypeVar("LayoutT")
+# Slices ``(start, stop)`` of a kernel view's leading axis, launched one after the other.
+LaunchRanges = Tuple[Tuple[int, int], ...]
 
 
 class LayoutMemo(Generic[LayoutT]):
@@ -232,6 +234,41 @@ def _contiguous_view(order: Optional[Tuple[int, ...]], sizes: Sequence[int], str
     if strides is not None and len(sizes) == 3 and first == last == 1:
         return ViewSpec(order, None, None)
     return ViewSpec(order, (numel // (N * inner), N, inner), (N * inner, inner, 1))
+
+
+def int32_launch_ranges(shape: Sequence[int], what: str, inner_per_block: int = 1) -> Optional[LaunchRanges]:
+    """Slices of the leading axis of a kernel view ``(rows, N)`` or ``(outer, N, inner)`` whose
+    launches number their blocks and outputs within int32; None when one launch of all fits.
+
+    Row programs count rows; column programs count ``outer`` times the inner positions, of
+    which ``inner_per_block`` share a number.  An inner extent past int32 cannot be sliced:
+    ``what`` names the op family in that ValueError.
+    """
+    leading = shape[0]
+    if len(shape) == 2:
+        per_launch = MAX_EXTENT
+    else:
+        inner = shape[2]
+        if inner > MAX_EXTENT:
+            raise ValueError(f"{what}: {inner} elements follow the axis, more than the {MAX_EXTENT} one launch "
+                             "can number; reshape the input")
+        per_launch = max(1, MAX_EXTENT // -(-inner // inner_per_block))
+    if leading <= per_launch:
+        return None
+    return tuple((start, min(leading, start + per_launch)) for start in range(0, leading, per_launch))
+
+
+def launch_in_ranges(launch: Callable[..., Any], tensors: Sequence[torch.Tensor],
+                     ranges: Optional[LaunchRanges]) -> None:
+    """``launch(*tensors)``, or one launch per slice of their leading axis (``int32_launch_ranges``).
+
+    Slices of a view start at a multiple of its leading stride, so they stay as aligned as the
+    whole view (the programs' vector accesses need no more)."""
+    if ranges is None:
+        launch(*tensors)
+        return
+    for start, stop in ranges:
+        launch(*(tensor[start:stop] for tensor in tensors))
 
 
 def aligned_rows(tensor: torch.Tensor, width: int) -> torch.Tensor:

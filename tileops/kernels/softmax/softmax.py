@@ -1285,7 +1285,6 @@ class SoftmaxFamilyKernel(Kernel):
         self.N = int(N)
         self._row_vector = row_vector(self.N, dtype)
         self._max_vector = max_vector(dtype)
-        self._itemsize = dtype.itemsize
         super().__init__(dtype, config=config, tune=tune)
 
     # ---- configs -----------------------------------------------------------------------------
@@ -1402,7 +1401,7 @@ class SoftmaxFamilyKernel(Kernel):
         rank and, for columns, extents and device: a small call then costs a lookup.
         """
         out = tensors[-1]
-        itemsize = self._itemsize
+        itemsize = self.dtype.itemsize
         bits = 0
         if out.dim() == 2:
             for tensor in tensors:

@@ -21,8 +21,14 @@ import torch
 
 from tileops import _shape_rules as rules
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import ViewSpec, kernel_view_spec, on_device
-from tileops.kernels.sizes import MAX_EXTENT
+from tileops.kernels.launch import (
+    LaunchRanges,
+    ViewSpec,
+    int32_launch_ranges,
+    kernel_view_spec,
+    launch_in_ranges,
+    on_device,
+)
 from tileops.ops.op_base import Op
 
 __all__ = ["CallLayout", "ReductionOp", "reduction_view"]
@@ -42,6 +48,8 @@ class CallLayout:
     rank: int
     # The output as the kernel writes it: ``(rows,)`` or ``(outer, inner)``; None: the output itself.
     out_view: Optional[Tuple[int, ...]]
+    # Slices of the view's leading axis launched one by one; None: one launch of everything.
+    ranges: Optional[LaunchRanges]
 
 
 def reduction_view(x: torch.Tensor, axes: Tuple[int, ...]) -> torch.Tensor:
@@ -89,10 +97,7 @@ class ReductionOp(Op):
         kernel = self._kernel(self.kernel_key, (device.index, layout.rank))
         target = out if layout.out_view is None else out.view(layout.out_view)
         with on_device(device):
-            if layout.rank == ROWS:
-                self._launch_rows(kernel, view, target)
-            else:
-                self._launch_columns(kernel, view, target)
+            launch_in_ranges(kernel, (view, target), layout.ranges)
         return out
 
     def _call_layout(self, x: torch.Tensor) -> CallLayout:
@@ -103,35 +108,11 @@ class ReductionOp(Op):
         out_dtype = getattr(self.kernel_map[self.kernel_key], "out_dtype", None) or x.dtype
         if 0 in shape:  # nothing to write, or the empty reduction's value: no launch
             action = "empty" if 0 in out_shape else "fill"
-            return CallLayout(out_shape, out_dtype, action, ViewSpec(None, None, None), ROWS, None)
+            return CallLayout(out_shape, out_dtype, action, ViewSpec(None, None, None), ROWS, None, None)
         # A scalar reduces as a one-element vector.
         view = kernel_view_spec(shape, strides, axes) if shape else ViewSpec(None, (1, 1), (1, 1))
         size = shape if view.size is None else view.size
         kernel_out = (size[0],) if len(size) == ROWS else (size[0], size[2])
+        # Programs number their blocks and outputs rows, or outer * inner, in int32.
         return CallLayout(out_shape, out_dtype, "launch", view, len(size),
-                          None if out_shape == kernel_out else kernel_out)
-
-    @staticmethod
-    def _launch_rows(kernel: Kernel, view: torch.Tensor, out: torch.Tensor) -> None:
-        rows = view.shape[0]
-        if rows <= MAX_EXTENT:  # slicing costs microseconds a call: only huge inputs pay for it
-            kernel(view, out)
-            return
-        for start in range(0, rows, MAX_EXTENT):
-            stop = min(rows, start + MAX_EXTENT)
-            kernel(view[start:stop], out[start:stop])
-
-    @staticmethod
-    def _launch_columns(kernel: Kernel, view: torch.Tensor, out: torch.Tensor) -> None:
-        outer, _, inner = view.shape
-        if inner > MAX_EXTENT:
-            raise ValueError(f"reduction: {inner} elements after the reduced axes exceed {MAX_EXTENT}; "
-                             "reduce a reshaped input")
-        # Programs number their blocks and outputs outer * inner in int32.
-        per_launch = max(1, MAX_EXTENT // inner)
-        if outer <= per_launch:
-            kernel(view, out)
-            return
-        for start in range(0, outer, per_launch):
-            stop = min(outer, start + per_launch)
-            kernel(view[start:stop], out[start:stop])
+                          None if out_shape == kernel_out else kernel_out, int32_launch_ranges(size, "reduction"))

@@ -15,8 +15,14 @@ from typing import Hashable, Tuple
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import aligned_contiguous, empty_contiguous, on_device, rows_and_output
-from tileops.kernels.sizes import MAX_EXTENT
+from tileops.kernels.launch import (
+    aligned_contiguous,
+    empty_contiguous,
+    int32_launch_ranges,
+    launch_in_ranges,
+    on_device,
+    rows_and_output,
+)
 from tileops.ops.op_base import Op
 
 __all__ = ["ScanOp"]
@@ -62,38 +68,12 @@ class ScanOp(Op):
             if inner > 1:
                 y = empty_contiguous(x, shape)
                 outer = y.numel() // (N * inner)
-                self._launch_columns(kernel, aligned_contiguous(x).view(outer, N, inner), y.view(outer, N, inner))
+                columns = (aligned_contiguous(x).view(outer, N, inner), y.view(outer, N, inner))
+                # The column programs number their blocks in int32: at most outer * ceil(inner / 32)
+                # (tiles narrower than 32 columns are taken only where that gives under 256 blocks).
+                launch_in_ranges(kernel.forward, columns, int32_launch_ranges(columns[1].shape, "scan", 32))
                 return y
             # A scan of rows; size-1 axes after ``dim`` fold into it.
             x_rows, y, y_rows = rows_and_output(x if dim == ndim - 1 else x.flatten(dim), N)
-            self._launch_rows(kernel, x_rows, y_rows)
+            launch_in_ranges(kernel.forward, (x_rows, y_rows), int32_launch_ranges(y_rows.shape, "scan"))
         return y if dim == ndim - 1 else y.view(shape)
-
-    @staticmethod
-    def _launch_rows(kernel: Kernel, x: torch.Tensor, y: torch.Tensor) -> None:
-        rows = x.shape[0]
-        if rows <= MAX_EXTENT:
-            kernel.forward(x, y)
-            return
-        # Slices start at a multiple of the row stride: as aligned as the kernel needs.
-        for start in range(0, rows, MAX_EXTENT):
-            stop = min(rows, start + MAX_EXTENT)
-            kernel.forward(x[start:stop], y[start:stop])
-
-    @staticmethod
-    def _launch_columns(kernel: Kernel, x: torch.Tensor, y: torch.Tensor) -> None:
-        outer, _, inner = x.shape
-        if inner > MAX_EXTENT:
-            raise ValueError(
-                f"{type(kernel).__name__}: {inner} elements after the scanned axis exceed "
-                f"{MAX_EXTENT}; reshape the input"
-            )
-        # The column programs number their blocks in int32: at most outer * ceil(inner / 32)
-        # (tiles narrower than 32 columns are taken only where that gives under 256 blocks).
-        outer_per_launch = max(1, MAX_EXTENT // -(-inner // 32))
-        if outer <= outer_per_launch:
-            kernel.forward(x, y)
-            return
-        for start in range(0, outer, outer_per_launch):
-            stop = min(outer, start + outer_per_launch)
-            kernel.forward(x[start:stop], y[start:stop])

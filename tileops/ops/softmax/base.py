@@ -19,13 +19,20 @@ from typing import Hashable, Optional, Tuple
 import torch
 
 from tileops.kernels.kernel_base import Kernel
-from tileops.kernels.launch import ViewSpec, contiguous_strides, has_unit_rows, kernel_view_spec, on_device
-from tileops.kernels.sizes import MAX_EXTENT
+from tileops.kernels.launch import (
+    LaunchRanges,
+    ViewSpec,
+    contiguous_strides,
+    has_unit_rows,
+    int32_launch_ranges,
+    kernel_view_spec,
+    launch_in_ranges,
+    on_device,
+)
 from tileops.ops.op_base import Op
 
 __all__ = ["AxisCallLayout", "SoftmaxFamilyOp", "kernel_view"]
 
-LaunchRanges = Tuple[Tuple[int, int], ...]
 _AS_IS = ViewSpec(None, None, None)
 
 
@@ -96,11 +103,7 @@ class SoftmaxFamilyOp(Op):
         device = first.device
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
-            if layout.ranges is None:
-                kernel.forward(*views, out_view)
-            else:
-                for start, stop in layout.ranges:
-                    kernel.forward(*(v[start:stop] for v in views), out_view[start:stop])
+            launch_in_ranges(kernel.forward, (*views, out_view), layout.ranges)
         return out
 
     def _call_layout(self, inputs: Tuple[torch.Tensor, ...]) -> AxisCallLayout:
@@ -116,22 +119,4 @@ class SoftmaxFamilyOp(Op):
         kernel_shape = kernel_view_spec(shape, contiguous_strides(shape), axes).size
         in_place = kernel_shape is None and all(spec == _AS_IS for spec in views)
         return AxisCallLayout(shape, out_like_first, views, kernel_shape,
-                              self._launch_ranges(kernel_shape or shape), in_place)
-
-    @staticmethod
-    def _launch_ranges(kernel_shape: Tuple[int, ...]) -> Optional[LaunchRanges]:
-        """Slices of the leading axis small enough for the kernels' int32 extents; None when one launch fits."""
-        leading = kernel_shape[0]
-        if len(kernel_shape) == 2:
-            per_launch = MAX_EXTENT
-        else:
-            inner = kernel_shape[2]
-            if inner > MAX_EXTENT:
-                raise ValueError(
-                    f"softmax: {inner} elements after the reduced axis exceed {MAX_EXTENT}; reshape the input"
-                )
-            # Column programs number their blocks outer * (inner tiles) in int32.
-            per_launch = max(1, MAX_EXTENT // inner)
-        if leading <= per_launch:
-            return None
-        return tuple((start, min(leading, start + per_launch)) for start in range(0, leading, per_launch))
+                              int32_launch_ranges(kernel_shape or shape, "softmax"), in_place)
