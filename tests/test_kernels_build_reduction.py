@@ -24,6 +24,9 @@ CASES = [
     ("var", programs.COLUMN, (("cvec", 8), ("col_threads", 32), ("threads", 256), ("unroll", 4), ("fused", 0))),
     ("amax", programs.COLUMN, (("cvec", 8), ("col_threads", 8), ("threads", 512), ("unroll", 8), ("fused", 1))),
     ("mean", programs.COLUMN, (("cvec", 4), ("col_threads", 8), ("threads", 256), ("unroll", 4), ("fused", 1))),
+    # Rows that fit one step: straight-line walks.
+    ("var", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 1), ("one_step", 1))),
+    ("argmax", programs.ROW, (("vector", 2), ("threads", 256), ("unroll", 4), ("fused", 1), ("one_step", 1))),
 ]
 
 
@@ -41,6 +44,21 @@ def test_programs_compile_for_sm90() -> None:
     with ProcessPoolExecutor(max_workers=8) as pool:
         sources = list(pool.map(_compile, CASES))
     assert all("__global__" in source for source in sources)
+
+
+def test_short_rows_walk_without_a_loop_and_read_the_shift_after_their_loads() -> None:
+    """Both keep a short row's loads from waiting: a loop's trip count, or a shift read ahead
+    of the loop (its conversion is hoisted before the loads), each cost a memory latency."""
+    params = (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 1))
+    one_step, looping = (_compile(("var", programs.ROW, extra)) for extra in (params + (("one_step", 1),), params))
+    assert "for (int64_t step" not in one_step
+    loop = looping.index("for (int64_t step")
+    first_load = looping.index("*(uint4*)(X + ", loop)
+    shift_read = looping.index("shift[0] = ((float)X[")
+    assert loop < first_load < shift_read
+    with pytest.raises(ValueError, match="one_step needs the fused program"):
+        programs.build_program(programs.ROW, "sum", torch.float32, torch.float32, 0.0,
+                               params[:-1] + (("fused", 0), ("one_step", 1)))
 
 
 def test_kernel_class_builds_its_fused_row_program() -> None:
@@ -80,17 +98,19 @@ def test_launch_plans_split_rows_and_columns_to_fill_the_sms() -> None:
     assert segments == -(-programs.COLUMN_BLOCKS_PER_SM * sms // tiles)
 
 
-@pytest.mark.parametrize("rows, N, segments, unroll", [
-    (16384, 16384, 1, 8),   # a block per row, eight vectors a thread to take
-    (16384, 8192, 1, 4),    # four vectors cover the row
-    (8, 4096, 1, 4),        # one step either way: the shorter program is faster
-    (1, 1 << 24, programs.ROW_BLOCKS_PER_SM * 132, 4),  # row segments: eight lost up to 18%
+@pytest.mark.parametrize("rows, N, segments, unroll, one_step", [
+    (16384, 16384, 1, 8, 0),   # a block per row, eight vectors a thread to take
+    (16384, 12288, 1, 4, 0),   # four vectors cover the row in two steps
+    (16384, 8192, 1, 4, 1),    # four vectors cover the row in one step
+    (8, 4096, 1, 4, 1),        # one step either way: the shorter program is faster
+    (1, 1 << 24, programs.ROW_BLOCKS_PER_SM * 132, 4, 0),  # row segments: eight lost up to 18%
 ])
 def test_long_rows_a_block_reduces_alone_keep_more_vectors_in_flight(rows: int, N: int, segments: int,
-                                                                     unroll: int) -> None:
+                                                                     unroll: int, one_step: int) -> None:
     kernel = programs.SumKernel(torch.bfloat16, config={})
     name, params, planned = kernel.launch_plan(torch.empty(rows, N, dtype=torch.bfloat16), 132)
     assert (name, planned, dict(params)["unroll"]) == (programs.ROW, segments, unroll)
+    assert dict(params).get("one_step", 0) == one_step
     assert (name, params) in kernel.program_specs()
 
 
