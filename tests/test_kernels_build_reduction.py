@@ -24,9 +24,9 @@ CASES = [
     ("var", programs.COLUMN, (("cvec", 8), ("col_threads", 32), ("threads", 256), ("unroll", 4), ("fused", 0))),
     ("amax", programs.COLUMN, (("cvec", 8), ("col_threads", 8), ("threads", 512), ("unroll", 8), ("fused", 1))),
     ("mean", programs.COLUMN, (("cvec", 4), ("col_threads", 8), ("threads", 256), ("unroll", 4), ("fused", 1))),
-    # Rows that fit one step: straight-line walks.
-    ("var", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 1), ("one_step", 1))),
-    ("argmax", programs.ROW, (("vector", 2), ("threads", 256), ("unroll", 4), ("fused", 1), ("one_step", 1))),
+    # Rows of exactly `unroll` chunks: straight-line walks.
+    ("var", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 2), ("fused", 1), ("exact", 1))),
+    ("argmax", programs.ROW, (("vector", 2), ("threads", 256), ("unroll", 4), ("fused", 1), ("exact", 1))),
 ]
 
 
@@ -46,19 +46,20 @@ def test_programs_compile_for_sm90() -> None:
     assert all("__global__" in source for source in sources)
 
 
-def test_short_rows_walk_without_a_loop_and_read_the_shift_after_their_loads() -> None:
-    """Both keep a short row's loads from waiting: a loop's trip count, or a shift read ahead
-    of the loop (its conversion is hoisted before the loads), each cost a memory latency."""
-    params = (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 1))
-    one_step, looping = (_compile(("var", programs.ROW, extra)) for extra in (params + (("one_step", 1),), params))
-    assert "for (int64_t step" not in one_step
+def test_exact_rows_walk_without_a_loop_or_checks_and_the_shift_is_read_after_the_loads() -> None:
+    """Each keeps a short row's loads from waiting: a loop's trip count, checked loads (the
+    compiler issues some only after folding others), or a shift read ahead of the loop (its
+    conversion is hoisted before the loads) each cost a memory latency."""
+    params = (("vector", 8), ("threads", 256), ("unroll", 2), ("fused", 1))
+    exact, looping = (_compile(("var", programs.ROW, extra)) for extra in (params + (("exact", 1),), params))
+    assert "for (int64_t step" not in exact and "< N)" not in exact
     loop = looping.index("for (int64_t step")
     first_load = looping.index("*(uint4*)(X + ", loop)
     shift_read = looping.index("shift[0] = ((float)X[")
     assert loop < first_load < shift_read
-    with pytest.raises(ValueError, match="one_step needs the fused program"):
+    with pytest.raises(ValueError, match="exact rows need the fused program"):
         programs.build_program(programs.ROW, "sum", torch.float32, torch.float32, 0.0,
-                               params[:-1] + (("fused", 0), ("one_step", 1)))
+                               params[:-1] + (("fused", 0), ("exact", 1)))
 
 
 def test_kernel_class_builds_its_fused_row_program() -> None:
@@ -98,20 +99,24 @@ def test_launch_plans_split_rows_and_columns_to_fill_the_sms() -> None:
     assert segments == -(-programs.COLUMN_BLOCKS_PER_SM * sms // tiles)
 
 
-@pytest.mark.parametrize("rows, N, segments, unroll, one_step", [
+@pytest.mark.parametrize("rows, N, segments, unroll, exact", [
     (16384, 16384, 1, 8, 0),   # a block per row, eight vectors a thread to take
     (16384, 12288, 1, 4, 0),   # four vectors cover the row in two steps
-    (16384, 8192, 1, 4, 1),    # four vectors cover the row in one step
-    (8, 4096, 1, 4, 1),        # one step either way: the shorter program is faster
+    (16384, 8192, 1, 4, 1),    # exactly four chunks: straight-line, unchecked
+    (8, 4096, 1, 2, 1),        # exactly two chunks
+    (8, 2048, 1, 1, 1),        # exactly one chunk
+    (8, 6144, 1, 4, 0),        # three chunks: one checked step
+    (16384, 4100, 1, 4, 0),    # 8-byte aligned rows: 4-element vectors, two checked steps
     (1, 1 << 24, programs.ROW_BLOCKS_PER_SM * 132, 4, 0),  # row segments: eight lost up to 18%
 ])
-def test_long_rows_a_block_reduces_alone_keep_more_vectors_in_flight(rows: int, N: int, segments: int,
-                                                                     unroll: int, one_step: int) -> None:
+def test_fused_rows_take_straight_line_or_long_row_programs(rows: int, N: int, segments: int, unroll: int,
+                                                            exact: int) -> None:
     kernel = programs.SumKernel(torch.bfloat16, config={})
     name, params, planned = kernel.launch_plan(torch.empty(rows, N, dtype=torch.bfloat16), 132)
     assert (name, planned, dict(params)["unroll"]) == (programs.ROW, segments, unroll)
-    assert dict(params).get("one_step", 0) == one_step
-    assert (name, params) in kernel.program_specs()
+    assert dict(params).get("exact", 0) == exact
+    if dict(params)["vector"] == 8:
+        assert (name, params) in kernel.program_specs()
 
 
 @pytest.mark.parametrize("shape, why", [

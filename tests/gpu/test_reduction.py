@@ -40,6 +40,11 @@ for _op in OPS:
     EXTRA.append((_op, (66, 1500, 96), torch.float16, {"dim": (1,) if _op != "ArgmaxFwdOp" else 1}, "contiguous"))
     EXTRA.append((_op, (64, 2048, 44), torch.float32, {"dim": (1,) if _op != "ArgmaxFwdOp" else 1}, "contiguous"))
     EXTRA.append((_op, (), torch.float32, {"dim": None}, "contiguous"))
+    # Rows of exactly one and four chunks of 256 threads' 16-byte vectors: straight-line programs.
+    _last = {"dim": (-1,) if _op != "ArgmaxFwdOp" else -1}
+    EXTRA.append((_op, (5, 2048), torch.bfloat16, _last, "sliced"))
+    EXTRA.append((_op, (3, 1024), torch.float32, _last, "sliced"))
+    EXTRA.append((_op, (2, 8192), torch.float16, _last, "contiguous"))
 EXTRA.append(("VarFwdOp", (64, 1000), torch.float32, {"dim": (1,), "correction": 0}, "contiguous"))
 EXTRA.append(("VarFwdOp", (64, 1), torch.float32, {"dim": (1,)}, "contiguous"))  # 1 element: NaN, as torch
 EXTRA.append(("SumFwdOp", (4, 0, 5), torch.float32, {"dim": (1,)}, "contiguous"))

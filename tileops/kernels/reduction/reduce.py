@@ -81,6 +81,9 @@ COLUMN_BLOCKS_PER_SM = 16
 # walk's single bounds check; with it, 64 x 4096 x 64 takes sum 17.5, variance 22.5 and
 # log-sum-exp 20.4 us in the H100 benchmark.)
 NARROW_ONE_PASS_BYTES = 128 * 1024
+# Chunk counts (``row_threads * vector`` elements) of rows the fused row program walks
+# straight through, unchecked: a program each, for the common power-of-two widths.
+EXACT_ROW_CHUNKS = (1, 2, 4)
 ONE_PASS_EIGHTHS_PER_SM = 12
 
 ROW = "row"
@@ -201,18 +204,19 @@ def _store_macros(T: Any, spec: ReducerSpec, macros: Dict[str, Any], out_dtype: 
 
 
 def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, vector: int, threads: int,
-                unroll: int, fused: int, one_step: int = 0) -> Any:
+                unroll: int, fused: int, exact: int = 0) -> Any:
     """Reduce every row of ``(G, N)``: into ``Y[G]`` (fused) or into partials ``P[G, S, 1, width]``.
 
-    ``one_step``: every row fits one group of ``unroll`` chunks (``N <= threads * vector *
-    unroll``, fused only), so the walk is straight-line code.  A loop with a run-time trip count
-    costs a short row about 0.15 us before its loads issue (H100, bf16 variance of 8 x 4096 rows
-    with the loop / without: 5.0 / 4.86 us).
+    ``exact``: every row is exactly ``unroll`` chunks (``N == threads * vector * unroll``, fused
+    only), so the walk is straight-line code with no bounds checks.  Short rows gain twice: a
+    loop with a run-time trip count delays their loads, and checked loads let the compiler
+    issue some of them only after folding the others, a memory latency each time (H100, fp32
+    amax of 8 x 4096 rows with the loop 5.15 us; one checked step 5.57).
     """
-    if one_step and not fused:
-        raise ValueError("reduction row program: one_step needs the fused program (a segment per row)")
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
+    if exact and not fused:
+        raise ValueError("reduction row program: exact rows need the fused program (a segment per row)")
     spec = REDUCERS[reducer]
     macros = reducer_macros(T, reducer, 1, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
@@ -236,7 +240,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
         return ((bounds[0] + step * bounds[1]) * unroll + u) * chunk + tx * vector
 
     def loaded(bounds, step, u, tx):
-        return position(bounds, step, u, tx) < N
+        return True if exact else position(bounds, step, u, tx) < N
 
     def segment_walk(fold_element: Any) -> Any:
         """Macro: fold every element of the segment ``bounds`` (first group, stride) of ``row`` with ``fold_element``."""
@@ -275,7 +279,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
 
         @T.macro
         def walk(X, st, sti, buf, cm, nv, bounds, shift, row, tx):
-            if one_step:
+            if exact:
                 walk_step(X, st, sti, buf, cm, nv, bounds, shift, row, tx, 0)
             else:
                 groups = T.ceildiv(T.ceildiv(N, chunk), unroll)
@@ -680,19 +684,21 @@ class ReductionKernel(Kernel):
                              self._row_params(self._max_vector, True, config))
 
     def _row_params(self, vector: int, fused: bool, config: Optional[Dict[str, Any]] = None,
-                    long_rows: bool = False, one_step: bool = False) -> ProgramParams:
+                    long_rows: bool = False, exact_unroll: int = 0) -> ProgramParams:
         config = self.config if config is None else config
-        unroll = config["long_row_unroll"] if long_rows else config["row_unroll"]
+        unroll = exact_unroll or (config["long_row_unroll"] if long_rows else config["row_unroll"])
         params = (("vector", vector), ("threads", config["row_threads"]), ("unroll", unroll), ("fused", int(fused)))
-        return params + ((("one_step", 1),) if one_step else ())
+        return params + ((("exact", 1),) if exact_unroll else ())
 
     def _fused_row_params(self, N: int, vector: int) -> ProgramParams:
-        """The fused row program for rows of ``N``: straight-line when a row takes one step, more
-        vectors in flight when it takes ``long_row_unroll`` or more."""
+        """The fused row program for rows of ``N``: straight-line when a row is exactly 1, 2 or 4
+        chunks (up to ``row_unroll``), more vectors in flight when it takes ``long_row_unroll`` or more."""
         config = self.config
-        per_step = config["row_threads"] * vector
-        return self._row_params(vector, True, long_rows=N >= per_step * config["long_row_unroll"],
-                                one_step=N <= per_step * config["row_unroll"])
+        chunk = config["row_threads"] * vector
+        chunks = N // chunk
+        if N % chunk == 0 and chunks in EXACT_ROW_CHUNKS and chunks <= config["row_unroll"]:
+            return self._row_params(vector, True, exact_unroll=chunks)
+        return self._row_params(vector, True, long_rows=N >= chunk * config["long_row_unroll"])
 
     def _column_params(self, inner: int, cvec: int, fused: bool) -> ProgramParams:
         # Two tile widths only (each is a separate program): 8 threads for narrow inner extents, else 32.
@@ -740,10 +746,10 @@ class ReductionKernel(Kernel):
         """Every program a call may launch on aligned tensors (rows, and columns of ``inner`` positions)."""
         cvec = largest_pow2_divisor(inner, self._max_vector)
         specs = [(ROW, self._row_params(self._max_vector, fused)) for fused in (True, False)]
-        for fused_variant in (self._row_params(self._max_vector, True, long_rows=True),
-                              self._row_params(self._max_vector, True, one_step=True)):
-            if (ROW, fused_variant) not in specs:
-                specs.append((ROW, fused_variant))
+        fused_variants = [self._row_params(self._max_vector, True, long_rows=True)]
+        fused_variants += [self._row_params(self._max_vector, True, exact_unroll=chunks) for chunks in EXACT_ROW_CHUNKS
+                           if chunks <= self.config["row_unroll"]]
+        specs += [(ROW, params) for params in fused_variants if (ROW, params) not in specs]
         specs += [(COLUMN, self._column_params(inner, cvec, fused)) for fused in (True, False)]
         one_pass = self._one_pass_params()
         if one_pass is not None:
