@@ -59,12 +59,14 @@ SM90 = {"kind": "cuda", "arch": "sm_90"}
         (SiluAndMulFwdKernel(22016, torch.bfloat16), ("gated", 8)),
         (GeluAndMulBwdKernel(254, torch.float32), ("gated", 1)),
         (GeluAndMulBwdKernel(8192, torch.float32), ("gated", 4)),
-        (AddFwdKernel(torch.bfloat16), ("broadcast", 8, True, True)),
-        (MulFwdKernel(torch.float32), ("broadcast", 4, True, False)),
+        (AddFwdKernel(torch.bfloat16), ("broadcast", 8, True, True, False)),
+        (MulFwdKernel(torch.float32), ("broadcast", 4, True, False, False)),
+        (AddFwdKernel(torch.bfloat16), ("broadcast", 8, True, True, True)),
+        (MulFwdKernel(torch.float32), ("broadcast", 4, True, False, True)),
     ],
     ids=["silu-flat-bf16", "silu-flat-fp32", "gelu-tanh-bwd-flat-fp16", "silu-and-mul-gated-bf16",
          "gelu-and-mul-bwd-odd-h-fp32", "gelu-and-mul-bwd-fp32",
-         "add-broadcast-bf16", "mul-row-scale-fp32"],
+         "add-broadcast-bf16", "mul-row-scale-fp32", "add-broadcast-rows-bf16", "mul-row-scale-rows-fp32"],
 )
 def test_elementwise_programs_build_for_sm90(kernel: ElementwiseKernel, spec) -> None:
     source = kernel.compile_program(spec, target=SM90).get_kernel_source()
@@ -107,12 +109,38 @@ def test_small_calls_take_one_narrower_access_a_thread() -> None:
         (("gated", 8), {"threads": 256, "unroll": 2}), (("gated", 2), {"threads": 256, "unroll": 1})]
 
 
+@needs_nvcc
+def test_whole_tile_rows_take_their_row_from_the_grid() -> None:
+    """No division by a symbolic extent and no bounds check precedes the loads."""
+    source = AddFwdKernel(torch.bfloat16).compile_program(("broadcast", 2, True, True, True), {"threads": 256, "unroll": 1},
+                                                          target=SM90).get_kernel_source()
+    assert "/ D1" not in source and "% D1" not in source and "/ (D2" not in source
+    assert "blockIdx.y" in source and "blockIdx.z" in source
+    assert "if (" not in source
+
+
+@pytest.mark.parametrize("shape, vector, rows", [
+    ((1, 8, 4096), 8, True),        # a bias on 8 rows: 512 vectors a row, one tile of 256 x 2
+    ((1, 8192, 16384), 8, True),
+    ((1, 8, 4104), 8, False),       # rows not a whole number of tiles
+    ((1, 70000, 4096), 8, False),   # more rows than a grid axis holds
+    ((70000, 1, 4096), 8, False),
+    ((5, 3, 1024), 2, True),        # narrower accesses: tiles of 256 x 2 x 2 elements
+    ((1, 8, 0), 8, False),
+])
+def test_broadcasts_launch_the_rows_program_on_whole_tile_rows(shape, vector, rows) -> None:
+    kernel = AddFwdKernel(torch.bfloat16)
+    assert kernel._whole_tile_rows(shape, vector) is rows
+
+
 def test_every_program_layout_is_valid_tir() -> None:
     pytest.importorskip("tilelang")
     for config in elementwise_autotune_configs(torch.bfloat16)[:3]:
         assert flat_program(functions.RELU, "bfloat16", vector=8, **config) is not None
         assert gated_program(functions.SILU_AND_MUL_BWD, 6, "float16", vector=1, **config) is not None
         assert broadcast_program(functions.ADD, "float32", vector=2, a_inner=False, b_inner=True, **config) is not None
+        assert broadcast_program(functions.MUL, "float32", vector=2, a_inner=True, b_inner=False, rows=True,
+                                 **config) is not None
 
 
 def test_bad_programs_are_rejected() -> None:
@@ -421,8 +449,11 @@ def _emulated_launcher(kernel: ElementwiseKernel, spec, accesses: int, device: t
             x = wide[-1]
             out.copy_(torch.cat(fn.apply(language, *wide[:-1], x[:, :H], x[:, H:]), 1))
         else:
-            _, _, a_inner, b_inner = spec
+            _, _, a_inner, b_inner, rows = spec
             assert out.dim() == 3 and out.stride(2) == 1 and out.shape[2] % vector == 0
+            if rows:  # every row whole tiles (at least a block of one access a thread), rows within the grid
+                assert out.shape[2] % (kernel.config["threads"] * vector) == 0
+                assert max(out.shape[:2]) <= programs.MAX_GRID_YZ
             assert _aligned(out, vector, out.stride()[:2])
             values = []
             for tensor, value, inner in zip(inputs, wide, (a_inner, b_inner)):

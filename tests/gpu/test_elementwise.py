@@ -61,6 +61,7 @@ BROADCASTS: List[Tuple[Tuple[int, ...], Tuple[int, ...], torch.dtype]] = [
     ((4, 1, 5), (3, 1), torch.float16),  # both operands broadcast
     ((2, 3, 4, 5), (5,), torch.bfloat16),
     ((2, 3, 4, 8), (2, 1, 4, 8), torch.float32),  # a middle axis
+    ((4, 3, 4096), (4, 1, 4096), torch.float16),  # a middle axis, rows of whole tiles: blocks over (D1, D0)
     ((1000,), (), torch.bfloat16),  # a scalar
     ((), (1000,), torch.float32),
     ((1, 1), (1,), torch.bfloat16),  # one element

@@ -17,7 +17,7 @@ Extents and strides are TileLang symbolic values: one compiled program per
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -28,7 +28,7 @@ from tileops.kernels.elementwise.base import (
     launch_slices,
     max_vector,
 )
-from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS, broadcast_program, flat_program
+from tileops.kernels.elementwise.programs import MAX_GRID_YZ, MAX_LAUNCH_ELEMENTS, broadcast_program, flat_program
 from tileops.kernels.kernel_base import torch_dtype_to_tl
 from tileops.kernels.launch import ALIGNMENT, widest_access
 
@@ -75,15 +75,16 @@ class BroadcastKernel(ElementwiseKernel):
         if spec[0] == FLAT:
             return flat_program(self.pointwise, dtype, vector=spec[1], **config)
         if spec[0] == BROADCAST:
-            _, vector, a_inner, b_inner = spec
+            _, vector, a_inner, b_inner, rows = spec
             return broadcast_program(self.pointwise, dtype, vector=vector, a_inner=a_inner, b_inner=b_inner,
-                                     **config)
+                                     rows=rows, **config)
         raise ValueError(f"{type(self).__name__}: unknown program {spec!r}")
 
     def typical_specs(self) -> List[ProgramSpec]:
-        """Operands of one shape, and a row broadcast against a matrix (a bias)."""
+        """Operands of one shape, and a row broadcast against a matrix (a bias), with rows of any
+        width and of whole tiles."""
         vector = max_vector(self.dtype)
-        return [(FLAT, vector), (BROADCAST, vector, True, True)]
+        return [(FLAT, vector), (BROADCAST, vector, True, True, False), (BROADCAST, vector, True, True, True)]
 
     def forward(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """Write ``f(a, b)`` into ``out`` and return it (layouts in the module docstring)."""
@@ -106,7 +107,15 @@ class BroadcastKernel(ElementwiseKernel):
         for tensor, varies in ((a, a_inner), (b, b_inner), (out, True)):
             if varies:
                 vector = widest_access(tensor, tensor.stride(0) | tensor.stride(1), vector)
-        return BROADCAST, vector, a_inner, b_inner
+        return BROADCAST, vector, a_inner, b_inner, self._whole_tile_rows(out.shape, vector)
+
+    def _whole_tile_rows(self, shape: Sequence[int], vector: int) -> bool:
+        """Whether ``(D0, D1, D2)`` launches the ``rows`` program: every row a whole number of the
+        configured block tiles (so also of a small call's narrower ones) and a grid that holds the rows."""
+        D0, D1, D2 = shape
+        tile = self.config["threads"] * self.config["unroll"] * vector
+        return (0 < D2 <= MAX_LAUNCH_ELEMENTS and D2 % tile == 0 and 0 < D0 <= MAX_GRID_YZ
+                and 0 < D1 <= MAX_GRID_YZ)
 
     def _flat(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         spec = self.program_for(a, b, out)
@@ -136,7 +145,7 @@ class BroadcastKernel(ElementwiseKernel):
     def _broadcast_plan(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Tuple[Any, bool, bool]:
         """(launcher, whether a and b vary along the innermost axis) of every call with this geometry."""
         spec = self.program_for(a, b, out)
-        _, vector, a_inner, b_inner = spec
+        _, vector, a_inner, b_inner, _ = spec
         return self.launcher(spec, out.shape[0] * out.shape[1] * (out.shape[2] // vector), out.device), a_inner, b_inner
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:

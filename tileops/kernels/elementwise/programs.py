@@ -23,7 +23,9 @@ Layouts:
   extents and outer strides (0 for a broadcast axis).  The innermost axis of
   an operand has unit stride, or stride 0 (``inner=False``: the operand is
   passed as ``(D0, D1)`` and read once per vector).  ``vector`` divides
-  ``D2``; rows come from two divisions by symbolic extents per vector.
+  ``D2``; rows come from two divisions by symbolic extents per vector, or,
+  when every row is a whole number of block tiles (``rows``), from the grid:
+  ``(tiles per row, D1, D0)`` blocks, no divisions and no bounds checks.
 
 Extents are int32: the kernels launch at most ``MAX_LAUNCH_ELEMENTS``
 elements at a time (the launching code splits larger tensors), while
@@ -39,10 +41,12 @@ from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.kernel_base import PASS_CONFIGS, strided_rows
 from tileops.kernels.sizes import ACCUM
 
-__all__ = ["flat_program", "gated_program", "broadcast_program", "MAX_LAUNCH_ELEMENTS"]
+__all__ = ["flat_program", "gated_program", "broadcast_program", "MAX_LAUNCH_ELEMENTS", "MAX_GRID_YZ"]
 
 # Elements one launch may cover: int32 index arithmetic stays far from overflow.
 MAX_LAUNCH_ELEMENTS = 1 << 30
+# The most blocks a grid may have along its second and third axes.
+MAX_GRID_YZ = 65535
 
 
 def _check_shape_params(vector: int, threads: int, unroll: int) -> None:
@@ -276,20 +280,34 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
 # ---- broadcast ----------------------------------------------------------------------------------
 
 
-def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int,
-                      a_inner: bool, b_inner: bool) -> Any:
-    """``Y[i, j, k] = fn(A[i, j, k], B[i, j, k])`` over strided ``(D0, D1, D2)`` views.
-
-    ``a_inner``/``b_inner``: whether the operand varies along the innermost
-    axis (unit stride) or is constant along it (passed as ``(D0, D1)``).
-    """
-    import tilelang.language as T  # deferred: importing tilelang costs seconds
-
+def _check_broadcast_params(fn: PointwiseFn, vector: int, threads: int, unroll: int, a_inner: bool,
+                            b_inner: bool) -> None:
     _check_shape_params(vector, threads, unroll)
     if fn.arity != 2 or fn.outputs != 1:
         raise ValueError(f"broadcast programs take two-input functions with one output, got {fn.name}")
     if not (a_inner or b_inner):
         raise ValueError("broadcast programs: at least one operand varies along the innermost axis")
+
+
+def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int,
+                      a_inner: bool, b_inner: bool, rows: bool = False) -> Any:
+    """``Y[i, j, k] = fn(A[i, j, k], B[i, j, k])`` over strided ``(D0, D1, D2)`` views.
+
+    ``a_inner``/``b_inner``: whether the operand varies along the innermost
+    axis (unit stride) or is constant along it (passed as ``(D0, D1)``).
+    ``rows``: the caller guarantees ``D2`` is a multiple of a block's tile
+    (``threads * unroll * vector``) and ``D0, D1 <= MAX_GRID_YZ``; blocks then
+    take their row from the grid.  The two divisions by symbolic extents that
+    otherwise locate each vector precede its loads: small calls, where that
+    latency is not hidden, gain about 0.13 us (H100, bf16 8 x 4096 plus a
+    4096 bias: 4.86 -> 4.74 us, torch.compile 4.70-4.74).
+    """
+    if rows:
+        return _broadcast_rows_program(fn, dtype, vector=vector, threads=threads, unroll=unroll, a_inner=a_inner,
+                                       b_inner=b_inner)
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    _check_broadcast_params(fn, vector, threads, unroll, a_inner, b_inner)
     D0, D1, D2 = T.dynamic("D0"), T.dynamic("D1"), T.dynamic("D2")
     SA0, SA1, SB0, SB1, SY0, SY1 = (T.dynamic(name, "int64") for name in ("SA0", "SA1", "SB0", "SB1", "SY0", "SY1"))
     tile = threads * unroll  # vectors of one block
@@ -370,3 +388,59 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
                 last_tile(A, B, Y, a, b, y, bx, tx)
 
     return _finish(elementwise_broadcast)
+
+
+def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int, a_inner: bool,
+                            b_inner: bool) -> Any:
+    """``broadcast_program`` with ``rows``: block ``(tile, i1, i0)`` covers one tile of row ``(i0, i1)``."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    _check_broadcast_params(fn, vector, threads, unroll, a_inner, b_inner)
+    D0, D1, D2 = T.dynamic("D0"), T.dynamic("D1"), T.dynamic("D2")
+    SA0, SA1, SB0, SB1, SY0, SY1 = (T.dynamic(name, "int64") for name in ("SA0", "SA1", "SB0", "SB1", "SY0", "SY1"))
+    tile = threads * unroll  # vectors of one block
+    results = _results_macro(T, fn, dtype, vector)
+    a_shape, a_strides = ((D0, D1, D2), (SA0, SA1, 1)) if a_inner else ((D0, D1), (SA0, SA1))
+    b_shape, b_strides = ((D0, D1, D2), (SB0, SB1, 1)) if b_inner else ((D0, D1), (SB0, SB1))
+
+    def column(u, bx, tx):
+        return (bx * tile + u * threads + tx) * vector
+
+    @T.macro
+    def load(src, buf, inner, i0, i1, bx, tx):
+        for u in T.unroll(unroll):
+            if inner:
+                for k in T.vectorized(vector):
+                    buf[u * vector + k] = src[i0, i1, column(u, bx, tx) + k]
+            else:
+                for k in T.vectorized(vector):
+                    buf[u * vector + k] = src[i0, i1]
+
+    @T.prim_func
+    def elementwise_broadcast_rows(
+        A: T.StridedTensor(a_shape, a_strides, dtype),
+        B: T.StridedTensor(b_shape, b_strides, dtype),
+        Y: T.StridedTensor((D0, D1, D2), (SY0, SY1, 1), dtype),
+    ):
+        with T.Kernel(T.truncdiv(D2, tile * vector), D1, D0, threads=threads) as (bx, i1, i0):
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * vector,), dtype)
+            b = T.alloc_local((unroll * vector,), dtype)
+            y = T.alloc_local((vector,), dtype)
+            T.assume(D2 % (tile * vector) == 0)
+            if a_inner:
+                T.assume(SA0 % vector == 0)
+                T.assume(SA1 % vector == 0)
+            if b_inner:
+                T.assume(SB0 % vector == 0)
+                T.assume(SB1 % vector == 0)
+            T.assume(SY0 % vector == 0)
+            T.assume(SY1 % vector == 0)
+            load(A, a, a_inner, i0, i1, bx, tx)
+            load(B, b, b_inner, i0, i1, bx, tx)
+            for u in T.unroll(unroll):
+                results(y, u, a, b)
+                for k in T.vectorized(vector):
+                    Y[i0, i1, column(u, bx, tx) + k] = y[k]
+
+    return _finish(elementwise_broadcast_rows)
