@@ -647,7 +647,10 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                 loads["load_vector"](W, wb, lane)
             if not direct:  # one row writes its terms as the gradients, with no partial sums
                 start_partials(accw, accb, acc_smem, PW, PB, group, lane)
-            for it in T.serial(T.ceildiv(M, groups)):
+            # One row (direct): a single step, not a loop whose trip count, a division by the
+            # symbolic group count, precedes the loads (H100 bench, bf16 1x4096 backward: RMSNorm
+            # 5.44 -> 5.23 us, torch.compile 5.18; LayerNorm 6.05 -> 5.92, compile 5.83).
+            for it in T.serial(1 if direct else T.ceildiv(M, groups)):
                 loads["load_row"](G, gb, it * groups + group, lane)
                 loads["load_row"](X, xb, it * groups + group, lane)
                 if has_weight and not in_registers:
