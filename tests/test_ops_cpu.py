@@ -73,7 +73,15 @@ def test_bad_construction() -> None:
 
 
 def test_shape_rule_violations_quote_the_rule() -> None:
-    from tileops.ops import CumsumFwdOp, RMSNormFwdOp
+    from tileops.ops import AddFwdOp, CumsumFwdOp, MulFwdOp, RMSNormFwdOp
+
+    # Broadcasting is checked at every rank: here the tenth axis from the end disagrees.
+    high = torch.randn(2, *([1] * 9))
+    with pytest.raises(ValueError, match=r"AddFwdOp: shape rule `broadcastable\(a.shape, b.shape\)` does not hold"):
+        AddFwdOp(dtype=torch.float32)(high, torch.randn(3, *([1] * 9)))
+    with pytest.raises(ValueError, match=r"MulFwdOp: shape rule `broadcastable\(a.shape, b.shape\)` does not hold "
+                                         r"for a.shape=\(8, 4096\), b.shape=\(4095,\)"):
+        MulFwdOp(dtype=torch.float32)(torch.randn(8, 4096), torch.randn(4095))
 
     with pytest.raises(ValueError, match=r"CumsumFwdOp: shape rule `-x.ndim <= dim < x.ndim` does not hold for x.shape=\(4, 3\)"):
         CumsumFwdOp(N=4, dtype=torch.float32, dim=2)(torch.randn(4, 3))

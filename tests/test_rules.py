@@ -107,3 +107,23 @@ def test_chained_comparison_short_circuits_like_python() -> None:
     assert rules.evaluate(expr, {"x": (2, 3)}, {"dim": -2}) is True
     assert rules.evaluate(expr, {"x": (2, 3)}, {"dim": 2}) is False
     assert rules.evaluate(expr, {"x": (2, 3)}, {"dim": -3}) is False
+
+
+def test_broadcastable_agrees_with_torch_at_any_rank() -> None:
+    """Pairs and triples of shapes up to rank 10, sizes 1 to 3: the helper answers as torch does."""
+    import random
+
+    import torch
+
+    from tileops._shape_rules import broadcastable
+
+    generator = random.Random(0)
+    for _ in range(3000):
+        shapes = [tuple(generator.choice((1, 1, 2, 3)) for _ in range(generator.randint(0, 10)))
+                  for _ in range(generator.choice((2, 3)))]
+        try:
+            torch.broadcast_shapes(*shapes)
+            expected = True
+        except RuntimeError:
+            expected = False
+        assert broadcastable(*shapes) is expected, shapes

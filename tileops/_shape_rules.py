@@ -7,13 +7,14 @@ ints: no torch import, so the generator can use them too.
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from typing import Iterable, Sequence, Tuple, Union
 
 Shape = Tuple[int, ...]
 Dims = Union[None, int, Sequence[int]]
 
 __all__ = [
-    "numel", "prod", "broadcast_shapes", "reduced_shape", "shape_without_axes", "normalize_dims", "axis_size",
+    "numel", "prod", "broadcastable", "broadcast_shapes", "reduced_shape", "shape_without_axes", "normalize_dims", "axis_size",
     "HELPERS",
 ]
 
@@ -29,6 +30,15 @@ def prod(values: Iterable[int]) -> int:
 def numel(shape: Sequence[int]) -> int:
     """Number of elements of a tensor of this shape."""
     return prod(shape)
+
+
+def broadcastable(*shapes: Sequence[int]) -> bool:
+    """Whether the shapes broadcast together (PyTorch/NumPy rules), at any rank.
+
+    One call where a rule per axis would cost each eager call a few microseconds."""
+    if len(shapes) == 2:  # the usual case, without building sets
+        return all(x == y or x == 1 or y == 1 for x, y in zip(reversed(shapes[0]), reversed(shapes[1])))
+    return all(len(set(sizes) - {1}) <= 1 for sizes in zip_longest(*(reversed(s) for s in shapes), fillvalue=1))
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> Shape:
@@ -84,6 +94,7 @@ HELPERS = {
     "len": len,
     "min": min,
     "max": max,
+    "broadcastable": broadcastable,
     "broadcast_shapes": broadcast_shapes,
     "reduced_shape": reduced_shape,
     "normalize_dims": normalize_dims,

@@ -66,22 +66,8 @@ class AddFwdOp(BinaryElementwiseOp):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(a, b)
         self._check_committed_dtype("a", a)
-        if not (min(a.ndim, b.ndim) < 1 or a.shape[-1] == b.shape[-1] or a.shape[-1] == 1 or b.shape[-1] == 1):
-            raise self._rule_violation("min(a.ndim, b.ndim) < 1 or a.shape[-1] == b.shape[-1] or a.shape[-1] == 1 or b.shape[-1] == 1", a=a, b=b)
-        if not (min(a.ndim, b.ndim) < 2 or a.shape[-2] == b.shape[-2] or a.shape[-2] == 1 or b.shape[-2] == 1):
-            raise self._rule_violation("min(a.ndim, b.ndim) < 2 or a.shape[-2] == b.shape[-2] or a.shape[-2] == 1 or b.shape[-2] == 1", a=a, b=b)
-        if not (min(a.ndim, b.ndim) < 3 or a.shape[-3] == b.shape[-3] or a.shape[-3] == 1 or b.shape[-3] == 1):
-            raise self._rule_violation("min(a.ndim, b.ndim) < 3 or a.shape[-3] == b.shape[-3] or a.shape[-3] == 1 or b.shape[-3] == 1", a=a, b=b)
-        if not (min(a.ndim, b.ndim) < 4 or a.shape[-4] == b.shape[-4] or a.shape[-4] == 1 or b.shape[-4] == 1):
-            raise self._rule_violation("min(a.ndim, b.ndim) < 4 or a.shape[-4] == b.shape[-4] or a.shape[-4] == 1 or b.shape[-4] == 1", a=a, b=b)
-        if not (min(a.ndim, b.ndim) < 5 or a.shape[-5] == b.shape[-5] or a.shape[-5] == 1 or b.shape[-5] == 1):
-            raise self._rule_violation("min(a.ndim, b.ndim) < 5 or a.shape[-5] == b.shape[-5] or a.shape[-5] == 1 or b.shape[-5] == 1", a=a, b=b)
-        if not (min(a.ndim, b.ndim) < 6 or a.shape[-6] == b.shape[-6] or a.shape[-6] == 1 or b.shape[-6] == 1):
-            raise self._rule_violation("min(a.ndim, b.ndim) < 6 or a.shape[-6] == b.shape[-6] or a.shape[-6] == 1 or b.shape[-6] == 1", a=a, b=b)
-        if not (min(a.ndim, b.ndim) < 7 or a.shape[-7] == b.shape[-7] or a.shape[-7] == 1 or b.shape[-7] == 1):
-            raise self._rule_violation("min(a.ndim, b.ndim) < 7 or a.shape[-7] == b.shape[-7] or a.shape[-7] == 1 or b.shape[-7] == 1", a=a, b=b)
-        if not (min(a.ndim, b.ndim) < 8 or a.shape[-8] == b.shape[-8] or a.shape[-8] == 1 or b.shape[-8] == 1):
-            raise self._rule_violation("min(a.ndim, b.ndim) < 8 or a.shape[-8] == b.shape[-8] or a.shape[-8] == 1 or b.shape[-8] == 1", a=a, b=b)
+        if not (rules.broadcastable(a.shape, b.shape)):
+            raise self._rule_violation("broadcastable(a.shape, b.shape)", a=a, b=b)
 
     def reference(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
