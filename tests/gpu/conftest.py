@@ -1,10 +1,29 @@
-"""GPU tests: skipped where no CUDA device is present."""
+"""GPU tests: skipped where no CUDA device is present; large manifest cases marked ``big_memory``."""
+
+import math
 
 import pytest
 import torch
 
+from tests.op_checks import Case
+
+# A manifest case whose largest input reaches this many bytes runs with the ``big_memory`` tests,
+# one at a time: its float64 reference and gradients take several times the input, and a few such
+# cases at once in parallel worker processes exhaust an 80 GiB GPU.
+BIG_CASE_BYTES = 256 << 20
+
+
+def case_bytes(case: Case) -> int:
+    """Bytes of the case's largest input."""
+    return max(math.prod(shape) for _, shape in case.shapes) * case.dtype.itemsize
+
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        case = callspec.params.get("case") if callspec is not None else None
+        if isinstance(case, Case) and case_bytes(case) >= BIG_CASE_BYTES:
+            item.add_marker(pytest.mark.big_memory)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

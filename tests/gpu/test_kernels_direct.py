@@ -144,6 +144,7 @@ def test_rms_norm_new_row_count_does_not_recompile(N: int, compile_counter: _Com
     assert compile_counter.count == compiles
 
 
+@pytest.mark.big_memory
 def test_rms_norm_over_2_31_elements() -> None:
     N = 32768
     rows = 2**31 // N + 1  # 2**31 + N elements
@@ -395,6 +396,7 @@ def test_cumsum_new_shapes_do_not_recompile(compile_counter: _CompileCounter) ->
     assert compile_counter.count == compiles
 
 
+@pytest.mark.big_memory
 def test_cumsum_over_2_31_elements() -> None:
     N = 4096
     rows = 2**31 // N + 1

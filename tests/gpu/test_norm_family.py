@@ -230,6 +230,7 @@ def _row_chunks(rows: int, size: int = 1 << 16) -> Iterator[slice]:
         yield slice(start, min(rows, start + size))
 
 
+@pytest.mark.big_memory
 def test_over_2_31_elements_forward_and_backward():
     dtype = torch.bfloat16
     x = torch.randn(BIG_ROWS, BIG_N, device="cuda", dtype=dtype)
@@ -253,6 +254,7 @@ def test_over_2_31_elements_forward_and_backward():
     assert math.prod(x.shape) > 2**31
 
 
+@pytest.mark.big_memory
 def test_over_2_31_elements_rows_split_over_a_cluster():
     """The backward over many long rows splits each over a cluster (``many_rows_ctas``)."""
     from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel

@@ -154,6 +154,7 @@ def test_cumsum_gradient_under_torch_compile() -> None:
     assert_close(x.grad, expected.grad, torch.float32)
 
 
+@pytest.mark.big_memory
 def test_cumsum_bwd_over_2_31_elements() -> None:
     from tileops.ops import CumsumBwdOp
 

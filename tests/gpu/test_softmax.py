@@ -205,6 +205,7 @@ def _big_case_shapes() -> List[Tuple[Tuple[int, ...], int]]:
     return [((2**19 + 1, 4096), -1), ((3, 2**20, 2**10), 1), ((2**16 + 1, 4096, 8), 1)]
 
 
+@pytest.mark.big_memory
 @pytest.mark.parametrize("shape, dim", _big_case_shapes(), ids=str)
 def test_more_than_2_31_elements(shape, dim):
     assert math.prod(shape) > 2**31
