@@ -13,7 +13,8 @@ give too few blocks to fill the GPU):
   group of ``unroll`` chunks, from group ``seg`` on) with 16-byte loads,
   ``unroll`` vectors in flight per thread, then merges its threads'
   states with warp shuffles (one shared-memory exchange between warps).  With one segment it writes the output
-  (fused), else a float64 partial state ``P[row, seg, 0, :]``.
+  (fused), else a float64 partial state ``P[row, seg, 0, :]``.  Rows of exactly 1, 2 or 4
+  chunks (``exact``) are walked in straight-line code with no bounds checks.
 * **column**: block ``(outer, inner tile, seg)``: ``col_threads`` threads
   cover ``col_threads * cvec`` neighbouring inner positions, the other
   ``lanes`` walk the axis; states merge across lanes.  Fused or partial, as
