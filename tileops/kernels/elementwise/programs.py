@@ -289,6 +289,29 @@ def _check_broadcast_params(fn: PointwiseFn, vector: int, threads: int, unroll: 
         raise ValueError("broadcast programs: at least one operand varies along the innermost axis")
 
 
+def _broadcast_operands(T: Any, vector: int, a_inner: bool, b_inner: bool) -> Any:
+    """The symbolic extents ``(D0, D1, D2)``, the (shape, strides) of ``A``, ``B`` (``(D0, D1)``
+    faces where an operand is constant along the innermost axis) and ``Y``, and a macro stating
+    that every outer stride is a multiple of ``vector``."""
+    D0, D1, D2 = T.dynamic("D0"), T.dynamic("D1"), T.dynamic("D2")
+    SA0, SA1, SB0, SB1, SY0, SY1 = (T.dynamic(name, "int64") for name in ("SA0", "SA1", "SB0", "SB1", "SY0", "SY1"))
+    a = ((D0, D1, D2), (SA0, SA1, 1)) if a_inner else ((D0, D1), (SA0, SA1))
+    b = ((D0, D1, D2), (SB0, SB1, 1)) if b_inner else ((D0, D1), (SB0, SB1))
+
+    @T.macro
+    def assume_aligned():
+        if a_inner:
+            T.assume(SA0 % vector == 0)
+            T.assume(SA1 % vector == 0)
+        if b_inner:
+            T.assume(SB0 % vector == 0)
+            T.assume(SB1 % vector == 0)
+        T.assume(SY0 % vector == 0)
+        T.assume(SY1 % vector == 0)
+
+    return (D0, D1, D2), a, b, ((D0, D1, D2), (SY0, SY1, 1)), assume_aligned
+
+
 def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int,
                       a_inner: bool, b_inner: bool, rows: bool = False) -> Any:
     """``Y[i, j, k] = fn(A[i, j, k], B[i, j, k])`` over strided ``(D0, D1, D2)`` views.
@@ -308,12 +331,10 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     _check_broadcast_params(fn, vector, threads, unroll, a_inner, b_inner)
-    D0, D1, D2 = T.dynamic("D0"), T.dynamic("D1"), T.dynamic("D2")
-    SA0, SA1, SB0, SB1, SY0, SY1 = (T.dynamic(name, "int64") for name in ("SA0", "SA1", "SB0", "SB1", "SY0", "SY1"))
+    (D0, D1, D2), (a_shape, a_strides), (b_shape, b_strides), (y_shape, y_strides), assume_aligned = (
+        _broadcast_operands(T, vector, a_inner, b_inner))
     tile = threads * unroll  # vectors of one block
     results = _results_macro(T, fn, dtype, vector)
-    a_shape, a_strides = ((D0, D1, D2), (SA0, SA1, 1)) if a_inner else ((D0, D1), (SA0, SA1))
-    b_shape, b_strides = ((D0, D1, D2), (SB0, SB1, 1)) if b_inner else ((D0, D1), (SB0, SB1))
 
     def position(u, bx, tx):
         """(i0, i1, first column) of vector ``u`` of this thread; columns are a multiple of ``vector``."""
@@ -366,7 +387,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
     def elementwise_broadcast(
         A: T.StridedTensor(a_shape, a_strides, dtype),
         B: T.StridedTensor(b_shape, b_strides, dtype),
-        Y: T.StridedTensor((D0, D1, D2), (SY0, SY1, 1), dtype),
+        Y: T.StridedTensor(y_shape, y_strides, dtype),
     ):
         with T.Kernel(T.ceildiv(D0 * D1 * T.truncdiv(D2, vector), tile), threads=threads) as bx:
             tx = T.get_thread_binding()
@@ -374,14 +395,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
             b = T.alloc_local((unroll * vector,), dtype)
             y = T.alloc_local((vector,), dtype)
             T.assume(D2 % vector == 0)
-            if a_inner:
-                T.assume(SA0 % vector == 0)
-                T.assume(SA1 % vector == 0)
-            if b_inner:
-                T.assume(SB0 % vector == 0)
-                T.assume(SB1 % vector == 0)
-            T.assume(SY0 % vector == 0)
-            T.assume(SY1 % vector == 0)
+            assume_aligned()
             if (bx + 1) * tile <= D0 * D1 * T.truncdiv(D2, vector):
                 full_tile(A, B, Y, a, b, y, bx, tx)
             else:
@@ -396,12 +410,10 @@ def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     _check_broadcast_params(fn, vector, threads, unroll, a_inner, b_inner)
-    D0, D1, D2 = T.dynamic("D0"), T.dynamic("D1"), T.dynamic("D2")
-    SA0, SA1, SB0, SB1, SY0, SY1 = (T.dynamic(name, "int64") for name in ("SA0", "SA1", "SB0", "SB1", "SY0", "SY1"))
+    (D0, D1, D2), (a_shape, a_strides), (b_shape, b_strides), (y_shape, y_strides), assume_aligned = (
+        _broadcast_operands(T, vector, a_inner, b_inner))
     tile = threads * unroll  # vectors of one block
     results = _results_macro(T, fn, dtype, vector)
-    a_shape, a_strides = ((D0, D1, D2), (SA0, SA1, 1)) if a_inner else ((D0, D1), (SA0, SA1))
-    b_shape, b_strides = ((D0, D1, D2), (SB0, SB1, 1)) if b_inner else ((D0, D1), (SB0, SB1))
 
     def column(u, bx, tx):
         return (bx * tile + u * threads + tx) * vector
@@ -420,7 +432,7 @@ def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads
     def elementwise_broadcast_rows(
         A: T.StridedTensor(a_shape, a_strides, dtype),
         B: T.StridedTensor(b_shape, b_strides, dtype),
-        Y: T.StridedTensor((D0, D1, D2), (SY0, SY1, 1), dtype),
+        Y: T.StridedTensor(y_shape, y_strides, dtype),
     ):
         with T.Kernel(T.truncdiv(D2, tile * vector), D1, D0, threads=threads) as (bx, i1, i0):
             tx = T.get_thread_binding()
@@ -428,14 +440,7 @@ def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads
             b = T.alloc_local((unroll * vector,), dtype)
             y = T.alloc_local((vector,), dtype)
             T.assume(D2 % (tile * vector) == 0)
-            if a_inner:
-                T.assume(SA0 % vector == 0)
-                T.assume(SA1 % vector == 0)
-            if b_inner:
-                T.assume(SB0 % vector == 0)
-                T.assume(SB1 % vector == 0)
-            T.assume(SY0 % vector == 0)
-            T.assume(SY1 % vector == 0)
+            assume_aligned()
             load(A, a, a_inner, i0, i1, bx, tx)
             load(B, b, b_inner, i0, i1, bx, tx)
             for u in T.unroll(unroll):
