@@ -212,7 +212,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     only), so the walk is straight-line code with no bounds checks.  Short rows gain twice: a
     loop with a run-time trip count delays their loads, and checked loads let the compiler
     issue some of them only after folding the others, a memory latency each time (H100, fp32
-    amax of 8 x 4096 rows with the loop 5.15 us; one checked step 5.57).
+    amax of 8 x 4096 rows: the loop 5.15 us, one checked step 5.57, exact 4.86-4.96).
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
