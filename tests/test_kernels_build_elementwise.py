@@ -112,8 +112,8 @@ def test_small_calls_take_one_narrower_access_a_thread() -> None:
 @needs_nvcc
 def test_whole_tile_rows_take_their_row_from_the_grid() -> None:
     """No division by a symbolic extent and no bounds check precedes the loads."""
-    source = AddFwdKernel(torch.bfloat16).compile_program(("broadcast", 2, True, True, True), {"threads": 256, "unroll": 1},
-                                                          target=SM90).get_kernel_source()
+    spec, config = ("broadcast", 2, True, True, True), {"threads": 256, "unroll": 1}
+    source = AddFwdKernel(torch.bfloat16).compile_program(spec, config, target=SM90).get_kernel_source()
     assert "/ D1" not in source and "% D1" not in source and "/ (D2" not in source
     assert "blockIdx.y" in source and "blockIdx.z" in source
     assert "if (" not in source

@@ -14,8 +14,8 @@ Shape = Tuple[int, ...]
 Dims = Union[None, int, Sequence[int]]
 
 __all__ = [
-    "numel", "prod", "broadcastable", "broadcast_shapes", "reduced_shape", "shape_without_axes", "normalize_dims", "axis_size",
-    "HELPERS",
+    "numel", "prod", "broadcastable", "broadcast_shapes", "reduced_shape", "shape_without_axes", "normalize_dims",
+    "axis_size", "HELPERS",
 ]
 
 
