@@ -20,7 +20,7 @@ import yaml
 from . import rules
 from .errors import Location, ManifestError, ManifestErrors, RuleSyntaxError
 from .model import (
-    Backward, DtypeSpec, KernelRef, Manifest, OpSpec, OutputRule, ParamSpec, Roofline,
+    FLOATING_DTYPES, Backward, DtypeSpec, KernelRef, Manifest, OpSpec, OutputRule, ParamSpec, Roofline,
     ShapeRule, StaticDim, TensorSpec, Workload, snake_case,
 )
 
@@ -34,6 +34,8 @@ SCHEMA_COMMENT = "# yaml-language-server: $schema=schema.json"
 # Names an op may not use for params or static dims: they are taken by the generated code.
 RESERVED_NAMES = frozenset({"self", "dtype", "kernel_map", "tune", "torch", "math", "rules",
                             "elem_bytes", "Kernel", "Op"})
+# ``backward: reference``: differentiate the op through its reference (see ``OpSpec.backward_by_reference``).
+REFERENCE_BACKWARD = "reference"
 REFERENCE_GLOBALS = frozenset({"torch", "math"})
 _PARAM_TYPES = {
     "int": (int,), "float": (int, float), "bool": (bool,), "str": (str,),
@@ -208,6 +210,7 @@ class _EntryBuilder:
             backward=self._backward(e.get("backward"), inputs, outputs),
             workloads=self._workloads(e.get("workloads") or [], inputs, params),
             location=self.at(),
+            backward_by_reference=e.get("backward") == REFERENCE_BACKWARD,
         )
 
     def _tensors(self, spec: Dict[str, Any], group: str) -> Tuple[TensorSpec, ...]:
@@ -425,9 +428,15 @@ class _EntryBuilder:
 
     def _backward(self, spec, inputs, outputs):
         if spec is None:
+            if self.name.endswith("FwdOp") and any(_may_be_floating(t, inputs + outputs) for t in outputs):
+                raise self.fail("a Fwd op with a floating-point output names its backward: `backward: {op: "
+                                "...BwdOp, saves: [...]}`, or `backward: reference` to differentiate its "
+                                "reference with PyTorch's autograd")
             return None
         if not self.name.endswith("FwdOp"):
             raise self.fail("only a Fwd op names a backward", "backward")
+        if spec == REFERENCE_BACKWARD:
+            return None
         known = {t.name for t in inputs + outputs}
         for index, name in enumerate(spec.get("saves") or []):
             if name not in known:
@@ -454,6 +463,16 @@ class _EntryBuilder:
                                 tuple(w["dtypes"]), tuple((w.get("params") or {}).items()),
                                 self.at("workloads", index)))
         return tuple(out)
+
+
+def _may_be_floating(tensor: TensorSpec, tensors: Sequence[TensorSpec]) -> bool:
+    """Whether one of the dtypes ``tensor`` may take (following ``same_as``) is a floating-point type."""
+    by_name = {t.name: t for t in tensors}
+    spec, seen = tensor.dtype, {tensor.name}
+    while spec.same_as is not None and spec.same_as not in seen and spec.same_as in by_name:
+        seen.add(spec.same_as)
+        spec = by_name[spec.same_as].dtype
+    return any(name in FLOATING_DTYPES for name in spec.names)
 
 
 def _group_of(tensor: TensorSpec, tensors: Sequence[TensorSpec], entry: Dict[str, Any]) -> str:

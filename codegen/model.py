@@ -16,7 +16,7 @@ from . import rules
 from .errors import Location
 
 __all__ = [
-    "DTYPE_NAMES", "DtypeSpec", "TensorSpec", "ParamSpec", "StaticDim", "ShapeRule", "OutputRule",
+    "DTYPE_NAMES", "FLOATING_DTYPES", "DtypeSpec", "TensorSpec", "ParamSpec", "StaticDim", "ShapeRule", "OutputRule",
     "Roofline", "KernelRef", "Backward", "Workload", "OpSpec", "Manifest", "snake_case",
 ]
 
@@ -24,6 +24,7 @@ __all__ = [
 DTYPE_NAMES: Tuple[str, ...] = (
     "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
 )
+FLOATING_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
 def snake_case(name: str) -> str:
@@ -185,6 +186,8 @@ class OpSpec:
     workloads: Tuple[Workload, ...]
     location: Location
     source_text: str = field(compare=False, default="")
+    # ``backward: reference``: gradients by PyTorch's autograd of ``reference`` (no Bwd op).
+    backward_by_reference: bool = False
 
     # ---- derived names -------------------------------------------------------------
     @property

@@ -31,7 +31,7 @@ _STUB = """
     bytes: "2 * numel(x) * elem_bytes"
   kernel_map:
     {key}: {kernel}
-  workloads:
+{backward}  workloads:
     - {{label: small, shapes: {{x: [1024, 1024]}}, dtypes: [bfloat16]}}
 """
 
@@ -46,6 +46,8 @@ def add_manifest_stub(name: str, family: str, manifest_dir: Path) -> Path:
     if re.search(rf"^{name}:", text, flags=re.M):
         raise SystemExit(f"error: {name} is already in {path.name}")
     stem = name[: -len("Op")]
-    stub = _STUB.format(name=name, family=family, key=snake_case(stem), kernel=f"{stem}Kernel")
+    # A Fwd op starts out differentiated by its reference until it has a Bwd op.
+    backward = "  backward: reference  # or {op: ...BwdOp, saves: [...]}\n" if stem.endswith("Fwd") else ""
+    stub = _STUB.format(name=name, family=family, key=snake_case(stem), kernel=f"{stem}Kernel", backward=backward)
     path.write_text(text.rstrip("\n") + "\n" + stub)
     return path

@@ -47,6 +47,7 @@ ScaleShiftFwdOp:
     bytes: "(2 * M * N + N) * elem_bytes"
   kernel_map:
     scale_shift_fwd: ScaleShiftFwdKernel
+  backward: reference
 """
 
 

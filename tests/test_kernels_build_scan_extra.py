@@ -226,11 +226,15 @@ def test_cumsum_backward_on_cpu_is_the_reverse_cumsum() -> None:
     torch.testing.assert_close(x.grad, grad_y.flip(1).cumsum(1).flip(1))
 
 
-def test_cumprod_gradient_is_a_clear_error() -> None:
+def test_cumprod_gradient_is_autograd_of_the_reference() -> None:
     from tileops.ops import CumprodFwdOp
 
     x = torch.rand(4, 6, requires_grad=True)
+    grad_y = torch.randn(4, 6)
+    expected = x.detach().double().requires_grad_()
+    torch.cumprod(expected, -1).backward(grad_y.double())
     op = CumprodFwdOp(N=6, dtype=torch.float32, dim=-1)
-    torch.testing.assert_close(op(x), torch.cumprod(x, -1))
-    with pytest.raises(RuntimeError, match="CumprodFwdOp has no backward"):
-        op(x).sum().backward()
+    y = op(x)
+    torch.testing.assert_close(y, torch.cumprod(x, -1))
+    y.backward(grad_y)
+    torch.testing.assert_close(x.grad.double(), expected.grad, rtol=1e-5, atol=1e-6)

@@ -34,6 +34,7 @@ AddOneFwdOp:
     bytes: "2 * numel(x) * elem_bytes"
   kernel_map:
     add_one: AddOneFwdKernel
+  backward: reference
 """
 
 
@@ -125,9 +126,17 @@ def test_missing_schema_comment_is_an_error(tmp_path: Path) -> None:
 
 
 def test_backward_must_name_a_manifest_op(tmp_path: Path) -> None:
-    text = GOOD + "  backward: {op: AddOneBwdOp, saves: [x]}\n"
+    text = GOOD.replace("  backward: reference\n", "  backward: {op: AddOneBwdOp, saves: [x]}\n")
     (error,) = errors_of(tmp_path, write(tmp_path, text))
     assert "backward op 'AddOneBwdOp' is not in the manifest" in str(error)
+
+
+def test_a_differentiable_fwd_op_must_say_how_it_is_differentiated(tmp_path: Path) -> None:
+    (error,) = errors_of(tmp_path, write(tmp_path, GOOD.replace("  backward: reference\n", "")))
+    assert str(error).startswith("demo.yaml:2 AddOneFwdOp:") and "`backward: reference`" in str(error)
+    integer_output = GOOD.replace("  backward: reference\n", "").replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "int64"}')
+    (op,) = load_files([write(tmp_path, integer_output)], root=tmp_path).ops
+    assert op.backward is None and not op.backward_by_reference
 
 
 def test_real_manifest_loads_and_every_file_declares_the_schema() -> None:

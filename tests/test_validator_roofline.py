@@ -47,6 +47,7 @@ ToyRowsFwdOp:
     flops: "rows"
     bytes: "2 * numel(x) * elem_bytes"
   kernel_map: {toy_rows_fwd: ToyRowsFwdKernel}
+  backward: reference
 """
 
 

@@ -33,6 +33,7 @@ ScanLikeFwdOp:
   reference: "x"
   roofline: {flops: "numel(x)", bytes: "2 * numel(x) * elem_bytes"}
   kernel_map: {scan_like_fwd: ScanLikeFwdKernel}
+  backward: reference
 """
 
 
@@ -117,6 +118,7 @@ ToyMatmulFwdOp:
   reference: "a @ b"
   roofline: {flops: "2 * a.shape[0] * K * N", bytes: "numel(a) * elem_bytes"}
   kernel_map: {toy_matmul_fwd: ToyMatmulFwdKernel}
+  backward: reference
 """
 
 

@@ -142,6 +142,7 @@ SigFwdOp:
   reference: "x"
   roofline: {flops: "numel(x)", bytes: "numel(x) * elem_bytes"}
   kernel_map: {sig_fwd: SigFwdKernel}
+  backward: reference
 """
 
 GOOD_INIT = ("self, *, N: int, dtype: torch.dtype, dim: int = -1, eps: float = 1.0, "

@@ -16,14 +16,14 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Callable, Dict, Hashable, Mapping, NamedTuple, Optional, Sequence, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import LayoutMemo
 
-__all__ = ["Op", "STRICT_DEVICE_ENV", "SHARED_INSTANCE", "BackwardWiring", "register_library_op"]
+__all__ = ["Op", "STRICT_DEVICE_ENV", "SHARED_INSTANCE", "BackwardWiring", "REFERENCE_BACKWARD", "register_library_op"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,15 @@ class Op(torch.nn.Module):
 
     @classmethod
     def from_handle(cls: Type[OpT], handle: int) -> OpT:
+        """The live instance with ``handle``; for a Bwd class, the handle may be its Fwd op's.
+
+        A Fwd op's autograd calls its Bwd op with the handle the forward was called with:
+        that handle is in the forward graph, so a compiled backward that torch's caches give
+        to another process (which numbers its instances differently) finds the right op.
+        """
         op = _LIVE_OPS.get(handle)
+        if not isinstance(op, cls) and op is not None and hasattr(op, "backward_op"):
+            op = op.backward_op()
         if not isinstance(op, cls):
             raise RuntimeError(f"{cls.__name__}: no live instance has handle {handle} "
                                "(was the op deleted while a compiled graph still uses it?)")
@@ -297,18 +305,33 @@ class Op(torch.nn.Module):
                 f"(the dtype given at construction), got {tensor.dtype}"
             )
 
-    def _refuse_backward(self, needs_input_grad: Tuple[bool, ...], grad: torch.Tensor,
-                         inputs: Tuple[Optional[torch.Tensor], ...]) -> Tuple[Optional[torch.Tensor], ...]:
-        """Gradients of an op with no Bwd op: each one raises when it is computed.
+    def _reference_gradients(self, needs_input_grad: Sequence[bool], inputs: Sequence[Optional[torch.Tensor]],
+                             grads: Sequence[Optional[torch.Tensor]]) -> Tuple[Optional[torch.Tensor], ...]:
+        """Gradients of ``reference`` at ``inputs`` (``backward: reference``): its vector-Jacobian
+        product with ``grads``, for the inputs that need one.
 
-        The refusal is an op of its own, so a compiled backward graph still traces
-        (inference under torch.compile keeps working) and raises only if it runs.
+        ``torch.func.vjp`` rather than ``torch.autograd.grad``: it works in any grad mode and traces
+        into a compiled backward graph, where inductor fuses the reference's backward.
         """
-        return tuple(
-            torch.ops.tileops.no_backward(grad, tensor, type(self).__name__)
-            if tensor is not None and needed else None
-            for tensor, needed in zip(inputs, needs_input_grad)
-        )
+        wanted = [index for index, (tensor, needed) in enumerate(zip(inputs, needs_input_grad))
+                  if needed and tensor is not None]
+        gradients: List[Optional[torch.Tensor]] = [None] * len(inputs)
+        if not wanted:
+            return tuple(gradients)
+
+        def reference_of(*differentiated: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+            arguments = list(inputs)
+            for index, tensor in zip(wanted, differentiated):
+                arguments[index] = tensor
+            result = self.reference(*arguments)
+            return result if isinstance(result, tuple) else (result,)
+
+        outputs, pullback = torch.func.vjp(reference_of, *(inputs[index] for index in wanted))
+        # Autograd passes None for an output nothing depends on.
+        cotangents = tuple(torch.zeros_like(out) if grad is None else grad for out, grad in zip(outputs, grads))
+        for index, gradient in zip(wanted, pullback(cotangents)):
+            gradients[index] = gradient
+        return tuple(gradients)
 
     def extra_repr(self) -> str:
         fields = {k: v for k, v in vars(self).items() if not k.startswith("_") and k not in (
@@ -328,15 +351,21 @@ class BackwardWiring(NamedTuple):
     outputs: Tuple[str, ...]
 
 
+# ``backward=`` of ``register_library_op`` for an op the manifest differentiates by its reference.
+REFERENCE_BACKWARD = "reference"
+
+
 def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequence[str],
                         params: Sequence[str], outputs: Sequence[str],
-                        backward: Optional[BackwardWiring] = None) -> Any:
+                        backward: Union[BackwardWiring, str, None] = None) -> Any:
     """Register ``cls`` as the custom op ``name``: its kernel, fake function and autograd.
 
     The custom op takes the op's tensors, its params and an instance handle
     (``SHARED_INSTANCE`` for the shared instance of the configuration the inputs
     imply), so compiled graphs and autograd reach the same instance, kernel map
-    and tuned configs as the eager call.
+    and tuned configs as the eager call.  ``backward`` wires its Bwd op, or is
+    ``REFERENCE_BACKWARD`` to differentiate the reference, or ``None`` for an op
+    with no floating-point output (which autograd never differentiates).
     """
     input_names, output_names = tuple(inputs), tuple(outputs)
     n_inputs, n_params = len(input_names), len(params)
@@ -358,10 +387,11 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
 
     def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:  # names fixed by torch
         ctx.op = instance(inputs)
+        ctx.handle = inputs[-1]
         tensors = inputs[:n_inputs]
         # Autograd refuses a gradient for an optional input that was None.
         ctx.present = tuple(t is not None for t in tensors)
-        if backward is None:
+        if not isinstance(backward, BackwardWiring):  # the reference is recomputed from the inputs
             ctx.save_for_backward(*tensors)
             return
         results = output if isinstance(output, tuple) else (output,)
@@ -369,30 +399,24 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         ctx.save_for_backward(*(named[n] for n in backward.saves))
 
     def differentiate(ctx: Any, *grads: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
-        if backward is None:
-            return ctx.op._refuse_backward(ctx.needs_input_grad, grads[0], ctx.saved_tensors) + no_grads
+        if not isinstance(backward, BackwardWiring):
+            return ctx.op._reference_gradients(ctx.needs_input_grad[:n_inputs], ctx.saved_tensors, grads) + no_grads
         named = {**dict(zip(backward.saves, ctx.saved_tensors)),
                  **{f"grad_{o}": g for o, g in zip(output_names, grads)}}
-        result = ctx.op.backward_op()._library_call(*(named[n] for n in backward.inputs))
+        # The Bwd op is named by the forward's handle, never its own (see ``Op.from_handle``).
+        result = ctx.op.backward_op()._library_call(*(named[n] for n in backward.inputs), handle=ctx.handle)
         by_name = dict(zip(backward.outputs, result if isinstance(result, tuple) else (result,)))
         return tuple(by_name.get(f"grad_{n}") if present else None
                      for n, present in zip(input_names, ctx.present)) + no_grads
 
+    if backward is not None and not isinstance(backward, BackwardWiring) and backward != REFERENCE_BACKWARD:
+        raise ValueError(f"{cls.__name__}: backward must be a BackwardWiring, REFERENCE_BACKWARD or None, "
+                         f"got {backward!r}")
     library_op = torch.library.custom_op(name, kernel, mutates_args=(), schema=schema)
     library_op.register_fake(fake)
-    library_op.register_autograd(differentiate, setup_context=setup_context)
+    if backward is not None:
+        library_op.register_autograd(differentiate, setup_context=setup_context)
     return library_op
-
-
-@torch.library.custom_op("tileops::no_backward", mutates_args=())
-def _no_backward(grad: torch.Tensor, like: torch.Tensor, op_name: str) -> torch.Tensor:
-    raise RuntimeError(f"{op_name} has no backward: the manifest names no Bwd op for it, so it cannot "
-                       "be differentiated")
-
-
-@_no_backward.register_fake
-def _no_backward_fake(grad: torch.Tensor, like: torch.Tensor, op_name: str) -> torch.Tensor:
-    return torch.empty_like(like)
 
 
 def _needs_grad(inputs: Tuple[Optional[torch.Tensor], ...]) -> bool:

@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.binary import AddFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import BinaryElementwiseOp
-from ..op_base import register_library_op
+from ..op_base import REFERENCE_BACKWARD, register_library_op
 
 __all__ = ["AddFwdOp"]
 
@@ -73,9 +73,10 @@ class AddFwdOp(BinaryElementwiseOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.add(a, b)
 
-    def _library_call(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.add_fwd(a, b, self._handle)
+    def _library_call(self, a: torch.Tensor, b: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.add_fwd(a, b, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, a, b) -> "AddFwdOp":
@@ -114,4 +115,5 @@ register_library_op(
     inputs=("a", "b"),
     params=(),
     outputs=("y",),
+    backward=REFERENCE_BACKWARD,
 )

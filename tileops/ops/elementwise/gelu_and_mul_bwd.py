@@ -86,9 +86,10 @@ class GeluAndMulBwdOp(GatedElementwiseOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.cat((torch.ops.aten.gelu_backward(grad_y * x[..., self.N // 2:], x[..., :self.N // 2], approximate=self.approximate), grad_y * torch.nn.functional.gelu(x[..., :self.N // 2], approximate=self.approximate)), -1)
 
-    def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.gelu_and_mul_bwd(grad_y, x, self.approximate, self._handle)
+    def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.gelu_and_mul_bwd(grad_y, x, self.approximate, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_y, x, approximate) -> "GeluAndMulBwdOp":

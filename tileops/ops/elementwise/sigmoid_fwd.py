@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.unary import SigmoidFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import UnaryElementwiseOp
-from ..op_base import register_library_op
+from ..op_base import REFERENCE_BACKWARD, register_library_op
 
 __all__ = ["SigmoidFwdOp"]
 
@@ -68,9 +68,10 @@ class SigmoidFwdOp(UnaryElementwiseOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.sigmoid(x)
 
-    def _library_call(self, x: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.sigmoid_fwd(x, self._handle)
+    def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.sigmoid_fwd(x, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, x) -> "SigmoidFwdOp":
@@ -106,4 +107,5 @@ register_library_op(
     inputs=("x",),
     params=(),
     outputs=("y",),
+    backward=REFERENCE_BACKWARD,
 )

@@ -83,9 +83,10 @@ class SiluAndMulBwdOp(GatedElementwiseOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.cat((torch.ops.aten.silu_backward(grad_y * x[..., self.N // 2:], x[..., :self.N // 2]), grad_y * torch.nn.functional.silu(x[..., :self.N // 2])), -1)
 
-    def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.silu_and_mul_bwd(grad_y, x, self._handle)
+    def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.silu_and_mul_bwd(grad_y, x, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_y, x) -> "SiluAndMulBwdOp":

@@ -71,9 +71,10 @@ class SiluBwdOp(UnaryElementwiseOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.ops.aten.silu_backward(grad_y, x)
 
-    def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.silu_bwd(grad_y, x, self._handle)
+    def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.silu_bwd(grad_y, x, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_y, x) -> "SiluBwdOp":

@@ -116,9 +116,10 @@ class CrossEntropyBwdOp(CrossEntropyBwdBase):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return (torch.exp(logits.to(lse.dtype) - lse.unsqueeze(-1)) * (grad_loss.to(lse.dtype) / ((target != self.ignore_index).sum() if self.reduction == 'mean' else 1) * (target != self.ignore_index) + (0 if grad_lse is None else grad_lse.to(lse.dtype))).unsqueeze(-1) - (grad_loss.to(lse.dtype) / ((target != self.ignore_index).sum() if self.reduction == 'mean' else 1) * (target != self.ignore_index)).unsqueeze(-1) * ((1 - self.label_smoothing) * torch.nn.functional.one_hot(torch.where(target == self.ignore_index, 0, target), self.V).to(lse.dtype) + self.label_smoothing / self.V)).to(logits.dtype)
 
-    def _library_call(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.cross_entropy_bwd(grad_loss, grad_lse, logits, target, lse, self.ignore_index, self.label_smoothing, self.reduction, self._handle)
+    def _library_call(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.cross_entropy_bwd(grad_loss, grad_lse, logits, target, lse, self.ignore_index, self.label_smoothing, self.reduction, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_loss, grad_lse, logits, target, lse, ignore_index, label_smoothing, reduction) -> "CrossEntropyBwdOp":

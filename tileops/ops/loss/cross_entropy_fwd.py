@@ -100,9 +100,10 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return (torch.nn.functional.cross_entropy(logits, target, ignore_index=self.ignore_index, label_smoothing=self.label_smoothing, reduction=self.reduction), torch.logsumexp(logits.to(torch.promote_types(logits.dtype, torch.float32)), -1))
 
-    def _library_call(self, logits: torch.Tensor, target: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.cross_entropy_fwd(logits, target, self.ignore_index, self.label_smoothing, self.reduction, self._handle)
+    def _library_call(self, logits: torch.Tensor, target: torch.Tensor, *, handle: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.cross_entropy_fwd(logits, target, self.ignore_index, self.label_smoothing, self.reduction, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, logits, target, ignore_index, label_smoothing, reduction) -> "CrossEntropyFwdOp":

@@ -15,7 +15,7 @@ from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import FusedAddNormOp
-from ..op_base import register_library_op
+from ..op_base import REFERENCE_BACKWARD, register_library_op
 
 __all__ = ["FusedAddRMSNormFwdOp"]
 
@@ -88,9 +88,10 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return (torch.nn.functional.rms_norm(x + residual, (self.N,), weight, self.eps), x + residual)
 
-    def _library_call(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.fused_add_rms_norm_fwd(x, residual, weight, self.eps, self._handle)
+    def _library_call(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, handle: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.fused_add_rms_norm_fwd(x, residual, weight, self.eps, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, x, residual, weight, eps) -> "FusedAddRMSNormFwdOp":
@@ -134,4 +135,5 @@ register_library_op(
     inputs=("x", "residual", "weight"),
     params=("eps",),
     outputs=("y", "residual_out"),
+    backward=REFERENCE_BACKWARD,
 )

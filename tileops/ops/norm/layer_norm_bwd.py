@@ -88,9 +88,10 @@ class LayerNormBwdOp(NormBwdOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return (torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps) * ((grad_y if weight is None else grad_y * weight) - (grad_y if weight is None else grad_y * weight).mean(-1, keepdim=True) - (x - x.mean(-1, keepdim=True)) * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps) * ((grad_y if weight is None else grad_y * weight) * (x - x.mean(-1, keepdim=True)) * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps)).mean(-1, keepdim=True)), (grad_y * (x - x.mean(-1, keepdim=True)) * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + self.eps)).reshape(torch.Size(x.shape[:-1]).numel(), self.N).sum(0), grad_y.reshape(torch.Size(x.shape[:-1]).numel(), self.N).sum(0))
 
-    def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.layer_norm_bwd(grad_y, x, weight, self.eps, self._handle)
+    def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor] = None, *, handle: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.layer_norm_bwd(grad_y, x, weight, self.eps, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_y, x, weight, eps) -> "LayerNormBwdOp":

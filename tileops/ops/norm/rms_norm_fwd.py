@@ -85,9 +85,10 @@ class RMSNormFwdOp(NormOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.nn.functional.rms_norm(x, (self.N,), weight, self.eps)
 
-    def _library_call(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.rms_norm_fwd(x, weight, self.eps, self._handle)
+    def _library_call(self, x: torch.Tensor, weight: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.rms_norm_fwd(x, weight, self.eps, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, x, weight, eps) -> "RMSNormFwdOp":

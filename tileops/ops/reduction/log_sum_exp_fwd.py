@@ -15,7 +15,7 @@ from tileops.kernels.reduction.reduce import LogSumExpKernel
 from tileops import _shape_rules as rules
 
 from .base import ReductionOp
-from ..op_base import register_library_op
+from ..op_base import REFERENCE_BACKWARD, register_library_op
 
 __all__ = ["LogSumExpFwdOp"]
 
@@ -83,9 +83,10 @@ class LogSumExpFwdOp(ReductionOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.logsumexp(x, self.dim, self.keepdim) if self.dim is not None else torch.logsumexp(x.reshape((1,) * x.ndim + (-1,)), -1).reshape((1,) * x.ndim if self.keepdim else ())
 
-    def _library_call(self, x: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.log_sum_exp_fwd(x, self.dim, self.keepdim, self._handle)
+    def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.log_sum_exp_fwd(x, self.dim, self.keepdim, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, x, dim, keepdim) -> "LogSumExpFwdOp":
@@ -122,4 +123,5 @@ register_library_op(
     inputs=("x",),
     params=("dim", "keepdim"),
     outputs=("y",),
+    backward=REFERENCE_BACKWARD,
 )

@@ -15,7 +15,7 @@ from tileops.kernels.scan.cumprod import CumprodFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import ScanOp
-from ..op_base import register_library_op
+from ..op_base import REFERENCE_BACKWARD, register_library_op
 
 __all__ = ["CumprodFwdOp"]
 
@@ -82,9 +82,10 @@ class CumprodFwdOp(ScanOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.cumprod(x, self.dim)
 
-    def _library_call(self, x: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.cumprod_fwd(x, self.dim, self._handle)
+    def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.cumprod_fwd(x, self.dim, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, x, dim) -> "CumprodFwdOp":
@@ -121,4 +122,5 @@ register_library_op(
     inputs=("x",),
     params=("dim",),
     outputs=("y",),
+    backward=REFERENCE_BACKWARD,
 )

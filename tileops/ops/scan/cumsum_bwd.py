@@ -82,9 +82,10 @@ class CumsumBwdOp(ScanOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.flip(torch.cumsum(torch.flip(grad_y, (self.dim,)), self.dim), (self.dim,))
 
-    def _library_call(self, grad_y: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.cumsum_bwd(grad_y, self.dim, self._handle)
+    def _library_call(self, grad_y: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.cumsum_bwd(grad_y, self.dim, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_y, dim) -> "CumsumBwdOp":

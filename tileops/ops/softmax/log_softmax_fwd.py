@@ -83,9 +83,10 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.log_softmax(x, self.dim)
 
-    def _library_call(self, x: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.log_softmax_fwd(x, self.dim, self._handle)
+    def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.log_softmax_fwd(x, self.dim, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, x, dim) -> "LogSoftmaxFwdOp":

@@ -86,9 +86,10 @@ class SoftmaxBwdOp(SoftmaxFamilyOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch._softmax_backward_data(grad_y, y, self.dim, y.dtype)
 
-    def _library_call(self, grad_y: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """This call through the registered custom op (for torch.compile and autograd)."""
-        return torch.ops.tileops.softmax_bwd(grad_y, y, self.dim, self._handle)
+    def _library_call(self, grad_y: torch.Tensor, y: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
+        """This call through the registered custom op (for torch.compile and autograd); ``handle``
+        names the instance the custom op runs on, this one unless given."""
+        return torch.ops.tileops.softmax_bwd(grad_y, y, self.dim, self._handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_y, y, dim) -> "SoftmaxBwdOp":
