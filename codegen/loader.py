@@ -20,8 +20,8 @@ import yaml
 from . import rules
 from .errors import Location, ManifestError, ManifestErrors, RuleSyntaxError
 from .model import (
-    FLOATING_DTYPES, Backward, DtypeSpec, KernelRef, Manifest, OpSpec, OutputRule, ParamSpec, Roofline,
-    ShapeRule, StaticDim, TensorSpec, Workload, snake_case,
+    FLOATING_DTYPES, Backward, DtypeSpec, KernelRef, Manifest, OpSpec, OutputRule, ParamSpec, ReferenceBackward,
+    Roofline, ShapeRule, StaticDim, TensorSpec, Workload, snake_case,
 )
 
 __all__ = ["load_manifest", "load_files", "SCHEMA_PATH", "MANIFEST_DIR", "SCHEMA_COMMENT"]
@@ -210,7 +210,7 @@ class _EntryBuilder:
             backward=self._backward(e.get("backward"), inputs, outputs),
             workloads=self._workloads(e.get("workloads") or [], inputs, params),
             location=self.at(),
-            backward_by_reference=e.get("backward") == REFERENCE_BACKWARD,
+            reference_backward=self._reference_backward(e.get("backward"), inputs),
         )
 
     def _tensors(self, spec: Dict[str, Any], group: str) -> Tuple[TensorSpec, ...]:
@@ -435,7 +435,7 @@ class _EntryBuilder:
             return None
         if not self.name.endswith("FwdOp"):
             raise self.fail("only a Fwd op names a backward", "backward")
-        if spec == REFERENCE_BACKWARD:
+        if spec == REFERENCE_BACKWARD or "reference" in spec:
             return None
         known = {t.name for t in inputs + outputs}
         for index, name in enumerate(spec.get("saves") or []):
@@ -443,6 +443,18 @@ class _EntryBuilder:
                 raise self.fail(f"saves {name!r}, which is no input or output (known: {sorted(known)})",
                                 "backward", "saves", index)
         return Backward(spec["op"], tuple(spec.get("saves") or ()), self.at("backward"))
+
+    def _reference_backward(self, spec, inputs):
+        if spec == REFERENCE_BACKWARD:
+            return ReferenceBackward(tuple(t.name for t in inputs), self.at("backward"))
+        if not isinstance(spec, dict) or "reference" not in spec:
+            return None
+        names = [t.name for t in inputs]
+        for index, name in enumerate(spec["saves"]):
+            if name not in names:
+                raise self.fail(f"saves {name!r}, which is no input (the reference is recomputed from inputs: "
+                                f"{names})", "backward", "saves", index)
+        return ReferenceBackward(tuple(n for n in names if n in spec["saves"]), self.at("backward"))
 
     def _workloads(self, specs, inputs, params):
         out = []

@@ -17,7 +17,7 @@ from .errors import Location
 
 __all__ = [
     "DTYPE_NAMES", "FLOATING_DTYPES", "DtypeSpec", "TensorSpec", "ParamSpec", "StaticDim", "ShapeRule", "OutputRule",
-    "Roofline", "KernelRef", "Backward", "Workload", "OpSpec", "Manifest", "snake_case",
+    "Roofline", "KernelRef", "Backward", "ReferenceBackward", "Workload", "OpSpec", "Manifest", "snake_case",
 ]
 
 # Every dtype name the manifest may use, in a fixed order (used for exhaustive checks).
@@ -150,6 +150,15 @@ class Backward:
 
 
 @dataclass(frozen=True)
+class ReferenceBackward:
+    """``backward: reference``: gradients by autograd of the reference, recomputed from the inputs
+    in ``saves``; the others' values do not change the gradient (add, sum), so only their shapes are kept."""
+
+    saves: Tuple[str, ...]
+    location: Location
+
+
+@dataclass(frozen=True)
 class Workload:
     label: str
     shapes: Tuple[Tuple[str, Tuple[int, ...]], ...]
@@ -187,7 +196,11 @@ class OpSpec:
     location: Location
     source_text: str = field(compare=False, default="")
     # ``backward: reference``: gradients by PyTorch's autograd of ``reference`` (no Bwd op).
-    backward_by_reference: bool = False
+    reference_backward: Optional[ReferenceBackward] = None
+
+    @property
+    def backward_by_reference(self) -> bool:
+        return self.reference_backward is not None
 
     # ---- derived names -------------------------------------------------------------
     @property

@@ -134,9 +134,20 @@ def test_backward_must_name_a_manifest_op(tmp_path: Path) -> None:
 def test_a_differentiable_fwd_op_must_say_how_it_is_differentiated(tmp_path: Path) -> None:
     (error,) = errors_of(tmp_path, write(tmp_path, GOOD.replace("  backward: reference\n", "")))
     assert str(error).startswith("demo.yaml:2 AddOneFwdOp:") and "`backward: reference`" in str(error)
-    integer_output = GOOD.replace("  backward: reference\n", "").replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "int64"}')
+    integer_output = GOOD.replace("  backward: reference\n", "")
+    integer_output = integer_output.replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "int64"}')
     (op,) = load_files([write(tmp_path, integer_output)], root=tmp_path).ops
     assert op.backward is None and not op.backward_by_reference
+
+
+def test_a_reference_backward_saves_inputs_only(tmp_path: Path) -> None:
+    (op,) = load_files([write(tmp_path, GOOD.replace("  backward: reference\n",
+                                                     "  backward: {reference: true, saves: [w]}\n"))],
+                       root=tmp_path).ops
+    assert op.reference_backward.saves == ("w",)
+    (error,) = errors_of(tmp_path, write(tmp_path, GOOD.replace("  backward: reference\n",
+                                                                "  backward: {reference: true, saves: [y]}\n")))
+    assert "saves 'y', which is no input" in str(error)
 
 
 def test_real_manifest_loads_and_every_file_declares_the_schema() -> None:

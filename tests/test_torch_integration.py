@@ -252,3 +252,31 @@ def test_a_compiled_backward_from_another_process_cache_finds_its_bwd_op(tmp_pat
                              capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stderr[-3000:]
     assert any((tmp_path / "cache").rglob("*")), "nothing was cached: the second run proved nothing"
+
+
+def _saved_bytes(run) -> list:
+    """Bytes of storage behind each tensor autograd saves while ``run()`` builds its graph."""
+    sizes = []
+
+    def pack(tensor):
+        sizes.append(tensor.untyped_storage().nbytes())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        run()
+    return sizes
+
+
+def test_a_reference_backward_keeps_only_the_inputs_its_gradient_needs() -> None:
+    a = torch.randn(64, 32, requires_grad=True)
+    b = torch.randn(32, requires_grad=True)
+    # An add's or a sum's gradient depends only on shapes: one-element placeholders are kept.
+    assert max(_saved_bytes(lambda: F.add(a, b))) <= 4
+    assert max(_saved_bytes(lambda: F.sum(a, [0]))) <= 4
+    # A product's gradient needs both operands.
+    assert sorted(_saved_bytes(lambda: F.mul(a, b))) == [32 * 4, 64 * 32 * 4]
+    (F.add(a, b) * F.sum(a, [0])).sum().backward()
+    expected_a, expected_b = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    ((expected_a + expected_b) * expected_a.sum(0)).sum().backward()
+    torch.testing.assert_close(a.grad, expected_a.grad)
+    torch.testing.assert_close(b.grad, expected_b.grad)

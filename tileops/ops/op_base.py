@@ -16,14 +16,16 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type, TypeVar, Union
+from typing import (Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type,
+                    TypeVar, Union)
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import LayoutMemo
 
-__all__ = ["Op", "STRICT_DEVICE_ENV", "SHARED_INSTANCE", "BackwardWiring", "REFERENCE_BACKWARD", "register_library_op"]
+__all__ = ["Op", "STRICT_DEVICE_ENV", "SHARED_INSTANCE", "BackwardWiring", "ReferenceBackward",
+           "register_library_op"]
 
 logger = logging.getLogger(__name__)
 
@@ -351,21 +353,28 @@ class BackwardWiring(NamedTuple):
     outputs: Tuple[str, ...]
 
 
-# ``backward=`` of ``register_library_op`` for an op the manifest differentiates by its reference.
-REFERENCE_BACKWARD = "reference"
+class ReferenceBackward(NamedTuple):
+    """An op the manifest differentiates by its reference (``backward: reference``).
+
+    The backward recomputes the reference from the inputs named in ``saves``; every other
+    input's value leaves the gradient unchanged (the operands of an add, the input of a sum),
+    so autograd keeps only a placeholder of its shape instead of the tensor.
+    """
+
+    saves: Tuple[str, ...]
 
 
 def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequence[str],
                         params: Sequence[str], outputs: Sequence[str],
-                        backward: Union[BackwardWiring, str, None] = None) -> Any:
+                        backward: Union[BackwardWiring, ReferenceBackward, None] = None) -> Any:
     """Register ``cls`` as the custom op ``name``: its kernel, fake function and autograd.
 
     The custom op takes the op's tensors, its params and an instance handle
     (``SHARED_INSTANCE`` for the shared instance of the configuration the inputs
     imply), so compiled graphs and autograd reach the same instance, kernel map
-    and tuned configs as the eager call.  ``backward`` wires its Bwd op, or is
-    ``REFERENCE_BACKWARD`` to differentiate the reference, or ``None`` for an op
-    with no floating-point output (which autograd never differentiates).
+    and tuned configs as the eager call.  ``backward`` wires its Bwd op, or
+    differentiates the reference, or is ``None`` for an op with no floating-point
+    output (which autograd never differentiates).
     """
     input_names, output_names = tuple(inputs), tuple(outputs)
     n_inputs, n_params = len(input_names), len(params)
@@ -391,15 +400,16 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         tensors = inputs[:n_inputs]
         # Autograd refuses a gradient for an optional input that was None.
         ctx.present = tuple(t is not None for t in tensors)
-        if not isinstance(backward, BackwardWiring):  # the reference is recomputed from the inputs
-            ctx.save_for_backward(*tensors)
+        if isinstance(backward, ReferenceBackward):  # the reference is recomputed from the inputs
+            ctx.save_for_backward(*(_placeholder(t) if t is not None and n not in backward.saves else t
+                                    for n, t in zip(input_names, tensors)))
             return
         results = output if isinstance(output, tuple) else (output,)
         named = {**dict(zip(input_names, tensors)), **dict(zip(output_names, results))}
         ctx.save_for_backward(*(named[n] for n in backward.saves))
 
     def differentiate(ctx: Any, *grads: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
-        if not isinstance(backward, BackwardWiring):
+        if isinstance(backward, ReferenceBackward):
             return ctx.op._reference_gradients(ctx.needs_input_grad[:n_inputs], ctx.saved_tensors, grads) + no_grads
         named = {**dict(zip(backward.saves, ctx.saved_tensors)),
                  **{f"grad_{o}": g for o, g in zip(output_names, grads)}}
@@ -409,14 +419,20 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         return tuple(by_name.get(f"grad_{n}") if present else None
                      for n, present in zip(input_names, ctx.present)) + no_grads
 
-    if backward is not None and not isinstance(backward, BackwardWiring) and backward != REFERENCE_BACKWARD:
-        raise ValueError(f"{cls.__name__}: backward must be a BackwardWiring, REFERENCE_BACKWARD or None, "
+    if backward is not None and not isinstance(backward, (BackwardWiring, ReferenceBackward)):
+        raise ValueError(f"{cls.__name__}: backward must be a BackwardWiring, a ReferenceBackward or None, "
                          f"got {backward!r}")
     library_op = torch.library.custom_op(name, kernel, mutates_args=(), schema=schema)
     library_op.register_fake(fake)
     if backward is not None:
         library_op.register_autograd(differentiate, setup_context=setup_context)
     return library_op
+
+
+def _placeholder(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``tensor``'s shape, dtype and device holding one element: what the backward of a
+    reference whose gradient ignores this input's values recomputes it from."""
+    return tensor.new_zeros(()).expand(tensor.shape)
 
 
 def _needs_grad(inputs: Tuple[Optional[torch.Tensor], ...]) -> bool:

@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.binary import AddFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import BinaryElementwiseOp
-from ..op_base import REFERENCE_BACKWARD, register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["AddFwdOp"]
 
@@ -115,5 +115,5 @@ register_library_op(
     inputs=("a", "b"),
     params=(),
     outputs=("y",),
-    backward=REFERENCE_BACKWARD,
+    backward=ReferenceBackward(saves=()),
 )

@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.binary import MulFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import BinaryElementwiseOp
-from ..op_base import REFERENCE_BACKWARD, register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["MulFwdOp"]
 
@@ -114,5 +114,5 @@ register_library_op(
     inputs=("a", "b"),
     params=(),
     outputs=("y",),
-    backward=REFERENCE_BACKWARD,
+    backward=ReferenceBackward(saves=("a", "b")),
 )

@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.unary import SigmoidFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import UnaryElementwiseOp
-from ..op_base import REFERENCE_BACKWARD, register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["SigmoidFwdOp"]
 
@@ -107,5 +107,5 @@ register_library_op(
     inputs=("x",),
     params=(),
     outputs=("y",),
-    backward=REFERENCE_BACKWARD,
+    backward=ReferenceBackward(saves=("x",)),
 )

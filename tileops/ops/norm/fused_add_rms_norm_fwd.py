@@ -15,7 +15,7 @@ from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import FusedAddNormOp
-from ..op_base import REFERENCE_BACKWARD, register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["FusedAddRMSNormFwdOp"]
 
@@ -135,5 +135,5 @@ register_library_op(
     inputs=("x", "residual", "weight"),
     params=("eps",),
     outputs=("y", "residual_out"),
-    backward=REFERENCE_BACKWARD,
+    backward=ReferenceBackward(saves=("x", "residual", "weight")),
 )

@@ -15,7 +15,7 @@ from tileops.kernels.reduction.reduce import LogSumExpKernel
 from tileops import _shape_rules as rules
 
 from .base import ReductionOp
-from ..op_base import REFERENCE_BACKWARD, register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["LogSumExpFwdOp"]
 
@@ -123,5 +123,5 @@ register_library_op(
     inputs=("x",),
     params=("dim", "keepdim"),
     outputs=("y",),
-    backward=REFERENCE_BACKWARD,
+    backward=ReferenceBackward(saves=("x",)),
 )

@@ -15,7 +15,7 @@ from tileops.kernels.scan.cumprod import CumprodFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import ScanOp
-from ..op_base import REFERENCE_BACKWARD, register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["CumprodFwdOp"]
 
@@ -122,5 +122,5 @@ register_library_op(
     inputs=("x",),
     params=("dim",),
     outputs=("y",),
-    backward=REFERENCE_BACKWARD,
+    backward=ReferenceBackward(saves=("x",)),
 )
