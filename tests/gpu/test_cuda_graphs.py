@@ -8,14 +8,13 @@ a launch that read a stale pointer, allocated outside the graph's pool or ran on
 stream would replay the warm-up's numbers or fail to capture.
 """
 
-import math
 from typing import Callable, Dict, List, Tuple
 
 import pytest
 import torch
 
 import tileops.functional as F
-from tileops import nn as tnn
+from tests.gpu.test_training_gpu import MixerBlock
 
 pytestmark = pytest.mark.gpu
 
@@ -100,27 +99,9 @@ def test_captured_eager_call_replays_on_new_data(name: str) -> None:
             torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-class DecodeBlock(torch.nn.Module):
-    """RMSNorm, softmax attention over a short context, a SiLU-gated MLP and residual adds, all tileops."""
-
-    def __init__(self, d: int, hidden: int) -> None:
-        super().__init__()
-        self.norm1 = tnn.RMSNorm(d, eps=1e-6)
-        self.query = torch.nn.Linear(d, d, bias=False)
-        self.norm2 = tnn.RMSNorm(d, eps=1e-6)
-        self.up = torch.nn.Linear(d, 2 * hidden, bias=False)
-        self.down = torch.nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.norm1(x)
-        scores = self.query(h) @ h.transpose(-1, -2) / math.sqrt(h.shape[-1])
-        x = F.add(x, F.softmax(scores, -1) @ h)
-        return F.add(x, self.down(F.silu_and_mul(self.up(self.norm2(x)))))
-
-
-def _block_and_input(seed: int) -> Tuple[DecodeBlock, torch.Tensor]:
+def _block_and_input(seed: int) -> Tuple[MixerBlock, torch.Tensor]:
     torch.manual_seed(seed)
-    return DecodeBlock(256, 512).cuda(), torch.randn(2, 16, 256, device="cuda")
+    return MixerBlock(256, 512).cuda(), torch.randn(2, 16, 256, device="cuda")
 
 
 def test_graphed_forward_and_backward_match_eager_gradients() -> None:
