@@ -189,7 +189,7 @@ class _EntryBuilder:
         shape_rules, output_rules = self._shape_rules(
             e.get("shape_rules") or [], inputs, outputs, tensor_names, value_names)
         stem = self.name[: -len("Op")]
-        return OpSpec(
+        op = OpSpec(
             name=self.name,
             family=family,
             status=e["status"],
@@ -212,6 +212,17 @@ class _EntryBuilder:
             location=self.at(),
             reference_backward=self._reference_backward(e.get("backward"), inputs),
         )
+        self._check_differentiable(op)
+        return op
+
+    def _check_differentiable(self, op: OpSpec) -> None:
+        """A Fwd op with a floating-point output says how it is differentiated."""
+        if op.direction != "Fwd" or op.backward is not None or op.backward_by_reference:
+            return
+        if any(dtype in FLOATING_DTYPES for output in op.outputs for dtype in op.resolved_dtype_names(output.name)):
+            raise self.fail("a Fwd op with a floating-point output names its backward: `backward: {op: "
+                            "...BwdOp, saves: [...]}`, or `backward: reference` to differentiate its "
+                            "reference with PyTorch's autograd")
 
     def _tensors(self, spec: Dict[str, Any], group: str) -> Tuple[TensorSpec, ...]:
         out = []
@@ -428,10 +439,6 @@ class _EntryBuilder:
 
     def _backward(self, spec, inputs, outputs):
         if spec is None:
-            if self.name.endswith("FwdOp") and any(_may_be_floating(t, inputs + outputs) for t in outputs):
-                raise self.fail("a Fwd op with a floating-point output names its backward: `backward: {op: "
-                                "...BwdOp, saves: [...]}`, or `backward: reference` to differentiate its "
-                                "reference with PyTorch's autograd")
             return None
         if not self.name.endswith("FwdOp"):
             raise self.fail("only a Fwd op names a backward", "backward")
@@ -475,16 +482,6 @@ class _EntryBuilder:
                                 tuple(w["dtypes"]), tuple((w.get("params") or {}).items()),
                                 self.at("workloads", index)))
         return tuple(out)
-
-
-def _may_be_floating(tensor: TensorSpec, tensors: Sequence[TensorSpec]) -> bool:
-    """Whether one of the dtypes ``tensor`` may take (following ``same_as``) is a floating-point type."""
-    by_name = {t.name: t for t in tensors}
-    spec, seen = tensor.dtype, {tensor.name}
-    while spec.same_as is not None and spec.same_as not in seen and spec.same_as in by_name:
-        seen.add(spec.same_as)
-        spec = by_name[spec.same_as].dtype
-    return any(name in FLOATING_DTYPES for name in spec.names)
 
 
 def _group_of(tensor: TensorSpec, tensors: Sequence[TensorSpec], entry: Dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tileops.functional as F
 from codegen import load_manifest
+from codegen.model import FLOATING_DTYPES
 from tests.op_checks import build_op, make_inputs, manifest_cases
 from tileops.ops.op_base import SHARED_INSTANCE
 
@@ -140,7 +141,7 @@ def test_functional_api_shares_instances_by_static_configuration() -> None:
 
 def test_every_fwd_op_with_a_floating_output_is_differentiable() -> None:
     for spec in FWD_OPS:
-        floating = any(dtype in ("float16", "bfloat16", "float32", "float64")
+        floating = any(dtype in FLOATING_DTYPES
                        for output in spec.outputs for dtype in spec.resolved_dtype_names(output.name))
         assert spec.backward is not None or spec.backward_by_reference or not floating, spec.name
 
