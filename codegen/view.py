@@ -182,6 +182,13 @@ class OpView:
         return ", ".join(f"{n}={n}" for n in self.op.input_names)
 
     @property
+    def shape_key(self) -> str:
+        """The expression of the inputs' shapes that ``_check_inputs`` remembers passing sets by."""
+        shapes = [f"None if {t.name} is None else {t.name}.shape" if t.optional else f"{t.name}.shape"
+                  for t in self.op.inputs]
+        return shapes[0] if len(shapes) == 1 else "(" + ", ".join(shapes) + ")"
+
+    @property
     def rule_checks(self) -> List[RuleCheck]:
         optional = {t.name for t in self.op.inputs if t.optional}
         checks = []

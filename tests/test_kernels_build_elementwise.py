@@ -407,9 +407,11 @@ def test_fold_broadcast_drops_unit_axes_and_merges_neighbours() -> None:
     assert math.prod(size for size, _ in folded) == 30
 
 
-def test_kernel_cache_key_ignores_shapes() -> None:
+def test_one_kernel_serves_every_shape_of_a_device() -> None:
     op = _Binary()
-    assert op._cache_key((3, 4), (4,)) == op._cache_key((100,), (1,))
+    for a, b in ((_randn(3, 4), _randn(4)), (_randn(100), _randn(100)), (_randn(2, 3, 5), _randn(3, 1))):
+        torch.testing.assert_close(op._run_kernel(a, b), a + b)
+    assert list(op._kernel_cache) == [("add", (None,))]  # keyed by the device index alone (a CPU tensor's is None)
 
 
 # ---- the whole CUDA path on the CPU: every program emulated with PyTorch ----------------------

@@ -72,6 +72,8 @@ class _SharedInstances:
 
 
 _SHARED = _SharedInstances(_SHARED_CAPACITY)
+# Sets of input shapes an op remembers as passing its shape rules (emptied when full).
+_PASSED_SHAPES_CAPACITY = 512
 
 
 def _hashable(value: Any) -> Hashable:
@@ -99,6 +101,8 @@ class Op(torch.nn.Module):
         self._kernel_cache_lock = threading.Lock()
         # Host-side decisions per input geometry, for the families that use it (see LayoutMemo).
         self._layouts: LayoutMemo[Any] = LayoutMemo()
+        # Input shapes that passed the manifest's shape rules (see ``_shapes_known``).
+        self._valid_shapes: set = set()
         # Diagnostics only: which path the latest call took ("kernel" or "reference").
         self.last_backend: Optional[str] = None
         self._handle = next(_HANDLES)
@@ -274,6 +278,34 @@ class Op(torch.nn.Module):
             logger.debug("%s runs the %s path on %s", type(self).__name__, backend, device)
             self.last_backend = backend
         return backend
+
+    # ---- shape checks ---------------------------------------------------------------
+    def _shapes_known(self, shapes: Hashable) -> bool:
+        """Whether inputs of these shapes passed the shape rules before (the generated
+        ``_check_inputs`` then skips them: rules read only shapes and the op's own values).
+
+        Never while tracing, whose shapes may be symbolic (and unhashable), and whose graph
+        must not depend on what eager calls have seen.  No lock: testing, adding to and
+        clearing a set are atomic in CPython, and shapes a concurrent clear drops are
+        only checked again.
+        """
+        if torch.compiler.is_compiling():
+            return False
+        try:
+            return shapes in self._valid_shapes
+        except TypeError:  # symbolic sizes
+            return False
+
+    def _remember_shapes(self, shapes: Hashable) -> None:
+        """Remember shapes that passed the shape rules (see ``_shapes_known``)."""
+        if torch.compiler.is_compiling():
+            return
+        try:
+            if len(self._valid_shapes) >= _PASSED_SHAPES_CAPACITY:
+                self._valid_shapes.clear()
+            self._valid_shapes.add(shapes)
+        except TypeError:  # symbolic sizes
+            pass
 
     # ---- error wording ---------------------------------------------------------------
     def _rule_violation(self, rule: str, **tensors: Optional[torch.Tensor]) -> ValueError:

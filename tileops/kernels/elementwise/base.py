@@ -20,15 +20,17 @@ import torch
 from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
-from tileops.kernels.launch import direct_launcher, widest_access
+from tileops.kernels.launch import ALIGNMENT, direct_launcher, widest_access
 from tileops.kernels.sizes import SUPPORTED_DTYPES, check_kernel_args, max_vector
 
 __all__ = [
     "ElementwiseKernel", "ProgramSpec", "SUPPORTED_DTYPES", "elementwise_default_config",
     "elementwise_autotune_configs", "is_small_call", "one_access_config", "small_call_vector", "max_vector",
-    "launch_slices", "SMALL_CALL_ACCESS_BYTES",
+    "launch_slices", "SMALL_CALL_ACCESS_BYTES", "FLAT",
 ]
 
+# The program over 1-D contiguous tensors (``programs.flat_program``): its spec is ``(FLAT, vector)``.
+FLAT = "flat"
 # The narrowest access of a small call (see ``small_call_vector``).
 SMALL_CALL_ACCESS_BYTES = 4
 
@@ -197,6 +199,25 @@ class ElementwiseKernel(Kernel):
         for tensor in tensors:
             vector = widest_access(tensor, 0, vector)
         return vector
+
+    def flat_launcher(self, tensors: Sequence[torch.Tensor]) -> Any:
+        """The launcher of the flat program ``FLAT`` over 1-D contiguous ``tensors`` of one length.
+
+        Remembered per (length, address alignment, device): an eager call of a small tensor
+        would otherwise spend more time choosing its program than launching it.  Every tensor
+        shares the dtype, so the widest access the addresses allow is that of their bitwise or.
+        """
+        out = tensors[-1]
+        length = out.numel()
+        addresses = 0
+        for tensor in tensors:
+            addresses |= tensor.data_ptr()
+        key = (FLAT, length, addresses % ALIGNMENT, out.get_device())
+        return self._launch_plans.get(key, lambda: self._flat_launcher(tensors, length))
+
+    def _flat_launcher(self, tensors: Sequence[torch.Tensor], length: int) -> Any:
+        vector = self.flat_vector(tensors)
+        return self.launcher((FLAT, vector), -(-length // vector), tensors[-1].device)
 
     def _check_count(self, tensors: Sequence[torch.Tensor], expected: int) -> None:
         if len(tensors) != expected:

@@ -23,6 +23,7 @@ import torch
 
 from tileops.kernels.elementwise import functions
 from tileops.kernels.elementwise.base import (
+    FLAT,
     ElementwiseKernel,
     ProgramSpec,
     launch_slices,
@@ -34,7 +35,6 @@ from tileops.kernels.launch import ALIGNMENT, widest_access
 
 __all__ = ["BroadcastKernel", "AddFwdKernel", "MulFwdKernel", "launch_boxes"]
 
-FLAT = "flat"
 BROADCAST = "broadcast"
 TUNING_ROW_ELEMENTS = 4096
 
@@ -118,9 +118,8 @@ class BroadcastKernel(ElementwiseKernel):
                 and 0 < D1 <= MAX_GRID_YZ)
 
     def _flat(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-        spec = self.program_for(a, b, out)
         length = out.numel()
-        launch = self.launcher(spec, -(-length // spec[1]), out.device)
+        launch = self.flat_launcher((a, b, out))
         if length <= MAX_LAUNCH_ELEMENTS:
             launch(a, b, out)
             return

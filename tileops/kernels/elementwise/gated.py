@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 GATED = "gated"
+# A multiple of every dtype's widest access in elements (8 for 16-bit types): a call's access
+# width depends on its addresses and row strides only modulo this.
+GATED_ALIGNMENT_ELEMENTS = 16
 
 
 def gated_vector(H: int, dtype: torch.dtype) -> int:
@@ -92,8 +95,13 @@ class GatedKernel(ElementwiseKernel):
         self._check_count(tensors, 3 if self.backward else 2)
         out = tensors[-1]
         rows = out.shape[0]
-        vector = self.call_vector(tensors)
-        launch = self.launcher((GATED, vector), rows * (self.H // vector), out.device)
+        # The access width depends on the addresses and row strides (in elements) only through
+        # their bitwise or; the launcher is remembered per (rows, that or, device).
+        bits = 0
+        for tensor in tensors:
+            bits |= tensor.data_ptr() // tensor.element_size() | tensor.stride(0)
+        launch = self._launch_plans.get((GATED, rows, bits % GATED_ALIGNMENT_ELEMENTS, out.get_device()),
+                                        lambda: self._launcher_for(tensors))
         rows_per_launch = MAX_LAUNCH_ELEMENTS // self.N
         if rows <= rows_per_launch:
             launch(*tensors)
@@ -101,6 +109,11 @@ class GatedKernel(ElementwiseKernel):
             for start in range(0, rows, rows_per_launch):
                 launch(*(t[start:start + rows_per_launch] for t in tensors))
         return out
+
+    def _launcher_for(self, tensors: Tuple[torch.Tensor, ...]) -> Any:
+        vector = self.call_vector(tensors)
+        out = tensors[-1]
+        return self.launcher((GATED, vector), out.shape[0] * (self.H // vector), out.device)
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         """Random ``x`` (and ``grad_y``) of ``rows`` rows and a preallocated output."""

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from tileops.kernels.elementwise import functions
-from tileops.kernels.elementwise.base import ElementwiseKernel, ProgramSpec, launch_slices, max_vector
+from tileops.kernels.elementwise.base import FLAT, ElementwiseKernel, ProgramSpec, launch_slices, max_vector
 from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS, flat_program
 from tileops.kernels.kernel_base import torch_dtype_to_tl
@@ -23,7 +23,6 @@ __all__ = [
     "GeluFwdKernel", "GeluBwdKernel", "ExpFwdKernel",
 ]
 
-FLAT = "flat"
 # Elements per row of the tensors the tuner times on (rows default to ``tuning_rows``).
 TUNING_ROW_ELEMENTS = 4096
 
@@ -44,9 +43,8 @@ class MapKernel(ElementwiseKernel):
         """Write ``f(*inputs)`` into ``out`` for ``tensors = (*inputs, out)`` and return ``out``."""
         self._check_count(tensors, self.pointwise.arity + 1)
         out = tensors[-1]
-        vector = self.flat_vector(tensors)
         length = out.numel()
-        launch = self.launcher((FLAT, vector), -(-length // vector), out.device)
+        launch = self.flat_launcher(tensors)
         if length <= MAX_LAUNCH_ELEMENTS:
             launch(*tensors)
         else:

@@ -66,6 +66,13 @@ class AddFwdOp(BinaryElementwiseOp):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(a, b)
         self._check_committed_dtype("a", a)
+        shapes = (a.shape, b.shape)
+        if not self._shapes_known(shapes):
+            self._check_shapes(a, b)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (rules.broadcastable(a.shape, b.shape)):
             raise self._rule_violation("broadcastable(a.shape, b.shape)", a=a, b=b)
 

@@ -62,9 +62,9 @@ class ElementwiseFamilyOp(Op):
         return kernel_cls(dtype=self.dtype, tune=self.tune, **params)
 
     def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
-        # Every extent is symbolic, so only the device decides which kernel serves a call
-        # (the launch makes the inputs' device current before looking the kernel up).
-        return torch.cuda.current_device() if torch.cuda.is_initialized() else None
+        # Every extent is symbolic, so only the device decides which kernel serves a call;
+        # ``_launch`` passes ``(device index,)`` as the only "shape".
+        return input_shapes[0]
 
     @property
     def kernel_key(self) -> str:
@@ -73,8 +73,9 @@ class ElementwiseFamilyOp(Op):
 
     def _launch(self, device: torch.device, *tensors: torch.Tensor) -> None:
         """Run the op's kernel on ``tensors = (*inputs, out)`` on ``device``."""
+        kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
-            self._kernel(self.kernel_key)(*tensors)
+            kernel(*tensors)
 
 
 class UnaryElementwiseOp(ElementwiseFamilyOp):

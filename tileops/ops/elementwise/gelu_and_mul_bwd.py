@@ -73,6 +73,13 @@ class GeluAndMulBwdOp(GatedElementwiseOp):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(grad_y, x)
         self._check_committed_dtype("grad_y", grad_y)
+        shapes = (grad_y.shape, x.shape)
+        if not self._shapes_known(shapes):
+            self._check_shapes(grad_y, x)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, grad_y: torch.Tensor, x: torch.Tensor) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (x.ndim >= 1):
             raise self._rule_violation("x.ndim >= 1", grad_y=grad_y, x=x)
         if not (x.shape[-1] % 2 == 0):

@@ -83,6 +83,13 @@ class CrossEntropyBwdOp(CrossEntropyBwdBase):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(grad_loss, grad_lse, logits, target, lse)
         self._check_committed_dtype("grad_loss", grad_loss)
+        shapes = (grad_loss.shape, None if grad_lse is None else grad_lse.shape, logits.shape, target.shape, lse.shape)
+        if not self._shapes_known(shapes):
+            self._check_shapes(grad_loss, grad_lse, logits, target, lse)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if grad_lse is not None and not (grad_lse.ndim == 1):
             raise self._rule_violation("grad_lse.ndim == 1", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (logits.ndim == 2):

@@ -81,6 +81,13 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(logits, target)
         self._check_committed_dtype("logits", logits)
+        shapes = (logits.shape, target.shape)
+        if not self._shapes_known(shapes):
+            self._check_shapes(logits, target)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, logits: torch.Tensor, target: torch.Tensor) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (logits.ndim == 2):
             raise self._rule_violation("logits.ndim == 2", logits=logits, target=target)
         if not (logits.shape[1] == self.V):

@@ -73,6 +73,13 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(x, residual, weight)
         self._check_committed_dtype("x", x)
+        shapes = (x.shape, residual.shape, weight.shape)
+        if not self._shapes_known(shapes):
+            self._check_shapes(x, residual, weight)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (weight.ndim == 1):
             raise self._rule_violation("weight.ndim == 1", x=x, residual=residual, weight=weight)
         if not (weight.shape[0] == self.N):

@@ -73,6 +73,13 @@ class LayerNormBwdOp(NormBwdOp):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(grad_y, x, weight)
         self._check_committed_dtype("grad_y", grad_y)
+        shapes = (grad_y.shape, x.shape, None if weight is None else weight.shape)
+        if not self._shapes_known(shapes):
+            self._check_shapes(grad_y, x, weight)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor] = None) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if weight is not None and not (weight.ndim == 1):
             raise self._rule_violation("weight.ndim == 1", grad_y=grad_y, x=x, weight=weight)
         if weight is not None and not (weight.shape[0] == self.N):

@@ -73,6 +73,13 @@ class LayerNormFwdOp(LayerNormOp):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(x, weight, bias)
         self._check_committed_dtype("x", x)
+        shapes = (x.shape, None if weight is None else weight.shape, None if bias is None else bias.shape)
+        if not self._shapes_known(shapes):
+            self._check_shapes(x, weight, bias)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, x: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if weight is not None and not (weight.ndim == 1):
             raise self._rule_violation("weight.ndim == 1", x=x, weight=weight, bias=bias)
         if weight is not None and not (weight.shape[0] == self.N):

@@ -72,6 +72,13 @@ class RMSNormFwdOp(NormOp):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(x, weight)
         self._check_committed_dtype("x", x)
+        shapes = (x.shape, weight.shape)
+        if not self._shapes_known(shapes):
+            self._check_shapes(x, weight)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, x: torch.Tensor, weight: torch.Tensor) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (weight.ndim == 1):
             raise self._rule_violation("weight.ndim == 1", x=x, weight=weight)
         if not (weight.shape[0] == self.N):

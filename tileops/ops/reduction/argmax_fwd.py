@@ -71,6 +71,13 @@ class ArgmaxFwdOp(ReductionOp):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(x)
         self._check_committed_dtype("x", x)
+        shapes = x.shape
+        if not self._shapes_known(shapes):
+            self._check_shapes(x)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, x: torch.Tensor) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (self.dim is None or -max(x.ndim, 1) <= self.dim < max(x.ndim, 1)):
             raise self._rule_violation("dim is None or -max(x.ndim, 1) <= dim < max(x.ndim, 1)", x=x)
         if not (rules.numel(rules.reduced_shape(x.shape, rules.reduced_shape(rules.normalize_dims(None, x.ndim), self.dim))) > 0):

@@ -72,6 +72,13 @@ class MeanFwdOp(ReductionOp):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(x)
         self._check_committed_dtype("x", x)
+        shapes = x.shape
+        if not self._shapes_known(shapes):
+            self._check_shapes(x)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, x: torch.Tensor) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (self.dim is None or len(self.dim) >= 1):
             raise self._rule_violation("dim is None or len(dim) >= 1", x=x)
         if not (self.dim is None or -max(x.ndim, 1) <= min(self.dim) and max(self.dim) < max(x.ndim, 1)):

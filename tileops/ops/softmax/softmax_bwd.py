@@ -73,6 +73,13 @@ class SoftmaxBwdOp(SoftmaxFamilyOp):
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
         self._validate_dtypes(grad_y, y)
         self._check_committed_dtype("grad_y", grad_y)
+        shapes = (grad_y.shape, y.shape)
+        if not self._shapes_known(shapes):
+            self._check_shapes(grad_y, y)
+            self._remember_shapes(shapes)
+
+    def _check_shapes(self, grad_y: torch.Tensor, y: torch.Tensor) -> None:
+        """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (y.ndim >= 1):
             raise self._rule_violation("y.ndim >= 1", grad_y=grad_y, y=y)
         if not (-y.ndim <= self.dim < y.ndim):
