@@ -74,15 +74,21 @@ def test_fake_function_reports_the_violated_rule() -> None:
 
 
 def test_eager_calls_skip_the_dispatcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager calls, recorded by autograd or not, never pay the custom op's dispatch; its
+    autograd functions serve the eager backward too (through the op's autograd.Function)."""
     from tileops.ops import CumsumFwdOp
 
     op = CumsumFwdOp(N=5, dtype=torch.float32)
     calls = []
-    monkeypatch.setattr(CumsumFwdOp, "_library_call", lambda self, *a: calls.append(a) or torch.zeros(1))
+    monkeypatch.setattr(CumsumFwdOp, "_library_call", lambda self, *a, **k: calls.append(a) or torch.zeros(1))
+    monkeypatch.setattr(type(op.backward_op()), "_library_call", lambda self, *a, **k: calls.append(a))
     op(torch.randn(2, 5))
+    x = torch.randn(2, 5, requires_grad=True)
+    y = op(x)
+    assert type(y.grad_fn).__name__ == "CumsumFwdOpAutogradBackward"
+    y.backward(torch.arange(10.0).view(2, 5))
     assert calls == []
-    op(torch.randn(2, 5, requires_grad=True))  # autograd must record it: through the custom op
-    assert len(calls) == 1
+    torch.testing.assert_close(x.grad, torch.arange(10.0).view(2, 5).flip(-1).cumsum(-1).flip(-1))
 
 
 def test_module_compiles_fullgraph_and_matches_eager() -> None:
@@ -281,3 +287,30 @@ def test_a_reference_backward_keeps_only_the_inputs_its_gradient_needs() -> None
     ((expected_a + expected_b) * expected_a.sum(0)).sum().backward()
     torch.testing.assert_close(a.grad, expected_a.grad)
     torch.testing.assert_close(b.grad, expected_b.grad)
+
+
+def test_an_eager_reference_backward_runs_plain_autograd(monkeypatch) -> None:
+    """torch.func's transforms cost most of a millisecond a call in eager mode: an eager backward
+    differentiates the reference with autograd, and gives the same gradients."""
+    a = torch.randn(6, 5, requires_grad=True)
+    b = torch.randn(5, requires_grad=True)
+    expected = torch.autograd.grad((torch.sigmoid(a * b + b).sum(1) * a.amax(1)).sum(), (a, b))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.func.vjp in an eager backward")
+
+    monkeypatch.setattr(torch.func, "vjp", refuse)
+    got = torch.autograd.grad((F.sigmoid(F.add(F.mul(a, b), b)).sum(1) * F.amax(a, [1])).sum(), (a, b))
+    for mine, theirs in zip(got, expected):
+        torch.testing.assert_close(mine, theirs)
+
+
+def test_a_reference_backward_is_differentiable_again() -> None:
+    """``create_graph=True`` records the gradient's own graph (here d/da of d(a*b*b)/da = 0, d/db = 2b)."""
+    a = torch.randn(4, 3, requires_grad=True)
+    b = torch.randn(3, requires_grad=True)
+    (grad_a,) = torch.autograd.grad(F.mul(F.mul(a, b), b).sum(), (a,), create_graph=True)
+    torch.testing.assert_close(grad_a, (b * b).expand(4, 3))
+    grad_a.sum().backward()
+    torch.testing.assert_close(b.grad, 2 * 4 * b.detach())
+    assert a.grad is None or torch.count_nonzero(a.grad) == 0
