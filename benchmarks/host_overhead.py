@@ -15,14 +15,16 @@ program was compiled and how long the first call took.
 
 ``--ops``/``--workloads`` instead take manifest cases (as ``make bench`` does) and
 report, for each, the eager op and the PyTorch baseline per call, and with
-``--profile`` the functions that own the op's host time.
+``--profile`` the functions that own the op's host time.  With ``--backward``, each
+call of a Fwd case is an eager training step: the call with every floating-point input
+requiring a gradient, then its backward, against the same step of the PyTorch reference.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
@@ -30,6 +32,8 @@ CALLS = 20000
 # The calls are timed in rounds and the fastest round is reported: on a shared host one long
 # loop absorbs every interruption, and repeated loops of the same call varied by 30%.
 ROUNDS = 10
+# A training step costs tens of calls: fewer of them make each round as long.
+TRAINING_CALLS = 2000
 
 
 def per_call_us(fn: Callable[[], object], calls: int = CALLS, rounds: int = ROUNDS) -> float:
@@ -142,6 +146,44 @@ def manifest_cases(ops: List[str], workloads: List[str]) -> List[Dict]:
     return cases
 
 
+def training_step(call: Callable[..., Any], inputs: List[Any]) -> Callable[[], None]:
+    """A forward of ``call`` on ``inputs`` with every floating-point tensor a leaf that requires a
+    gradient, then a backward of every floating-point output with a fixed random gradient."""
+    leaves = [t.detach().requires_grad_() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+              for t in inputs]
+    outputs = call(*leaves)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    seeds = [torch.randn_like(out) if out.is_floating_point() else None for out in outputs]
+
+    def step() -> None:
+        results = call(*leaves)
+        results = results if isinstance(results, tuple) else (results,)
+        pairs = [(out, seed) for out, seed in zip(results, seeds) if seed is not None and out.requires_grad]
+        torch.autograd.backward([out for out, _ in pairs], [seed for _, seed in pairs])
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                leaf.grad = None
+
+    return step
+
+
+def training_cases(ops: List[str], workloads: List[str]) -> List[Dict]:
+    """Eager training steps of manifest Fwd cases: our op against its PyTorch reference."""
+    from codegen.loader import load_manifest
+
+    from .workloads import constructor_kwargs, load_entries, random_inputs, resolve_op_class, select_cases
+
+    cases = []
+    for case in select_cases(load_manifest(), load_entries(), ops, workloads or None):
+        if case.spec.direction != "Fwd":
+            continue
+        op = resolve_op_class(case.spec)(**constructor_kwargs(case.spec, case.workload, getattr(torch, case.dtype)))
+        inputs = random_inputs(case.spec, case.workload, case.dtype, "cuda")
+        cases.append({"name": f"{case.label} fwd+bwd", "eager": training_step(op, inputs),
+                      "torch": training_step(op.reference, inputs), "calls": TRAINING_CALLS})
+    return cases
+
+
 def report_manifest_cases(cases: List[Dict], profile_calls: bool) -> None:
     if profile_calls:
         for case in cases:
@@ -150,7 +192,8 @@ def report_manifest_cases(cases: List[Dict], profile_calls: bool) -> None:
     print("| case | eager op µs | torch eager µs |")
     print("|---|---|---|")
     for case in cases:
-        print(f"| {case['name']} | {per_call_us(case['eager']):.1f} | {per_call_us(case['torch']):.1f} |")
+        calls = case.get("calls", CALLS)
+        print(f"| {case['name']} | {per_call_us(case['eager'], calls):.1f} | {per_call_us(case['torch'], calls):.1f} |")
 
 
 def main() -> None:
@@ -159,9 +202,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also print where an eager call spends its host time")
     parser.add_argument("--ops", nargs="+", default=[], help="manifest ops to time instead of the built-in cases")
     parser.add_argument("--workloads", nargs="+", default=[], help="workload labels of those ops (default: all)")
+    parser.add_argument("--backward", action="store_true",
+                        help="time eager training steps (forward and backward) of the --ops Fwd cases")
     args = parser.parse_args()
     if args.ops:
-        report_manifest_cases(manifest_cases(args.ops, args.workloads), args.profile)
+        make = training_cases if args.backward else manifest_cases
+        report_manifest_cases(make(args.ops, args.workloads), args.profile)
         return
     cases = [rms_norm_case(args.hidden, torch.bfloat16), cumsum_case(args.hidden, torch.bfloat16)]
     if args.profile:
