@@ -565,3 +565,23 @@ def test_launchers_are_remembered_per_config_and_a_new_config_forgets_them() -> 
     kernel.config = {**kernel.config, "unroll": 1 if kernel.config["unroll"] != 1 else 2}
     assert kernel.launcher(("flat", 8), large, device) is not first
     assert len(compiled) == 2 and compiled[1][1] == kernel.config
+
+
+def test_emulated_remembered_launchers_follow_each_calls_alignment(emulated: None) -> None:
+    """Kernels remember a call's launcher per length (or rows), alignment and device: the same
+    op and sizes at an address, or a row stride, that allows only narrower accesses get a
+    narrower program (the emulation asserts every access's alignment)."""
+    cases = _gpu_cases()
+    bf16 = torch.bfloat16
+    base = torch.randn(2 * 4096 + 8).to(bf16)
+    relu, add = cases.build("ReluFwdOp", bf16), cases.build("AddFwdOp", bf16)
+    for offset in (0, 1, 0, 2, 4):  # 16-byte aligned, then 2-, 4- and 8-byte aligned starts
+        x = base[offset:offset + 4096]
+        _check_kernel_path(relu, [x])
+        _check_kernel_path(add, [x, base[8:8 + 4096]])
+    gated = cases.build("SiluAndMulFwdOp", bf16, N=256)
+    wide = torch.randn(6, 512 + 8).to(bf16)
+    for x in (wide[:, :256], wide[:, 1:257], torch.randn(6, 256).to(bf16), wide[:, 2:258]):
+        _check_kernel_path(gated, [x])
+    rows = torch.randn(6 * 257).to(bf16).view(6, 257)[:, :256]  # a row stride of 257 elements
+    _check_kernel_path(gated, [rows])

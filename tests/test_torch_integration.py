@@ -314,3 +314,23 @@ def test_a_reference_backward_is_differentiable_again() -> None:
     grad_a.sum().backward()
     torch.testing.assert_close(b.grad, 2 * 4 * b.detach())
     assert a.grad is None or torch.count_nonzero(a.grad) == 0
+
+
+def test_shapes_that_passed_skip_the_rules_and_others_still_meet_them() -> None:
+    from tileops.ops import RMSNormFwdOp
+
+    op = RMSNormFwdOp(N=8, dtype=torch.float32)
+    weight = torch.randn(8)
+    for _ in range(2):
+        torch.testing.assert_close(op(torch.randn(3, 8), weight).shape, torch.Size([3, 8]))
+    with pytest.raises(ValueError, match="static dim N"):
+        op(torch.randn(3, 9), weight)
+    with pytest.raises(ValueError, match=r"weight.shape\[0\] == N"):
+        op(torch.randn(3, 8), torch.randn(9))
+    with pytest.raises(ValueError, match=r"weight.shape\[0\] == N"):  # refused shapes are never remembered
+        op(torch.randn(3, 8), torch.randn(9))
+    # Traced calls check every time, with symbolic sizes.
+    compiled = torch.compile(lambda x: op(x, weight), dynamic=True, fullgraph=True, backend="aot_eager")
+    for rows in (3, 5, 7):
+        x = torch.randn(rows, 8)
+        torch.testing.assert_close(compiled(x), op.reference(x, weight))
