@@ -13,7 +13,7 @@ import torch
 
 from tileops.kernels.sizes import MAX_EXTENT, row_vector
 
-__all__ = ["ALIGNMENT", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher",
+__all__ = ["ALIGNMENT", "access_alignment", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher",
            "empty_contiguous", "folded_stride", "has_unit_rows", "is_aligned_contiguous", "is_contiguous",
            "int32_launch_ranges", "kernel_view_spec", "launch_in_ranges", "LaunchRanges", "LayoutMemo",
            "merged_axes_view", "on_device", "rows_and_output", "unit_stride_rows", "ViewSpec", "widest_access"]
@@ -299,6 +299,18 @@ def rows_and_output(tensor: torch.Tensor, width: int) -> Tuple[torch.Tensor, tor
         return tensor.view(-1, width), out, out.view(-1, width)
     out = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
     return aligned_rows(tensor, width), out, out.view(-1, width)
+
+
+def access_alignment(tensors: Sequence[torch.Tensor], axes: Sequence[int] = ()) -> int:
+    """The tensors' addresses and their strides along ``axes`` (in bytes) or-ed together, modulo
+    ``ALIGNMENT``: all that the widest access a program may make on them depends on, so a launch
+    plan chosen from them can be remembered by this value."""
+    bits = 0
+    for tensor in tensors:
+        bits |= tensor.data_ptr()
+        for axis in axes:
+            bits |= tensor.stride(axis) * tensor.element_size()
+    return bits % ALIGNMENT
 
 
 def widest_access(tensor: torch.Tensor, strides: int, cap: int) -> int:

@@ -98,6 +98,10 @@ class Op(torch.nn.Module):
     # and the eager autograd of a differentiable op.
     _library_params: Tuple[str, ...] = ()
     _autograd_function: Optional[Type[torch.autograd.Function]] = None
+    # Set by families whose kernels take every free extent (and stride) as a TileLang symbolic
+    # value: their launches pass a key of their own, ``(device index, ...)``, as the only
+    # "shape", so one kernel (and one tuned config) serves every shape on a device.
+    kernels_keyed_by_launch: bool = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -182,11 +186,10 @@ class Op(torch.nn.Module):
         self.kernel_map = merged
 
     def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
-        """Key of the kernel cache: the sizes of every axis not fixed at construction.
-
-        Families whose kernels take the free axes as TileLang symbolic dimensions
-        override this with a coarser key, so a new row count reuses the kernel.
-        """
+        """Key of the kernel cache: the launch's own key where ``kernels_keyed_by_launch``,
+        else the sizes of every axis not fixed at construction."""
+        if self.kernels_keyed_by_launch:
+            return input_shapes[0]
         static = self._static_axes(*input_shapes)
         return tuple(
             tuple(size for axis, size in enumerate(shape) if (index, axis) not in static)

@@ -20,7 +20,7 @@ import torch
 from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
-from tileops.kernels.launch import ALIGNMENT, direct_launcher, widest_access
+from tileops.kernels.launch import access_alignment, direct_launcher, widest_access
 from tileops.kernels.sizes import SUPPORTED_DTYPES, check_kernel_args, max_vector
 
 __all__ = [
@@ -204,15 +204,11 @@ class ElementwiseKernel(Kernel):
         """The launcher of the flat program ``FLAT`` over 1-D contiguous ``tensors`` of one length.
 
         Remembered per (length, address alignment, device): an eager call of a small tensor
-        would otherwise spend more time choosing its program than launching it.  Every tensor
-        shares the dtype, so the widest access the addresses allow is that of their bitwise or.
+        would otherwise spend more time choosing its program than launching it.
         """
         out = tensors[-1]
         length = out.numel()
-        addresses = 0
-        for tensor in tensors:
-            addresses |= tensor.data_ptr()
-        key = (FLAT, length, addresses % ALIGNMENT, out.get_device())
+        key = (FLAT, length, access_alignment(tensors), out.get_device())
         return self._launch_plans.get(key, lambda: self._flat_launcher(tensors, length))
 
     def _flat_launcher(self, tensors: Sequence[torch.Tensor], length: int) -> Any:

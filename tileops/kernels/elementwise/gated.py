@@ -21,7 +21,7 @@ import torch
 
 from tileops.kernels.elementwise import functions
 from tileops.kernels.elementwise.base import ElementwiseKernel, ProgramSpec, max_vector
-from tileops.kernels.launch import widest_access
+from tileops.kernels.launch import access_alignment, widest_access
 from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS, gated_program
 from tileops.kernels.kernel_base import torch_dtype_to_tl
@@ -32,9 +32,6 @@ __all__ = [
 ]
 
 GATED = "gated"
-# A multiple of every dtype's widest access in elements (8 for 16-bit types): a call's access
-# width depends on its addresses and row strides only modulo this.
-GATED_ALIGNMENT_ELEMENTS = 16
 
 
 def gated_vector(H: int, dtype: torch.dtype) -> int:
@@ -95,12 +92,9 @@ class GatedKernel(ElementwiseKernel):
         self._check_count(tensors, 3 if self.backward else 2)
         out = tensors[-1]
         rows = out.shape[0]
-        # The access width depends on the addresses and row strides (in elements) only through
-        # their bitwise or; the launcher is remembered per (rows, that or, device).
-        bits = 0
-        for tensor in tensors:
-            bits |= tensor.data_ptr() // tensor.element_size() | tensor.stride(0)
-        launch = self._launch_plans.get((GATED, rows, bits % GATED_ALIGNMENT_ELEMENTS, out.get_device()),
+        # The access width follows the addresses and row strides: the launcher is remembered
+        # per (rows, their alignment, device).
+        launch = self._launch_plans.get((GATED, rows, access_alignment(tensors, (0,)), out.get_device()),
                                         lambda: self._launcher_for(tensors))
         rows_per_launch = MAX_LAUNCH_ELEMENTS // self.N
         if rows <= rows_per_launch:

@@ -55,7 +55,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
-from tileops.kernels.launch import ALIGNMENT, direct_launcher, widest_access
+from tileops.kernels.launch import access_alignment, direct_launcher, widest_access
 from tileops.kernels.sizes import (
     ACCUM,
     MAX_THREADS,
@@ -1401,16 +1401,10 @@ class SoftmaxFamilyKernel(Kernel):
         rank and, for columns, extents and device: a small call then costs a lookup.
         """
         out = tensors[-1]
-        itemsize = self.dtype.itemsize
-        bits = 0
         if out.dim() == 2:
-            for tensor in tensors:
-                bits |= tensor.data_ptr() | tensor.stride(0) * itemsize
-            key: Tuple[Any, ...] = (bits % ALIGNMENT,)
+            key: Tuple[Any, ...] = (access_alignment(tensors, (0,)),)
         else:
-            for tensor in tensors:
-                bits |= tensor.data_ptr() | (tensor.stride(0) | tensor.stride(1)) * itemsize
-            key = (bits % ALIGNMENT, out.shape[0], out.shape[2], out.device)
+            key = (access_alignment(tensors, (0, 1)), out.shape[0], out.shape[2], out.device)
         return self._launch_plans.get(key, lambda: self._derive_launch(tensors))
 
     def _derive_launch(self, tensors: Tuple[torch.Tensor, ...]) -> Tuple[Tuple[Any, ...], ProgramParams]:

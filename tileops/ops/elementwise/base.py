@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Hashable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -61,10 +61,8 @@ class ElementwiseFamilyOp(Op):
         params = {name: getattr(self, name) for name in getattr(kernel_cls, "op_params", ())}
         return kernel_cls(dtype=self.dtype, tune=self.tune, **params)
 
-    def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
-        # Every extent is symbolic, so only the device decides which kernel serves a call;
-        # ``_launch`` passes ``(device index,)`` as the only "shape".
-        return input_shapes[0]
+    # Every extent is symbolic: ``_launch`` names the kernel by ``(device index,)``.
+    kernels_keyed_by_launch = True
 
     @property
     def kernel_key(self) -> str:

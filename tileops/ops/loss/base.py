@@ -11,7 +11,7 @@ gradient, a call allocates at most that one float32 count.
 """
 
 import math
-from typing import Hashable, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -39,9 +39,8 @@ class _CrossEntropyOp(Op):
         return self.kernel_map[key](self.V, self.dtype, ignore_index=self.ignore_index,
                                     label_smoothing=self.label_smoothing, tune=self.tune)
 
-    def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
-        # The row count is symbolic in the programs: only the device picks the kernel.
-        return input_shapes[0]
+    # The row count is symbolic: ``_device_kernel`` names the kernel by ``(device index,)``.
+    kernels_keyed_by_launch = True
 
     def _device_kernel(self, device: torch.device) -> Kernel:
         key = next(iter(self.kernel_map))

@@ -15,7 +15,7 @@ are contiguous.
 * ``NormBwdOp``: RMSNorm and LayerNorm backward (``grad_x`` and the affine gradients).
 """
 
-from typing import Hashable, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -44,11 +44,8 @@ class NormOp(Op):
     def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
         return self.kernel_map[key](self.N, self.dtype, eps=self.eps, tune=self.tune)
 
-    def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
-        # Rows are symbolic in the kernel, so only the device decides which
-        # kernel (and which tuned config) serves a call; ``_run_kernel`` passes
-        # ``(device index,)`` as the only "shape".
-        return input_shapes[0]
+    # Rows are symbolic: ``_run_kernel`` names the kernel by ``(device index,)``.
+    kernels_keyed_by_launch = True
 
     def _rows(self, tensor: torch.Tensor) -> torch.Tensor:
         """A row input as the kernels read it: ``(rows, N)`` in place when its memory allows, else a copy."""

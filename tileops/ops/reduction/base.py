@@ -15,7 +15,7 @@ per geometry (``CallLayout``, kept in the op's ``LayoutMemo``).
 
 import dataclasses
 import math
-from typing import Hashable, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 
@@ -82,10 +82,9 @@ class ReductionOp(Op):
     def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
         return self.kernel_map[key](self.dtype, correction=getattr(self, "correction", 0), tune=self.tune)
 
-    def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
-        # Every extent and stride is symbolic in the kernels, so only the device and the layout
-        # kind decide which kernel serves a call; ``_run_kernel`` passes ``(device index, view rank)``.
-        return input_shapes[0]
+    # Every extent and stride is symbolic: ``_run_kernel`` names the kernel by
+    # ``(device index, view rank)`` (rows or columns).
+    kernels_keyed_by_launch = True
 
     def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
         layout = self._layouts.get((x.shape, x.stride(), x.dtype), lambda: self._call_layout(x))

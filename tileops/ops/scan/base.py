@@ -10,7 +10,7 @@ contiguous.
 """
 
 import math
-from typing import Hashable, Tuple
+from typing import Tuple
 
 import torch
 
@@ -48,10 +48,8 @@ class ScanOp(Op):
     def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
         return self.kernel_map[key](self.N, self.dtype, tune=self.tune)
 
-    def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
-        # outer and inner are symbolic in the kernels, so only the device decides
-        # which kernel serves a call; ``_run_kernel`` passes ``(device index,)``.
-        return input_shapes[0]
+    # outer and inner are symbolic: ``_run_kernel`` names the kernel by ``(device index,)``.
+    kernels_keyed_by_launch = True
 
     def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
         """``y`` shaped like ``x``: the scan of ``x`` along ``self.dim``."""

@@ -14,7 +14,7 @@ them once per geometry (``AxisCallLayout``, kept in the op's ``LayoutMemo``).
 """
 
 import dataclasses
-from typing import Hashable, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -73,10 +73,8 @@ class SoftmaxFamilyOp(Op):
     def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
         return self.kernel_map[key](self.N, self.dtype, tune=self.tune)
 
-    def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
-        # Every extent and stride is symbolic in the kernels, so only the device
-        # decides which kernel serves a call; ``_run_kernel`` passes ``(device index,)``.
-        return input_shapes[0]
+    # Every extent and stride is symbolic: ``_run_kernel`` names the kernel by ``(device index,)``.
+    kernels_keyed_by_launch = True
 
     @property
     def kernel_key(self) -> str:
