@@ -17,6 +17,8 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple
 import jsonschema
 import yaml
 
+from tileops import _params as param_types
+
 from . import rules
 from .errors import Location, ManifestError, ManifestErrors, RuleSyntaxError
 from .model import (
@@ -37,12 +39,6 @@ RESERVED_NAMES = frozenset({"self", "dtype", "kernel_map", "tune", "torch", "mat
 # ``backward: reference``: differentiate the op through its reference (see ``OpSpec.backward_by_reference``).
 REFERENCE_BACKWARD = "reference"
 REFERENCE_GLOBALS = frozenset({"torch", "math"})
-_PARAM_TYPES = {
-    "int": (int,), "float": (int, float), "bool": (bool,), "str": (str,),
-    "Optional[int]": (int, type(None)), "Optional[float]": (int, float, type(None)),
-    "Optional[str]": (str, type(None)), "Sequence[int]": (list,),
-    "Optional[Sequence[int]]": (list, type(None)),
-}
 _STATIC_DIM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\.shape\[\s*(-?\d+|[A-Za-z_][A-Za-z0-9_]*)\s*\]\s*$")
 
 Path_ = Tuple[Any, ...]
@@ -280,11 +276,10 @@ class _EntryBuilder:
                                 "signature", "params", name)
             seen_default = seen_default or has_default
             default = p.get("default")
-            if has_default and not isinstance(default, _PARAM_TYPES[p["type"]]) or (
-                    has_default and p["type"] in ("int", "Optional[int]") and isinstance(default, bool)):
+            if has_default and not param_types.accepts(p["type"], default):
                 raise self.fail(f"default {default!r} is not a {p['type']}", "signature", "params", name, "default")
-            if isinstance(default, list):
-                default = tuple(default)
+            if has_default:
+                default = param_types.normalized(p["type"], default)
             choices = tuple(p["choices"]) if "choices" in p else None
             if choices is not None and has_default and default not in choices:
                 raise self.fail(f"default {default!r} is not one of the choices {list(choices)}",

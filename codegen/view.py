@@ -23,8 +23,8 @@ _TORCH_DTYPE = {name: f"torch.{name}" for name in (
 # Manifest param types in the custom-op schema language.
 _SCHEMA_TYPES = {
     "int": "int", "float": "float", "bool": "bool", "str": "str", "Optional[int]": "int?",
-    "Optional[float]": "float?", "Optional[str]": "str?", "Sequence[int]": "int[]",
-    "Optional[Sequence[int]]": "int[]?",
+    "Optional[float]": "float?", "Optional[str]": "str?", "Sequence[int]": "int[1]",
+    "Optional[Sequence[int]]": "int[1]?",
 }
 
 
@@ -146,6 +146,11 @@ class OpView:
     @property
     def dtype_tuple(self) -> str:
         return self._dtype_tuple(self.op.resolved_dtype_names(self.op.primary_input.name))
+
+    @property
+    def param_types(self) -> str:
+        """The params' manifest types as a dict literal (``Op._check_params``)."""
+        return "{" + ", ".join(f'"{p.name}": "{p.type}"' for p in self.op.params) + "}" if self.op.params else ""
 
     @property
     def param_choices(self) -> List[Tuple[str, str]]:

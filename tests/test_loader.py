@@ -176,3 +176,25 @@ def test_schema_describes_every_field() -> None:
 
     walk(schema, "schema")
     assert re.search("2020-12", schema["$schema"])
+
+
+def test_the_schema_names_exactly_the_param_types_ops_check() -> None:
+    import json
+
+    from tileops._params import PARAM_TYPES
+
+    schema = json.loads((Path(__file__).parent.parent / "manifest" / "schema.json").read_text())
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "Optional[Sequence[int]]" in node.get("enum", ()):
+                found.append(node["enum"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    assert found and all(sorted(enum) == sorted(PARAM_TYPES) for enum in found)

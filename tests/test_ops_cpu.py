@@ -72,6 +72,31 @@ def test_bad_construction() -> None:
         CumsumFwdOp(N=4, dtype=torch.float32, kernel_map={"cumsum_fwd": int})
 
 
+def test_params_outside_their_manifest_type_are_refused_by_name() -> None:
+    from tileops.ops import CumsumFwdOp, RMSNormFwdOp, SumFwdOp
+
+    with pytest.raises(TypeError, match=r"SumFwdOp: dim must be an int, a sequence of ints or None, got 1.5 \(float\)"):
+        SumFwdOp(dtype=torch.float32, dim=1.5)
+    with pytest.raises(TypeError, match=r"SumFwdOp: dim must be .*, got \[0, 'a'\] \(list\)"):
+        SumFwdOp(dtype=torch.float32, dim=[0, "a"])
+    with pytest.raises(TypeError, match=r"SumFwdOp: keepdim must be a bool, got 'yes' \(str\)"):
+        SumFwdOp(dtype=torch.float32, keepdim="yes")
+    with pytest.raises(TypeError, match=r"CumsumFwdOp: dim must be an int, got True \(bool\)"):
+        CumsumFwdOp(N=4, dtype=torch.float32, dim=True)
+    with pytest.raises(TypeError, match=r"RMSNormFwdOp: eps must be a float, got '1e-5' \(str\)"):
+        RMSNormFwdOp(N=8, dtype=torch.float32, eps="1e-5")
+
+
+def test_a_single_axis_reads_as_a_one_axis_tuple_as_in_torch() -> None:
+    from tileops.ops import AmaxFwdOp, SumFwdOp
+
+    x = torch.randn(3, 5, 4)
+    assert SumFwdOp(dtype=torch.float32, dim=-1).dim == (-1,)
+    assert SumFwdOp(dtype=torch.float32, dim=[0, 2]).dim == (0, 2)
+    torch.testing.assert_close(SumFwdOp(dtype=torch.float32, dim=1)(x), torch.sum(x, dim=1))
+    torch.testing.assert_close(AmaxFwdOp(dtype=torch.float32, dim=-1, keepdim=True)(x), torch.amax(x, -1, True))
+
+
 def test_shape_rule_violations_quote_the_rule() -> None:
     from tileops.ops import AddFwdOp, CumsumFwdOp, MulFwdOp, RMSNormFwdOp
 

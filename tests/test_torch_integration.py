@@ -119,6 +119,14 @@ def test_functional_api_matches_reference_and_compiles() -> None:
     torch.testing.assert_close(compiled(x, w), torch.cumsum(torch.nn.functional.rms_norm(x, (32,), w, 1e-6), 1))
 
 
+def test_functional_reductions_take_a_single_axis_eager_and_compiled() -> None:
+    x = torch.randn(4, 6, 5)
+    torch.testing.assert_close(F.sum(x, dim=-1), torch.sum(x, dim=-1))
+    torch.testing.assert_close(F.var(x, dim=1, keepdim=True), torch.var(x, dim=1, keepdim=True))
+    compiled = torch.compile(lambda t: F.mean(t, dim=0) + F.amax(t, dim=0), backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), torch.mean(x, dim=0) + torch.amax(x, dim=0))
+
+
 def test_functional_cross_entropy_returns_the_loss_alone_as_torch_does() -> None:
     # lse is an output of CrossEntropyFwdOp kept for the backward (``saved`` in the manifest).
     logits = torch.randn(9, 33, requires_grad=True)

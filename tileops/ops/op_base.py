@@ -21,6 +21,7 @@ from typing import (Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Op
 
 import torch
 
+from tileops import _params
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import LayoutMemo
 
@@ -341,6 +342,16 @@ class Op(torch.nn.Module):
         if dtype not in allowed:
             names = ", ".join(str(d).replace("torch.", "") for d in allowed)
             raise ValueError(f"{type(self).__name__}: dtype must be one of {names}, got {dtype}")
+
+    def _check_params(self, types: Dict[str, str]) -> None:
+        """Check each param attribute against its manifest type and keep its normalized value
+        (``tileops._params``: sequences as tuples, a single axis as a one-element tuple)."""
+        for name, type_name in types.items():
+            try:
+                value = _params.normalized(type_name, getattr(self, name))
+            except _params.ParamTypeError as error:
+                raise TypeError(f"{type(self).__name__}: {name} {error}") from None
+            setattr(self, name, value)
 
     def _check_choice(self, name: str, value: Any, choices: Tuple[Any, ...]) -> None:
         if value not in choices:

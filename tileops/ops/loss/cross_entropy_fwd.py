@@ -66,6 +66,7 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
         self.reduction = reduction
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
+        self._check_params({"ignore_index": "int", "label_smoothing": "float", "reduction": "str"})
         self._check_choice("reduction", reduction, ('none', 'mean', 'sum'))
         self.dispatch_kernel(kernel_map)
 

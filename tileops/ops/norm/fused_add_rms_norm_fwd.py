@@ -59,6 +59,7 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
         self.eps = eps
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
+        self._check_params({"eps": "float"})
         self.dispatch_kernel(kernel_map)
 
     @property

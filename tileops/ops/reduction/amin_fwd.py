@@ -58,6 +58,7 @@ class AminFwdOp(ReductionOp):
         self.keepdim = keepdim
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
+        self._check_params({"dim": "Optional[Sequence[int]]", "keepdim": "bool"})
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -128,7 +129,7 @@ class AminFwdOp(ReductionOp):
 register_library_op(
     AminFwdOp,
     "tileops::amin_fwd",
-    "(Tensor x, int[]? dim, bool keepdim, int handle) -> Tensor",
+    "(Tensor x, int[1]? dim, bool keepdim, int handle) -> Tensor",
     inputs=("x",),
     params=("dim", "keepdim"),
     outputs=("y",),

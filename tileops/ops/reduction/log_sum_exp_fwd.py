@@ -58,6 +58,7 @@ class LogSumExpFwdOp(ReductionOp):
         self.keepdim = keepdim
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
+        self._check_params({"dim": "Optional[Sequence[int]]", "keepdim": "bool"})
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -126,7 +127,7 @@ class LogSumExpFwdOp(ReductionOp):
 register_library_op(
     LogSumExpFwdOp,
     "tileops::log_sum_exp_fwd",
-    "(Tensor x, int[]? dim, bool keepdim, int handle) -> Tensor",
+    "(Tensor x, int[1]? dim, bool keepdim, int handle) -> Tensor",
     inputs=("x",),
     params=("dim", "keepdim"),
     outputs=("y",),

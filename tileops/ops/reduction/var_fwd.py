@@ -61,6 +61,7 @@ class VarFwdOp(ReductionOp):
         self.correction = correction
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
+        self._check_params({"dim": "Optional[Sequence[int]]", "keepdim": "bool", "correction": "int"})
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -129,7 +130,7 @@ class VarFwdOp(ReductionOp):
 register_library_op(
     VarFwdOp,
     "tileops::var_fwd",
-    "(Tensor x, int[]? dim, bool keepdim, int correction, int handle) -> Tensor",
+    "(Tensor x, int[1]? dim, bool keepdim, int correction, int handle) -> Tensor",
     inputs=("x",),
     params=("dim", "keepdim", "correction"),
     outputs=("y",),

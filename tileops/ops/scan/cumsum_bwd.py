@@ -57,6 +57,7 @@ class CumsumBwdOp(ScanOp):
         self.dim = dim
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
+        self._check_params({"dim": "int"})
         self.dispatch_kernel(kernel_map)
 
     @property

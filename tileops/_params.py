@@ -1,0 +1,78 @@
+"""The manifest's param types: which values each accepts, and the value an op keeps.
+
+The loader checks manifest defaults with these rules and every generated ``__init__``
+checks its arguments with them, so a type means the same thing in both places.  Pure
+Python, no torch import, so the generator can use it too.
+
+Sequence types read a single int as a one-element sequence, as PyTorch's ``int[1]``
+arguments do (``torch.sum(x, dim=-1)``), and are kept as tuples: an op's params are
+part of its identity (shared instances, kernel caches) and must not change after
+construction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+__all__ = ["PARAM_TYPES", "ParamTypeError", "accepts", "normalized"]
+
+# type name -> how an error describes the values it accepts
+PARAM_TYPES: Dict[str, str] = {
+    "int": "an int",
+    "float": "a float",
+    "bool": "a bool",
+    "str": "a str",
+    "Optional[int]": "an int or None",
+    "Optional[float]": "a float or None",
+    "Optional[str]": "a str or None",
+    "Sequence[int]": "an int or a sequence of ints",
+    "Optional[Sequence[int]]": "an int, a sequence of ints or None",
+}
+
+
+class ParamTypeError(TypeError):
+    """A param value outside its manifest type."""
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass, but True as an axis or a count is a mistake.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _accepts_base(base: str, value: Any) -> bool:
+    if base == "int":
+        return _is_int(value)
+    if base == "float":
+        return _is_int(value) or isinstance(value, float)
+    if base == "bool":
+        return isinstance(value, bool)
+    if base == "str":
+        return isinstance(value, str)
+    if base == "Sequence[int]":
+        return _is_int(value) or (isinstance(value, (list, tuple)) and all(_is_int(v) for v in value))
+    raise KeyError(base)
+
+
+def _base(type_name: str) -> "tuple[str, bool]":
+    if type_name not in PARAM_TYPES:
+        raise KeyError(f"unknown param type {type_name!r}; known: {', '.join(PARAM_TYPES)}")
+    if type_name.startswith("Optional[") and type_name.endswith("]"):
+        return type_name[len("Optional["):-1], True
+    return type_name, False
+
+
+def accepts(type_name: str, value: Any) -> bool:
+    """Whether ``value`` is a value of the manifest param type ``type_name``."""
+    base, optional = _base(type_name)
+    return (optional and value is None) or _accepts_base(base, value)
+
+
+def normalized(type_name: str, value: Any) -> Any:
+    """``value`` as an op keeps it (sequences as tuples, a single int as a one-element tuple);
+    ``ParamTypeError`` if it is not of the type."""
+    if not accepts(type_name, value):
+        raise ParamTypeError(f"must be {PARAM_TYPES[type_name]}, got {value!r} ({type(value).__name__})")
+    base, _ = _base(type_name)
+    if base == "Sequence[int]" and value is not None:
+        return (value,) if _is_int(value) else tuple(value)
+    return value
