@@ -22,7 +22,8 @@ from tileops import _params as param_types
 from . import rules
 from .errors import Location, ManifestError, ManifestErrors, RuleSyntaxError
 from .model import (
-    FLOATING_DTYPES, Backward, DtypeSpec, KernelRef, Manifest, OpSpec, OutputRule, ParamSpec, ReferenceBackward,
+    FLOATING_DTYPES, FORMULA_HELPERS, SHAPE_ONLY_ATTRIBUTES, Backward, DtypeSpec, FormulaBackward,
+    KernelRef, Manifest, OpSpec, OutputRule, ParamSpec, ReferenceBackward,
     Roofline, ShapeRule, StaticDim, TensorSpec, Workload, snake_case,
 )
 
@@ -207,18 +208,20 @@ class _EntryBuilder:
             workloads=self._workloads(e.get("workloads") or [], inputs, params),
             location=self.at(),
             reference_backward=self._reference_backward(e.get("backward"), inputs),
+            formula_backward=self._formula_backward(e.get("backward"), inputs, outputs, value_names),
         )
         self._check_differentiable(op)
         return op
 
     def _check_differentiable(self, op: OpSpec) -> None:
         """A Fwd op with a floating-point output says how it is differentiated."""
-        if op.direction != "Fwd" or op.backward is not None or op.backward_by_reference:
+        if op.direction != "Fwd" or op.differentiable:
             return
         if any(dtype in FLOATING_DTYPES for output in op.outputs for dtype in op.resolved_dtype_names(output.name)):
             raise self.fail("a Fwd op with a floating-point output names its backward: `backward: {op: "
-                            "...BwdOp, saves: [...]}`, or `backward: reference` to differentiate its "
-                            "reference with PyTorch's autograd")
+                            "...BwdOp, saves: [...]}`, `backward: {saves: [...], gradients: {<input>: "
+                            "<formula>}}`, or `backward: reference` to differentiate its reference with "
+                            "PyTorch's autograd")
 
     def _tensors(self, spec: Dict[str, Any], group: str) -> Tuple[TensorSpec, ...]:
         out = []
@@ -437,7 +440,7 @@ class _EntryBuilder:
             return None
         if not self.name.endswith("FwdOp"):
             raise self.fail("only a Fwd op names a backward", "backward")
-        if spec == REFERENCE_BACKWARD or "reference" in spec:
+        if spec == REFERENCE_BACKWARD or "gradients" in spec:
             return None
         known = {t.name for t in inputs + outputs}
         for index, name in enumerate(spec.get("saves") or []):
@@ -447,16 +450,65 @@ class _EntryBuilder:
         return Backward(spec["op"], tuple(spec.get("saves") or ()), self.at("backward"))
 
     def _reference_backward(self, spec, inputs):
-        if spec == REFERENCE_BACKWARD:
-            return ReferenceBackward(tuple(t.name for t in inputs), self.at("backward"))
-        if not isinstance(spec, dict) or "reference" not in spec:
+        if spec != REFERENCE_BACKWARD:
             return None
-        names = [t.name for t in inputs]
-        for index, name in enumerate(spec["saves"]):
-            if name not in names:
-                raise self.fail(f"saves {name!r}, which is no input (the reference is recomputed from inputs: "
-                                f"{names})", "backward", "saves", index)
-        return ReferenceBackward(tuple(n for n in names if n in spec["saves"]), self.at("backward"))
+        return ReferenceBackward(tuple(t.name for t in inputs), self.at("backward"))
+
+    def _formula_backward(self, spec, inputs, outputs, values):
+        if not isinstance(spec, dict) or "gradients" not in spec:
+            return None
+        if len(outputs) != 1:
+            raise self.fail("gradient formulas serve ops with one output; name a Bwd op instead", "backward")
+        saves = tuple(spec.get("saves") or ())
+        known = {t.name for t in inputs + outputs}
+        for index, name in enumerate(saves):
+            if name not in known:
+                raise self.fail(f"saves {name!r}, which is no input or output (known: {sorted(known)})",
+                                "backward", "saves", index)
+        formulas = spec["gradients"]
+        for name in formulas:
+            if name not in {t.name for t in inputs}:
+                raise self.fail(f"a gradient formula for {name!r}, which is no input", "backward", "gradients", name)
+        for tensor in inputs:
+            floating = any(d in FLOATING_DTYPES for d in self._dtype_names_of(tensor, inputs + outputs))
+            if floating and tensor.name not in formulas:
+                raise self.fail(f"no gradient formula for the floating-point input {tensor.name!r}",
+                                "backward", "gradients")
+        unsaved = {t.name for t in inputs} - set(saves)
+        allowed = (values | set(saves) | unsaved | {f"grad_{t.name}" for t in outputs} | REFERENCE_GLOBALS
+                   | FORMULA_HELPERS)
+        gradients = tuple((t.name, self._formula(formulas[t.name], allowed, unsaved, t.name))
+                          for t in inputs if t.name in formulas)
+        return FormulaBackward(saves, gradients, self.at("backward"))
+
+    def _dtype_names_of(self, tensor, tensors):
+        by_name = {t.name: t for t in tensors}
+        while tensor.dtype.same_as is not None:
+            tensor = by_name[tensor.dtype.same_as]
+        return tensor.dtype.names
+
+    def _formula(self, text, allowed, unsaved, name):
+        where = ("backward", "gradients", name)
+        try:
+            tree = ast.parse(str(text).strip(), mode="eval")
+        except SyntaxError as exc:
+            raise self.fail(f"gradient formula is not a Python expression: {exc.msg}", *where) from None
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
+                raise self.fail(f"`{type(node).__name__}` is not allowed in a gradient formula", *where)
+            if not isinstance(node, ast.Name):
+                continue
+            if node.id not in allowed:
+                raise self.fail(f"gradient formula reads unknown name {node.id!r}; it may use saved tensors, "
+                                f"grad_<output>, params, static dims, torch, math and "
+                                f"{', '.join(sorted(FORMULA_HELPERS))}", *where)
+            parent = parents.get(node)
+            if node.id in unsaved and not (isinstance(parent, ast.Attribute) and parent.attr in SHAPE_ONLY_ATTRIBUTES):
+                raise self.fail(f"gradient formula reads the values of {node.id!r}, which the backward does not "
+                                f"save (add it to saves, or use only its {', '.join(sorted(SHAPE_ONLY_ATTRIBUTES))})",
+                                *where)
+        return str(text).strip()
 
     def _workloads(self, specs, inputs, params):
         out = []

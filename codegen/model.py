@@ -17,7 +17,8 @@ from .errors import Location
 
 __all__ = [
     "DTYPE_NAMES", "FLOATING_DTYPES", "DtypeSpec", "TensorSpec", "ParamSpec", "StaticDim", "ShapeRule", "OutputRule",
-    "Roofline", "KernelRef", "Backward", "ReferenceBackward", "Workload", "OpSpec", "Manifest", "snake_case",
+    "Roofline", "KernelRef", "Backward", "ReferenceBackward", "FormulaBackward", "FORMULA_HELPERS",
+    "SHAPE_ONLY_ATTRIBUTES", "Workload", "OpSpec", "Manifest", "snake_case",
 ]
 
 # Every dtype name the manifest may use, in a fixed order (used for exhaustive checks).
@@ -151,10 +152,27 @@ class Backward:
 
 @dataclass(frozen=True)
 class ReferenceBackward:
-    """``backward: reference``: gradients by autograd of the reference, recomputed from the inputs
-    in ``saves``; the others' values do not change the gradient (add, sum), so only their shapes are kept."""
+    """``backward: reference``: gradients by autograd of the reference, recomputed in the backward
+    from the inputs (all saved)."""
 
     saves: Tuple[str, ...]
+    location: Location
+
+
+# Helpers a gradient formula may call: ``tileops.ops.gradient_formulas.__all__`` less ``ShapeOf``.
+FORMULA_HELPERS = frozenset({"unreduce", "reduced_count", "extremum_gradient"})
+# What a formula may read of an input it does not save: a ``ShapeOf`` has only these.
+SHAPE_ONLY_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device"})
+
+
+@dataclass(frozen=True)
+class FormulaBackward:
+    """``backward: {saves: [...], gradients: {input: formula}}``: each floating-point input's
+    gradient by a PyTorch expression of the saved tensors, ``grad_<output>`` and the params
+    (see ``tileops.ops.gradient_formulas``).  An input that is not saved is seen by its shape only."""
+
+    saves: Tuple[str, ...]
+    gradients: Tuple[Tuple[str, str], ...]  # (input, formula), in input order
     location: Location
 
 
@@ -197,10 +215,22 @@ class OpSpec:
     source_text: str = field(compare=False, default="")
     # ``backward: reference``: gradients by PyTorch's autograd of ``reference`` (no Bwd op).
     reference_backward: Optional[ReferenceBackward] = None
+    # ``backward: {gradients: ...}``: gradients by the manifest's formulas (no Bwd op).
+    formula_backward: Optional[FormulaBackward] = None
 
     @property
     def backward_by_reference(self) -> bool:
         return self.reference_backward is not None
+
+    @property
+    def backward_by_formulas(self) -> bool:
+        return self.formula_backward is not None
+
+    @property
+    def differentiable(self) -> bool:
+        """Whether the manifest says how autograd differentiates the op (a Bwd op, the reference
+        or formulas)."""
+        return self.backward is not None or self.backward_by_reference or self.backward_by_formulas
 
     # ---- derived names -------------------------------------------------------------
     @property

@@ -49,6 +49,7 @@ SECTIONS: Dict[str, str] = {
     "workloads": "workloads",      # the manifest workloads as a class attribute
     "checks": "checks",            # _check_inputs: the manifest's rules on the inputs
     "reference": "reference",      # the manifest's PyTorch reference
+    "gradients": "gradients",      # _formula_gradients: the manifest's gradient formulas
     "library": "library",          # _library_call, _fake_outputs, backward_op
     "registration": "registration",  # the torch.library custom op, its fake and its autograd
 }

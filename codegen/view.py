@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from . import rules
-from .model import OpSpec, snake_case
+from .model import FORMULA_HELPERS, OpSpec, snake_case
 
 __all__ = ["OpView", "FunctionView", "forward_naming", "shapes_naming"]
 
@@ -216,16 +216,49 @@ class OpView:
 
     @property
     def reference_expr(self) -> str:
-        tree = ast.parse(self.op.reference, mode="eval")
-        values = set(self.op.param_names) | set(self.op.static_dim_names)
+        return self._method_expr(self.op.reference)
+
+    def _method_expr(self, text: str, helpers: Tuple[str, ...] = (), helper_module: str = "") -> str:
+        """A manifest expression as a method of the op reads it: params and static dims as
+        ``self.<name>``, helpers as ``<helper_module>.<name>``."""
+        tree = ast.parse(text, mode="eval")
+        owners = {**{n: "self" for n in (*self.op.param_names, *self.op.static_dim_names)},
+                  **{n: helper_module for n in helpers}}
 
         class ToAttributes(ast.NodeTransformer):
             def visit_Name(self, node: ast.Name) -> ast.AST:
-                if node.id in values:
-                    return ast.copy_location(ast.Attribute(ast.Name("self", ast.Load()), node.id, ast.Load()), node)
+                if node.id in owners:
+                    owner = ast.Name(owners[node.id], ast.Load())
+                    return ast.copy_location(ast.Attribute(owner, node.id, ast.Load()), node)
                 return node
 
         return ast.unparse(ToAttributes().visit(tree))
+
+    # ---- gradient formulas ---------------------------------------------------------------
+    @property
+    def formula_params(self) -> List[str]:
+        """``_formula_gradients``'s arguments after ``needs``: every input (a tensor if saved, else
+        its ``ShapeOf``), the saved outputs, then the output gradients."""
+        formulas = self.op.formula_backward
+        assert formulas is not None
+        saved_outputs = [n for n in self.op.output_names if n in formulas.saves]
+        return ([f"{n}: Any" for n in self.op.input_names] + [f"{n}: torch.Tensor" for n in saved_outputs]
+                + [f"grad_{n}: torch.Tensor" for n in self.op.output_names])
+
+    @property
+    def gradient_exprs(self) -> List[str]:
+        """One expression per input: its formula when ``needs`` asks for it, else None."""
+        formulas = self.op.formula_backward
+        assert formulas is not None
+        by_input = dict(formulas.gradients)
+        out = []
+        for index, name in enumerate(self.op.input_names):
+            if name in by_input:
+                formula = self._method_expr(by_input[name], tuple(sorted(FORMULA_HELPERS)), "formulas")
+                out.append(f"{formula} if needs[{index}] else None")
+            else:
+                out.append("None")
+        return out
 
     # ---- S17 -----------------------------------------------------------------------
     @property
@@ -376,6 +409,8 @@ class OpView:
     def typing_imports(self) -> str:
         """The ``typing`` names the op file uses: ``Sequence`` only for a param typed with it."""
         names = ["Dict", "Optional", "Tuple", "Type"]
+        if self.op.backward_by_formulas:
+            names.append("Any")
         if any("Sequence" in p.type for p in self.op.params):
             names.append("Sequence")
         return ", ".join(sorted(names))

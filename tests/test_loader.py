@@ -140,14 +140,40 @@ def test_a_differentiable_fwd_op_must_say_how_it_is_differentiated(tmp_path: Pat
     assert op.backward is None and not op.backward_by_reference
 
 
-def test_a_reference_backward_saves_inputs_only(tmp_path: Path) -> None:
-    (op,) = load_files([write(tmp_path, GOOD.replace("  backward: reference\n",
-                                                     "  backward: {reference: true, saves: [w]}\n"))],
-                       root=tmp_path).ops
-    assert op.reference_backward.saves == ("w",)
-    (error,) = errors_of(tmp_path, write(tmp_path, GOOD.replace("  backward: reference\n",
-                                                                "  backward: {reference: true, saves: [y]}\n")))
-    assert "saves 'y', which is no input" in str(error)
+def _with_formulas(text: str) -> str:
+    return GOOD.replace("  backward: reference\n", text)
+
+
+def test_gradient_formulas_load_in_input_order(tmp_path: Path) -> None:
+    (op,) = load_files([write(tmp_path, _with_formulas(
+        "  backward:\n    saves: [w]\n    gradients:\n      w: \"grad_y.sum_to_size(w.shape) * dim\"\n"
+        "      x: \"unreduce(grad_y, x.shape, None, True) * w\"\n"))], root=tmp_path).ops
+    assert op.backward is None and not op.backward_by_reference and op.differentiable
+    assert op.formula_backward.saves == ("w",)
+    assert [name for name, _ in op.formula_backward.gradients] == ["x", "w"]
+
+
+@pytest.mark.parametrize("backward, message", [
+    ('{gradients: {x: "grad_y * z", w: "grad_y"}, saves: [w]}', "reads unknown name 'z'"),
+    ('{gradients: {x: "grad_y * x", w: "grad_y"}}', "reads the values of 'x', which the backward does not save"),
+    ('{gradients: {x: "grad_y"}}', "no gradient formula for the floating-point input 'w'"),
+    ('{gradients: {x: "grad_y", w: "grad_y", v: "grad_y"}}', "a gradient formula for 'v', which is no input"),
+    ('{gradients: {x: "grad_y", w: "(lambda t: t)(grad_y)"}}', "`Lambda` is not allowed"),
+    ('{gradients: {x: "grad_y +", w: "grad_y"}}', "is not a Python expression"),
+    ('{gradients: {x: "grad_y", w: "grad_y"}, saves: [q]}', "saves 'q', which is no input or output"),
+])
+def test_gradient_formula_errors_are_located(tmp_path: Path, backward: str, message: str) -> None:
+    text = _with_formulas(f"  backward: {backward}\n")
+    (error,) = errors_of(tmp_path, write(tmp_path, text))
+    assert message in str(error)
+    assert error.location.line == line_of(text, "backward:")
+
+
+def test_formula_helpers_are_the_helper_module_s_functions() -> None:
+    from codegen.model import FORMULA_HELPERS
+    from tileops.ops import gradient_formulas
+
+    assert FORMULA_HELPERS == set(gradient_formulas.__all__) - {"ShapeOf"}
 
 
 def test_real_manifest_loads_and_every_file_declares_the_schema() -> None:

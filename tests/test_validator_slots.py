@@ -40,11 +40,10 @@ def test_every_rendered_file_is_cut_into_its_slots(manifest) -> None:
 
 @pytest.mark.parametrize("part", OP_FILE_PARTS)
 def test_an_edit_in_one_slot_is_reported_as_that_slot(manifest, part: str) -> None:
-    op = manifest.op("RMSNormFwdOp")
+    # RMSNormFwdOp renders every part but the gradient formulas, which AddFwdOp has.
+    op = next(op for op in (manifest.op("RMSNormFwdOp"), manifest.op("AddFwdOp")) if _rendered(op)[part].strip())
     text = render_op(op)
     rendered = _rendered(op)
-    if not rendered[part].strip():
-        pytest.skip(f"{part} renders nothing for {op.name}")
     lines = text.splitlines()
     first = next(n for n in cut(text, op.name, rendered).regions[part] if lines[n - 1].strip())
     lines[first - 1] += "  # edited by hand"

@@ -236,6 +236,7 @@ def _manifest_location(op: OpSpec, slot: str) -> str:
         "S19": lambda: op.roofline.location,
         "S21": lambda: op.static_dims[0].location if op.static_dims else op.location,
         "reference": lambda: op.location.child("reference"),
+        "gradients": lambda: op.location.child("backward"),
     }
     return where(specific.get(slot, lambda: op.location)())
 

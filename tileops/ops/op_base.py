@@ -22,10 +22,11 @@ from typing import (Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Op
 import torch
 
 from tileops import _params
+from tileops.ops import gradient_formulas as formulas
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import LayoutMemo
 
-__all__ = ["Op", "STRICT_DEVICE_ENV", "SHARED_INSTANCE", "BackwardWiring", "ReferenceBackward",
+__all__ = ["Op", "STRICT_DEVICE_ENV", "SHARED_INSTANCE", "BackwardWiring", "ReferenceBackward", "FormulaBackward",
            "register_library_op"]
 
 logger = logging.getLogger(__name__)
@@ -413,19 +414,24 @@ class BackwardWiring(NamedTuple):
 
 
 class ReferenceBackward(NamedTuple):
-    """An op the manifest differentiates by its reference (``backward: reference``).
+    """An op the manifest differentiates by its reference (``backward: reference``): the backward
+    recomputes the reference from the saved inputs and differentiates it."""
 
-    The backward recomputes the reference from the inputs named in ``saves``; every other
-    input's value leaves the gradient unchanged (the operands of an add, the input of a sum),
-    so autograd keeps only a placeholder of its shape instead of the tensor.
-    """
+
+class FormulaBackward(NamedTuple):
+    """An op the manifest differentiates by gradient formulas (``backward: {gradients: ...}``):
+    the generated ``_formula_gradients`` reads the tensors named in ``saves`` (inputs or outputs)
+    and the output gradients; every other input is kept as its ``ShapeOf`` only."""
 
     saves: Tuple[str, ...]
 
 
+Differentiation = Union[BackwardWiring, ReferenceBackward, FormulaBackward]
+
+
 def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequence[str],
                         params: Sequence[str], outputs: Sequence[str],
-                        backward: Union[BackwardWiring, ReferenceBackward, None] = None) -> Any:
+                        backward: Optional[Differentiation] = None) -> Any:
     """Register ``cls`` as the custom op ``name``: its kernel, fake function and autograd.
 
     The custom op takes the op's tensors, its params and an instance handle
@@ -460,16 +466,20 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         # Autograd refuses a gradient for an optional input that was None.
         ctx.present = tuple(t is not None for t in tensors)
         if isinstance(backward, ReferenceBackward):  # the reference is recomputed from the inputs
-            ctx.save_for_backward(*(_placeholder(t) if t is not None and n not in backward.saves else t
-                                    for n, t in zip(input_names, tensors)))
+            ctx.save_for_backward(*tensors)
             return
         results = output if isinstance(output, tuple) else (output,)
         named = {**dict(zip(input_names, tensors)), **dict(zip(output_names, results))}
         ctx.save_for_backward(*(named[n] for n in backward.saves))
+        if isinstance(backward, FormulaBackward):
+            ctx.shapes_of = tuple(formulas.ShapeOf.of(t) if t is not None and n not in backward.saves else None
+                                  for n, t in zip(input_names, tensors))
 
     def differentiate(ctx: Any, *grads: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         if isinstance(backward, ReferenceBackward):
             return ctx.op._reference_gradients(ctx.needs_input_grad[:n_inputs], ctx.saved_tensors, grads) + no_grads
+        if isinstance(backward, FormulaBackward):
+            return formula_gradients(ctx, grads) + no_grads
         named = {**dict(zip(backward.saves, ctx.saved_tensors)),
                  **{f"grad_{o}": g for o, g in zip(output_names, grads)}}
         tensors = [named[n] for n in backward.inputs]
@@ -482,9 +492,18 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         return tuple(by_name.get(f"grad_{n}") if present else None
                      for n, present in zip(input_names, ctx.present)) + no_grads
 
-    if backward is not None and not isinstance(backward, (BackwardWiring, ReferenceBackward)):
-        raise ValueError(f"{cls.__name__}: backward must be a BackwardWiring, a ReferenceBackward or None, "
-                         f"got {backward!r}")
+    def formula_gradients(ctx: Any, grads: Tuple[Optional[torch.Tensor], ...]) -> Tuple[Optional[torch.Tensor], ...]:
+        # Formulas serve one-output ops: a None gradient means nothing needs the output's.
+        if grads[0] is None:
+            return (None,) * n_inputs
+        saved = dict(zip(backward.saves, ctx.saved_tensors))
+        arguments = [saved[n] if n in saved else shape for n, shape in zip(input_names, ctx.shapes_of)]
+        arguments += [saved[n] for n in output_names if n in saved]
+        return ctx.op._formula_gradients(ctx.needs_input_grad[:n_inputs], *arguments, *grads)
+
+    if backward is not None and not isinstance(backward, (BackwardWiring, ReferenceBackward, FormulaBackward)):
+        raise ValueError(f"{cls.__name__}: backward must be a BackwardWiring, a ReferenceBackward, a "
+                         f"FormulaBackward or None, got {backward!r}")
     library_op = torch.library.custom_op(name, kernel, mutates_args=(), schema=schema)
     library_op.register_fake(fake)
     cls._library_params = tuple(params)
@@ -541,12 +560,6 @@ def _autograd_vjp(reference: ReferenceFn, primals: Sequence[torch.Tensor],
                                 allow_unused=True) if pairs else (None,) * len(leaves)
     # An input the outputs do not depend on has a zero gradient, as ``torch.func.vjp`` gives.
     return tuple(torch.zeros_like(leaf) if grad is None else grad for leaf, grad in zip(leaves, found))
-
-
-def _placeholder(tensor: torch.Tensor) -> torch.Tensor:
-    """A tensor of ``tensor``'s shape, dtype and device holding one element: what the backward of a
-    reference whose gradient ignores this input's values recomputes it from."""
-    return tensor.new_zeros(()).expand(tensor.shape)
 
 
 def _needs_grad(inputs: Tuple[Optional[torch.Tensor], ...]) -> bool:

@@ -6,16 +6,17 @@ Provides:
   - MulFwdOp: y = a * b, with PyTorch broadcasting
 """
 
-from typing import Dict, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.elementwise.binary import MulFwdKernel
 from tileops import _shape_rules as rules
+from tileops.ops import gradient_formulas as formulas
 
 from .base import BinaryElementwiseOp
-from ..op_base import ReferenceBackward, register_library_op
+from ..op_base import FormulaBackward, register_library_op
 
 __all__ = ["MulFwdOp"]
 
@@ -79,6 +80,13 @@ class MulFwdOp(BinaryElementwiseOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.mul(a, b)
 
+    def _formula_gradients(self, needs: Tuple[bool, ...], a: Any, b: Any, grad_y: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        """The inputs' gradients by the manifest's formulas, for the inputs ``needs`` marks."""
+        return (
+            (grad_y * b).sum_to_size(a.shape) if needs[0] else None,
+            (grad_y * a).sum_to_size(b.shape) if needs[1] else None,
+        )
+
     def _library_call(self, a: torch.Tensor, b: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one unless given."""
@@ -121,5 +129,5 @@ register_library_op(
     inputs=("a", "b"),
     params=(),
     outputs=("y",),
-    backward=ReferenceBackward(saves=("a", "b")),
+    backward=FormulaBackward(saves=("a", "b")),
 )

@@ -6,16 +6,17 @@ Provides:
   - SigmoidFwdOp: y = 1 / (1 + exp(-x))
 """
 
-from typing import Dict, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.elementwise.unary import SigmoidFwdKernel
 from tileops import _shape_rules as rules
+from tileops.ops import gradient_formulas as formulas
 
 from .base import UnaryElementwiseOp
-from ..op_base import ReferenceBackward, register_library_op
+from ..op_base import FormulaBackward, register_library_op
 
 __all__ = ["SigmoidFwdOp"]
 
@@ -68,6 +69,12 @@ class SigmoidFwdOp(UnaryElementwiseOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.sigmoid(x)
 
+    def _formula_gradients(self, needs: Tuple[bool, ...], x: Any, y: torch.Tensor, grad_y: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        """The inputs' gradients by the manifest's formulas, for the inputs ``needs`` marks."""
+        return (
+            torch.ops.aten.sigmoid_backward(grad_y, y) if needs[0] else None,
+        )
+
     def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one unless given."""
@@ -107,5 +114,5 @@ register_library_op(
     inputs=("x",),
     params=(),
     outputs=("y",),
-    backward=ReferenceBackward(saves=("x",)),
+    backward=FormulaBackward(saves=("y",)),
 )

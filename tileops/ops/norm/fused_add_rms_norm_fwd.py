@@ -143,5 +143,5 @@ register_library_op(
     inputs=("x", "residual", "weight"),
     params=("eps",),
     outputs=("y", "residual_out"),
-    backward=ReferenceBackward(saves=("x", "residual", "weight")),
+    backward=ReferenceBackward(),
 )

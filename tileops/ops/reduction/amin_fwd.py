@@ -6,16 +6,17 @@ Provides:
   - AminFwdOp: y = min(x, dim)
 """
 
-from typing import Dict, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Optional, Sequence, Tuple, Type
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.reduction.reduce import AminKernel
 from tileops import _shape_rules as rules
+from tileops.ops import gradient_formulas as formulas
 
 from .base import ReductionOp
-from ..op_base import ReferenceBackward, register_library_op
+from ..op_base import FormulaBackward, register_library_op
 
 __all__ = ["AminFwdOp"]
 
@@ -93,6 +94,12 @@ class AminFwdOp(ReductionOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.amin(x, dim=() if self.dim is None else self.dim, keepdim=self.keepdim)
 
+    def _formula_gradients(self, needs: Tuple[bool, ...], x: Any, y: torch.Tensor, grad_y: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        """The inputs' gradients by the manifest's formulas, for the inputs ``needs`` marks."""
+        return (
+            formulas.extremum_gradient(grad_y, x, y, self.dim, self.keepdim) if needs[0] else None,
+        )
+
     def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one unless given."""
@@ -133,5 +140,5 @@ register_library_op(
     inputs=("x",),
     params=("dim", "keepdim"),
     outputs=("y",),
-    backward=ReferenceBackward(saves=("x",)),
+    backward=FormulaBackward(saves=("x", "y")),
 )

@@ -6,16 +6,17 @@ Provides:
   - L2NormFwdOp: y = sqrt(sum(x^2, dim))
 """
 
-from typing import Dict, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Optional, Sequence, Tuple, Type
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.reduction.reduce import L2NormKernel
 from tileops import _shape_rules as rules
+from tileops.ops import gradient_formulas as formulas
 
 from .base import ReductionOp
-from ..op_base import ReferenceBackward, register_library_op
+from ..op_base import FormulaBackward, register_library_op
 
 __all__ = ["L2NormFwdOp"]
 
@@ -91,6 +92,12 @@ class L2NormFwdOp(ReductionOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.linalg.vector_norm(x, 2, self.dim, self.keepdim)
 
+    def _formula_gradients(self, needs: Tuple[bool, ...], x: Any, y: torch.Tensor, grad_y: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        """The inputs' gradients by the manifest's formulas, for the inputs ``needs`` marks."""
+        return (
+            x * (formulas.unreduce(grad_y, x.shape, self.dim, self.keepdim) / formulas.unreduce(y, x.shape, self.dim, self.keepdim)).masked_fill(formulas.unreduce(y, x.shape, self.dim, self.keepdim) == 0, 0) if needs[0] else None,
+        )
+
     def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one unless given."""
@@ -131,5 +138,5 @@ register_library_op(
     inputs=("x",),
     params=("dim", "keepdim"),
     outputs=("y",),
-    backward=ReferenceBackward(saves=("x",)),
+    backward=FormulaBackward(saves=("x", "y")),
 )

@@ -6,16 +6,17 @@ Provides:
   - VarFwdOp: y = sum((x - mean(x, dim))^2, dim) / max(n - correction, 0)
 """
 
-from typing import Dict, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Optional, Sequence, Tuple, Type
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.reduction.reduce import VarKernel
 from tileops import _shape_rules as rules
+from tileops.ops import gradient_formulas as formulas
 
 from .base import ReductionOp
-from ..op_base import ReferenceBackward, register_library_op
+from ..op_base import FormulaBackward, register_library_op
 
 __all__ = ["VarFwdOp"]
 
@@ -94,6 +95,12 @@ class VarFwdOp(ReductionOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.var(x, dim=self.dim, correction=self.correction, keepdim=self.keepdim)
 
+    def _formula_gradients(self, needs: Tuple[bool, ...], x: Any, grad_y: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        """The inputs' gradients by the manifest's formulas, for the inputs ``needs`` marks."""
+        return (
+            formulas.unreduce(grad_y, x.shape, self.dim, self.keepdim) * (x - x.mean(self.dim, keepdim=True)) * 2 / (formulas.reduced_count(x.shape, self.dim) - self.correction) if needs[0] else None,
+        )
+
     def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one unless given."""
@@ -134,5 +141,5 @@ register_library_op(
     inputs=("x",),
     params=("dim", "keepdim", "correction"),
     outputs=("y",),
-    backward=ReferenceBackward(saves=("x",)),
+    backward=FormulaBackward(saves=("x",)),
 )

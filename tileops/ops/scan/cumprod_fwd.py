@@ -130,5 +130,5 @@ register_library_op(
     inputs=("x",),
     params=("dim",),
     outputs=("y",),
-    backward=ReferenceBackward(saves=("x",)),
+    backward=ReferenceBackward(),
 )

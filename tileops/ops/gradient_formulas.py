@@ -1,0 +1,64 @@
+"""Helpers of the manifest's gradient formulas (``backward: {gradients: ...}``).
+
+A formula is a PyTorch expression of an input's gradient, written in the manifest and
+rendered into the op's ``_formula_gradients``.  It reads the saved tensors, the output
+gradients ``grad_<output>``, the params, and these helpers; an input that is not saved
+appears as a ``ShapeOf`` (its shape, rank, dtype and device, no values), which is all
+the gradient of an add or a sum needs.
+
+The helpers are the reduction bookkeeping that PyTorch's own derivative formulas do in
+C++ (``sum_backward``, ``amax_backward``, ...): putting reduced axes back, counting
+reduced elements, and sharing an extremum's gradient among its ties.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence, Tuple, Union
+
+import torch
+
+from tileops import _shape_rules as rules
+
+__all__ = ["ShapeOf", "unreduce", "reduced_count", "extremum_gradient"]
+
+Dims = Optional[Union[int, Sequence[int]]]
+
+
+class ShapeOf(NamedTuple):
+    """What a formula sees of an input whose values the gradient does not depend on."""
+
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> "ShapeOf":
+        return cls(tensor.shape, tensor.dtype, tensor.device)
+
+
+def unreduce(reduced: torch.Tensor, shape: Sequence[int], dim: Dims, keepdim: bool) -> torch.Tensor:
+    """``reduced`` (a reduction over ``dim`` of a tensor of ``shape``) with its reduced axes put
+    back as size 1, so that it broadcasts against the unreduced tensor (a view)."""
+    if keepdim:
+        return reduced
+    return reduced.reshape(rules.reduced_shape(tuple(shape), dim, True))
+
+
+def reduced_count(shape: Sequence[int], dim: Dims) -> int:
+    """How many elements each output of a reduction over ``dim`` of ``shape`` combines."""
+    if not shape:  # a 0-d tensor reduces over its one element
+        return 1
+    return rules.prod(shape[axis] for axis in rules.normalize_dims(dim, len(shape)))
+
+
+def extremum_gradient(grad: torch.Tensor, x: torch.Tensor, extremum: torch.Tensor, dim: Dims,
+                      keepdim: bool) -> torch.Tensor:
+    """The gradient of ``amax``/``amin`` over ``dim``: each output's gradient shared equally among
+    the inputs equal to it, as PyTorch's autograd does."""
+    ties = x == unreduce(extremum, x.shape, dim, keepdim)
+    axes = rules.normalize_dims(dim, x.ndim) if x.ndim else ()
+    return unreduce(grad, x.shape, dim, keepdim) * ties / ties.sum(axes, keepdim=True)
