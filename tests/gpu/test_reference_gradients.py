@@ -1,8 +1,10 @@
-"""Ops the manifest differentiates by their reference (``backward: reference``) on the GPU.
+"""Ops the manifest differentiates without a Bwd kernel, on the GPU: by gradient formulas
+(``backward: {gradients: ...}``) or by their reference (``backward: reference``).
 
-The forward runs the op's kernels; the backward is ``torch.func.vjp`` of the reference on the
-saved CUDA inputs.  Each is checked against ``torch.autograd`` of the float64 reference, over
-manifest cases (odd sizes, ranks 1-4, strided views), eager and under ``torch.compile``.
+The forward runs the op's kernels; the backward evaluates the formulas on the saved CUDA
+tensors, or differentiates the reference on the saved inputs.  Each is checked against
+``torch.autograd`` of the float64 reference, over manifest cases (odd sizes, ranks 1-4,
+strided views), eager and under ``torch.compile``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from tests.op_checks import Case, assert_close, build_op, make_inputs, manifest_
 
 pytestmark = pytest.mark.gpu
 
-BY_REFERENCE = [op for op in load_manifest().ops if op.backward_by_reference]
+BY_REFERENCE = [op for op in load_manifest().ops if op.backward_by_reference or op.backward_by_formulas]
 CASES_PER_OP = 6
 
 
@@ -34,7 +36,7 @@ def _compiled_case(op_name: str) -> Case:
 
 
 CASES = [(case, False) for op in BY_REFERENCE for case in _nonempty_cases(op.name)[-CASES_PER_OP:]]
-# One case of each op under torch.compile: the vjp traces into the compiled backward graph.
+# One case of each op under torch.compile: formulas or the vjp trace into the compiled backward graph.
 CASES += [(_compiled_case(op.name), True) for op in BY_REFERENCE]
 
 
