@@ -459,8 +459,14 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         op._check_inputs(*args[:n_inputs])
         return op._fake_outputs(*args[:n_inputs])
 
-    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:  # names fixed by torch
-        ctx.op = instance(inputs)
+    # Where each saved tensor is among (inputs..., outputs...), and for formulas which inputs are
+    # seen by shape only: worked out once, not on every call.
+    saves = getattr(backward, "saves", ())
+    saved_positions = tuple((input_names + output_names).index(n) for n in saves)
+    shape_only = tuple(i for i, n in enumerate(input_names) if n not in saves)
+
+    def remember(ctx: Any, op: Op, inputs: Tuple[Any, ...], output: Any) -> None:
+        ctx.op = op
         ctx.handle = inputs[-1]
         tensors = inputs[:n_inputs]
         # Autograd refuses a gradient for an optional input that was None.
@@ -468,12 +474,24 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         if isinstance(backward, ReferenceBackward):  # the reference is recomputed from the inputs
             ctx.save_for_backward(*tensors)
             return
-        results = output if isinstance(output, tuple) else (output,)
-        named = {**dict(zip(input_names, tensors)), **dict(zip(output_names, results))}
-        ctx.save_for_backward(*(named[n] for n in backward.saves))
+        every = tensors + (output if isinstance(output, tuple) else (output,))
+        ctx.save_for_backward(*(every[i] for i in saved_positions))
         if isinstance(backward, FormulaBackward):
-            ctx.shapes_of = tuple(formulas.ShapeOf.of(t) if t is not None and n not in backward.saves else None
-                                  for n, t in zip(input_names, tensors))
+            ctx.shapes_of = tuple(None if tensors[i] is None else
+                                  formulas.ShapeOf(tensors[i].shape, tensors[i].dtype, tensors[i].device)
+                                  for i in shape_only)
+
+    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:  # names fixed by torch
+        remember(ctx, instance(inputs), inputs, output)
+
+    def forward(ctx: Any, *args: Any) -> Any:
+        # The eager Function's forward takes ``ctx`` first: a Function that defines
+        # ``setup_context`` instead binds its arguments through ``inspect.signature`` on every
+        # call (tens of microseconds).
+        op = instance(args)
+        output = op._eager(*args[:n_inputs])
+        remember(ctx, op, args, output)
+        return output
 
     def differentiate(ctx: Any, *grads: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         if isinstance(backward, ReferenceBackward):
@@ -492,13 +510,17 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         return tuple(by_name.get(f"grad_{n}") if present else None
                      for n, present in zip(input_names, ctx.present)) + no_grads
 
+    # ``_formula_gradients`` takes every input (saved, or its shape), the saved outputs, then grads.
+    formula_plan = tuple(("saved", saves.index(n)) if n in saves else ("shape", shape_only.index(i))
+                         for i, n in enumerate(input_names))
+    formula_plan += tuple(("saved", saves.index(n)) for n in output_names if n in saves)
+
     def formula_gradients(ctx: Any, grads: Tuple[Optional[torch.Tensor], ...]) -> Tuple[Optional[torch.Tensor], ...]:
         # Formulas serve one-output ops: a None gradient means nothing needs the output's.
         if grads[0] is None:
             return (None,) * n_inputs
-        saved = dict(zip(backward.saves, ctx.saved_tensors))
-        arguments = [saved[n] if n in saved else shape for n, shape in zip(input_names, ctx.shapes_of)]
-        arguments += [saved[n] for n in output_names if n in saved]
+        sources = {"saved": ctx.saved_tensors, "shape": ctx.shapes_of}
+        arguments = [sources[kind][index] for kind, index in formula_plan]
         return ctx.op._formula_gradients(ctx.needs_input_grad[:n_inputs], *arguments, *grads)
 
     if backward is not None and not isinstance(backward, (BackwardWiring, ReferenceBackward, FormulaBackward)):
@@ -510,22 +532,10 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
     if backward is not None:
         library_op.register_autograd(differentiate, setup_context=setup_context)
         cls._autograd_function = type(f"{cls.__name__}Autograd", (torch.autograd.Function,), {
-            "forward": staticmethod(_forward_with_context(kernel, setup_context)),
+            "forward": staticmethod(forward),
             "backward": staticmethod(differentiate),
         })
     return library_op
-
-
-def _forward_with_context(kernel: Callable[..., Any], setup_context: Callable[..., None]) -> Callable[..., Any]:
-    """An ``autograd.Function.forward`` taking ``ctx`` first: a Function that defines
-    ``setup_context`` instead binds its arguments through ``inspect.signature`` on every call
-    (tens of microseconds)."""
-    def forward(ctx: Any, *args: Any) -> Any:
-        output = kernel(*args)
-        setup_context(ctx, args, output)
-        return output
-
-    return forward
 
 
 def _plain_eager_backward(*tensor_groups: Sequence[Optional[torch.Tensor]]) -> bool:
