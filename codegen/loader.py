@@ -207,11 +207,23 @@ class _EntryBuilder:
             backward=self._backward(e.get("backward"), inputs, outputs),
             workloads=self._workloads(e.get("workloads") or [], inputs, params),
             location=self.at(),
-            reference_backward=self._reference_backward(e.get("backward"), inputs),
+            reference_backward=self._reference_backward(e.get("backward")),
             formula_backward=self._formula_backward(e.get("backward"), inputs, outputs, value_names),
         )
         self._check_differentiable(op)
+        self._check_formulas_cover_inputs(op)
         return op
+
+    def _check_formulas_cover_inputs(self, op: OpSpec) -> None:
+        """Gradient formulas give every floating-point input its gradient."""
+        if op.formula_backward is None:
+            return
+        covered = {name for name, _ in op.formula_backward.gradients}
+        for tensor in op.inputs:
+            floating = any(d in FLOATING_DTYPES for d in op.resolved_dtype_names(tensor.name))
+            if floating and tensor.name not in covered:
+                raise self.fail(f"no gradient formula for the floating-point input {tensor.name!r}",
+                                "backward", "gradients")
 
     def _check_differentiable(self, op: OpSpec) -> None:
         """A Fwd op with a floating-point output says how it is differentiated."""
@@ -449,10 +461,10 @@ class _EntryBuilder:
                                 "backward", "saves", index)
         return Backward(spec["op"], tuple(spec.get("saves") or ()), self.at("backward"))
 
-    def _reference_backward(self, spec, inputs):
+    def _reference_backward(self, spec):
         if spec != REFERENCE_BACKWARD:
             return None
-        return ReferenceBackward(tuple(t.name for t in inputs), self.at("backward"))
+        return ReferenceBackward(self.at("backward"))
 
     def _formula_backward(self, spec, inputs, outputs, values):
         if not isinstance(spec, dict) or "gradients" not in spec:
@@ -469,23 +481,12 @@ class _EntryBuilder:
         for name in formulas:
             if name not in {t.name for t in inputs}:
                 raise self.fail(f"a gradient formula for {name!r}, which is no input", "backward", "gradients", name)
-        for tensor in inputs:
-            floating = any(d in FLOATING_DTYPES for d in self._dtype_names_of(tensor, inputs + outputs))
-            if floating and tensor.name not in formulas:
-                raise self.fail(f"no gradient formula for the floating-point input {tensor.name!r}",
-                                "backward", "gradients")
         unsaved = {t.name for t in inputs} - set(saves)
         allowed = (values | set(saves) | unsaved | {f"grad_{t.name}" for t in outputs} | REFERENCE_GLOBALS
                    | FORMULA_HELPERS)
         gradients = tuple((t.name, self._formula(formulas[t.name], allowed, unsaved, t.name))
                           for t in inputs if t.name in formulas)
         return FormulaBackward(saves, gradients, self.at("backward"))
-
-    def _dtype_names_of(self, tensor, tensors):
-        by_name = {t.name: t for t in tensors}
-        while tensor.dtype.same_as is not None:
-            tensor = by_name[tensor.dtype.same_as]
-        return tensor.dtype.names
 
     def _formula(self, text, allowed, unsaved, name):
         where = ("backward", "gradients", name)

@@ -155,7 +155,6 @@ class ReferenceBackward:
     """``backward: reference``: gradients by autograd of the reference, recomputed in the backward
     from the inputs (all saved)."""
 
-    saves: Tuple[str, ...]
     location: Location
 
 

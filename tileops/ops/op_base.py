@@ -437,9 +437,9 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
     The custom op takes the op's tensors, its params and an instance handle
     (``SHARED_INSTANCE`` for the shared instance of the configuration the inputs
     imply), so compiled graphs and autograd reach the same instance, kernel map
-    and tuned configs as the eager call.  ``backward`` wires its Bwd op, or
-    differentiates the reference, or is ``None`` for an op with no floating-point
-    output (which autograd never differentiates).
+    and tuned configs as the eager call.  ``backward`` wires its Bwd op, or the
+    manifest's gradient formulas, or differentiates the reference, or is ``None`` for an
+    op with no floating-point output (which autograd never differentiates).
     """
     input_names, output_names = tuple(inputs), tuple(outputs)
     n_inputs, n_params = len(input_names), len(params)
