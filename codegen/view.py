@@ -183,6 +183,15 @@ class OpView:
         return ", ".join(self.op.input_names)
 
     @property
+    def require_tensors_call(self) -> str:
+        """``Op._require_tensors`` on the inputs: run when a dtype or shape read failed, to say
+        which input is no tensor."""
+        named = ", ".join(f'"{n}": {n}' for n in self.op.input_names)
+        optional = [t.name for t in self.op.inputs if t.optional]
+        extra = f", optional={self.tuple_literal(tuple(optional))}" if optional else ""
+        return f"_require_tensors({{{named}}}{extra})"
+
+    @property
     def tensor_kwargs(self) -> str:
         return ", ".join(f"{n}={n}" for n in self.op.input_names)
 

@@ -87,6 +87,23 @@ def test_params_outside_their_manifest_type_are_refused_by_name() -> None:
         RMSNormFwdOp(N=8, dtype=torch.float32, eps="1e-5")
 
 
+def test_inputs_that_are_no_tensors_are_refused_by_name() -> None:
+    import tileops.functional as F
+    from tileops.ops import AddFwdOp, LayerNormFwdOp
+
+    x = torch.randn(3, 4)
+    with pytest.raises(TypeError, match="AddFwdOp: b must be a torch.Tensor, got float"):
+        AddFwdOp(dtype=torch.float32)(x, 1.0)
+    with pytest.raises(TypeError, match="AddFwdOp: a must be a torch.Tensor, got float"):
+        F.add(1.0, x)  # the functional form reads a's dtype first
+    with pytest.raises(TypeError, match="LayerNormFwdOp: weight must be a torch.Tensor, got list"):
+        LayerNormFwdOp(N=4, dtype=torch.float32)(x, [1.0] * 4)
+    with pytest.raises(TypeError, match=r"SoftmaxFwdOp: dim must be an int, got \(0,\) \(tuple\)"):
+        F.softmax(x, dim=(0,))
+    # Absent optional inputs stay allowed.
+    torch.testing.assert_close(F.layer_norm(x, None, None), torch.nn.functional.layer_norm(x, (4,)))
+
+
 def test_a_single_axis_reads_as_a_one_axis_tuple_as_in_torch() -> None:
     from tileops.ops import AmaxFwdOp, SumFwdOp
 

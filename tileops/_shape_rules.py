@@ -83,7 +83,10 @@ def shape_without_axes(shape: Sequence[int], axes: Sequence[int], keepdim: bool 
 
 
 def axis_size(shape: Sequence[int], axis: int) -> int:
-    """``shape[axis]``, or -1 when the axis does not exist (the op's own checks then explain why)."""
+    """``shape[axis]``, or -1 when the axis does not exist or is no int (the op's own checks then
+    explain why)."""
+    if not isinstance(axis, int):
+        return -1
     return shape[axis] if -len(shape) <= axis < len(shape) else -1
 
 

@@ -344,6 +344,14 @@ class Op(torch.nn.Module):
             names = ", ".join(str(d).replace("torch.", "") for d in allowed)
             raise ValueError(f"{type(self).__name__}: dtype must be one of {names}, got {dtype}")
 
+    @classmethod
+    def _require_tensors(cls, inputs: Dict[str, Any], optional: Tuple[str, ...] = ()) -> None:
+        """A ``TypeError`` naming the first of ``inputs`` that is no tensor (``None`` is allowed for
+        the ``optional`` ones)."""
+        for name, value in inputs.items():
+            if not isinstance(value, torch.Tensor) and not (value is None and name in optional):
+                raise TypeError(f"{cls.__name__}: {name} must be a torch.Tensor, got {type(value).__name__}")
+
     def _check_params(self, types: Dict[str, str]) -> None:
         """Check each param attribute against its manifest type and keep its normalized value
         (``tileops._params``: sequences as tuples, a single axis as a one-element tuple)."""

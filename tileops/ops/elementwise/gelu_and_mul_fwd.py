@@ -72,7 +72,11 @@ class GeluAndMulFwdOp(GatedElementwiseOp):
 
     def _check_inputs(self, x: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(x)
+        try:
+            self._validate_dtypes(x)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"x": x})
+            raise
         self._check_committed_dtype("x", x)
         shapes = x.shape
         if not self._shapes_known(shapes):
@@ -100,7 +104,11 @@ class GeluAndMulFwdOp(GatedElementwiseOp):
     @classmethod
     def _shared_for(cls, x, approximate) -> "GeluAndMulFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, approximate=approximate)
+        try:
+            return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, approximate=approximate)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"x": x})
+            raise
 
     def _fake_outputs(self, x: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

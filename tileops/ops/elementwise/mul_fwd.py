@@ -64,7 +64,11 @@ class MulFwdOp(BinaryElementwiseOp):
 
     def _check_inputs(self, a: torch.Tensor, b: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(a, b)
+        try:
+            self._validate_dtypes(a, b)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"a": a, "b": b})
+            raise
         self._check_committed_dtype("a", a)
         shapes = (a.shape, b.shape)
         if not self._shapes_known(shapes):
@@ -95,7 +99,11 @@ class MulFwdOp(BinaryElementwiseOp):
     @classmethod
     def _shared_for(cls, a, b) -> "MulFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(dtype=a.dtype)
+        try:
+            return cls.shared(dtype=a.dtype)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"a": a, "b": b})
+            raise
 
     def _fake_outputs(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

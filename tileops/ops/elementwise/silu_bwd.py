@@ -62,7 +62,11 @@ class SiluBwdOp(UnaryElementwiseOp):
 
     def _check_inputs(self, grad_y: torch.Tensor, x: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(grad_y, x)
+        try:
+            self._validate_dtypes(grad_y, x)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"grad_y": grad_y, "x": x})
+            raise
         self._check_committed_dtype("grad_y", grad_y)
         shapes = (grad_y.shape, x.shape)
         if not self._shapes_known(shapes):
@@ -86,7 +90,11 @@ class SiluBwdOp(UnaryElementwiseOp):
     @classmethod
     def _shared_for(cls, grad_y, x) -> "SiluBwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(dtype=grad_y.dtype)
+        try:
+            return cls.shared(dtype=grad_y.dtype)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"grad_y": grad_y, "x": x})
+            raise
 
     def _fake_outputs(self, grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

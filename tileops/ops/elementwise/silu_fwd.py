@@ -61,7 +61,11 @@ class SiluFwdOp(UnaryElementwiseOp):
 
     def _check_inputs(self, x: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(x)
+        try:
+            self._validate_dtypes(x)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"x": x})
+            raise
         self._check_committed_dtype("x", x)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
@@ -76,7 +80,11 @@ class SiluFwdOp(UnaryElementwiseOp):
     @classmethod
     def _shared_for(cls, x) -> "SiluFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(dtype=x.dtype)
+        try:
+            return cls.shared(dtype=x.dtype)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"x": x})
+            raise
 
     def _fake_outputs(self, x: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

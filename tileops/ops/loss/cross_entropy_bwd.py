@@ -82,7 +82,11 @@ class CrossEntropyBwdOp(CrossEntropyBwdBase):
 
     def _check_inputs(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(grad_loss, grad_lse, logits, target, lse)
+        try:
+            self._validate_dtypes(grad_loss, grad_lse, logits, target, lse)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"grad_loss": grad_loss, "grad_lse": grad_lse, "logits": logits, "target": target, "lse": lse}, optional=("grad_lse",))
+            raise
         self._check_committed_dtype("grad_loss", grad_loss)
         shapes = (grad_loss.shape, None if grad_lse is None else grad_lse.shape, logits.shape, target.shape, lse.shape)
         if not self._shapes_known(shapes):
@@ -132,7 +136,11 @@ class CrossEntropyBwdOp(CrossEntropyBwdBase):
     @classmethod
     def _shared_for(cls, grad_loss, grad_lse, logits, target, lse, ignore_index, label_smoothing, reduction) -> "CrossEntropyBwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(V=int(rules.axis_size(logits.shape, 1)), dtype=grad_loss.dtype, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction)
+        try:
+            return cls.shared(V=int(rules.axis_size(logits.shape, 1)), dtype=grad_loss.dtype, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"grad_loss": grad_loss, "grad_lse": grad_lse, "logits": logits, "target": target, "lse": lse}, optional=("grad_lse",))
+            raise
 
     def _fake_outputs(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

@@ -80,7 +80,11 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
 
     def _check_inputs(self, logits: torch.Tensor, target: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(logits, target)
+        try:
+            self._validate_dtypes(logits, target)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"logits": logits, "target": target})
+            raise
         self._check_committed_dtype("logits", logits)
         shapes = (logits.shape, target.shape)
         if not self._shapes_known(shapes):
@@ -116,7 +120,11 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
     @classmethod
     def _shared_for(cls, logits, target, ignore_index, label_smoothing, reduction) -> "CrossEntropyFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(V=int(rules.axis_size(logits.shape, 1)), dtype=logits.dtype, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction)
+        try:
+            return cls.shared(V=int(rules.axis_size(logits.shape, 1)), dtype=logits.dtype, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"logits": logits, "target": target})
+            raise
 
     def _fake_outputs(self, logits: torch.Tensor, target: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

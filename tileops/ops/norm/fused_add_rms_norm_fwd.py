@@ -72,7 +72,11 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
 
     def _check_inputs(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(x, residual, weight)
+        try:
+            self._validate_dtypes(x, residual, weight)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"x": x, "residual": residual, "weight": weight})
+            raise
         self._check_committed_dtype("x", x)
         shapes = (x.shape, residual.shape, weight.shape)
         if not self._shapes_known(shapes):
@@ -104,7 +108,11 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
     @classmethod
     def _shared_for(cls, x, residual, weight, eps) -> "FusedAddRMSNormFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)
+        try:
+            return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"x": x, "residual": residual, "weight": weight})
+            raise
 
     def _fake_outputs(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

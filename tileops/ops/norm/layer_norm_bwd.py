@@ -72,7 +72,11 @@ class LayerNormBwdOp(NormBwdOp):
 
     def _check_inputs(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor] = None) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(grad_y, x, weight)
+        try:
+            self._validate_dtypes(grad_y, x, weight)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"grad_y": grad_y, "x": x, "weight": weight}, optional=("weight",))
+            raise
         self._check_committed_dtype("grad_y", grad_y)
         shapes = (grad_y.shape, x.shape, None if weight is None else weight.shape)
         if not self._shapes_known(shapes):
@@ -104,7 +108,11 @@ class LayerNormBwdOp(NormBwdOp):
     @classmethod
     def _shared_for(cls, grad_y, x, weight, eps) -> "LayerNormBwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=grad_y.dtype, eps=eps)
+        try:
+            return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=grad_y.dtype, eps=eps)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"grad_y": grad_y, "x": x, "weight": weight}, optional=("weight",))
+            raise
 
     def _fake_outputs(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

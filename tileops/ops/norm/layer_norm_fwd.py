@@ -72,7 +72,11 @@ class LayerNormFwdOp(LayerNormOp):
 
     def _check_inputs(self, x: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(x, weight, bias)
+        try:
+            self._validate_dtypes(x, weight, bias)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"x": x, "weight": weight, "bias": bias}, optional=("weight", "bias"))
+            raise
         self._check_committed_dtype("x", x)
         shapes = (x.shape, None if weight is None else weight.shape, None if bias is None else bias.shape)
         if not self._shapes_known(shapes):
@@ -106,7 +110,11 @@ class LayerNormFwdOp(LayerNormOp):
     @classmethod
     def _shared_for(cls, x, weight, bias, eps) -> "LayerNormFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)
+        try:
+            return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"x": x, "weight": weight, "bias": bias}, optional=("weight", "bias"))
+            raise
 
     def _fake_outputs(self, x: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

@@ -71,7 +71,11 @@ class RMSNormFwdOp(NormOp):
 
     def _check_inputs(self, x: torch.Tensor, weight: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(x, weight)
+        try:
+            self._validate_dtypes(x, weight)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"x": x, "weight": weight})
+            raise
         self._check_committed_dtype("x", x)
         shapes = (x.shape, weight.shape)
         if not self._shapes_known(shapes):
@@ -101,7 +105,11 @@ class RMSNormFwdOp(NormOp):
     @classmethod
     def _shared_for(cls, x, weight, eps) -> "RMSNormFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)
+        try:
+            return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"x": x, "weight": weight})
+            raise
 
     def _fake_outputs(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

@@ -70,7 +70,11 @@ class CumsumBwdOp(ScanOp):
 
     def _check_inputs(self, grad_y: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(grad_y)
+        try:
+            self._validate_dtypes(grad_y)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"grad_y": grad_y})
+            raise
         self._check_committed_dtype("grad_y", grad_y)
         shapes = grad_y.shape
         if not self._shapes_known(shapes):
@@ -98,7 +102,11 @@ class CumsumBwdOp(ScanOp):
     @classmethod
     def _shared_for(cls, grad_y, dim) -> "CumsumBwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(N=int(rules.axis_size(grad_y.shape, dim)), dtype=grad_y.dtype, dim=dim)
+        try:
+            return cls.shared(N=int(rules.axis_size(grad_y.shape, dim)), dtype=grad_y.dtype, dim=dim)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"grad_y": grad_y})
+            raise
 
     def _fake_outputs(self, grad_y: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

@@ -71,7 +71,11 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
 
     def _check_inputs(self, x: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(x)
+        try:
+            self._validate_dtypes(x)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"x": x})
+            raise
         self._check_committed_dtype("x", x)
         shapes = x.shape
         if not self._shapes_known(shapes):
@@ -99,7 +103,11 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
     @classmethod
     def _shared_for(cls, x, dim) -> "LogSoftmaxFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)
+        try:
+            return cls.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"x": x})
+            raise
 
     def _fake_outputs(self, x: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""

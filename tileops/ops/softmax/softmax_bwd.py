@@ -72,7 +72,11 @@ class SoftmaxBwdOp(SoftmaxFamilyOp):
 
     def _check_inputs(self, grad_y: torch.Tensor, y: torch.Tensor) -> None:
         """Every manifest rule on the inputs: dtypes, shape rules and static dims."""
-        self._validate_dtypes(grad_y, y)
+        try:
+            self._validate_dtypes(grad_y, y)
+        except AttributeError:  # an input without a dtype: say which one is no tensor
+            self._require_tensors({"grad_y": grad_y, "y": y})
+            raise
         self._check_committed_dtype("grad_y", grad_y)
         shapes = (grad_y.shape, y.shape)
         if not self._shapes_known(shapes):
@@ -102,7 +106,11 @@ class SoftmaxBwdOp(SoftmaxFamilyOp):
     @classmethod
     def _shared_for(cls, grad_y, y, dim) -> "SoftmaxBwdOp":
         """The shared instance for the configuration these inputs and params imply."""
-        return cls.shared(N=int(rules.axis_size(y.shape, dim)), dtype=grad_y.dtype, dim=dim)
+        try:
+            return cls.shared(N=int(rules.axis_size(y.shape, dim)), dtype=grad_y.dtype, dim=dim)
+        except AttributeError:  # an input without a dtype or shape: say which one is no tensor
+            cls._require_tensors({"grad_y": grad_y, "y": y})
+            raise
 
     def _fake_outputs(self, grad_y: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""
