@@ -400,18 +400,23 @@ class _EntryBuilder:
             out.append(tuple(sorted(row.items())))
         return tuple(out)
 
-    def _reference(self, text, tensors, names):
+    def _expression(self, text, allowed, kind, may_use, *where):
+        """The parsed PyTorch expression ``text`` (a reference or a gradient formula): Python syntax,
+        only ``allowed`` names, no lambdas or assignments."""
         try:
-            tree = ast.parse(text.strip(), mode="eval")
+            tree = ast.parse(str(text).strip(), mode="eval")
         except SyntaxError as exc:
-            raise self.fail(f"reference is not a Python expression: {exc.msg}", "reference") from None
-        allowed = tensors | names | REFERENCE_GLOBALS
+            raise self.fail(f"{kind} is not a Python expression: {exc.msg}", *where) from None
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id not in allowed:
-                raise self.fail(f"reference reads unknown name {node.id!r}; it may use inputs, params, "
-                                f"static dims, torch and math", "reference")
+                raise self.fail(f"{kind} reads unknown name {node.id!r}; it may use {may_use}", *where)
             if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
-                raise self.fail(f"`{type(node).__name__}` is not allowed in a reference", "reference")
+                raise self.fail(f"`{type(node).__name__}` is not allowed in a {kind}", *where)
+        return tree
+
+    def _reference(self, text, tensors, names):
+        self._expression(text, tensors | names | REFERENCE_GLOBALS, "reference",
+                         "inputs, params, static dims, torch and math", "reference")
         return text.strip()
 
     def _roofline(self, spec, tensors, names):
@@ -490,22 +495,13 @@ class _EntryBuilder:
 
     def _formula(self, text, allowed, unsaved, name):
         where = ("backward", "gradients", name)
-        try:
-            tree = ast.parse(str(text).strip(), mode="eval")
-        except SyntaxError as exc:
-            raise self.fail(f"gradient formula is not a Python expression: {exc.msg}", *where) from None
+        tree = self._expression(text, allowed, "gradient formula", "saved tensors, grad_<output>, params, static "
+                                f"dims, torch, math and {', '.join(sorted(FORMULA_HELPERS))}", *where)
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
-            if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
-                raise self.fail(f"`{type(node).__name__}` is not allowed in a gradient formula", *where)
-            if not isinstance(node, ast.Name):
-                continue
-            if node.id not in allowed:
-                raise self.fail(f"gradient formula reads unknown name {node.id!r}; it may use saved tensors, "
-                                f"grad_<output>, params, static dims, torch, math and "
-                                f"{', '.join(sorted(FORMULA_HELPERS))}", *where)
             parent = parents.get(node)
-            if node.id in unsaved and not (isinstance(parent, ast.Attribute) and parent.attr in SHAPE_ONLY_ATTRIBUTES):
+            if (isinstance(node, ast.Name) and node.id in unsaved
+                    and not (isinstance(parent, ast.Attribute) and parent.attr in SHAPE_ONLY_ATTRIBUTES)):
                 raise self.fail(f"gradient formula reads the values of {node.id!r}, which the backward does not "
                                 f"save (add it to saves, or use only its {', '.join(sorted(SHAPE_ONLY_ATTRIBUTES))})",
                                 *where)

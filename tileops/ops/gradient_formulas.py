@@ -13,7 +13,7 @@ reduced elements, and sharing an extremum's gradient among its ties.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Tuple, Union
+from typing import NamedTuple, Sequence
 
 import torch
 
@@ -21,7 +21,7 @@ from tileops import _shape_rules as rules
 
 __all__ = ["ShapeOf", "unreduce", "reduced_count", "extremum_gradient"]
 
-Dims = Optional[Union[int, Sequence[int]]]
+Dims = rules.Dims
 
 
 class ShapeOf(NamedTuple):

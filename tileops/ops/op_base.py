@@ -485,8 +485,7 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         every = tensors + (output if isinstance(output, tuple) else (output,))
         ctx.save_for_backward(*(every[i] for i in saved_positions))
         if isinstance(backward, FormulaBackward):
-            ctx.shapes_of = tuple(None if tensors[i] is None else
-                                  formulas.ShapeOf(tensors[i].shape, tensors[i].dtype, tensors[i].device)
+            ctx.shapes_of = tuple(None if tensors[i] is None else formulas.ShapeOf.of(tensors[i])
                                   for i in shape_only)
 
     def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:  # names fixed by torch
