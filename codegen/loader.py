@@ -464,7 +464,22 @@ class _EntryBuilder:
             if name not in known:
                 raise self.fail(f"saves {name!r}, which is no input or output (known: {sorted(known)})",
                                 "backward", "saves", index)
-        return Backward(spec["op"], tuple(spec.get("saves") or ()), self.at("backward"))
+        return Backward(spec["op"], tuple(spec.get("saves") or ()), self.at("backward"),
+                        same_gradient=self._same_gradient(spec.get("same_gradient") or {}, inputs))
+
+    def _same_gradient(self, spec, inputs):
+        """``{input: other input}``: inputs that take another input's gradient (checked against
+        the Bwd op's outputs in ``_resolve_backward``)."""
+        names = [t.name for t in inputs]
+        for name, source in spec.items():
+            where = ("backward", "same_gradient", name)
+            for each in (name, source):
+                if each not in names:
+                    raise self.fail(f"same_gradient names {each!r}, which is no input (inputs: {names})", *where)
+            if name == source or source in spec:
+                raise self.fail(f"{name!r} takes the gradient of {source!r}, which must be another input "
+                                "with a gradient of its own", *where)
+        return tuple((name, spec[name]) for name in names if name in spec)
 
     def _reference_backward(self, spec):
         if spec != REFERENCE_BACKWARD:
@@ -551,6 +566,13 @@ def _resolve_backward(op: OpSpec, bwd: OpSpec) -> OpSpec:
         if name not in grads_of_inputs:
             raise ManifestError(bwd.location.child("signature.outputs"),
                                 f"{name!r} is not grad_<input> of {op.name} ({sorted(grads_of_inputs)})")
+    for name, source in link.same_gradient:
+        if f"grad_{source}" not in bwd.output_names:
+            raise ManifestError(where.child(f"same_gradient.{name}"),
+                                f"{name!r} takes grad_{source}, which {bwd.name} does not return")
+        if f"grad_{name}" in bwd.output_names:
+            raise ManifestError(where.child(f"same_gradient.{name}"),
+                                f"{name!r} takes grad_{source}, but {bwd.name} returns grad_{name} too")
     for dim in bwd.static_dim_names:
         if dim not in op.static_dim_names:
             raise ManifestError(bwd.location.child("static_dims"), f"static dim {dim} is not one of {op.name}'s")

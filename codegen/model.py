@@ -148,6 +148,8 @@ class Backward:
     bwd_import: str = ""               # import statement of the Bwd class, from the Fwd module
     bwd_static_dims: Tuple[str, ...] = ()
     bwd_params: Tuple[str, ...] = ()
+    # (input, other input): inputs whose gradient is another's (``same_gradient``), in input order.
+    same_gradient: Tuple[Tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ import ast
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
+from tileops import _params as param_types
+
 from . import rules
 from .model import FORMULA_HELPERS, OpSpec, snake_case
 
@@ -133,7 +135,7 @@ class OpView:
         out.append("dtype: torch.dtype")
         for p in self.op.params:
             default = f" = {repr(p.default)}" if p.has_default else ""
-            out.append(f"{p.name}: {p.type}{default}")
+            out.append(f"{p.name}: {param_types.annotation(p.type)}{default}")
         out.append("kernel_map: Optional[Dict[str, Type[Kernel]]] = None")
         out.append("tune: bool = False")
         return out
@@ -416,13 +418,21 @@ class OpView:
 
     @property
     def typing_imports(self) -> str:
-        """The ``typing`` names the op file uses: ``Sequence`` only for a param typed with it."""
+        """The ``typing`` names the op file uses: ``Sequence`` and ``Union`` only for a param
+        annotated with them."""
         names = ["Dict", "Optional", "Tuple", "Type"]
         if self.op.backward_by_formulas:
             names.append("Any")
-        if any("Sequence" in p.type for p in self.op.params):
-            names.append("Sequence")
+        annotations = " ".join(param_types.annotation(p.type) for p in self.op.params)
+        names += [name for name in ("Sequence", "Union") if name in annotations]
         return ", ".join(sorted(names))
+
+    @property
+    def same_gradient_literal(self) -> str:
+        """The Bwd wiring's ``same_gradient`` pairs as a tuple literal."""
+        assert self.op.backward is not None
+        pairs = [self.tuple_literal(pair) for pair in self.op.backward.same_gradient]
+        return "(" + ", ".join(pairs) + ("," if len(pairs) == 1 else "") + ")"
 
     @property
     def backward_construction(self) -> str:
@@ -471,7 +481,7 @@ class FunctionView:
         out = [p.split(" = ")[0] + (" = None" if "Optional" in p else "") for p in self.view.forward_params]
         for p in self.op.params:
             default = f" = {repr(p.default)}" if p.has_default else ""
-            out.append(f"{p.name}: {p.type}{default}")
+            out.append(f"{p.name}: {param_types.annotation(p.type)}{default}")
         return out
 
     @property

@@ -14,7 +14,7 @@ import torch
 from tileops.kernels.norm.backward import CLUSTER, COLUMN_SUM, RESIDENT, STREAMED, ClusterLayout, NormBwdKernel
 from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
 from tileops.kernels.norm.layer_norm import LayerNormBwdKernel, LayerNormFwdKernel
-from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
+from tileops.kernels.norm.rms_norm_bwd import FusedAddRMSNormBwdKernel, RMSNormBwdKernel
 from tileops.kernels.norm.rows import RowLayout, StreamLayout, resident_layout
 from tests.toolchain import needs_nvcc
 
@@ -231,6 +231,22 @@ def test_backward_programs_build_for_sm90(cls, N, dtype, has_weight) -> None:
     threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
     assert f"__launch_bounds__({threads}, {kernel.blocks_per_sm(layout)})" in source
     assert "__global__" in _source(kernel, COLUMN_SUM)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("N, dtype, program, shape", [
+    (4096, torch.bfloat16, RESIDENT, {}),
+    (32768, torch.bfloat16, STREAMED, {}),
+    (32768, torch.bfloat16, CLUSTER, {"ctas": 2}),
+], ids=["resident", "streamed", "cluster"])
+def test_fused_add_backward_programs_read_the_sum_s_gradient_in_place(N, dtype, program, shape) -> None:
+    """The gradient of the returned sum is a row input like ``grad_y``: strided reads of 16 bytes."""
+    kernel = FusedAddRMSNormBwdKernel(N, dtype)
+    assert program == CLUSTER or kernel.main_program() == program
+    source = _source(kernel, program, direct=False, has_weight=True, strided=True, **shape)
+    signature = source[source.index("__global__"):source.index("{")]
+    assert signature.index(" G,") < signature.index(" R,") < signature.index(" X,")
+    assert_strided_reads_are_16_bytes(source, "LDG", "LDR", "LDX")
 
 
 @needs_nvcc

@@ -140,6 +140,54 @@ def test_a_differentiable_fwd_op_must_say_how_it_is_differentiated(tmp_path: Pat
     assert op.backward is None and not op.backward_by_reference
 
 
+BWD = """
+AddOneBwdOp:
+  family: demo
+  status: spec-only
+  summary: "grad_x = grad_y"
+  signature:
+    inputs:
+      grad_y: {dtype: "float16 | bfloat16 | float32"}
+    outputs:
+      grad_x: {dtype: "same_as(grad_y)"}
+@MORE_OUTPUTS@  shape_rules:
+    - "grad_x.shape == grad_y.shape"
+@MORE_RULES@  reference: "grad_y"
+  roofline:
+    flops: "0"
+    bytes: "2 * numel(grad_y) * elem_bytes"
+  kernel_map:
+    add_one_bwd: AddOneBwdKernel
+"""
+
+
+def _with_bwd_op(backward: str, more_outputs: str = "") -> str:
+    more_rules = "    - \"grad_w.shape == grad_y.shape\"\n" if more_outputs else ""
+    bwd = BWD.replace("@MORE_OUTPUTS@", more_outputs).replace("@MORE_RULES@", more_rules)
+    return GOOD.replace("  backward: reference\n", f"  backward: {backward}\n") + bwd
+
+
+def test_an_input_may_take_the_gradient_of_another(tmp_path: Path) -> None:
+    fwd, _ = load_files([write(tmp_path, _with_bwd_op("{op: AddOneBwdOp, same_gradient: {w: x}}"))],
+                        root=tmp_path).ops
+    assert fwd.backward.same_gradient == (("w", "x"),) and fwd.backward.bwd_outputs == ("grad_x",)
+
+
+@pytest.mark.parametrize("same_gradient, more_outputs, message", [
+    ("{w: q}", "", "same_gradient names 'q', which is no input"),
+    ("{w: w}", "", "'w' takes the gradient of 'w', which must be another input"),
+    ("{x: w, w: x}", "", "'x' takes the gradient of 'w', which must be another input"),
+    ("{x: w}", "", "'x' takes grad_w, which AddOneBwdOp does not return"),
+    ("{w: x}", "      grad_w: {dtype: \"same_as(grad_y)\"}\n", "AddOneBwdOp returns grad_w too"),
+])
+def test_same_gradient_errors_are_located(tmp_path: Path, same_gradient: str, more_outputs: str,
+                                          message: str) -> None:
+    text = _with_bwd_op(f"{{op: AddOneBwdOp, same_gradient: {same_gradient}}}", more_outputs)
+    (error,) = errors_of(tmp_path, write(tmp_path, text))
+    assert message in str(error)
+    assert error.location.line == line_of(text, "backward:")
+
+
 def _with_formulas(text: str) -> str:
     return GOOD.replace("  backward: reference\n", text)
 

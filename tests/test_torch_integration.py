@@ -225,6 +225,31 @@ def test_layer_norm_gradients_with_any_affine(with_weight: bool, with_bias: bool
         torch.testing.assert_close(mine.grad, expected.grad, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("uses_sum", [True, False], ids=["sum-used", "sum-unused"])
+def test_fused_add_rms_norm_gives_both_addends_the_gradient_of_their_sum(uses_sum: bool) -> None:
+    """x and residual take one gradient (the Bwd op returns it once), eager and compiled, whether
+    or not the returned sum is used downstream (autograd then passes no gradient for it)."""
+    x, residual = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8, requires_grad=True)
+    weight = torch.randn(8, requires_grad=True)
+
+    def reference(a, r, w):
+        total = a + r
+        return torch.nn.functional.rms_norm(total, (8,), w, 1e-6), total
+
+    def loss(fused, a, r, w):
+        y, total = fused(a, r, w)
+        return y.square().sum() + (total.sin().sum() if uses_sum else 0)
+
+    leaves = (x, residual, weight)
+    expected = torch.autograd.grad(loss(reference, *leaves), leaves)
+    compiled = torch.compile(lambda *t: loss(F.fused_add_rms_norm, *t), fullgraph=True, backend="aot_eager")
+    for got in (torch.autograd.grad(loss(F.fused_add_rms_norm, *leaves), leaves),
+                torch.autograd.grad(compiled(*leaves), leaves)):
+        for mine, theirs in zip(got, expected):
+            torch.testing.assert_close(mine, theirs)
+        torch.testing.assert_close(got[0], got[1], rtol=0, atol=0)
+
+
 def test_reference_gradients_trace_into_a_compiled_backward() -> None:
     """``backward: reference`` ops differentiate under torch.compile as in eager mode."""
     def loss(f, a, b):

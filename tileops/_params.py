@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-__all__ = ["PARAM_TYPES", "ParamTypeError", "accepts", "normalized"]
+__all__ = ["PARAM_TYPES", "ParamTypeError", "accepts", "annotation", "normalized"]
 
 # type name -> how an error describes the values it accepts
 PARAM_TYPES: Dict[str, str] = {
@@ -28,6 +28,20 @@ PARAM_TYPES: Dict[str, str] = {
     "Sequence[int]": "an int or a sequence of ints",
     "Optional[Sequence[int]]": "an int, a sequence of ints or None",
 }
+
+
+# type name -> the annotation generated code gives it, where the name alone would mislead: a
+# sequence type takes a single int too.
+_ANNOTATIONS: Dict[str, str] = {
+    "Sequence[int]": "Union[int, Sequence[int]]",
+    "Optional[Sequence[int]]": "Optional[Union[int, Sequence[int]]]",
+}
+
+
+def annotation(type_name: str) -> str:
+    """The Python annotation of a param of manifest type ``type_name`` in generated code."""
+    _base(type_name)  # an unknown type is an error here too
+    return _ANNOTATIONS.get(type_name, type_name)
 
 
 class ParamTypeError(TypeError):

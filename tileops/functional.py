@@ -6,7 +6,7 @@ Each function builds (once per static configuration: sizes, dtype and params) th
 instance it needs and calls it; under ``torch.compile`` it calls the registered custom op.
 """
 
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -185,7 +185,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     return result
 
 
-def sum(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+def sum(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
     """Sum forward: y = sum(x, dim). Functional form of ``SumFwdOp``."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.sum_fwd(x, dim, keepdim, SHARED_INSTANCE)
@@ -194,7 +194,7 @@ def sum(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = Fa
     return result
 
 
-def mean(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+def mean(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
     """Mean forward: y = sum(x, dim) / (number of reduced elements). Functional form of ``MeanFwdOp``."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.mean_fwd(x, dim, keepdim, SHARED_INSTANCE)
@@ -203,7 +203,7 @@ def mean(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = F
     return result
 
 
-def amax(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+def amax(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
     """Amax forward: y = max(x, dim). Functional form of ``AmaxFwdOp``."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.amax_fwd(x, dim, keepdim, SHARED_INSTANCE)
@@ -212,7 +212,7 @@ def amax(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = F
     return result
 
 
-def amin(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+def amin(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
     """Amin forward: y = min(x, dim). Functional form of ``AminFwdOp``."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.amin_fwd(x, dim, keepdim, SHARED_INSTANCE)
@@ -221,7 +221,7 @@ def amin(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = F
     return result
 
 
-def var(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False, correction: int = 1) -> torch.Tensor:
+def var(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False, correction: int = 1) -> torch.Tensor:
     """Var forward: y = sum((x - mean(x, dim))^2, dim) / max(n - correction, 0). Functional form of ``VarFwdOp``."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.var_fwd(x, dim, keepdim, correction, SHARED_INSTANCE)
@@ -230,7 +230,7 @@ def var(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = Fa
     return result
 
 
-def log_sum_exp(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+def log_sum_exp(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
     """LogSumExp forward: y = log(sum(exp(x), dim)), computed stably. Functional form of ``LogSumExpFwdOp``."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.log_sum_exp_fwd(x, dim, keepdim, SHARED_INSTANCE)
@@ -248,7 +248,7 @@ def argmax(x: torch.Tensor, dim: Optional[int] = None, keepdim: bool = False) ->
     return result
 
 
-def l2_norm(x: torch.Tensor, dim: Optional[Sequence[int]] = None, keepdim: bool = False) -> torch.Tensor:
+def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
     """L2Norm forward: y = sqrt(sum(x^2, dim)). Functional form of ``L2NormFwdOp``."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.l2_norm_fwd(x, dim, keepdim, SHARED_INSTANCE)

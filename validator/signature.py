@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import torch
 
 from codegen.errors import Location
 from codegen.model import Manifest, OpSpec
+from tileops._params import annotation
 
 from .cases import primary_dtypes
 from .context import Context, where
@@ -51,7 +52,8 @@ def _annotation(text: str) -> Any:
     fixed = {
         "int": int, "float": float, "bool": bool, "str": str,
         "Optional[int]": Optional[int], "Optional[float]": Optional[float], "Optional[str]": Optional[str],
-        "Sequence[int]": Sequence[int], "Optional[Sequence[int]]": Optional[Sequence[int]],
+        "Union[int, Sequence[int]]": Union[int, Sequence[int]],
+        "Optional[Union[int, Sequence[int]]]": Optional[Union[int, Sequence[int]]],
         "torch.dtype": torch.dtype, "torch.Tensor": torch.Tensor, "Optional[torch.Tensor]": Optional[torch.Tensor],
         "Optional[Dict[str, Type[Kernel]]]": Optional[Dict[str, Type[Kernel]]],
     }
@@ -67,7 +69,7 @@ def expected_init(op: OpSpec) -> List[Expected]:
     primary = op.primary_input
     out.append(Expected("dtype", KEYWORD_ONLY, EMPTY, "torch.dtype", "dtype", primary.location))
     for p in op.params:
-        out.append(Expected(p.name, KEYWORD_ONLY, p.default if p.has_default else EMPTY, p.type,
+        out.append(Expected(p.name, KEYWORD_ONLY, p.default if p.has_default else EMPTY, annotation(p.type),
                             f"signature.params.{p.name}", p.location))
     out.append(Expected("kernel_map", KEYWORD_ONLY, None, "Optional[Dict[str, Type[Kernel]]]", "kernel_map",
                         op.location.child("kernel_map")))

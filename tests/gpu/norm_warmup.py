@@ -77,6 +77,10 @@ def inventory() -> List[Task]:
     for rows, N, dtype in t.SCHEDULE_CASES:
         for kernel in t.schedule_kernels(N, dtype):
             add(kernel_tasks(kernel))
+    for rows, N, dtype in t.FUSED_GRAD_CASES:
+        add(kernel_tasks(_op_kernel("FusedAddRMSNormFwdOp", N, dtype, 1e-6)))
+        add(kernel_tasks(_op_kernel("FusedAddRMSNormBwdOp", N, dtype, 1e-6)))
+        add(kernel_tasks(_op_kernel("FusedAddRMSNormBwdOp", N, dtype, 1e-6), {"strided": True}))
     for N in t.FUSED_SIZES:
         for dtype in t.FUSED_DTYPES:
             add(kernel_tasks(_op_kernel("FusedAddRMSNormFwdOp", N, dtype, 1e-6)))

@@ -1,13 +1,15 @@
-"""The norm family on the GPU: RMSNorm backward, LayerNorm forward and backward, fused add + RMSNorm.
+"""The norm family on the GPU: RMSNorm backward, LayerNorm forward and backward, fused add + RMSNorm
+forward and backward.
 
-* every manifest case of the four ops (workloads, odd sizes, ranks 1-4,
+* every manifest case of the five ops (workloads, odd sizes, ranks 1-4,
   strided and empty inputs) against the float64 reference;
 * gradients through the forward ops' autograd against ``torch.autograd`` of
   the float64 forward reference, over many rows (so the weight and bias
   gradients sum thousands of partials), odd hidden sizes up to 65537 (resident
   and streamed programs, partial sums in registers, shared or global memory),
   and with LayerNorm's weight and bias absent;
-* the backward ops called directly give what autograd gave;
+* the backward ops called directly give what autograd gave (row slices of a wider ``grad_y``
+  read in place give the same);
 * tensors of more than 2**31 elements.
 
 ``python -m tests.gpu.norm_warmup`` compiles every program these tests launch
@@ -24,7 +26,7 @@ from tests.op_checks import assert_close, build_op, check_against_reference, man
 
 pytestmark = pytest.mark.gpu
 
-OPS = ("RMSNormBwdOp", "LayerNormFwdOp", "LayerNormBwdOp", "FusedAddRMSNormFwdOp")
+OPS = ("RMSNormBwdOp", "LayerNormFwdOp", "LayerNormBwdOp", "FusedAddRMSNormFwdOp", "FusedAddRMSNormBwdOp")
 # Workloads up to 2**25 elements (the larger ones, whose random inputs take seconds to draw on the
 # CPU, are checked against the same float64 reference by ``benchmarks.norm_timing``).
 MANIFEST_CASES = [case for name in OPS for case in manifest_cases(name, max_numel=1 << 25)]
@@ -69,6 +71,9 @@ LAYER_GRAD_CASES = [(*case, (True, True)) for case in GRAD_CASES] + [
     (*case, affine) for case in AFFINE_CASES for affine in AFFINES[1:]]
 FUSED_SIZES = ODD_SIZES + (4096, 32768)
 FUSED_DTYPES = (torch.bfloat16, torch.float32)
+# Fused add + RMSNorm training: every backward program (resident with partial sums in registers and
+# in shared memory, streamed, split over clusters for few rows and for many), one-row launches.
+FUSED_GRAD_CASES = [GRAD_CASES[i] for i in (0, 1, 2, 3, 5, 7, 9, 11, 13, 16, 19, 20)]
 
 
 def _op(name: str, N: int, dtype: torch.dtype, eps: float = 1e-5):
@@ -194,6 +199,32 @@ def test_fused_add_rms_norm_odd_sizes(N, dtype):
         expected_y, expected_sum = op.reference(x.double(), residual.double(), weight.double())
         assert_close(y, expected_y, dtype)
         assert_close(residual_out, expected_sum, dtype)
+
+
+@pytest.mark.parametrize("rows, N, dtype", FUSED_GRAD_CASES, ids=str)
+def test_fused_add_rms_norm_gradients_match_autograd(rows, N, dtype):
+    """Both addends get the gradient of their sum: the norm's, plus the returned sum's own."""
+    generator = torch.Generator().manual_seed(rows + 5 * N)
+    x, residual, grad_y, grad_sum = (_randn(rows, N, dtype=dtype, generator=generator) for _ in range(4))
+    weight = _randn(N, dtype=dtype, generator=generator)
+    ours = _leaves([x, residual, weight])
+    y, residual_out = _op("FusedAddRMSNormFwdOp", N, dtype, eps=1e-6)(*ours)
+    torch.autograd.backward((y, residual_out), (grad_y, grad_sum))
+    wide = _leaves([x, residual, weight], torch.float64)
+    total = wide[0] + wide[1]
+    torch.autograd.backward((torch.nn.functional.rms_norm(total, (N,), wide[2], 1e-6), total),
+                            (grad_y.double(), grad_sum.double()))
+    _check_grads(ours, wide, dtype)
+    torch.testing.assert_close(ours[1].grad, ours[0].grad, rtol=0, atol=0)
+    backward = _op("FusedAddRMSNormBwdOp", N, dtype, eps=1e-6)
+    direct = backward(grad_y, grad_sum, residual_out.detach(), weight)
+    torch.testing.assert_close(direct[0], ours[0].grad, rtol=0, atol=0)
+    torch.testing.assert_close(direct[1], ours[2].grad, rtol=0, atol=0)
+    # Row slices of wider tensors, read in place where their stride keeps the accesses aligned.
+    sliced = backward(torch.cat([grad_y, grad_y], -1)[:, :N], torch.cat([grad_sum, grad_y], -1)[:, :N],
+                      residual_out.detach(), weight)
+    for mine, theirs in zip(sliced, direct):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
 
 
 def test_layer_norm_fwd_without_affine_in_inference():

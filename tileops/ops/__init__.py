@@ -1,6 +1,7 @@
 """Every tileops operator class, grouped by family."""
 
 # --- norm (generated) ---
+from .norm import FusedAddRMSNormBwdOp
 from .norm import FusedAddRMSNormFwdOp
 from .norm import LayerNormBwdOp
 from .norm import LayerNormFwdOp
@@ -83,4 +84,5 @@ __all__ = [
     "MeanFwdOp",
     "SumFwdOp",
     "VarFwdOp",
+    "FusedAddRMSNormBwdOp",
 ]

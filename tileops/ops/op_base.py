@@ -45,6 +45,8 @@ _LIVE_OPS: "weakref.WeakValueDictionary[int, Op]" = weakref.WeakValueDictionary(
 # A custom op called with this handle (the functional API under torch.compile) uses
 # the shared instance for its static configuration.
 SHARED_INSTANCE = -1
+# Dtypes the reference path widens to float32 (see ``Op._reference_in_float32``).
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
 _SHARED_CAPACITY = 256
 
 OpT = TypeVar("OpT", bound="Op")
@@ -244,8 +246,23 @@ class Op(torch.nn.Module):
     def _eager(self, *inputs: Optional[torch.Tensor]) -> Any:
         """The computation itself: the kernel for CUDA tensors, else the reference."""
         if self._route(*inputs) == REFERENCE:
-            return self.reference(*inputs)
+            return self._reference_in_float32(*inputs)
         return self._run_kernel(*inputs)
+
+    def _reference_in_float32(self, *inputs: Optional[torch.Tensor]) -> Any:
+        """The reference computed as the kernels compute: half-precision inputs widened to
+        float32, each output rounded once to the dtype the op gives it.
+
+        Evaluated in half precision, a formula can lose every digit to rounding: RMSNorm's
+        gradient of a one-element row is ``g * w * (1 - x**2 * r**2)``, a difference of two
+        nearly equal halves."""
+        if not any(t is not None and t.dtype in _HALF_DTYPES for t in inputs):
+            return self.reference(*inputs)
+        result = self.reference(*(t.float() if t is not None and t.dtype in _HALF_DTYPES else t for t in inputs))
+        promised = self._fake_outputs(*(None if t is None else t.to("meta") for t in inputs))
+        if not isinstance(result, tuple):
+            return result.to(promised.dtype)
+        return tuple(out.to(like.dtype) for out, like in zip(result, promised))
 
     def _library_call(self, *inputs: Optional[torch.Tensor]) -> Any:
         raise NotImplementedError(f"{type(self).__name__}._library_call")
@@ -413,12 +430,14 @@ class BackwardWiring(NamedTuple):
     """How a Fwd op's custom op is differentiated: what it saves and how its Bwd op is called.
 
     Names follow the manifest: Bwd inputs are ``grad_<output>`` or saved tensors, and
-    Bwd outputs are ``grad_<input>``.
+    Bwd outputs are ``grad_<input>``.  ``same_gradient`` pairs an input with the input whose
+    gradient it takes (the addends of a fused residual add): the Bwd op returns it once.
     """
 
     saves: Tuple[str, ...]
     inputs: Tuple[str, ...]
     outputs: Tuple[str, ...]
+    same_gradient: Tuple[Tuple[str, str], ...] = ()
 
 
 class ReferenceBackward(NamedTuple):
@@ -472,6 +491,9 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
     saves = getattr(backward, "saves", ())
     saved_positions = tuple((input_names + output_names).index(n) for n in saves)
     shape_only = tuple(i for i, n in enumerate(input_names) if n not in saves)
+    # The Bwd output that is each input's gradient.
+    taken_from = dict(getattr(backward, "same_gradient", ()))
+    gradient_names = tuple(f"grad_{taken_from.get(n, n)}" for n in input_names)
 
     def remember(ctx: Any, op: Op, inputs: Tuple[Any, ...], output: Any) -> None:
         ctx.op = op
@@ -514,8 +536,8 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
             # The Bwd op is named by the forward's handle, never its own (see ``Op.from_handle``).
             result = ctx.op.backward_op()._library_call(*tensors, handle=ctx.handle)
         by_name = dict(zip(backward.outputs, result if isinstance(result, tuple) else (result,)))
-        return tuple(by_name.get(f"grad_{n}") if present else None
-                     for n, present in zip(input_names, ctx.present)) + no_grads
+        return tuple(by_name.get(n) if present else None
+                     for n, present in zip(gradient_names, ctx.present)) + no_grads
 
     # ``_formula_gradients`` takes every input (saved, or its shape), the saved outputs, then grads.
     formula_plan = tuple(("saved", saves.index(n)) if n in saves else ("shape", shape_only.index(i))

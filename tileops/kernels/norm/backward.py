@@ -329,6 +329,38 @@ def _partials_out(T: Any, dtype: str, direct: bool) -> Tuple[str, Callable[[Any]
     return dtype, lambda value: T.cast(value, dtype)
 
 
+def _row_inputs(T: Any, M: Any, N: int, dtype: str, strided: bool, residual: bool) -> Tuple[Tuple[Any, ...], Any]:
+    """The TileLang types of the row inputs ``grad_y``, ``x`` and, with ``residual``, of the
+    gradient added to ``grad_x`` (see ``_added_gradient``; else None), and a macro that tells
+    TileLang their strides keep the programs' vector accesses aligned (see ``strided_rows``)."""
+    GT, LDG = strided_rows(T, M, N, dtype, "LDG", strided)
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX", strided)
+    RT, LDR = strided_rows(T, M, N, dtype, "LDR", strided) if residual else (None, None)
+
+    @T.macro
+    def assume_aligned(vector):
+        if strided:
+            T.assume(LDG % vector == 0)
+            T.assume(LDX % vector == 0)
+            if residual:
+                T.assume(LDR % vector == 0)
+
+    return (GT, XT, RT), assume_aligned
+
+
+def _added_gradient(residual: bool) -> Callable[[Any, Any], Any]:
+    """``added(buffer, index)``: the gradient that reaches ``x`` by another path, for ``rms_grad``.
+
+    A fused residual add (``h = x + residual``, normalized and also returned) gives ``h`` the
+    gradient of the returned sum besides the normalization's: the programs with ``residual``
+    read it (``R``) and add it to ``grad_x``, so ``grad_x`` is the gradient of both addends."""
+
+    def added(buffer, index):
+        return buffer[index] if residual else None
+
+    return added
+
+
 def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) -> Dict[str, Callable[..., Any]]:
     """Per-element expressions of both backward programs, reading the row state ``st``.
 
@@ -344,10 +376,13 @@ def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) ->
         """``g * w`` in float32 (``g`` without a weight)."""
         return f32(g) * f32(w) if has_weight else f32(g)
 
-    def rms_grad(g, x, w, st):
-        return T.cast(st[0] * (scaled(g, w) - f32(x) * st[1]), dtype)
+    def rms_grad(g, x, w, st, added=None):
+        """``added``: a gradient that reaches ``x`` by another path (see ``_added_gradient``)."""
+        value = st[0] * (scaled(g, w) - f32(x) * st[1])
+        return T.cast(value if added is None else value + f32(added), dtype)
 
-    def layer_grad(g, x, w, st):
+    def layer_grad(g, x, w, st, added=None):
+        assert added is None, "LayerNorm's backward adds no other gradient"
         return T.cast(st[rstd] * (scaled(g, w) - st[2] - (f32(x) - st[mean]) * st[rstd] * st[3]), dtype)
 
     # Terms of the weight and bias partial sums for element i of a thread's buffers.
@@ -412,7 +447,7 @@ def _one_pass_sums(T: Any, element: Dict[str, Callable[..., Any]], layer: bool, 
 
 def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, layer: bool, has_weight: bool,
                           smem_slots: Optional[Tuple[int, ...]], blocks_per_sm: int, direct: bool = False,
-                          fold: bool = False, strided: bool = False) -> Any:
+                          fold: bool = False, strided: bool = False, residual: bool = False) -> Any:
     """``smem_slots`` None: partial sums in registers, a partials row per row group; else the
     shared-memory slots of each partial sum of a row group (see ``_accumulator_macros``), the
     rest being in the partials buffer.
@@ -425,13 +460,14 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     8192x16384 297.6 / 285.2, 1x8192 8.2 / 6.2.)
     ``blocks_per_sm``: blocks that must fit on an SM at once (it caps registers per thread).
     ``direct``: a launch over one row (see ``_partials_out``), whose terms are written as the
-    gradients, with no partial sums (see ``NormBwdKernel.writes_directly``)."""
+    gradients, with no partial sums (see ``NormBwdKernel.writes_directly``).
+    ``residual``: RMSNorm whose ``grad_x`` adds another gradient (see ``_added_gradient``)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
     Q = T.dynamic("Q")
-    GT, LDG = strided_rows(T, M, N, dtype, "LDG", strided)
-    XT, LDX = strided_rows(T, M, N, dtype, "LDX", strided)
+    row_types, assume_aligned = _row_inputs(T, M, N, dtype, strided, residual)
+    added = _added_gradient(residual)
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
     loads = resident_macros(T, layout, M)
@@ -457,16 +493,18 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     one_pass = _one_pass_sums(T, element, layer, N, eps, vector)
 
     @T.macro
-    def store_row(DX, row, lane, value, gb, xb, wb, st):
+    def store_row(DX, row, lane, value, gb, xb, wb, rb, st):
         if row < M:
             for j in T.unroll(full_vecs):
                 for k in T.vectorized(vector):
-                    DX[row, column(j, lane) + k] = value(gb[j * vector + k], xb[j * vector + k], wb[j * vector + k], st)
+                    DX[row, column(j, lane) + k] = value(gb[j * vector + k], xb[j * vector + k], wb[j * vector + k],
+                                                         st, added(rb, j * vector + k))
             if has_tail:
                 if column(full_vecs, lane) < N:
                     for k in T.vectorized(vector):
                         DX[row, column(full_vecs, lane) + k] = value(
-                            gb[full_vecs * vector + k], xb[full_vecs * vector + k], wb[full_vecs * vector + k], st)
+                            gb[full_vecs * vector + k], xb[full_vecs * vector + k], wb[full_vecs * vector + k], st,
+                            added(rb, full_vecs * vector + k))
 
     @T.macro
     def add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, j, tmp):
@@ -514,13 +552,13 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                     add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, full_vecs, tmp)
 
     @T.macro
-    def rms_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, slot, row, group, lane, tx, DX, tmp):
+    def rms_row(gb, xb, wb, rb, accw, accb, acc_smem, PW, PB, st, scratch, slot, row, group, lane, tx, DX, tmp):
         st[0] = T.cast(0, ACCUM)
         st[1] = T.cast(0, ACCUM)
         one_pass["add_rms"](gb, xb, wb, st, per_thread)
         sum2(st, 0, scratch, slot, tx)
         one_pass["row_state"](st)
-        store_row(DX, row, lane, rms_grad, gb, xb, wb, st)
+        store_row(DX, row, lane, rms_grad, gb, xb, wb, rb, st)
         if direct:
             store_terms(PW, PB, row, lane, gb, xb, st)
         else:
@@ -543,7 +581,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                 one_pass["add_shifted"](gb, xb, wb, st, full_vecs * vector)
         sum4(st, 0, scratch, slot, tx)
         one_pass["row_state"](st)
-        store_row(DX, row, lane, layer_grad, gb, xb, wb, st)
+        store_row(DX, row, lane, layer_grad, gb, xb, wb, None, st)
         if direct:
             store_terms(PW, PB, row, lane, gb, xb, st)
         else:
@@ -621,19 +659,18 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                 store_partials(PB, accb, acc_smem, PW, PB, 1, group, lane)
 
     @T.macro
-    def body(G, X, W, DX, PW, PB):
+    def body(G, X, W, DX, PW, PB, R):
         # ``Q``: the partials rows; the row groups striding over the rows are ``groups``.
         groups = Q * rows_per_block if fold else Q
         with T.Kernel(Q if fold else T.ceildiv(Q, rows_per_block), threads=block_threads) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
-            if strided:
-                T.assume(LDG % vector == 0)
-                T.assume(LDX % vector == 0)
+            assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             gb = T.alloc_local((per_thread,), dtype)
             xb = T.alloc_local((per_thread,), dtype)
             wb = T.alloc_local((per_thread,), dtype)
+            rb = T.alloc_local((per_thread if residual else 1,), dtype)
             accw = T.alloc_local((per_thread,), ACCUM)
             accb = T.alloc_local((per_thread,), ACCUM)
             st = T.alloc_local((8,), ACCUM)
@@ -653,6 +690,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
             for it in T.serial(1 if direct else T.ceildiv(M, groups)):
                 loads["load_row"](G, gb, it * groups + group, lane)
                 loads["load_row"](X, xb, it * groups + group, lane)
+                if residual:
+                    loads["load_row"](R, rb, it * groups + group, lane)
                 if has_weight and not in_registers:
                     # Long rows: the weight is reloaded per row (L1 hits) rather than held in registers.
                     loads["load_vector"](W, wb, lane)
@@ -660,12 +699,12 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                     layer_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, first, scratch, it % 2,
                               it * groups + group, group, lane, tx, X, DX, tmp)
                 else:
-                    rms_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, scratch, it % 2, it * groups + group,
+                    rms_row(gb, xb, wb, rb, accw, accb, acc_smem, PW, PB, st, scratch, it % 2, it * groups + group,
                             group, lane, tx, DX, tmp)
             if not direct:
                 finish_partials(accw, accb, acc_smem, PW, PB, bx, group, lane, tx, tmp)
 
-    return _signature_variants(T, M, Q, N, dtype, GT, XT, layer, has_weight, body, partial_dtype)
+    return _signature_variants(T, M, Q, N, dtype, row_types, layer, has_weight, body, partial_dtype)
 
 
 # ---- streamed rows ------------------------------------------------------------------------------
@@ -673,7 +712,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
 
 def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, layer: bool, has_weight: bool,
                           smem_slots: Tuple[int, ...], register_groups: Tuple[int, ...], blocks_per_sm: int,
-                          overlap: bool, direct: bool = False, strided: bool = False) -> Any:
+                          overlap: bool, direct: bool = False, strided: bool = False, residual: bool = False) -> Any:
     """A row group walks each of its rows twice: once for the row sums, then again (mostly from L2)
     to write the gradient and add the partial-sum terms.
 
@@ -682,13 +721,13 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     parts the rows only once.  Else each row is summed, then written, in turn (its second walk
     in reverse order, the chunks read last being the likeliest L2 hits).
     ``register_groups``: column groups of each partial sum held in registers (see ``_accumulator_macros``).
-    ``direct``: see ``_partials_out``."""
+    ``direct``: see ``_partials_out``; ``residual``: see ``_added_gradient`` (read on the second walk)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
     Q = T.dynamic("Q")
-    GT, LDG = strided_rows(T, M, N, dtype, "LDG", strided)
-    XT, LDX = strided_rows(T, M, N, dtype, "LDX", strided)
+    row_types, assume_aligned = _row_inputs(T, M, N, dtype, strided, residual)
+    added = _added_gradient(residual)
     vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
     walk = stream_macros(T, layout)
     column, valid = walk["column"], walk["valid"]
@@ -776,7 +815,12 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
         finish_sums(st, scratch, slot, tx)
 
     @T.macro
-    def write_step(DX, PW, PB, acc_smem, accr, gb, xb, wb, st, row, step, block, tx, tmp):
+    def load_added(R, rb, row, step, tx):
+        if residual:
+            walk["load_step"](R, rb, row, step, tx)
+
+    @T.macro
+    def write_step(DX, PW, PB, acc_smem, accr, gb, xb, wb, rb, st, row, step, block, tx, tmp):
         """Write one step of the row's gradient and add its terms to the partial sums."""
         for u in T.unroll(unroll):
             if valid(step, u, tx):
@@ -787,7 +831,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
                 else:
                     for k in T.vectorized(vector):
                         DX[row, column(step, u, tx) + k] = rms_grad(
-                            gb[u * vector + k], xb[u * vector + k], wb[u * vector + k], st)
+                            gb[u * vector + k], xb[u * vector + k], wb[u * vector + k], st, added(rb, u * vector + k))
                 g = step * unroll + u
                 if layer:
                     acc_add_group(acc_smem, accr, PW, PB, 0, block, g, tx, layer_weight_term, gb, xb, st, u * vector, tmp)
@@ -796,34 +840,35 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
                     acc_add_group(acc_smem, accr, PW, PB, 0, block, g, tx, rms_weight_term, gb, xb, st, u * vector, tmp)
 
     @T.macro
-    def write_row(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, st, row, block, tx, tmp):
+    def write_row(G, X, W, R, DX, PW, PB, acc_smem, accr, gb, xb, wb, rb, st, row, block, tx, tmp):
         for back in steps_loop(steps):
             load_all(G, X, W, gb, xb, wb, row, steps - 1 - back, tx)
-            write_step(DX, PW, PB, acc_smem, accr, gb, xb, wb, st, row, steps - 1 - back, block, tx, tmp)
+            load_added(R, rb, row, steps - 1 - back, tx)
+            write_step(DX, PW, PB, acc_smem, accr, gb, xb, wb, rb, st, row, steps - 1 - back, block, tx, tmp)
 
     @T.macro
-    def write_row_sum_next(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, gn, xn, first, st, sn, row, next_row,
-                           block, tx, tmp):
+    def write_row_sum_next(G, X, W, R, DX, PW, PB, acc_smem, accr, gb, xb, wb, rb, gn, xn, first, st, sn, row,
+                           next_row, block, tx, tmp):
         start_sums(X, first, sn, next_row)
         for step in steps_loop(steps):
             load_all(G, X, W, gb, xb, wb, row, step, tx)
+            load_added(R, rb, row, step, tx)
             walk["load_step"](G, gn, next_row, step, tx)
             walk["load_step"](X, xn, next_row, step, tx)
-            write_step(DX, PW, PB, acc_smem, accr, gb, xb, wb, st, row, step, block, tx, tmp)
+            write_step(DX, PW, PB, acc_smem, accr, gb, xb, wb, rb, st, row, step, block, tx, tmp)
             add_sums(gn, xn, wb, sn, step, tx)
 
     @T.macro
-    def body(G, X, W, DX, PW, PB):
+    def body(G, X, W, DX, PW, PB, R):
         with T.Kernel(Q, threads=threads) as block:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
-            if strided:
-                T.assume(LDG % vector == 0)
-                T.assume(LDX % vector == 0)
+            assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             gb = T.alloc_local((unroll * vector,), dtype)
             xb = T.alloc_local((unroll * vector,), dtype)
             wb = T.alloc_local((unroll * vector,), dtype)
+            rb = T.alloc_local((unroll * vector if residual else 1,), dtype)
             first = T.alloc_local((vector,), dtype)
             tmp = T.alloc_local((vector,), ACCUM)
             st = T.alloc_local((8,), ACCUM)
@@ -840,8 +885,8 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
                 for it in T.serial(T.ceildiv(M, Q)):
                     if it * Q + block < M:
                         # After its last row the group sums that row again (L2 hits) and drops the sums.
-                        write_row_sum_next(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, gn, xn, first, st, sn,
-                                           it * Q + block, T.min(it * Q + block + Q, M - 1), block, tx, tmp)
+                        write_row_sum_next(G, X, W, R, DX, PW, PB, acc_smem, accr, gb, xb, wb, rb, gn, xn, first, st,
+                                           sn, it * Q + block, T.min(it * Q + block + Q, M - 1), block, tx, tmp)
                         finish_sums(sn, scratch, (it + 1) % 2, tx)
                         for v in T.unroll(8):
                             st[v] = sn[v]
@@ -849,10 +894,11 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
                 for it in T.serial(T.ceildiv(M, Q)):
                     if it * Q + block < M:
                         reduce_row(G, X, W, gb, xb, wb, first, st, scratch, it % 2, it * Q + block, tx)
-                        write_row(G, X, W, DX, PW, PB, acc_smem, accr, gb, xb, wb, st, it * Q + block, block, tx, tmp)
+                        write_row(G, X, W, R, DX, PW, PB, acc_smem, accr, gb, xb, wb, rb, st, it * Q + block, block,
+                                  tx, tmp)
             flush_partials(acc_smem, accr, PW, PB, block, tx)
 
-    return _signature_variants(T, M, Q, N, dtype, GT, XT, layer, has_weight, body, partial_dtype)
+    return _signature_variants(T, M, Q, N, dtype, row_types, layer, has_weight, body, partial_dtype)
 
 
 # ---- rows split over a cluster -------------------------------------------------------------------
@@ -874,7 +920,7 @@ class ClusterLayout:
 
 def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, layer: bool, has_weight: bool,
                          smem_slots: Tuple[int, ...], register_partials: bool, blocks_per_sm: int,
-                         direct: bool = False, strided: bool = False) -> Any:
+                         direct: bool = False, strided: bool = False, residual: bool = False) -> Any:
     """Rows too long for one block's registers, read once: a cluster of ``layout.ctas`` blocks
     (on as many SMs) takes each row, every block its slice of columns, and the blocks swap their
     slices' row sums through distributed shared memory.
@@ -891,13 +937,12 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     and the variance.  A block keeps its slice's partial sums in registers
     (``register_partials``) or shared memory and writes them to row ``q`` of the partials
     buffer at the end.
-    ``direct``: see ``_partials_out``."""
+    ``direct``: see ``_partials_out``; ``residual``: see ``_added_gradient`` (read as the slice is written)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
     Q = T.dynamic("Q")
-    GT, LDG = strided_rows(T, M, N, dtype, "LDG", strided)
-    XT, LDX = strided_rows(T, M, N, dtype, "LDX", strided)
+    row_types, assume_aligned = _row_inputs(T, M, N, dtype, strided, residual)
     ctas, part = layout.ctas, layout.slice
     width, vector, threads = part.N, part.vector, part.row_threads
     full_vecs, has_tail, per_thread = part.full_vecs, part.has_tail, part.per_thread
@@ -974,8 +1019,11 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             for r in T.unroll(1, ctas):
                 st[v] = st[v] + swap[it % 2, r, v]
 
+    def added(R, row, col):
+        return R[row, col] if residual else None
+
     @T.macro
-    def write_group(DX, gb, xb, wb, st, acc_smem, accr, row, base, lane, j, tmp):
+    def write_group(DX, R, gb, xb, wb, st, acc_smem, accr, row, base, lane, j, tmp):
         if row < M:
             for k in T.vectorized(vector):
                 if layer:
@@ -983,7 +1031,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                         gb[j * vector + k], xb[j * vector + k], wb[j * vector + k], st)
                 else:
                     DX[row, base + column(j, lane) + k] = rms_grad(
-                        gb[j * vector + k], xb[j * vector + k], wb[j * vector + k], st)
+                        gb[j * vector + k], xb[j * vector + k], wb[j * vector + k], st,
+                        added(R, row, base + column(j, lane) + k))
         if layer:
             acc_add_group(acc_smem, accr, None, None, 0, 0, j, lane, layer_weight_term, gb, xb, st, j * vector, tmp)
             acc_add_group(acc_smem, accr, None, None, 1, 0, j, lane, bias_term, gb, xb, st, j * vector, tmp)
@@ -991,12 +1040,12 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             acc_add_group(acc_smem, accr, None, None, 0, 0, j, lane, rms_weight_term, gb, xb, st, j * vector, tmp)
 
     @T.macro
-    def write_slice(DX, gb, xb, wb, st, acc_smem, accr, row, base, lane, tmp):
+    def write_slice(DX, R, gb, xb, wb, st, acc_smem, accr, row, base, lane, tmp):
         for j in groups(full_vecs):
-            write_group(DX, gb, xb, wb, st, acc_smem, accr, row, base, lane, j, tmp)
+            write_group(DX, R, gb, xb, wb, st, acc_smem, accr, row, base, lane, j, tmp)
         if has_tail:
             if column(full_vecs, lane) < width:
-                write_group(DX, gb, xb, wb, st, acc_smem, accr, row, base, lane, full_vecs, tmp)
+                write_group(DX, R, gb, xb, wb, st, acc_smem, accr, row, base, lane, full_vecs, tmp)
 
     @T.macro
     def flush_group(P, acc_smem, accr, index, q, base, lane, j, tmp):
@@ -1024,12 +1073,10 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                 acc_store(acc_smem, accr, None, None, 1, 0, j, lane, k, T.cast(0, ACCUM))
 
     @T.macro
-    def body(G, X, W, DX, PW, PB):
+    def body(G, X, W, DX, PW, PB, R):
         with T.Kernel(Q * ctas, threads=threads, cluster_dims=ctas) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
-            if strided:
-                T.assume(LDG % vector == 0)
-                T.assume(LDX % vector == 0)
+            assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
             rank = T.block_rank_in_cluster()
@@ -1072,7 +1119,7 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                 send(st, mine, swap, arrived, rank, it, tx)
                 receive(st, swap, arrived, it)
                 one_pass["row_state"](st)
-                write_slice(DX, gb, xb, wb, st, acc_smem, accr, it * Q + q, base, tx, tmp)
+                write_slice(DX, R, gb, xb, wb, st, acc_smem, accr, it * Q + q, base, tx, tmp)
                 if hold:
                     for i in T.unroll(per_thread):
                         gb[i] = gn[i]
@@ -1086,20 +1133,30 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             # No block leaves while a copy it sent may still read its shared memory.
             T.cluster_sync()
 
-    return _signature_variants(T, M, Q, N, dtype, GT, XT, layer, has_weight, body, partial_dtype)
+    return _signature_variants(T, M, Q, N, dtype, row_types, layer, has_weight, body, partial_dtype)
 
 
-def _signature_variants(T: Any, M: Any, Q: Any, N: int, dtype: str, GT: Any, XT: Any, layer: bool, has_weight: bool,
-                        body: Any, partial_dtype: str) -> Any:
-    """The program whose signature takes the weight only when present, and a bias partials buffer for LayerNorm;
-    ``grad_y`` and ``x`` are of types ``GT`` and ``XT`` (``strided_rows``), the partials buffers
-    ``partial_dtype`` (see ``_partials_out``)."""
+def _signature_variants(T: Any, M: Any, Q: Any, N: int, dtype: str, row_types: Tuple[Any, ...], layer: bool,
+                        has_weight: bool, body: Any, partial_dtype: str) -> Any:
+    """The program whose signature takes the weight only when present, a bias partials buffer for
+    LayerNorm, and the added gradient when there is one; ``row_types`` are the types of ``grad_y``,
+    ``x`` and the added gradient (``_row_inputs``), the partials buffers are ``partial_dtype`` (see
+    ``_partials_out``)."""
+    GT, XT, RT = row_types
+    if RT is not None:
+
+        @T.prim_func
+        def fused_add_rms_norm_bwd(G: GT, R: RT, X: XT, W: T.Tensor((N,), dtype),
+                                   DX: T.Tensor((M, N), dtype), PW: T.Tensor((Q, N), partial_dtype)):
+            body(G, X, W, DX, PW, None, R)
+
+        return fused_add_rms_norm_bwd
     if not layer:
 
         @T.prim_func
         def rms_norm_bwd(G: GT, X: XT, W: T.Tensor((N,), dtype),
                          DX: T.Tensor((M, N), dtype), PW: T.Tensor((Q, N), partial_dtype)):
-            body(G, X, W, DX, PW, None)
+            body(G, X, W, DX, PW, None, None)
 
         return rms_norm_bwd
     if has_weight:
@@ -1108,14 +1165,14 @@ def _signature_variants(T: Any, M: Any, Q: Any, N: int, dtype: str, GT: Any, XT:
         def layer_norm_bwd(G: GT, X: XT, W: T.Tensor((N,), dtype),
                            DX: T.Tensor((M, N), dtype), PW: T.Tensor((Q, N), partial_dtype),
                            PB: T.Tensor((Q, N), partial_dtype)):
-            body(G, X, W, DX, PW, PB)
+            body(G, X, W, DX, PW, PB, None)
 
         return layer_norm_bwd
 
     @T.prim_func
     def layer_norm_bwd_plain(G: GT, X: XT, DX: T.Tensor((M, N), dtype),
                              PW: T.Tensor((Q, N), partial_dtype), PB: T.Tensor((Q, N), partial_dtype)):
-        body(G, X, None, DX, PW, PB)
+        body(G, X, None, DX, PW, PB, None)
 
     return layer_norm_bwd_plain
 
@@ -1136,6 +1193,9 @@ class NormBwdKernel(RowNormKernel):
     layer: bool = False
     # Per-column gradients summed over rows: the weight's, and the bias's for LayerNorm.
     accumulators: int = 1
+    # RMSNorm of a fused residual add: ``grad_x`` adds the gradient of the returned sum (see
+    # ``_added_gradient``), an input after ``grad_y``.
+    residual: bool = False
 
     @property
     def default_config(self) -> Dict[str, Any]:
@@ -1280,16 +1340,17 @@ class NormBwdKernel(RowNormKernel):
             split = self.split_layout(config, ctas)
             return _cluster_bwd_program(self.N, dtype, self.eps, split, self.layer, has_weight,
                                         self.smem_slots(split), self.partials_in_registers(split),
-                                        self.blocks_per_sm(split, config), direct, strided)
+                                        self.blocks_per_sm(split, config), direct, strided, self.residual)
         layout = self._direct_layout(config) if direct else self.layout(config)
         if isinstance(layout, RowLayout):
             smem = None if self.partials_in_registers(layout) else self.smem_slots(layout)
             return _resident_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight, smem,
-                                         self.blocks_per_sm(layout, config), direct, self.folds(layout), strided)
+                                         self.blocks_per_sm(layout, config), direct, self.folds(layout), strided,
+                                         self.residual)
         return _streamed_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight,
                                      self.smem_slots(layout), self.register_groups(layout),
                                      self.blocks_per_sm(layout, config), bool(config["stream_overlap"]), direct,
-                                     strided)
+                                     strided, self.residual)
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
         """The programs contiguous calls launch (strided ones take the ``strided`` variants on demand)."""
@@ -1369,29 +1430,36 @@ class NormBwdKernel(RowNormKernel):
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         rows = self.tuning_rows if rows is None else rows
-        grad_y, x = (torch.randn(rows, self.N, device="cuda", dtype=self.dtype) for _ in range(2))
+        row_inputs = (torch.randn(rows, self.N, device="cuda", dtype=self.dtype)
+                      for _ in range(3 if self.residual else 2))
         weight = torch.randn(self.N, device="cuda", dtype=self.dtype)
         grads = [torch.empty(self.N, device="cuda", dtype=self.dtype) for _ in range(self.accumulators)]
-        return (grad_y, x, weight, torch.empty_like(x), *grads)
+        return (*row_inputs, weight, torch.empty(rows, self.N, device="cuda", dtype=self.dtype), *grads)
 
     def forward(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], grad_x: torch.Tensor,
                 grad_weight: torch.Tensor, grad_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Fill ``grad_x``, ``grad_weight`` (and ``grad_bias``); return ``grad_x``."""
-        grads = [grad_weight] + ([grad_bias] if self.layer else [])
+        return self._launch_rows((grad_y, x), weight, grad_x, [grad_weight] + ([grad_bias] if self.layer else []))
+
+    def _launch_rows(self, row_inputs: Tuple[torch.Tensor, ...], weight: Optional[torch.Tensor],
+                     grad_x: torch.Tensor, grads: List[torch.Tensor]) -> torch.Tensor:
+        """The launches over ``row_inputs`` (``grad_y``, the added gradient when there is one, and
+        ``x``, as the programs take them) that fill ``grad_x`` and ``grads``."""
+        x = row_inputs[-1]
         rows = x.shape[0]
         if rows == 0:
             for grad in grads:
                 grad.zero_()
             return grad_x
         affine = [] if weight is None else [weight]
-        strided = grad_y.stride(0) != self.N or x.stride(0) != self.N
+        strided = any(tensor.stride(0) != self.N for tensor in row_inputs)
         ctas = self.split_ctas(rows)
         if ctas:
-            return self._split_rows(ctas, grad_y, x, affine, grad_x, grads, strided)
+            return self._split_rows(ctas, row_inputs, affine, grad_x, grads, strided)
         if self.writes_directly(rows):
             launch = self.launcher(self.main_program(), (("direct", True), ("has_weight", weight is not None),
                                                          ("strided", strided)))
-            launch(grad_y, x, *affine, grad_x, *(grad.view(1, self.N) for grad in grads))
+            launch(*row_inputs, *affine, grad_x, *(grad.view(1, self.N) for grad in grads))
             return grad_x
         slices = [(0, rows)] if rows <= MAX_EXTENT else list(row_slices(rows))
         groups = [self.buffer_rows(stop - start, x.device) for start, stop in slices]
@@ -1399,30 +1467,31 @@ class NormBwdKernel(RowNormKernel):
         launch = self.launcher(self.main_program(), (("direct", False), ("has_weight", weight is not None),
                                                      ("strided", strided)))
         if len(slices) == 1:  # the usual case: no slicing on the host path
-            launch(grad_y, x, *affine, grad_x, *(partials[a] for a in range(self.accumulators)))
+            launch(*row_inputs, *affine, grad_x, *(partials[a] for a in range(self.accumulators)))
         else:
             first = 0
             for (start, stop), count in zip(slices, groups):
-                launch(grad_y[start:stop], x[start:stop], *affine, grad_x[start:stop],
+                launch(*(tensor[start:stop] for tensor in row_inputs), *affine, grad_x[start:stop],
                        *(partials[a, first:first + count] for a in range(self.accumulators)))
                 first += count
         self.launcher(COLUMN_SUM)(partials, *grads)
         return grad_x
 
-    def _split_rows(self, ctas: int, grad_y: torch.Tensor, x: torch.Tensor, affine: List[torch.Tensor],
+    def _split_rows(self, ctas: int, row_inputs: Tuple[torch.Tensor, ...], affine: List[torch.Tensor],
                     grad_x: torch.Tensor, grads: List[torch.Tensor], strided: bool) -> torch.Tensor:
         """The cluster program over clusters of ``ctas`` blocks: one launch for a single row, else
         a partials row per cluster and the column sum."""
         has_weight = bool(affine)
+        x = row_inputs[-1]
         if x.shape[0] == 1:
             launch = self.launcher(CLUSTER, (("ctas", ctas), ("direct", True), ("has_weight", has_weight),
                                              ("strided", strided)))
-            launch(grad_y, x, *affine, grad_x, *(grad.view(1, self.N) for grad in grads))
+            launch(*row_inputs, *affine, grad_x, *(grad.view(1, self.N) for grad in grads))
             return grad_x
         groups = self.partial_rows(x.shape[0], x.device, self.split_layout(ctas=ctas))
         partials = torch.empty((self.accumulators, groups, self.N), dtype=torch.float32, device=x.device)
         launch = self.launcher(CLUSTER, (("ctas", ctas), ("direct", False), ("has_weight", has_weight),
                                          ("strided", strided)))
-        launch(grad_y, x, *affine, grad_x, *(partials[a] for a in range(self.accumulators)))
+        launch(*row_inputs, *affine, grad_x, *(partials[a] for a in range(self.accumulators)))
         self.launcher(COLUMN_SUM)(partials, *grads)
         return grad_x

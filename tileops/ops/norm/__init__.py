@@ -1,6 +1,7 @@
 """Norm operators (package of generated op classes)."""
 
 # --- norm ops (generated) ---
+from .fused_add_rms_norm_bwd import FusedAddRMSNormBwdOp
 from .fused_add_rms_norm_fwd import FusedAddRMSNormFwdOp
 from .layer_norm_bwd import LayerNormBwdOp
 from .layer_norm_fwd import LayerNormFwdOp
@@ -13,4 +14,5 @@ __all__ = [
     "LayerNormBwdOp",
     "LayerNormFwdOp",
     "RMSNormBwdOp",
+    "FusedAddRMSNormBwdOp",
 ]

@@ -13,6 +13,7 @@ are contiguous.
 * ``LayerNormOp``: LayerNorm forward with optional weight and bias.
 * ``FusedAddNormOp``: residual add fused with RMSNorm, two outputs.
 * ``NormBwdOp``: RMSNorm and LayerNorm backward (``grad_x`` and the affine gradients).
+* ``FusedAddNormBwdOp``: backward of the fused residual add and RMSNorm.
 """
 
 from typing import Optional, Tuple
@@ -24,7 +25,7 @@ from tileops.kernels.launch import aligned_contiguous, aligned_rows, on_device, 
 from tileops.kernels.sizes import MAX_EXTENT
 from tileops.ops.op_base import Op
 
-__all__ = ["NormOp", "LayerNormOp", "FusedAddNormOp", "NormBwdOp"]
+__all__ = ["NormOp", "LayerNormOp", "FusedAddNormOp", "NormBwdOp", "FusedAddNormBwdOp"]
 
 
 class NormOp(Op):
@@ -143,3 +144,25 @@ class NormBwdOp(NormOp):
         with on_device(device):
             kernel.forward(self._rows(grad_y), x_rows, _optional_aligned(weight), grad_x_rows, *grads)
         return (grad_x, *grads)
+
+
+class FusedAddNormBwdOp(NormBwdOp):
+    """Backward of ``FusedAddNormOp``: ``forward(grad_y, grad_residual_out, residual_out, weight)``.
+
+    Returns ``grad_x`` shaped like ``residual_out`` and ``grad_weight`` ``(N,)``.  ``x`` and
+    ``residual`` reach both outputs only through their sum ``residual_out``, so ``grad_x`` is the
+    gradient of each: the normalization's gradient of the sum plus ``grad_residual_out``.
+    """
+
+    def _run_kernel(self, grad_y: torch.Tensor, grad_residual_out: torch.Tensor, residual_out: torch.Tensor,
+                    weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        device = residual_out.device
+        sum_rows, grad_x, grad_x_rows = rows_and_output(residual_out, self.N)
+        if grad_x.numel() == 0:  # sums over no rows
+            return grad_x, residual_out.new_zeros(self.N)
+        kernel = self._kernel(self.kernel_key, (device.index,))
+        grad_weight = torch.empty(self.N, dtype=residual_out.dtype, device=device)
+        with on_device(device):
+            kernel.forward(self._rows(grad_y), self._rows(grad_residual_out), sum_rows, aligned_contiguous(weight),
+                           grad_x_rows, grad_weight)
+        return grad_x, grad_weight

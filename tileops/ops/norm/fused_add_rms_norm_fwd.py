@@ -15,7 +15,7 @@ from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
 from tileops import _shape_rules as rules
 
 from .base import FusedAddNormOp
-from ..op_base import ReferenceBackward, register_library_op
+from ..op_base import BackwardWiring, register_library_op
 
 __all__ = ["FusedAddRMSNormFwdOp"]
 
@@ -122,6 +122,12 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
             x.new_empty(shapes["residual_out"], dtype=x.dtype),
         )
 
+    def backward_op(self) -> "FusedAddRMSNormBwdOp":
+        """The op that computes this op's gradients, built once per instance."""
+        from .fused_add_rms_norm_bwd import FusedAddRMSNormBwdOp
+
+        return self._cached_backward_op(lambda: FusedAddRMSNormBwdOp(N=self.N, dtype=self.dtype, eps=self.eps, tune=self.tune))
+
     def _infer_output_shapes(self, x_shape: Tuple[int, ...], residual_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"y": tuple(x_shape), "residual_out": tuple(x_shape)}
 
@@ -151,5 +157,10 @@ register_library_op(
     inputs=("x", "residual", "weight"),
     params=("eps",),
     outputs=("y", "residual_out"),
-    backward=ReferenceBackward(),
+    backward=BackwardWiring(
+        saves=("residual_out", "weight"),
+        inputs=("grad_y", "grad_residual_out", "residual_out", "weight"),
+        outputs=("grad_x", "grad_weight"),
+        same_gradient=(("residual", "x"),),
+    ),
 )

@@ -6,7 +6,7 @@ Provides:
   - MeanFwdOp: y = sum(x, dim) / (number of reduced elements)
 """
 
-from typing import Any, Dict, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
 
 import torch
 
@@ -48,7 +48,7 @@ class MeanFwdOp(ReductionOp):
         self,
         *,
         dtype: torch.dtype,
-        dim: Optional[Sequence[int]] = None,
+        dim: Optional[Union[int, Sequence[int]]] = None,
         keepdim: bool = False,
         kernel_map: Optional[Dict[str, Type[Kernel]]] = None,
         tune: bool = False,

@@ -6,7 +6,7 @@ Provides:
   - VarFwdOp: y = sum((x - mean(x, dim))^2, dim) / max(n - correction, 0)
 """
 
-from typing import Any, Dict, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Optional, Sequence, Tuple, Type, Union
 
 import torch
 
@@ -49,7 +49,7 @@ class VarFwdOp(ReductionOp):
         self,
         *,
         dtype: torch.dtype,
-        dim: Optional[Sequence[int]] = None,
+        dim: Optional[Union[int, Sequence[int]]] = None,
         keepdim: bool = False,
         correction: int = 1,
         kernel_map: Optional[Dict[str, Type[Kernel]]] = None,
