@@ -282,6 +282,11 @@ def test_over_2_31_elements_forward_and_backward():
         expected_grad_weight += (grad[rows].double() * chunk
                                  * torch.rsqrt(chunk.square().mean(-1, keepdim=True) + 1e-6)).sum(0)
     assert_close(grad_weight, expected_grad_weight, dtype)
+    # The fused add's backward: the same sums (bitwise), the sum's gradient added past 2**31 too.
+    del grad_x
+    fused_x, fused_weight = _op("FusedAddRMSNormBwdOp", BIG_N, dtype, eps=1e-6)(grad, grad, x, weight)
+    assert_close(fused_x[tail], wide[0].grad + grad[tail].double(), dtype)
+    torch.testing.assert_close(fused_weight, grad_weight, rtol=0, atol=0)
     assert math.prod(x.shape) > 2**31
 
 
