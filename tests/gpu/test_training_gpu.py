@@ -55,6 +55,44 @@ def test_compiled_block_matches_eager_forward_and_every_gradient():
         torch.testing.assert_close(grads[name], eager_grads[name], rtol=1e-3, atol=1e-5, msg=name)
 
 
+class ResidualStream(torch.nn.Module):
+    """Pre-norm layers on a residual stream, each norm fused with the add before it (as inference
+    engines write Llama-style blocks): ``normed, residual = norm(h + residual)``, ``h = mlp(normed)``."""
+
+    def __init__(self, d: int, layers: int, fused: bool) -> None:
+        super().__init__()
+        self.fused = fused
+        self.weights = torch.nn.ParameterList(torch.nn.Parameter(1 + 0.1 * torch.randn(d)) for _ in range(layers))
+        self.mlps = torch.nn.ModuleList(torch.nn.Linear(d, d) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, residual = torch.zeros_like(x), x
+        for weight, mlp in zip(self.weights, self.mlps):
+            if self.fused:
+                normed, residual = F.fused_add_rms_norm(h, residual, weight)
+            else:
+                residual = h + residual
+                normed = torch.nn.functional.rms_norm(residual, (residual.shape[-1],), weight, 1e-6)
+            h = torch.tanh(mlp(normed))
+        return h + residual
+
+
+def test_fused_add_norm_trains_eager_and_compiled_as_the_unfused_stream():
+    """Both addends of every fused add get the gradient of their sum, the returned sum's included."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    fused = ResidualStream(512, 3, fused=True).cuda()
+    plain = copy.deepcopy(fused)
+    plain.fused = False
+    x = torch.randn(8, 32, 512, device="cuda")
+    expected_out, expected = gradients(plain, plain, x)
+    for run in (fused, torch.compile(fused, fullgraph=True)):
+        out, grads = gradients(run, fused, x)
+        torch.testing.assert_close(out, expected_out, rtol=1e-4, atol=1e-4)
+        for name in grads:
+            torch.testing.assert_close(grads[name], expected[name], rtol=1e-3, atol=1e-5, msg=name)
+
+
 class LlamaRMSNorm(torch.nn.Module):
     def __init__(self, d: int, eps: float = 1e-6) -> None:
         super().__init__()
