@@ -22,6 +22,28 @@ def test_rms_norm_is_a_drop_in(shape, eps, affine) -> None:
     torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape, affine", [(16, True), ((4, 8), True), (32, False)])
+def test_rms_norm_fuses_the_residual_add_it_is_given(shape, affine) -> None:
+    ours = tnn.RMSNorm(shape, eps=1e-6, elementwise_affine=affine)
+    if affine:
+        with torch.no_grad():
+            ours.weight.normal_()
+    trailing = (shape,) if isinstance(shape, int) else shape
+    x, residual = torch.randn(3, 5, *trailing, requires_grad=True), torch.randn(3, 5, *trailing, requires_grad=True)
+    y, total = ours(x, residual)
+    expected_total = x + residual
+    expected_y = torch.nn.functional.rms_norm(expected_total, trailing, ours.weight, 1e-6)
+    torch.testing.assert_close(total, expected_total)
+    torch.testing.assert_close(y, expected_y, rtol=1e-5, atol=1e-6)
+    leaves = [x, residual] + ([ours.weight] if affine else [])
+    got = torch.autograd.grad(y.square().sum() + total.sin().sum(), leaves)
+    expected = torch.autograd.grad(expected_y.square().sum() + expected_total.sin().sum(), leaves)
+    for mine, theirs in zip(got, expected):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"RMSNorm: residual must be shaped like x"):
+        ours(x, residual[:1])
+
+
 def test_rms_norm_rejects_a_wrong_trailing_shape() -> None:
     with pytest.raises(ValueError, match=r"RMSNorm: input's last dims \(7,\) do not match normalized_shape \(8,\)"):
         tnn.RMSNorm(8)(torch.randn(2, 7))

@@ -3,6 +3,8 @@
 ``RMSNorm`` and ``LayerNorm`` take the constructor arguments of their ``torch.nn``
 namesakes, hold the same parameters under the same ``state_dict`` keys and compute the
 same result; on CUDA they run TileLang kernels, elsewhere the PyTorch reference.
+``RMSNorm`` also takes the residual stream, as inference engines' norms do:
+``norm(x, residual)`` returns ``(norm(x + residual), x + residual)`` in one fused op.
 ``GatedMLP`` replaces a Llama-style MLP (``gate_proj``, ``up_proj``, ``down_proj``, SiLU
 or GELU) and keeps its projections.  ``swap_modules`` replaces matching layers of an
 existing model in place, reusing their parameters, so an optimizer built before the swap
@@ -49,12 +51,20 @@ class RMSNorm(torch.nn.Module):
         else:
             self.register_parameter("weight", None)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None
+                ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        """``rms_norm(x)``; with ``residual`` (shaped like ``x``), the add before the norm fused
+        in: ``(rms_norm(x + residual), x + residual)``, the second being the next residual."""
         rows, hidden = _fold_trailing(x, self.normalized_shape, "RMSNorm")
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         weight = (torch.ones(hidden, device=x.device, dtype=x.dtype) if self.weight is None
                   else self.weight.reshape(hidden).to(x.dtype))
-        return functional.rms_norm(rows, weight, eps=eps).reshape(x.shape)
+        if residual is None:
+            return functional.rms_norm(rows, weight, eps=eps).reshape(x.shape)
+        if residual.shape != x.shape:
+            raise ValueError(f"RMSNorm: residual must be shaped like x {tuple(x.shape)}, got {tuple(residual.shape)}")
+        y, total = functional.fused_add_rms_norm(rows, residual.reshape(rows.shape), weight, eps=eps)
+        return y.reshape(x.shape), total.reshape(x.shape)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
