@@ -1019,7 +1019,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             for r in T.unroll(1, ctas):
                 st[v] = st[v] + swap[it % 2, r, v]
 
-    def added(R, row, col):
+    def added_at(R, row, col):
+        """The added gradient (see ``_added_gradient``), read from memory as the slice is written."""
         return R[row, col] if residual else None
 
     @T.macro
@@ -1032,7 +1033,7 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                 else:
                     DX[row, base + column(j, lane) + k] = rms_grad(
                         gb[j * vector + k], xb[j * vector + k], wb[j * vector + k], st,
-                        added(R, row, base + column(j, lane) + k))
+                        added_at(R, row, base + column(j, lane) + k))
         if layer:
             acc_add_group(acc_smem, accr, None, None, 0, 0, j, lane, layer_weight_term, gb, xb, st, j * vector, tmp)
             acc_add_group(acc_smem, accr, None, None, 1, 0, j, lane, bias_term, gb, xb, st, j * vector, tmp)
