@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -89,6 +90,56 @@ def test_eager_calls_skip_the_dispatcher(monkeypatch: pytest.MonkeyPatch) -> Non
     y.backward(torch.arange(10.0).view(2, 5))
     assert calls == []
     torch.testing.assert_close(x.grad, torch.arange(10.0).view(2, 5).flip(-1).cumsum(-1).flip(-1))
+
+
+@pytest.mark.parametrize("spec", MANIFEST.ops, ids=lambda s: s.name)
+def test_an_op_copies_and_pickles_with_its_configuration(spec) -> None:
+    """deepcopy, pickle and torch.save keep static dims, dtype and params; the copy compiles its
+    own kernels and gets its own handle (its autograd and compiled graphs name the copy)."""
+    import io
+    import pickle
+
+    case = manifest_cases(spec.name, dtypes=["float32"], max_numel=1 << 10)[0]
+    op = build_op(case)
+    inputs = make_inputs(spec, case, "cpu", torch.Generator().manual_seed(1))
+    expected = op(*inputs)
+    saved = io.BytesIO()
+    torch.save(op, saved)
+    saved.seek(0)
+    copies = [copy.deepcopy(op), pickle.loads(pickle.dumps(op)), torch.load(saved, weights_only=False)]
+    for twin in copies:
+        assert type(twin) is type(op) and twin.extra_repr() == op.extra_repr()
+        assert twin._handle != op._handle and type(twin).from_handle(twin._handle) is twin
+        got = twin(*inputs)
+        for mine, theirs in zip(got if isinstance(got, tuple) else (got,),
+                                expected if isinstance(expected, tuple) else (expected,)):
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=0, equal_nan=True)
+
+
+def test_a_copied_model_trains_through_its_own_ops() -> None:
+    from tileops.ops import RMSNormFwdOp
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(16))
+            self.norm = RMSNormFwdOp(N=16, dtype=torch.float32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.norm(x, self.weight)
+
+    block = Block()
+    x = torch.randn(3, 16)
+    block(x).square().sum().backward()
+    twin = copy.deepcopy(block)
+    assert twin.norm is not block.norm and twin.weight is not block.weight
+    twin.zero_grad()
+    twin(x).square().sum().backward()
+    torch.testing.assert_close(twin.weight.grad, block.weight.grad)
+    compiled = torch.compile(twin, fullgraph=True, backend="aot_eager")
+    twin.zero_grad()
+    compiled(x).square().sum().backward()
+    torch.testing.assert_close(twin.weight.grad, block.weight.grad)
 
 
 def test_module_compiles_fullgraph_and_matches_eager() -> None:

@@ -93,6 +93,31 @@ def test_fused_add_norm_trains_eager_and_compiled_as_the_unfused_stream():
             torch.testing.assert_close(grads[name], expected[name], rtol=1e-3, atol=1e-5, msg=name)
 
 
+def test_a_copied_block_of_ops_runs_and_trains_on_its_own_kernels():
+    """deepcopy (an EMA model, a checkpoint) of a module holding ops whose kernels already ran."""
+    from tileops.ops import FusedAddRMSNormFwdOp, SoftmaxFwdOp
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(256))
+            self.norm = FusedAddRMSNormFwdOp(N=256, dtype=torch.bfloat16)
+            self.softmax = SoftmaxFwdOp(N=256, dtype=torch.bfloat16, dim=-1)
+
+        def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+            y, total = self.norm(x, residual, self.weight.to(x.dtype))
+            return self.softmax(y) * total
+
+    block = Block().cuda()
+    x, residual = (torch.randn(64, 256, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    block(x, residual).float().square().sum().backward()
+    twin = copy.deepcopy(block)
+    twin.zero_grad()
+    twin(x, residual).float().square().sum().backward()
+    assert twin.norm.last_backend == "kernel" and twin.norm._kernel_cache is not block.norm._kernel_cache
+    torch.testing.assert_close(twin.weight.grad, block.weight.grad, rtol=0, atol=0)
+
+
 class LlamaRMSNorm(torch.nn.Module):
     def __init__(self, d: int, eps: float = 1e-6) -> None:
         super().__init__()

@@ -109,6 +109,10 @@ class Op(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
+        self._start_runtime_state()
+
+    def _start_runtime_state(self) -> None:
+        """What a live instance builds for itself as it runs (``_RUNTIME_STATE``)."""
         self._kernel_cache: Dict[Hashable, Kernel] = {}
         self._kernel_cache_lock = threading.Lock()
         # Host-side decisions per input geometry, for the families that use it (see LayoutMemo).
@@ -120,6 +124,23 @@ class Op(torch.nn.Module):
         self._handle = next(_HANDLES)
         _LIVE_OPS[self._handle] = self
         self._backward_op: Optional[Op] = None
+
+    # ---- copies (copy.deepcopy, pickle, torch.save) ----------------------------------
+    # A copy keeps the op's configuration (static dims, dtype, params, kernel map, tuning) and
+    # starts its own runtime state: compiled kernels and locks cannot be pickled, and a handle
+    # names one live instance.
+    _RUNTIME_STATE = ("_kernel_cache", "_kernel_cache_lock", "_layouts", "_valid_shapes", "last_backend",
+                      "_handle", "_backward_op")
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = super().__getstate__()
+        for name in self._RUNTIME_STATE:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._start_runtime_state()
 
     # ---- instances ------------------------------------------------------------------
     @classmethod
