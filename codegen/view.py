@@ -358,7 +358,7 @@ class OpView:
     @property
     def library_call_args(self) -> str:
         return ", ".join(list(self.op.input_names) + [f"self.{p}" for p in self.op.param_names]
-                         + ["self._handle if handle is None else handle"])
+                         + ["self._graph_handle if handle is None else handle"])
 
     @property
     def instance_args_without_handle(self) -> str:

@@ -345,6 +345,53 @@ def test_a_compiled_backward_from_another_process_cache_finds_its_bwd_op(tmp_pat
     assert any((tmp_path / "cache").rglob("*")), "nothing was cached: the second run proved nothing"
 
 
+EXPORTED_RUN = """
+import sys, torch
+from tileops.ops import RMSNormFwdOp
+# Instances of the same class with another eps: a graph holding a stale handle could find one.
+others = [RMSNormFwdOp(N=16, dtype=torch.float32, eps=0.5) for _ in range(int(sys.argv[2]))]
+program = torch.export.load(sys.argv[1])
+x, expected = torch.load(sys.argv[1] + ".io")
+torch.testing.assert_close(program.module()(x), expected)
+"""
+
+
+class _Normed(torch.nn.Module):
+    def __init__(self, **op_args) -> None:
+        from tileops.ops import RMSNormFwdOp
+
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(16))
+        self.norm = RMSNormFwdOp(N=16, dtype=torch.float32, eps=1e-3, **op_args)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x, self.weight)
+
+
+@pytest.mark.parametrize("custom", [False, True], ids=["default-kernels", "own-kernel-map"])
+def test_an_exported_program_runs_in_another_process_or_refuses(tmp_path, custom: bool) -> None:
+    """torch.export of a module holding an op: with the default kernels, the program names the
+    shared instance of the op's configuration and runs anywhere; with a kernel map of its own it
+    names the instance, and another process refuses it (never another instance's eps)."""
+    from tileops.kernels.norm.rms_norm import RMSNormFwdKernel
+
+    module = _Normed(**({"kernel_map": {"rms_norm_fwd": RMSNormFwdKernel}} if custom else {}))
+    x = torch.randn(3, 16)
+    program_path = tmp_path / "normed.pt2"
+    torch.export.save(torch.export.export(module, (x,)), program_path)
+    torch.save((x, module(x).detach()), str(program_path) + ".io")
+    script = tmp_path / "run.py"
+    script.write_text(EXPORTED_RUN)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for others in (0, 3):
+        run = subprocess.run([sys.executable, str(script), str(program_path), str(others)], env=env,
+                             capture_output=True, text=True, timeout=600)
+        if custom:
+            assert run.returncode != 0 and "no live instance has handle" in run.stderr, run.stderr[-3000:]
+        else:
+            assert run.returncode == 0, run.stderr[-3000:]
+
+
 def _saved_bytes(run) -> list:
     """Bytes of storage behind each tensor autograd saves while ``run()`` builds its graph."""
     sizes = []

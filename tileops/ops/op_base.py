@@ -11,7 +11,7 @@ dispatch, the kernel cache, device routing and the wording of errors.
 from __future__ import annotations
 
 import collections
-import itertools
+import secrets
 import logging
 import os
 import threading
@@ -38,12 +38,15 @@ KERNEL = "kernel"
 REFERENCE = "reference"
 
 # Custom ops find the instance that called them through an integer handle: the
-# dispatcher passes only tensors and plain values.  Handles are never reused, and
-# the table holds instances weakly, so it never keeps an op alive.
-_HANDLES = itertools.count(1)
+# dispatcher passes only tensors and plain values.  Handles are random 62-bit numbers, so
+# a graph saved or cached by another process (torch.export, torch.compile's caches) never
+# names an instance of this one by accident, and the table holds instances weakly, so it
+# never keeps an op alive.
+_HANDLE_BITS = 62
 _LIVE_OPS: "weakref.WeakValueDictionary[int, Op]" = weakref.WeakValueDictionary()
-# A custom op called with this handle (the functional API under torch.compile) uses
-# the shared instance for its static configuration.
+# A custom op called with this handle uses the shared instance for its static configuration:
+# the functional API, and every op whose instance that shared one would equal (see
+# ``Op._graph_handle``), so that graphs naming them run in any process.
 SHARED_INSTANCE = -1
 # Dtypes the reference path widens to float32 (see ``Op._reference_in_float32``).
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -106,6 +109,9 @@ class Op(torch.nn.Module):
     # value: their launches pass a key of their own, ``(device index, ...)``, as the only
     # "shape", so one kernel (and one tuned config) serves every shape on a device.
     kernels_keyed_by_launch: bool = False
+    # Whether this op's kernels may differ from its configuration's shared instance's (a kernel
+    # map or tuning of its own; see ``_graph_handle``); ``dispatch_kernel`` decides.
+    _customized: bool = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -121,7 +127,7 @@ class Op(torch.nn.Module):
         self._valid_shapes: set = set()
         # Diagnostics only: which path the latest call took ("kernel" or "reference").
         self.last_backend: Optional[str] = None
-        self._handle = next(_HANDLES)
+        self._handle = _new_handle()
         _LIVE_OPS[self._handle] = self
         self._backward_op: Optional[Op] = None
 
@@ -149,6 +155,16 @@ class Op(torch.nn.Module):
         key = (cls, tuple(sorted((k, _hashable(v)) for k, v in config.items())))
         return _SHARED.get(key, lambda: cls(**config))
 
+    @property
+    def _graph_handle(self) -> int:
+        """The handle this op's calls put in traced graphs (torch.compile, torch.export).
+
+        An op built as the shared instance of its configuration would be (default kernel map,
+        no tuning of its own) puts ``SHARED_INSTANCE``: the graph then runs in any process, as
+        the functional API's do.  Any other op puts its own handle, which only this process's
+        instance answers."""
+        return self._handle if self._customized else SHARED_INSTANCE
+
     @classmethod
     def from_handle(cls: Type[OpT], handle: int) -> OpT:
         """The live instance with ``handle``; for a Bwd class, the handle may be its Fwd op's.
@@ -161,8 +177,9 @@ class Op(torch.nn.Module):
         if not isinstance(op, cls) and op is not None and hasattr(op, "backward_op"):
             op = op.backward_op()
         if not isinstance(op, cls):
-            raise RuntimeError(f"{cls.__name__}: no live instance has handle {handle} "
-                               "(was the op deleted while a compiled graph still uses it?)")
+            raise RuntimeError(f"{cls.__name__}: no live instance has handle {handle} (was the op deleted while "
+                               "a compiled graph still uses it, or is the graph from another process? Graphs "
+                               "name ops with a kernel_map or tuning of their own by their instance)")
         return op
 
     # ---- manifest-driven contract (generated in every L3 op) ----------------------
@@ -209,6 +226,8 @@ class Op(torch.nn.Module):
                 )
             merged[key] = kernel_cls
         self.kernel_map = merged
+        # Graphs name an op with kernels of its own choosing by its instance (``_graph_handle``).
+        self._customized = bool(kernel_map) or bool(getattr(self, "tune", False))
 
     def _cache_key(self, *input_shapes: Tuple[int, ...]) -> Hashable:
         """Key of the kernel cache: the launch's own key where ``kernels_keyed_by_launch``,
@@ -242,6 +261,8 @@ class Op(torch.nn.Module):
         reuse them without tuning; ``force`` retunes cached ones.
         """
         from tileops.tuning.ops import autotune_op  # deferred: only tuning needs it
+
+        self._customized = True  # tuned here: the shared instance may hold other configs
 
         return autotune_op(self, *examples, force=force)
 
@@ -586,6 +607,13 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
             "backward": staticmethod(differentiate),
         })
     return library_op
+
+
+def _new_handle() -> int:
+    while True:
+        handle = secrets.randbits(_HANDLE_BITS) + 1
+        if handle not in _LIVE_OPS:
+            return handle
 
 
 def _plain_eager_backward(*tensor_groups: Sequence[Optional[torch.Tensor]]) -> bool:

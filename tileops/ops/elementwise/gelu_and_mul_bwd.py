@@ -100,8 +100,8 @@ class GeluAndMulBwdOp(GatedElementwiseOp):
 
     def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
-        names the instance the custom op runs on, this one unless given."""
-        return torch.ops.tileops.gelu_and_mul_bwd(grad_y, x, self.approximate, self._handle if handle is None else handle)
+        names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
+        return torch.ops.tileops.gelu_and_mul_bwd(grad_y, x, self.approximate, self._graph_handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_y, x, approximate) -> "GeluAndMulBwdOp":

@@ -93,8 +93,8 @@ class MulFwdOp(BinaryElementwiseOp):
 
     def _library_call(self, a: torch.Tensor, b: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
-        names the instance the custom op runs on, this one unless given."""
-        return torch.ops.tileops.mul_fwd(a, b, self._handle if handle is None else handle)
+        names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
+        return torch.ops.tileops.mul_fwd(a, b, self._graph_handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, a, b) -> "MulFwdOp":

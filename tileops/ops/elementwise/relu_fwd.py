@@ -81,8 +81,8 @@ class ReluFwdOp(UnaryElementwiseOp):
 
     def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
-        names the instance the custom op runs on, this one unless given."""
-        return torch.ops.tileops.relu_fwd(x, self._handle if handle is None else handle)
+        names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
+        return torch.ops.tileops.relu_fwd(x, self._graph_handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, x) -> "ReluFwdOp":

@@ -96,8 +96,8 @@ class SiluAndMulBwdOp(GatedElementwiseOp):
 
     def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
-        names the instance the custom op runs on, this one unless given."""
-        return torch.ops.tileops.silu_and_mul_bwd(grad_y, x, self._handle if handle is None else handle)
+        names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
+        return torch.ops.tileops.silu_and_mul_bwd(grad_y, x, self._graph_handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_y, x) -> "SiluAndMulBwdOp":

@@ -130,8 +130,8 @@ class CrossEntropyBwdOp(CrossEntropyBwdBase):
 
     def _library_call(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
-        names the instance the custom op runs on, this one unless given."""
-        return torch.ops.tileops.cross_entropy_bwd(grad_loss, grad_lse, logits, target, lse, self.ignore_index, self.label_smoothing, self.reduction, self._handle if handle is None else handle)
+        names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
+        return torch.ops.tileops.cross_entropy_bwd(grad_loss, grad_lse, logits, target, lse, self.ignore_index, self.label_smoothing, self.reduction, self._graph_handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_loss, grad_lse, logits, target, lse, ignore_index, label_smoothing, reduction) -> "CrossEntropyBwdOp":

@@ -114,8 +114,8 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
 
     def _library_call(self, logits: torch.Tensor, target: torch.Tensor, *, handle: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
-        names the instance the custom op runs on, this one unless given."""
-        return torch.ops.tileops.cross_entropy_fwd(logits, target, self.ignore_index, self.label_smoothing, self.reduction, self._handle if handle is None else handle)
+        names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
+        return torch.ops.tileops.cross_entropy_fwd(logits, target, self.ignore_index, self.label_smoothing, self.reduction, self._graph_handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, logits, target, ignore_index, label_smoothing, reduction) -> "CrossEntropyFwdOp":

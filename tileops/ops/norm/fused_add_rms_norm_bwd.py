@@ -105,8 +105,8 @@ class FusedAddRMSNormBwdOp(FusedAddNormBwdOp):
 
     def _library_call(self, grad_y: torch.Tensor, grad_residual_out: torch.Tensor, residual_out: torch.Tensor, weight: torch.Tensor, *, handle: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
-        names the instance the custom op runs on, this one unless given."""
-        return torch.ops.tileops.fused_add_rms_norm_bwd(grad_y, grad_residual_out, residual_out, weight, self.eps, self._handle if handle is None else handle)
+        names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
+        return torch.ops.tileops.fused_add_rms_norm_bwd(grad_y, grad_residual_out, residual_out, weight, self.eps, self._graph_handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_y, grad_residual_out, residual_out, weight, eps) -> "FusedAddRMSNormBwdOp":

@@ -102,8 +102,8 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
 
     def _library_call(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, handle: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
-        names the instance the custom op runs on, this one unless given."""
-        return torch.ops.tileops.fused_add_rms_norm_fwd(x, residual, weight, self.eps, self._handle if handle is None else handle)
+        names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
+        return torch.ops.tileops.fused_add_rms_norm_fwd(x, residual, weight, self.eps, self._graph_handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, x, residual, weight, eps) -> "FusedAddRMSNormFwdOp":

@@ -102,8 +102,8 @@ class LayerNormBwdOp(NormBwdOp):
 
     def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor] = None, *, handle: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
-        names the instance the custom op runs on, this one unless given."""
-        return torch.ops.tileops.layer_norm_bwd(grad_y, x, weight, self.eps, self._handle if handle is None else handle)
+        names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
+        return torch.ops.tileops.layer_norm_bwd(grad_y, x, weight, self.eps, self._graph_handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, grad_y, x, weight, eps) -> "LayerNormBwdOp":

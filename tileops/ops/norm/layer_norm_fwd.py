@@ -104,8 +104,8 @@ class LayerNormFwdOp(LayerNormOp):
 
     def _library_call(self, x: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
-        names the instance the custom op runs on, this one unless given."""
-        return torch.ops.tileops.layer_norm_fwd(x, weight, bias, self.eps, self._handle if handle is None else handle)
+        names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
+        return torch.ops.tileops.layer_norm_fwd(x, weight, bias, self.eps, self._graph_handle if handle is None else handle)
 
     @classmethod
     def _shared_for(cls, x, weight, bias, eps) -> "LayerNormFwdOp":
