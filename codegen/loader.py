@@ -482,6 +482,10 @@ class _EntryBuilder:
         return tuple((name, spec[name]) for name in names if name in spec)
 
     def _reference_backward(self, spec):
+        if self.name.endswith("BwdOp"):
+            # A Bwd op's own gradients (a double backward, ``create_graph=True``) come from autograd
+            # of its reference, which writes the gradient out in PyTorch.
+            return ReferenceBackward(self.at("reference"))
         if spec != REFERENCE_BACKWARD:
             return None
         return ReferenceBackward(self.at("backward"))

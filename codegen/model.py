@@ -214,7 +214,8 @@ class OpSpec:
     workloads: Tuple[Workload, ...]
     location: Location
     source_text: str = field(compare=False, default="")
-    # ``backward: reference``: gradients by PyTorch's autograd of ``reference`` (no Bwd op).
+    # ``backward: reference``: gradients by PyTorch's autograd of ``reference`` (no Bwd op); every
+    # Bwd op's (a gradient of a gradient) too.
     reference_backward: Optional[ReferenceBackward] = None
     # ``backward: {gradients: ...}``: gradients by the manifest's formulas (no Bwd op).
     formula_backward: Optional[FormulaBackward] = None

@@ -245,6 +245,32 @@ def test_backward_matches_autograd_of_the_reference(spec) -> None:
             torch.testing.assert_close(mine.grad.double(), theirs.grad, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("spec", [op for op in FWD_OPS if op.backward is not None], ids=lambda s: s.name)
+def test_a_bwd_op_is_differentiable_again(spec) -> None:
+    """Gradients of gradients (``create_graph=True``: gradient penalties, Hessian-vector products)
+    through ops whose backward is a Bwd op, which differentiates its own reference."""
+    for case in manifest_cases(spec.name, dtypes=["float32"], max_numel=1 << 10)[-3:]:
+        op = build_op(case)
+        wide = [t.double().requires_grad_() if t.is_floating_point() else t
+                for t in make_inputs(spec, case, "cpu", torch.Generator().manual_seed(3))]
+        ours = [t.detach().float().requires_grad_() if t.is_floating_point() else t for t in wide]
+        differentiated = [index for index, t in enumerate(wide) if t.is_floating_point()]
+
+        def second_order(run, leaves):
+            outputs = run(*leaves)
+            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            first = sum((out.double().pow(3) * (index + 1)).sum() for index, out in enumerate(outputs))
+            grads = torch.autograd.grad(first, [leaves[i] for i in differentiated], create_graph=True,
+                                        allow_unused=True)
+            penalty = sum(g.double().square().sum() for g in grads if g is not None)
+            return torch.autograd.grad(penalty, [leaves[i] for i in differentiated], allow_unused=True)
+
+        for mine, theirs in zip(second_order(op, ours), second_order(op.reference, wide)):
+            assert (mine is None) == (theirs is None), case
+            if mine is not None:
+                torch.testing.assert_close(mine.double(), theirs, rtol=1e-3, atol=1e-3)
+
+
 def test_absent_optional_inputs_get_no_gradient() -> None:
     from tileops.ops import LayerNormFwdOp
 

@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.gated import GeluAndMulBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import GatedElementwiseOp
-from ..op_base import register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["GeluAndMulBwdOp"]
 
@@ -143,4 +143,5 @@ register_library_op(
     inputs=("grad_y", "x"),
     params=("approximate",),
     outputs=("grad_x",),
+    backward=ReferenceBackward(),
 )

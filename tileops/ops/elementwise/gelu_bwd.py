@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.unary import GeluBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import UnaryElementwiseOp
-from ..op_base import register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["GeluBwdOp"]
 
@@ -132,4 +132,5 @@ register_library_op(
     inputs=("grad_y", "x"),
     params=("approximate",),
     outputs=("grad_x",),
+    backward=ReferenceBackward(),
 )

@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.gated import SiluAndMulBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import GatedElementwiseOp
-from ..op_base import register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["SiluAndMulBwdOp"]
 
@@ -92,7 +92,7 @@ class SiluAndMulBwdOp(GatedElementwiseOp):
 
     def reference(self, grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
-        return torch.cat((torch.ops.aten.silu_backward(grad_y * x[..., self.N // 2:], x[..., :self.N // 2]), grad_y * torch.nn.functional.silu(x[..., :self.N // 2])), -1)
+        return torch.cat((grad_y * x[..., self.N // 2:] * torch.sigmoid(x[..., :self.N // 2]) * (1 + x[..., :self.N // 2] * (1 - torch.sigmoid(x[..., :self.N // 2]))), grad_y * torch.nn.functional.silu(x[..., :self.N // 2])), -1)
 
     def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
@@ -139,4 +139,5 @@ register_library_op(
     inputs=("grad_y", "x"),
     params=(),
     outputs=("grad_x",),
+    backward=ReferenceBackward(),
 )

@@ -15,7 +15,7 @@ from tileops.kernels.elementwise.unary import SiluBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import UnaryElementwiseOp
-from ..op_base import register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["SiluBwdOp"]
 
@@ -80,7 +80,7 @@ class SiluBwdOp(UnaryElementwiseOp):
 
     def reference(self, grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
-        return torch.ops.aten.silu_backward(grad_y, x)
+        return grad_y * torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x)))
 
     def _library_call(self, grad_y: torch.Tensor, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
@@ -127,4 +127,5 @@ register_library_op(
     inputs=("grad_y", "x"),
     params=(),
     outputs=("grad_x",),
+    backward=ReferenceBackward(),
 )

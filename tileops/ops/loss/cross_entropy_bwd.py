@@ -15,7 +15,7 @@ from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import CrossEntropyBwdBase
-from ..op_base import register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["CrossEntropyBwdOp"]
 
@@ -180,4 +180,5 @@ register_library_op(
     inputs=("grad_loss", "grad_lse", "logits", "target", "lse"),
     params=("ignore_index", "label_smoothing", "reduction"),
     outputs=("grad_logits",),
+    backward=ReferenceBackward(),
 )

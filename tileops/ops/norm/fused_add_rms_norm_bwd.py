@@ -15,7 +15,7 @@ from tileops.kernels.norm.rms_norm_bwd import FusedAddRMSNormBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import FusedAddNormBwdOp
-from ..op_base import register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["FusedAddRMSNormBwdOp"]
 
@@ -156,4 +156,5 @@ register_library_op(
     inputs=("grad_y", "grad_residual_out", "residual_out", "weight"),
     params=("eps",),
     outputs=("grad_x", "grad_weight"),
+    backward=ReferenceBackward(),
 )

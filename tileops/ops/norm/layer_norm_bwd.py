@@ -15,7 +15,7 @@ from tileops.kernels.norm.layer_norm import LayerNormBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import NormBwdOp
-from ..op_base import register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["LayerNormBwdOp"]
 
@@ -152,4 +152,5 @@ register_library_op(
     inputs=("grad_y", "x", "weight"),
     params=("eps",),
     outputs=("grad_x", "grad_weight", "grad_bias"),
+    backward=ReferenceBackward(),
 )

@@ -15,7 +15,7 @@ from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import NormBwdOp
-from ..op_base import register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["RMSNormBwdOp"]
 
@@ -151,4 +151,5 @@ register_library_op(
     inputs=("grad_y", "x", "weight"),
     params=("eps",),
     outputs=("grad_x", "grad_weight"),
+    backward=ReferenceBackward(),
 )

@@ -15,7 +15,7 @@ from tileops.kernels.scan.cumsum import CumsumBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import ScanOp
-from ..op_base import register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["CumsumBwdOp"]
 
@@ -138,4 +138,5 @@ register_library_op(
     inputs=("grad_y",),
     params=("dim",),
     outputs=("grad_x",),
+    backward=ReferenceBackward(),
 )

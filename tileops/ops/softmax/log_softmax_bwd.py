@@ -15,7 +15,7 @@ from tileops.kernels.softmax.log_softmax import LogSoftmaxBwdKernel
 from tileops import _shape_rules as rules
 
 from .base import SoftmaxFamilyOp
-from ..op_base import register_library_op
+from ..op_base import ReferenceBackward, register_library_op
 
 __all__ = ["LogSoftmaxBwdOp"]
 
@@ -144,4 +144,5 @@ register_library_op(
     inputs=("grad_y", "y"),
     params=("dim",),
     outputs=("grad_x",),
+    backward=ReferenceBackward(),
 )
