@@ -271,6 +271,35 @@ def test_a_bwd_op_is_differentiable_again(spec) -> None:
                 torch.testing.assert_close(mine.double(), theirs, rtol=1e-3, atol=1e-3)
 
 
+def test_torch_func_transforms_see_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """grad, vmap, jacrev and per-sample gradients (vmap of grad) run through ops as through their
+    PyTorch references; neither the kernels nor the custom op (whose autograd functorch cannot
+    run) are asked."""
+    from tileops.ops import CrossEntropyFwdOp, RMSNormFwdOp, SoftmaxFwdOp
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError(f"{type(self).__name__} left the reference under a torch.func transform")
+
+    for cls in (CrossEntropyFwdOp, RMSNormFwdOp, SoftmaxFwdOp):
+        monkeypatch.setattr(cls, "_eager", refuse)
+        monkeypatch.setattr(cls, "_library_call", refuse)
+    x, weight = torch.randn(4, 6, 8), torch.randn(8)
+    targets = torch.randint(0, 8, (6,))
+
+    def check(ours, theirs) -> None:
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+    check(torch.func.grad(lambda t: F.rms_norm(t, weight).square().sum())(x),
+          torch.func.grad(lambda t: torch.nn.functional.rms_norm(t, (8,), weight, 1e-6).square().sum())(x))
+    check(torch.func.vmap(lambda t: F.softmax(t, -1))(x), torch.softmax(x, -1))
+    check(torch.func.jacrev(lambda t: F.softmax(t, -1))(x[0, 0]), torch.func.jacrev(lambda t: torch.softmax(t, -1))(x[0, 0]))
+
+    def per_sample(loss):
+        return torch.func.vmap(torch.func.grad(lambda t, target: loss(t[None], target[None])))(x[0], targets)
+
+    check(per_sample(F.cross_entropy), per_sample(torch.nn.functional.cross_entropy))
+
+
 def test_absent_optional_inputs_get_no_gradient() -> None:
     from tileops.ops import LayerNormFwdOp
 

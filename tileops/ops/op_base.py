@@ -270,17 +270,22 @@ class Op(torch.nn.Module):
     def _dispatch(self, *inputs: Optional[torch.Tensor]) -> Any:
         """Run a validated call.
 
-        Compiled graphs (and functorch transforms) go through the registered custom op
-        (``_library_call``).  An eager call that autograd must record goes through the
+        Compiled graphs go through the registered custom op (``_library_call``); torch.func
+        transforms see the reference.  An eager call that autograd must record goes through the
         op's ``torch.autograd.Function``, which shares the custom op's autograd
         functions without its dispatch (about 100 us of host time a call); a plain
         eager call runs the computation directly.
         """
         if torch.compiler.is_compiling():
             return self._library_call(*inputs)
+        if torch._C._are_functorch_transforms_active():
+            # torch.func transforms (grad, vmap, jacrev, jvp, ...) wrap tensors the kernels cannot
+            # read, and custom ops' autograd does not run under them: they see the PyTorch
+            # reference, which every transform supports.
+            return self.reference(*inputs)
         if _needs_grad(inputs):
             function = self._autograd_function
-            if function is None or torch._C._are_functorch_transforms_active():
+            if function is None:
                 return self._library_call(*inputs)
             return function.apply(*inputs, *(getattr(self, name) for name in self._library_params), self._handle)
         return self._eager(*inputs)
