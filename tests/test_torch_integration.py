@@ -300,6 +300,37 @@ def test_torch_func_transforms_see_the_reference(monkeypatch: pytest.MonkeyPatch
     check(per_sample(F.cross_entropy), per_sample(torch.nn.functional.cross_entropy))
 
 
+def test_torch_jit_trace_records_the_custom_ops() -> None:
+    """A traced module calls the custom ops (a kernel launched outside the dispatcher would be
+    missing from the trace), on inputs of other row counts and after save and load."""
+    import io
+    import warnings
+
+    from tileops.ops import RMSNormFwdOp
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(8))
+            self.norm = RMSNormFwdOp(N=8, dtype=torch.float32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.softmax(self.norm(x, self.weight), -1)
+
+    block = Block()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # the shape checks read sizes
+        traced = torch.jit.trace(block, (torch.randn(2, 8),))
+    kinds = {node.kind() for node in traced.inlined_graph.nodes()}
+    assert {"tileops::rms_norm_fwd", "tileops::softmax_fwd"} <= kinds, kinds
+    saved = io.BytesIO()
+    torch.jit.save(traced, saved)
+    saved.seek(0)
+    x = torch.randn(5, 8)
+    for module in (traced, torch.jit.load(saved)):
+        torch.testing.assert_close(module(x), block(x))
+
+
 def test_absent_optional_inputs_get_no_gradient() -> None:
     from tileops.ops import LayerNormFwdOp
 

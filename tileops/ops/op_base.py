@@ -270,13 +270,15 @@ class Op(torch.nn.Module):
     def _dispatch(self, *inputs: Optional[torch.Tensor]) -> Any:
         """Run a validated call.
 
-        Compiled graphs go through the registered custom op (``_library_call``); torch.func
-        transforms see the reference.  An eager call that autograd must record goes through the
+        Traced graphs (torch.compile, torch.jit.trace) go through the registered custom op
+        (``_library_call``); torch.func transforms see the reference.  An eager call that autograd must record goes through the
         op's ``torch.autograd.Function``, which shares the custom op's autograd
         functions without its dispatch (about 100 us of host time a call); a plain
         eager call runs the computation directly.
         """
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or torch._C._is_tracing():
+            # A graph being traced (torch.compile, torch.jit.trace) records the custom op: a kernel
+            # launched directly would leave the graph without the computation.
             return self._library_call(*inputs)
         if torch._C._are_functorch_transforms_active():
             # torch.func transforms (grad, vmap, jacrev, jvp, ...) wrap tensors the kernels cannot
