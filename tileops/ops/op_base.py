@@ -11,9 +11,9 @@ dispatch, the kernel cache, device routing and the wording of errors.
 from __future__ import annotations
 
 import collections
-import secrets
 import logging
 import os
+import secrets
 import threading
 import weakref
 from typing import (Any, Callable, Dict, Hashable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type,
@@ -157,7 +157,8 @@ class Op(torch.nn.Module):
 
     @property
     def _graph_handle(self) -> int:
-        """The handle this op's calls put in traced graphs (torch.compile, torch.export).
+        """The handle this op's calls put in traced graphs (torch.compile, torch.export,
+        torch.jit.trace).
 
         An op built as the shared instance of its configuration would be (default kernel map,
         no tuning of its own) puts ``SHARED_INSTANCE``: the graph then runs in any process, as
@@ -271,10 +272,10 @@ class Op(torch.nn.Module):
         """Run a validated call.
 
         Traced graphs (torch.compile, torch.jit.trace) go through the registered custom op
-        (``_library_call``); torch.func transforms see the reference.  An eager call that autograd must record goes through the
-        op's ``torch.autograd.Function``, which shares the custom op's autograd
-        functions without its dispatch (about 100 us of host time a call); a plain
-        eager call runs the computation directly.
+        (``_library_call``); torch.func transforms see the reference.  An eager call that
+        autograd must record goes through the op's ``torch.autograd.Function``, which shares
+        the custom op's autograd functions without its dispatch (about 100 us of host time a
+        call); a plain eager call runs the computation directly.
         """
         if torch.compiler.is_compiling() or torch._C._is_tracing():
             # A graph being traced (torch.compile, torch.jit.trace) records the custom op: a kernel
