@@ -454,6 +454,18 @@ class _Normed(torch.nn.Module):
         return self.norm(x, self.weight)
 
 
+def test_graphs_name_an_op_by_configuration_unless_its_kernels_are_its_own() -> None:
+    from tileops.kernels.norm.rms_norm import RMSNormFwdKernel
+    from tileops.ops import RMSNormFwdOp
+
+    plain = RMSNormFwdOp(N=8, dtype=torch.float32)
+    assert plain._graph_handle == SHARED_INSTANCE
+    for own in (RMSNormFwdOp(N=8, dtype=torch.float32, tune=True),
+                RMSNormFwdOp(N=8, dtype=torch.float32, kernel_map={"rms_norm_fwd": RMSNormFwdKernel})):
+        assert own._graph_handle == own._handle and own._handle > 0
+        assert copy.deepcopy(own)._graph_handle not in (own._handle, SHARED_INSTANCE)
+
+
 @pytest.mark.parametrize("custom", [False, True], ids=["default-kernels", "own-kernel-map"])
 def test_an_exported_program_runs_in_another_process_or_refuses(tmp_path, custom: bool) -> None:
     """torch.export of a module holding an op: with the default kernels, the program names the
