@@ -459,13 +459,17 @@ class _EntryBuilder:
             raise self.fail("only a Fwd op names a backward", "backward")
         if spec == REFERENCE_BACKWARD or "gradients" in spec:
             return None
+        return Backward(spec["op"], self._saves(spec, inputs, outputs), self.at("backward"),
+                        same_gradient=self._same_gradient(spec.get("same_gradient") or {}, inputs))
+
+    def _saves(self, spec, inputs, outputs):
+        """The tensors a backward keeps (``saves``), each an input or output of the op."""
         known = {t.name for t in inputs + outputs}
         for index, name in enumerate(spec.get("saves") or []):
             if name not in known:
                 raise self.fail(f"saves {name!r}, which is no input or output (known: {sorted(known)})",
                                 "backward", "saves", index)
-        return Backward(spec["op"], tuple(spec.get("saves") or ()), self.at("backward"),
-                        same_gradient=self._same_gradient(spec.get("same_gradient") or {}, inputs))
+        return tuple(spec.get("saves") or ())
 
     def _same_gradient(self, spec, inputs):
         """``{input: other input}``: inputs that take another input's gradient (checked against
@@ -495,12 +499,7 @@ class _EntryBuilder:
             return None
         if len(outputs) != 1:
             raise self.fail("gradient formulas serve ops with one output; name a Bwd op instead", "backward")
-        saves = tuple(spec.get("saves") or ())
-        known = {t.name for t in inputs + outputs}
-        for index, name in enumerate(saves):
-            if name not in known:
-                raise self.fail(f"saves {name!r}, which is no input or output (known: {sorted(known)})",
-                                "backward", "saves", index)
+        saves = self._saves(spec, inputs, outputs)
         formulas = spec["gradients"]
         for name in formulas:
             if name not in {t.name for t in inputs}:

@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-from tileops import _params as param_types
+from tileops._params import annotation as param_annotation
 
 from . import rules
 from .model import FORMULA_HELPERS, OpSpec, snake_case
@@ -135,7 +135,7 @@ class OpView:
         out.append("dtype: torch.dtype")
         for p in self.op.params:
             default = f" = {repr(p.default)}" if p.has_default else ""
-            out.append(f"{p.name}: {param_types.annotation(p.type)}{default}")
+            out.append(f"{p.name}: {param_annotation(p.type)}{default}")
         out.append("kernel_map: Optional[Dict[str, Type[Kernel]]] = None")
         out.append("tune: bool = False")
         return out
@@ -423,7 +423,7 @@ class OpView:
         names = ["Dict", "Optional", "Tuple", "Type"]
         if self.op.backward_by_formulas:
             names.append("Any")
-        annotations = " ".join(param_types.annotation(p.type) for p in self.op.params)
+        annotations = " ".join(param_annotation(p.type) for p in self.op.params)
         names += [name for name in ("Sequence", "Union") if name in annotations]
         return ", ".join(sorted(names))
 
@@ -481,7 +481,7 @@ class FunctionView:
         out = [p.split(" = ")[0] + (" = None" if "Optional" in p else "") for p in self.view.forward_params]
         for p in self.op.params:
             default = f" = {repr(p.default)}" if p.has_default else ""
-            out.append(f"{p.name}: {param_types.annotation(p.type)}{default}")
+            out.append(f"{p.name}: {param_annotation(p.type)}{default}")
         return out
 
     @property

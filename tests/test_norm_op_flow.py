@@ -7,7 +7,7 @@ from typing import Any, Callable, List, Tuple
 import pytest
 import torch
 
-from tileops.ops import FusedAddRMSNormFwdOp, LayerNormFwdOp, RMSNormBwdOp, RMSNormFwdOp
+from tileops.ops import FusedAddRMSNormBwdOp, FusedAddRMSNormFwdOp, LayerNormFwdOp, RMSNormBwdOp, RMSNormFwdOp
 
 N = 16
 EPS = 1e-6
@@ -115,3 +115,27 @@ def test_backward_reads_grad_y_and_x_in_place() -> None:
     torch.testing.assert_close(grad_weight, w_.grad)
     assert grad_x.is_contiguous()
     assert [row[2] for row in kernel.rows[:2]] == [grad_y.data_ptr(), x.data_ptr()]
+
+
+def test_fused_add_backward_reads_both_gradients_and_the_sum_in_place() -> None:
+    wide = torch.randn(3, 5, 3 * N)
+    grad_y, grad_sum, total, weight = wide[..., :N], wide[..., N:2 * N], wide[..., 2 * N:], torch.randn(N)
+    op = FusedAddRMSNormBwdOp(N=N, dtype=torch.float32, eps=EPS)
+
+    def backward(grad_y: torch.Tensor, grad_sum: torch.Tensor, total: torch.Tensor, weight: torch.Tensor,
+                 grad_x: torch.Tensor, grad_weight: torch.Tensor) -> None:
+        total_, w_ = total.clone().requires_grad_(), weight.clone().requires_grad_()
+        torch.autograd.backward(_rms(total_) * w_, grad_y)
+        grad_x.copy_(total_.grad + grad_sum)
+        grad_weight.copy_(w_.grad)
+
+    kernel = _with_stand_in(op, backward)
+    grad_x, grad_weight = op._run_kernel(grad_y, grad_sum, total, weight)
+    total_, w_ = total.clone().requires_grad_(), weight.clone().requires_grad_()
+    torch.autograd.backward(_rms(total_) * w_, grad_y)
+    torch.testing.assert_close(grad_x, total_.grad + grad_sum)
+    torch.testing.assert_close(grad_weight, w_.grad)
+    assert grad_x.is_contiguous() and grad_x.shape == total.shape
+    assert [row[2] for row in kernel.rows[:3]] == [grad_y.data_ptr(), grad_sum.data_ptr(), total.data_ptr()]
+    empty = torch.empty(0, N)
+    assert [tuple(t.shape) for t in op._run_kernel(empty, empty, empty, weight)] == [(0, N), (N,)]

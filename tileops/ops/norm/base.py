@@ -134,6 +134,12 @@ class NormBwdOp(NormOp):
 
     def _run_kernel(self, grad_y: torch.Tensor, x: torch.Tensor,
                     weight: Optional[torch.Tensor]) -> Tuple[torch.Tensor, ...]:
+        return self._backward_rows((grad_y,), x, _optional_aligned(weight))
+
+    def _backward_rows(self, gradients: Tuple[torch.Tensor, ...], x: torch.Tensor,
+                       weight: Optional[torch.Tensor]) -> Tuple[torch.Tensor, ...]:
+        """The kernel on the row gradients it takes (each read in place when its memory allows)
+        and ``x``: ``grad_x`` shaped like ``x``, then the per-column gradients."""
         device = x.device
         x_rows, grad_x, grad_x_rows = rows_and_output(x, self.N)
         accumulators = self.kernel_map[self.kernel_key].accumulators
@@ -142,7 +148,7 @@ class NormBwdOp(NormOp):
         kernel = self._kernel(self.kernel_key, (device.index,))
         grads = [torch.empty(self.N, dtype=x.dtype, device=device) for _ in range(accumulators)]
         with on_device(device):
-            kernel.forward(self._rows(grad_y), x_rows, _optional_aligned(weight), grad_x_rows, *grads)
+            kernel.forward(*(self._rows(g) for g in gradients), x_rows, weight, grad_x_rows, *grads)
         return (grad_x, *grads)
 
 
@@ -155,14 +161,5 @@ class FusedAddNormBwdOp(NormBwdOp):
     """
 
     def _run_kernel(self, grad_y: torch.Tensor, grad_residual_out: torch.Tensor, residual_out: torch.Tensor,
-                    weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        device = residual_out.device
-        sum_rows, grad_x, grad_x_rows = rows_and_output(residual_out, self.N)
-        if grad_x.numel() == 0:  # sums over no rows
-            return grad_x, residual_out.new_zeros(self.N)
-        kernel = self._kernel(self.kernel_key, (device.index,))
-        grad_weight = torch.empty(self.N, dtype=residual_out.dtype, device=device)
-        with on_device(device):
-            kernel.forward(self._rows(grad_y), self._rows(grad_residual_out), sum_rows, aligned_contiguous(weight),
-                           grad_x_rows, grad_weight)
-        return grad_x, grad_weight
+                    weight: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        return self._backward_rows((grad_y, grad_residual_out), residual_out, aligned_contiguous(weight))
