@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit (no GPU needed)")
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="warm-up per variant")
     parser.add_argument("--rep-ms", type=float, default=150.0, help="timed repetitions per variant, in ms")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="device timings per variant, the variants taking turns; the median is reported")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--jobs", type=int, default=None,
                         help="processes that compile every case ahead of the timed run "
@@ -127,7 +129,7 @@ def _run(args: argparse.Namespace, manifest, cases) -> int:
     csv_path = args.results_dir / f"{gpu_slug(gpu)}.csv"
     ctx = RunContext(manifest, backend, device,
                      compiler=None if args.no_compile else default_compiler,
-                     generator=torch.Generator(device).manual_seed(args.seed))
+                     generator=torch.Generator(device).manual_seed(args.seed), rounds=args.rounds)
     results = run_cases(cases, ctx, on_result=lambda r: append_csv(csv_path, result_rows(r, info)))
     rows = [row for row in read_csv(csv_path) if row.get("run") == info.run]
     md_path = csv_path.with_suffix(".md")

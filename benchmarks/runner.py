@@ -10,14 +10,15 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
+import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from codegen.model import Manifest, OpSpec
 
 from .checking import Verdict, as_outputs, judge, relative_error, upcast
-from .timing import Backend, rotation_count
+from .timing import Backend, Call, rotation_count
 from .variants import (
     Compiler, InputSet, Variant, autograd_variants, backward_inputs, forward_variants, plan_autograd,
 )
@@ -69,6 +70,7 @@ class RunContext:
     resolve: Callable[[OpSpec], type] = resolve_op_class
     max_input_sets: int = 64
     generator: Any = field(default=None, repr=False)  # seeds the random inputs
+    rounds: int = 1  # device timings per variant, taken in turns; the median is reported
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
@@ -96,8 +98,21 @@ def _oracle(op: Any, inputs: Sequence[Any]) -> Tuple[Any, float, List[Any]]:
     return exact, own_error, dtypes
 
 
-def _measure(variant: Variant, input_sets: Sequence[InputSet], oracle: Any, dtype: str,
-             own_error: float, expected_dtypes: Sequence[Any], backend: Backend) -> Outcome:
+@dataclass
+class _Checked:
+    """A variant whose output matched the oracle, ready to time."""
+
+    variant: Variant
+    calls: List[Call]
+    error: float
+    peak_bytes: int = 0
+    loop_us: float = 0.0
+    rounds_us: List[float] = field(default_factory=list)
+
+
+def _check(variant: Variant, input_sets: Sequence[InputSet], oracle: Any, dtype: str, own_error: float,
+           expected_dtypes: Sequence[Any], backend: Backend) -> Union[_Checked, Outcome]:
+    """Bind and run ``variant`` once and judge its output: a ``_Checked`` to time, or a failed ``Outcome``."""
     try:
         calls = [variant.bind(inputs) for inputs in input_sets]
         result = calls[0]()  # also compiles: kernels, inductor graphs
@@ -110,15 +125,46 @@ def _measure(variant: Variant, input_sets: Sequence[InputSet], oracle: Any, dtyp
     if not verdict.ok:
         logger.error("%s is wrong: %s", variant.name, verdict.reason)
         return Outcome(variant.name, WRONG, error=verdict.error, note=verdict.reason)
-    try:
-        peak = backend.peak_memory_bytes(calls[0])
-        micros = backend.time_us(calls)
-        loop = backend.loop_us(calls)
-    except Exception as exc:  # noqa: BLE001
-        logger.error("%s failed while timed: %s", variant.name, _short(exc))
-        return Outcome(variant.name, ERROR, error=verdict.error, note=_short(exc))
-    return Outcome(variant.name, OK, median_us=micros, loop_us=loop, peak_bytes=peak, error=verdict.error,
-                   note=variant.note)
+    return _Checked(variant, calls, verdict.error)
+
+
+def _time_interleaved(checked: Sequence[_Checked], backend: Backend, rounds: int) -> Dict[str, Outcome]:
+    """``rounds`` device timings per variant, the variants taking turns; peak memory and the
+    host loop once, in the first round.
+
+    Taking turns spreads a drift of the card (clock, temperature, a neighbour's
+    traffic) over every variant alike, so the ratio of two medians is steadier
+    than one timing of each in a row.
+    """
+    failed: Dict[str, Outcome] = {}
+    for round_index in range(max(1, rounds)):
+        for entry in checked:
+            if entry.variant.name in failed:
+                continue
+            try:
+                if round_index == 0:
+                    entry.peak_bytes = backend.peak_memory_bytes(entry.calls[0])
+                entry.rounds_us.append(backend.time_us(entry.calls))
+                if round_index == 0:
+                    entry.loop_us = backend.loop_us(entry.calls)
+            except Exception as exc:  # noqa: BLE001
+                logger.error("%s failed while timed: %s", entry.variant.name, _short(exc))
+                failed[entry.variant.name] = Outcome(entry.variant.name, ERROR, error=entry.error,
+                                                     note=_short(exc))
+    outcomes = dict(failed)
+    for entry in checked:
+        if entry.variant.name not in failed:
+            outcomes[entry.variant.name] = Outcome(
+                entry.variant.name, OK, median_us=statistics.median(entry.rounds_us), loop_us=entry.loop_us,
+                peak_bytes=entry.peak_bytes, error=entry.error, note=_rounds_note(entry))
+    return outcomes
+
+
+def _rounds_note(entry: _Checked) -> str:
+    if len(entry.rounds_us) < 2:
+        return entry.variant.note
+    spread = f"median of {len(entry.rounds_us)} rounds, {min(entry.rounds_us):.3f}-{max(entry.rounds_us):.3f} us"
+    return "; ".join(n for n in (entry.variant.note, spread) if n)
 
 
 def _case_inputs(case: Case, ctx: RunContext) -> Callable[[], InputSet]:
@@ -176,13 +222,16 @@ def run_case(case: Case, ctx: RunContext) -> CaseResult:
         logger.error("%s: cannot set up: %s", case.label, _short(exc))
         outcome = Outcome("tileops", ERROR, note=f"setup: {_short(exc)}")
         return CaseResult(case, shapes, None, None, (outcome,), time.perf_counter() - began)
+    checked = [_check(variant, input_sets, oracle, case.dtype, own_error, expected_dtypes, ctx.backend)
+               for variant in variants]
+    timings = _time_interleaved([c for c in checked if isinstance(c, _Checked)], ctx.backend, ctx.rounds)
     outcomes = []
-    for variant in variants:
-        outcome = _measure(variant, input_sets, oracle, case.dtype, own_error, expected_dtypes, ctx.backend)
+    for variant, check in zip(variants, checked):
+        outcome = timings[variant.name] if isinstance(check, _Checked) else check
         if case_note:
             outcome = dataclasses.replace(outcome, note="; ".join(n for n in (outcome.note, case_note) if n))
         outcomes.append(outcome)
-    del input_sets, oracle, variants, op
+    del input_sets, oracle, variants, op, checked
     return CaseResult(case, shapes, flops, moved, tuple(outcomes), time.perf_counter() - began)
 
 

@@ -39,7 +39,7 @@ from typing import Any, Callable, List, Protocol, Sequence
 
 from tileops.tuning.tuner import L2Flush
 
-__all__ = ["Backend", "CudaBackend", "TimingSettings", "rotation_count"]
+__all__ = ["Backend", "Call", "CudaBackend", "TimingSettings", "rotation_count"]
 
 logger = logging.getLogger(__name__)
 

@@ -5,6 +5,7 @@ Fake CPU ops stand in for the generated ones and a scripted backend for the GPU 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import textwrap
 
@@ -45,6 +46,20 @@ def test_a_right_op_is_checked_then_timed(manifest):
     assert result.outcome("tileops").peak_bytes == 3 << 20
     assert result.outcome("tileops").error < 1e-6
     assert (result.flops, result.bytes) == (4 * 4096, (2 * 4096 + 4096) * 4)
+
+
+def test_rounds_take_turns_and_report_the_median(manifest):
+    op = make_class(FakeRMSNorm)
+    backend = FakeBackend(times=[5.0, 20.0, 10.0, 9.0, 22.0, 12.0, 6.0, 21.0, 11.0])
+    ctx = dataclasses.replace(context(manifest, backend, RMSNormFwdOp=op), rounds=3)
+    result = run_case(decode_case(manifest), ctx)
+    assert [o.median_us for o in result.outcomes] == [6.0, 21.0, 11.0]
+    # Each round times every variant once, in the same order: the i-th and (i+3)-th timings are one variant.
+    assert len(backend.timed) == 9
+    assert all(backend.timed[i] is backend.timed[i + 3] for i in range(6))
+    assert len({id(calls) for calls in backend.timed[:3]}) == 3
+    assert backend.probed == 3 and backend.looped == 3  # peak memory and the host loop once each
+    assert "median of 3 rounds, 5.000-9.000 us" in result.outcome("tileops").note
 
 
 def test_a_wrong_op_is_reported_and_never_timed(manifest):

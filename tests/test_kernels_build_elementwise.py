@@ -106,7 +106,7 @@ def test_small_calls_take_one_narrower_access_a_thread() -> None:
     kernel = GeluAndMulBwdKernel(8192, torch.bfloat16)
     assert kernel.small_call_spec(("gated", 8), 8 * 512, 132) == ("gated", 2)
     assert kernel.call_programs(("gated", 8), 8 * 512, 132) == [
-        (("gated", 8), {"threads": 256, "unroll": 2}), (("gated", 2), {"threads": 256, "unroll": 1})]
+        (("gated", 8), {"threads": 128, "unroll": 2}), (("gated", 2), {"threads": 128, "unroll": 1})]
 
 
 @needs_nvcc

@@ -46,19 +46,27 @@ def launch_slices(length: int, limit: int = MAX_LAUNCH_ELEMENTS) -> Iterator[sli
 
 
 def elementwise_default_config(dtype: torch.dtype) -> Dict[str, int]:
-    """256 threads, each with two 16-byte loads per input in flight (one for 4-byte elements).
+    """128 threads, each with two 16-byte loads per input in flight (one for 4-byte elements).
 
     Measured on an H100 (bf16, 0.5-1 GB moved): 97.8 % of copy bandwidth for
-    silu, 99.6 % for add, 96.5 % for silu-and-mul; four loads per thread was
-    as good for one input but lost 3-25 % on two-input and gated kernels
-    (more registers, fewer resident blocks), eight lost up to half.  One load
-    a thread loses up to 13 % in bf16 (gelu backward 8192 x 16384: 273 -> 310
-    us) but wins or ties on every float32 kernel (µs, two loads / one:
-    silu-and-mul 4 x 2048 x 8192 129.8 / 128.7, its backward 219.3 / 218.9,
-    gelu-and-mul 128.6 / 128.5, silu 8192 x 16384 353.1 / 353.2, gelu
-    backward 521.6 / 517.1, add 524.2 / 522.4).
+    silu, 99.6 % for add, 96.5 % for silu-and-mul with 256 threads; four loads
+    per thread was as good for one input but lost 3-25 % on two-input and
+    gated kernels (more registers, fewer resident blocks), eight lost up to
+    half.  One load a thread loses up to 13 % in bf16 (gelu backward 8192 x
+    16384: 273 -> 310 us) but wins or ties on every float32 kernel (µs, two
+    loads / one: silu-and-mul 4 x 2048 x 8192 129.8 / 128.7, its backward
+    219.3 / 218.9, gelu-and-mul 128.6 / 128.5, silu 8192 x 16384 353.1 /
+    353.2, gelu backward 521.6 / 517.1, add 524.2 / 522.4).
+
+    128 threads rather than 256: H100 cards differ here.  On some, 256-thread
+    blocks ran 1-5 % behind torch.compile where 128 matched it (µs, 256 / 128
+    / compile, median of 5 rounds taken in turns: silu 8192 x 16384 180.4 /
+    176.9 / 176.3, bias add 180.2 / 176.4 / 176.1, gelu-and-mul 16384 x
+    11008 353.3 / 349.4 / 349.9, its backward 656.4 / 625.8 / 1207.8); on
+    others both ran within 0.15 % of each other and of torch.compile (relu
+    176.7 / 177.0 / 176.5, silu float32 352.9 / 353.1 / 354.1).
     """
-    return {"threads": 256, "unroll": 1 if dtype.itemsize == 4 else 2}
+    return {"threads": 128, "unroll": 1 if dtype.itemsize == 4 else 2}
 
 
 def is_small_call(config: Dict[str, Any], accesses: int, sm_count: int) -> bool:

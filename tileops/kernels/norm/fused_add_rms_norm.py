@@ -61,9 +61,12 @@ def _resident_program(N: int, dtype: str, eps: float, layout: RowLayout) -> Any:
     inv_n = 1.0 / N
 
     @T.macro
-    def store_group(Y, RO, W, zb, st, row, lane, j):
+    def store_sum(RO, zb, row, lane, j):
         for k in T.vectorized(vector):
             RO[row, column(j, lane) + k] = T.cast(zb[j * vector + k], dtype)
+
+    @T.macro
+    def store_normalized(Y, W, zb, st, row, lane, j):
         # The weight is read at the store (an L1 hit after the first row), not held in registers.
         for k in T.vectorized(vector):
             Y[row, column(j, lane) + k] = T.cast(
@@ -94,14 +97,22 @@ def _resident_program(N: int, dtype: str, eps: float, layout: RowLayout) -> Any:
             for i in T.unroll(per_thread):  # missing elements are zeros and add nothing
                 zb[i] = T.cast(xb[i], ACCUM) + T.cast(rb[i], ACCUM)
                 st[0] = st[0] + zb[i] * zb[i]
+            # The sum is stored before the row's reduction: its writes drain while the block waits
+            # at the reduction's barrier instead of after it.
+            if row < M:
+                for j in T.unroll(full_vecs):
+                    store_sum(RO, zb, row, lane, j)
+                if has_tail:
+                    if column(full_vecs, lane) < N:
+                        store_sum(RO, zb, row, lane, full_vecs)
             row_sum(st, 0, scratch, 0, tx)
             st[0] = T.rsqrt(st[0] * inv_n + eps)
             if row < M:
                 for j in T.unroll(full_vecs):
-                    store_group(Y, RO, W, zb, st, row, lane, j)
+                    store_normalized(Y, W, zb, st, row, lane, j)
                 if has_tail:
                     if column(full_vecs, lane) < N:
-                        store_group(Y, RO, W, zb, st, row, lane, full_vecs)
+                        store_normalized(Y, W, zb, st, row, lane, full_vecs)
 
     return fused_add_rms_norm_fwd
 
