@@ -25,12 +25,13 @@ from tileops.kernels.elementwise.base import (
     is_small_call,
     launch_slices,
     one_access_config,
+    program_shape,
     small_call_vector,
 )
 from tileops.kernels.elementwise.binary import AddFwdKernel, MulFwdKernel, launch_boxes
 from tileops.kernels.elementwise.gated import GeluAndMulBwdKernel, SiluAndMulFwdKernel, gated_vector
 from tileops.kernels.elementwise.programs import broadcast_program, flat_program, gated_program
-from tileops.kernels.elementwise.unary import GeluBwdKernel, SiluFwdKernel
+from tileops.kernels.elementwise.unary import GeluBwdKernel, GeluFwdKernel, SiluFwdKernel
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import widest_access
 from tileops.ops.elementwise.base import (
@@ -41,7 +42,7 @@ from tileops.ops.elementwise.base import (
     fold_broadcast,
     row_view,
 )
-from tests.toolchain import needs_nvcc
+from tests.toolchain import needs_nvcc, ptxas_report
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 
@@ -106,7 +107,8 @@ def test_small_calls_take_one_narrower_access_a_thread() -> None:
     kernel = GeluAndMulBwdKernel(8192, torch.bfloat16)
     assert kernel.small_call_spec(("gated", 8), 8 * 512, 132) == ("gated", 2)
     assert kernel.call_programs(("gated", 8), 8 * 512, 132) == [
-        (("gated", 8), {"threads": 128, "unroll": 2}), (("gated", 2), {"threads": 128, "unroll": 1})]
+        (("gated", 8), {"threads": 128, "unroll": 2, "sm_threads": 1024}),
+        (("gated", 2), {"threads": 128, "unroll": 1, "sm_threads": 1024})]
 
 
 @needs_nvcc
@@ -120,12 +122,12 @@ def test_whole_tile_rows_take_their_row_from_the_grid() -> None:
 
 
 @pytest.mark.parametrize("shape, vector, rows", [
-    ((1, 8, 4096), 8, True),        # a bias on 8 rows: 512 vectors a row, one tile of 256 x 2
+    ((1, 8, 4096), 8, True),        # a bias on 8 rows: 512 vectors a row, two tiles of 128 x 2
     ((1, 8192, 16384), 8, True),
     ((1, 8, 4104), 8, False),       # rows not a whole number of tiles
     ((1, 70000, 4096), 8, False),   # more rows than a grid axis holds
     ((70000, 1, 4096), 8, False),
-    ((5, 3, 1024), 2, True),        # narrower accesses: tiles of 256 x 2 x 2 elements
+    ((5, 3, 1024), 2, True),        # narrower accesses: tiles of 128 x 2 x 2 elements
     ((1, 8, 0), 8, False),
 ])
 def test_broadcasts_launch_the_rows_program_on_whole_tile_rows(shape, vector, rows) -> None:
@@ -135,7 +137,7 @@ def test_broadcasts_launch_the_rows_program_on_whole_tile_rows(shape, vector, ro
 
 def test_every_program_layout_is_valid_tir() -> None:
     pytest.importorskip("tilelang")
-    for config in elementwise_autotune_configs(torch.bfloat16)[:3]:
+    for config in map(program_shape, elementwise_autotune_configs(torch.bfloat16)[:3]):
         assert flat_program(functions.RELU, "bfloat16", vector=8, **config) is not None
         assert gated_program(functions.SILU_AND_MUL_BWD, 6, "float16", vector=1, **config) is not None
         assert broadcast_program(functions.ADD, "float32", vector=2, a_inner=False, b_inner=True, **config) is not None
@@ -585,3 +587,32 @@ def test_emulated_remembered_launchers_follow_each_calls_alignment(emulated: Non
         _check_kernel_path(gated, [x])
     rows = torch.randn(6 * 257).to(bf16).view(6, 257)[:, :256]  # a row stride of 257 elements
     _check_kernel_path(gated, [rows])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("make, blocks", [
+    (lambda dtype: GeluFwdKernel(dtype), 16),
+    (lambda dtype: GeluBwdKernel(dtype), 12),
+    (lambda dtype: GeluAndMulBwdKernel(8192, dtype), 8),
+], ids=["gelu", "gelu_bwd", "gelu_and_mul_bwd"])
+def test_erf_gelu_programs_leave_room_for_their_blocks_without_spilling(make, blocks, dtype, tmp_path) -> None:
+    """The register cap (``sm_threads``) reaches the compiler as launch bounds, and every typical
+    program fits under it in registers."""
+    kernel = make(dtype)
+    assert kernel.config["sm_threads"] == blocks * kernel.config["threads"]
+    for spec, config in kernel.typical_programs():
+        source = kernel.compile_program(spec, config, target=SM90).get_kernel_source()
+        assert f"__launch_bounds__({config['threads']}, {blocks})" in source
+        report = ptxas_report(source, str(tmp_path))
+        assert report["spill_bytes"] == 0 and report["registers"] <= 65536 // (blocks * config["threads"])
+
+
+@needs_nvcc
+def test_tanh_gelu_and_other_functions_keep_the_compilers_register_choice() -> None:
+    for kernel in (GeluFwdKernel(torch.bfloat16, approximate="tanh"), SiluFwdKernel(torch.bfloat16),
+                   SiluAndMulFwdKernel(8192, torch.bfloat16)):
+        assert kernel.config["sm_threads"] == 0
+        spec, config = kernel.typical_programs()[0]
+        assert f"__launch_bounds__({config['threads']}, 1)" in kernel.compile_program(
+            spec, config, target=SM90).get_kernel_source()

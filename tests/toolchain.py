@@ -21,3 +21,24 @@ def toolchain_available() -> bool:
 
 needs_nvcc = pytest.mark.skipif(not os.environ.get("CI") and not toolchain_available(),
                                 reason="building kernels needs tilelang and nvcc")
+
+
+def ptxas_report(source: str, tmp_dir: str) -> "dict[str, int]":
+    """Registers and spilled bytes of the one kernel in ``source`` (TileLang's CUDA), built for sm_90a."""
+    import re
+    import subprocess
+
+    import tilelang.env as tilelang_env
+
+    path = os.path.join(tmp_dir, "kernel.cu")
+    with open(path, "w") as handle:
+        handle.write(source)
+    command = ["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-DENABLE_BF16", "--resource-usage",
+               f"-I{tilelang_env.TILELANG_TEMPLATE_PATH}", f"-I{tilelang_env.CUTLASS_INCLUDE_DIR}",
+               "-o", os.path.join(tmp_dir, "kernel.cubin"), path]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    report = result.stdout + result.stderr
+    registers = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert registers and spills, report
+    return {"registers": int(registers.group(1)), "spill_bytes": int(spills.group(1)) + int(spills.group(2))}

@@ -2,7 +2,7 @@
 
 An elementwise kernel wraps one ``PointwiseFn`` and the program layouts of
 ``tileops.kernels.elementwise.programs`` that apply it.  Its config is
-``{"threads", "unroll"}``; the access width is not part of the config but of
+``{"threads", "unroll", "sm_threads"}``; the access width is not part of the config but of
 each call: the widest power of two (up to 16 bytes) that the call's
 addresses, strides and extents keep aligned.  A call that one access a thread
 covers with at most a block per SM runs so, whatever the config's ``unroll``,
@@ -21,12 +21,12 @@ from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
 from tileops.kernels.launch import access_alignment, direct_launcher, widest_access
-from tileops.kernels.sizes import SUPPORTED_DTYPES, check_kernel_args, max_vector
+from tileops.kernels.sizes import SUPPORTED_DTYPES, THREADS_PER_SM, check_kernel_args, max_vector
 
 __all__ = [
     "ElementwiseKernel", "ProgramSpec", "SUPPORTED_DTYPES", "elementwise_default_config",
     "elementwise_autotune_configs", "is_small_call", "one_access_config", "small_call_vector", "max_vector",
-    "launch_slices", "SMALL_CALL_ACCESS_BYTES", "FLAT",
+    "launch_slices", "SMALL_CALL_ACCESS_BYTES", "FLAT", "program_shape",
 ]
 
 # The program over 1-D contiguous tensors (``programs.flat_program``): its spec is ``(FLAT, vector)``.
@@ -45,8 +45,9 @@ def launch_slices(length: int, limit: int = MAX_LAUNCH_ELEMENTS) -> Iterator[sli
         yield slice(start, min(length, start + limit))
 
 
-def elementwise_default_config(dtype: torch.dtype) -> Dict[str, int]:
-    """128 threads, each with two 16-byte loads per input in flight (one for 4-byte elements).
+def elementwise_default_config(dtype: torch.dtype, sm_threads: int = 0) -> Dict[str, int]:
+    """128 threads, each with two 16-byte loads per input in flight (one for 4-byte elements);
+    ``sm_threads``: threads per SM the registers must allow (0: the compiler's choice).
 
     Measured on an H100 (bf16, 0.5-1 GB moved): 97.8 % of copy bandwidth for
     silu, 99.6 % for add, 96.5 % for silu-and-mul with 256 threads; four loads
@@ -66,7 +67,15 @@ def elementwise_default_config(dtype: torch.dtype) -> Dict[str, int]:
     others both ran within 0.15 % of each other and of torch.compile (relu
     176.7 / 177.0 / 176.5, silu float32 352.9 / 353.1 / 354.1).
     """
-    return {"threads": 128, "unroll": 1 if dtype.itemsize == 4 else 2}
+    return {"threads": 128, "unroll": 1 if dtype.itemsize == 4 else 2, "sm_threads": sm_threads}
+
+
+def program_shape(config: Dict[str, Any]) -> Dict[str, int]:
+    """The program builders' keywords for ``config``: threads, unroll, and the blocks per SM the
+    compiler must fit (``sm_threads`` over ``threads``, at least one)."""
+    threads = config["threads"]
+    return {"threads": threads, "unroll": config["unroll"],
+            "min_blocks": max(1, min(config.get("sm_threads", 0), THREADS_PER_SM) // threads)}
 
 
 def is_small_call(config: Dict[str, Any], accesses: int, sm_count: int) -> bool:
@@ -103,12 +112,12 @@ def one_access_config(config: Dict[str, Any]) -> Dict[str, Any]:
     return {**config, "unroll": 1}
 
 
-def elementwise_autotune_configs(dtype: torch.dtype) -> List[Dict[str, int]]:
+def elementwise_autotune_configs(dtype: torch.dtype, sm_threads: int = 0) -> List[Dict[str, int]]:
     """The heuristic first, then block sizes and loads in flight around it."""
-    candidates = [elementwise_default_config(dtype)]
+    candidates = [elementwise_default_config(dtype, sm_threads)]
     for threads in (128, 256, 512):
         for unroll in (1, 2, 4, 8):
-            config = {"threads": threads, "unroll": unroll}
+            config = {"threads": threads, "unroll": unroll, "sm_threads": sm_threads}
             if config not in candidates:
                 candidates.append(config)
     return candidates
@@ -126,6 +135,10 @@ class ElementwiseKernel(Kernel):
 
     function: Optional[PointwiseFn] = None
     op_params: Tuple[str, ...] = ()
+    # Threads per SM the compiler must leave registers for (0: its own choice).  Functions heavy in
+    # special-function math keep many values live, and the compiler then trades occupancy for
+    # registers that a memory-bound kernel needs less than resident threads (see the GELU kernels).
+    sm_threads: int = 0
 
     def __init__(self, dtype: torch.dtype, *, config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
         check_kernel_args(type(self).__name__, dtype)
@@ -149,11 +162,11 @@ class ElementwiseKernel(Kernel):
     # ---- configs -------------------------------------------------------------------------------
     @property
     def default_config(self) -> Dict[str, Any]:
-        return elementwise_default_config(self.dtype)
+        return elementwise_default_config(self.dtype, self.sm_threads)
 
     @property
     def autotune_configs(self) -> List[Dict[str, Any]]:
-        return elementwise_autotune_configs(self.dtype)
+        return elementwise_autotune_configs(self.dtype, self.sm_threads)
 
     # ---- programs ------------------------------------------------------------------------------
     def program(self, **config: Any) -> Any:

@@ -28,6 +28,7 @@ from tileops.kernels.elementwise.base import (
     ProgramSpec,
     launch_slices,
     max_vector,
+    program_shape,
 )
 from tileops.kernels.elementwise.programs import MAX_GRID_YZ, MAX_LAUNCH_ELEMENTS, broadcast_program, flat_program
 from tileops.kernels.kernel_base import torch_dtype_to_tl
@@ -73,11 +74,11 @@ class BroadcastKernel(ElementwiseKernel):
     def build_program(self, spec: ProgramSpec, config: Dict[str, Any]) -> Any:
         dtype = torch_dtype_to_tl(self.dtype)
         if spec[0] == FLAT:
-            return flat_program(self.pointwise, dtype, vector=spec[1], **config)
+            return flat_program(self.pointwise, dtype, vector=spec[1], **program_shape(config))
         if spec[0] == BROADCAST:
             _, vector, a_inner, b_inner, rows = spec
             return broadcast_program(self.pointwise, dtype, vector=vector, a_inner=a_inner, b_inner=b_inner,
-                                     rows=rows, **config)
+                                     rows=rows, **program_shape(config))
         raise ValueError(f"{type(self).__name__}: unknown program {spec!r}")
 
     def typical_specs(self) -> List[ProgramSpec]:

@@ -107,7 +107,8 @@ def _finish(func: Any) -> Any:
 # ---- flat ---------------------------------------------------------------------------------------
 
 
-def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int) -> Any:
+def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int,
+                 min_blocks: int = 1) -> Any:
     """``Y[i] = fn(X[i])`` or ``fn(A[i], B[i])`` over a symbolic length ``L``."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -132,6 +133,8 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
         @T.prim_func
         def elementwise_flat_unary(X: T.Tensor((L,), dtype), Y: T.Tensor((L,), dtype)):
             with T.Kernel(T.ceildiv(L, tile), threads=threads) as bx:
+                if min_blocks > 1:
+                    T.annotate_min_blocks_per_sm(min_blocks)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((unroll * vector,), dtype)
                 y = T.alloc_local((vector,), dtype)
@@ -157,6 +160,8 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
         Y: T.Tensor((L,), dtype),
     ):
         with T.Kernel(T.ceildiv(L, tile), threads=threads) as bx:
+            if min_blocks > 1:
+                T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * vector,), dtype)
             b = T.alloc_local((unroll * vector,), dtype)
@@ -183,7 +188,8 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
 # ---- gated --------------------------------------------------------------------------------------
 
 
-def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: int, unroll: int) -> Any:
+def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: int, unroll: int,
+                  min_blocks: int = 1) -> Any:
     """Rows of ``x (R, N)`` split into gate ``x[:, :H]`` and up ``x[:, H:]`` halves.
 
     ``fn`` with two inputs is a forward, ``(gate, up) -> y``; with three a
@@ -226,6 +232,8 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
             Y: T.Tensor((R, H), dtype),
         ):
             with T.Kernel(T.ceildiv(R * per_row, tile), threads=threads) as bx:
+                if min_blocks > 1:
+                    T.annotate_min_blocks_per_sm(min_blocks)
                 tx = T.get_thread_binding()
                 gate = T.alloc_local((unroll * vector,), dtype)
                 up = T.alloc_local((unroll * vector,), dtype)
@@ -251,6 +259,8 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
         DX: T.Tensor((R, N), dtype),
     ):
         with T.Kernel(T.ceildiv(R * per_row, tile), threads=threads) as bx:
+            if min_blocks > 1:
+                T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
             g = T.alloc_local((unroll * vector,), dtype)
             gate = T.alloc_local((unroll * vector,), dtype)
@@ -313,7 +323,7 @@ def _broadcast_operands(T: Any, vector: int, a_inner: bool, b_inner: bool) -> An
 
 
 def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int,
-                      a_inner: bool, b_inner: bool, rows: bool = False) -> Any:
+                      a_inner: bool, b_inner: bool, rows: bool = False, min_blocks: int = 1) -> Any:
     """``Y[i, j, k] = fn(A[i, j, k], B[i, j, k])`` over strided ``(D0, D1, D2)`` views.
 
     ``a_inner``/``b_inner``: whether the operand varies along the innermost
@@ -327,7 +337,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
     """
     if rows:
         return _broadcast_rows_program(fn, dtype, vector=vector, threads=threads, unroll=unroll, a_inner=a_inner,
-                                       b_inner=b_inner)
+                                       b_inner=b_inner, min_blocks=min_blocks)
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     _check_broadcast_params(fn, vector, threads, unroll, a_inner, b_inner)
@@ -390,6 +400,8 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
         Y: T.StridedTensor(y_shape, y_strides, dtype),
     ):
         with T.Kernel(T.ceildiv(D0 * D1 * T.truncdiv(D2, vector), tile), threads=threads) as bx:
+            if min_blocks > 1:
+                T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * vector,), dtype)
             b = T.alloc_local((unroll * vector,), dtype)
@@ -405,7 +417,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
 
 
 def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int, a_inner: bool,
-                            b_inner: bool) -> Any:
+                            b_inner: bool, min_blocks: int = 1) -> Any:
     """``broadcast_program`` with ``rows``: block ``(tile, i1, i0)`` covers one tile of row ``(i0, i1)``."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -435,6 +447,8 @@ def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads
         Y: T.StridedTensor(y_shape, y_strides, dtype),
     ):
         with T.Kernel(T.truncdiv(D2, tile * vector), D1, D0, threads=threads) as (bx, i1, i0):
+            if min_blocks > 1:
+                T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * vector,), dtype)
             b = T.alloc_local((unroll * vector,), dtype)
