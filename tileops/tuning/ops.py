@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from tileops.kernels.kernel_base import Kernel
     from tileops.ops.op_base import Op
 
-__all__ = ["autotune_op", "tune_op_kernels"]
+__all__ = ["autotune_op", "tune_op_kernels", "built_kernels"]
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +24,9 @@ def _shape_of(example: Any) -> Optional[Tuple[int, ...]]:
         raise TypeError(f"expected a tensor, a shape or None as example input, got {example!r}") from None
 
 
-def _built_kernels(op: "Op") -> List[Tuple[str, "Kernel"]]:
+def built_kernels(op: "Op") -> List[Tuple[str, "Kernel"]]:
+    """``(label, kernel)`` for each kernel ``op`` has built: its kernel key, with the cache key
+    appended where one key has several kernels (one per input geometry)."""
     with op._kernel_cache_lock:
         items = list(op._kernel_cache.items())
     keys = [key for (key, _), _ in items]
@@ -50,7 +52,7 @@ def tune_op_kernels(op: "Op", *examples: Any, force: bool = False) -> List[Tuple
         kernel_map = getattr(op, "kernel_map", None) or op.default_kernel_map
         for key in kernel_map:
             op._kernel(key, *shapes)
-    kernels = _built_kernels(op)
+    kernels = built_kernels(op)
     if not kernels:
         raise ValueError(
             f"{type(op).__name__}.autotune(): no kernels are built yet; pass example inputs "

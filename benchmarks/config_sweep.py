@@ -1,0 +1,170 @@
+"""Time one op's kernel under several configs against torch.compile, all taking turns.
+
+    python -m benchmarks.config_sweep --op SoftmaxBwdOp --workload rows-32k-4k --dtype bfloat16 \
+        [--config '{"row_threads": 512, "block_threads": 512}' ...] [--candidates] [--rounds 5]
+
+Between configs of a memory-bound kernel the differences worth having are a
+percent or less, about what moves from one card to the next or between two
+timings in a row.  Here every config and the torch.compile baseline are timed
+once a round, in turns, so drift reaches them alike, and each gets the median of
+its rounds.  A config is its kernel's current one with the given keys replaced
+(``--candidates`` adds the kernel's ``autotune_configs``); each is checked
+against the float64 reference before it is timed, and a wrong one is never
+timed.  The table goes to stdout, to choose a kernel's heuristic; nothing is
+written to the results CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+from .runner import (
+    OK, Outcome, RunContext, _check, _Checked, _input_sets, _oracle, _time_interleaved, _torch_dtype,
+    variants_and_inputs,
+)
+from .variants import COMPILE, OURS, InputSet, Variant
+from .workloads import Case, constructor_kwargs
+
+__all__ = ["ConfigResult", "sweep_configs", "main"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    """One config of the swept kernel (``changed``: the keys that differ from the kernel's own)."""
+
+    config: Dict[str, Any]
+    changed: Dict[str, Any]
+    outcome: Outcome
+
+
+def _with_config(variant: Variant, kernel: Any, config: Dict[str, Any], name: str) -> Variant:
+    """``variant``'s call with ``kernel`` switched to ``config`` first (a host step, before the launch)."""
+    def bind(inputs: InputSet) -> Any:
+        call = variant.bind(inputs)
+
+        def configured() -> Any:
+            if kernel.config != config:
+                kernel.config = dict(config)
+            return call()
+
+        return configured
+
+    return Variant(name, bind, json.dumps(config, sort_keys=True))
+
+
+def _pick_kernel(op: Any, label: Optional[str]) -> Any:
+    from tileops.tuning.ops import built_kernels  # deferred: the package imports no torch at start
+
+    kernels = dict(built_kernels(op))
+    if label is None and len(kernels) == 1:
+        return next(iter(kernels.values()))
+    if label not in kernels:
+        raise ValueError(f"{type(op).__name__}: pick a kernel with --kernel, one of {sorted(kernels)}")
+    return kernels[label]
+
+
+def _swept_configs(kernel: Any, partial: Sequence[Dict[str, Any]], candidates: bool) -> List[Dict[str, Any]]:
+    configs = [dict(kernel.config)]
+    extra = list(kernel.autotune_configs) if candidates else []
+    for config in extra + [{**kernel.config, **changes} for changes in partial]:
+        if config not in configs:
+            configs.append(dict(config))
+    return configs
+
+
+def sweep_configs(case: Case, ctx: RunContext, partial: Sequence[Dict[str, Any]] = (), candidates: bool = False,
+                  kernel_label: Optional[str] = None) -> List[ConfigResult]:
+    """Check and time ``case``'s op with its kernel under each config, in turns with torch.compile.
+
+    The last result is the compile baseline (``changed`` empty, config empty) when ``ctx`` has a compiler.
+    """
+    op = ctx.resolve(case.spec)(**constructor_kwargs(case.spec, case.workload, _torch_dtype(case.dtype)))
+    variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
+    input_sets = _input_sets(make_inputs, ctx)
+    oracle, own_error, expected_dtypes = _oracle(op, input_sets[0].args)
+    ours = next(v for v in variants if v.name == OURS)
+    ours.bind(input_sets[0])()  # builds the kernels
+    kernel = _pick_kernel(op, kernel_label)
+    own = dict(kernel.config)
+    configs = _swept_configs(kernel, partial, candidates)
+    timed = [_with_config(ours, kernel, config, f"config {index}") for index, config in enumerate(configs)]
+    timed += [v for v in variants if v.name == COMPILE]
+    checked = [_check(v, input_sets, oracle, case.dtype, own_error, expected_dtypes, ctx.backend) for v in timed]
+    timings = _time_interleaved([c for c in checked if isinstance(c, _Checked)], ctx.backend, ctx.rounds)
+    kernel.config = own
+    results = []
+    for variant, check, config in zip(timed, checked, configs + [{}]):
+        outcome = timings[variant.name] if isinstance(check, _Checked) else check
+        changed = {key: value for key, value in config.items() if own.get(key) != value}
+        results.append(ConfigResult(config, changed, outcome))
+    return results
+
+
+def render(results: Sequence[ConfigResult]) -> str:
+    """A Markdown table: each config's changed keys, median and range, and speed against the baseline."""
+    baseline = next((r.outcome.median_us for r in results if r.outcome.variant == COMPILE and r.outcome.status == OK),
+                    None)
+    lines = ["| config | status | µs | rounds | vs compile | rel err |", "|---|---|---|---|---|---|"]
+    for result in results:
+        outcome = result.outcome
+        name = "torch.compile" if outcome.variant == COMPILE else (json.dumps(result.changed) if result.changed
+                                                                     else "current")
+        micros = f"{outcome.median_us:.3f}" if outcome.median_us is not None else ""
+        spread = outcome.note.split("rounds, ")[-1] if "rounds, " in outcome.note else ""
+        ratio = f"{baseline / outcome.median_us:.4f}x" if baseline and outcome.median_us else ""
+        error = f"{outcome.error:.2e}" if outcome.error is not None else ""
+        lines.append(f"| {name} | {outcome.status} | {micros} | {spread} | {ratio} | {error} |")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--op", required=True, help="op class name")
+    parser.add_argument("--workload", required=True, help="manifest workload label")
+    parser.add_argument("--dtype", required=True, help="dtype name, e.g. bfloat16")
+    parser.add_argument("--config", action="append", default=[], type=json.loads, metavar="JSON",
+                        help="keys to replace in the kernel's config (repeatable)")
+    parser.add_argument("--candidates", action="store_true", help="also every config of the kernel's autotune list")
+    parser.add_argument("--kernel", help="which of the op's kernels (its kernel key), when it builds several")
+    parser.add_argument("--rounds", type=int, default=5, help="timings per config, in turns")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    import torch
+
+    from codegen.loader import load_manifest
+
+    from .timing import CudaBackend
+    from .variants import default_compiler
+    from .workloads import load_entries, select_cases
+
+    if not torch.cuda.is_available():
+        print("python -m benchmarks.config_sweep needs a CUDA device", file=sys.stderr)
+        return 2
+    manifest = load_manifest()
+    cases = select_cases(manifest, load_entries(), [args.op], [args.workload], [args.dtype])
+    if len(cases) != 1:
+        print(f"no single case {args.op}/{args.workload}/{args.dtype} in the manifest", file=sys.stderr)
+        return 2
+    ctx = RunContext(manifest, CudaBackend("cuda"), "cuda", compiler=default_compiler,
+                     generator=torch.Generator("cuda").manual_seed(args.seed), rounds=args.rounds)
+    results = sweep_configs(cases[0], ctx, args.config, args.candidates, args.kernel)
+    print(f"\n{cases[0].label} on {torch.cuda.get_device_name()}, median of {args.rounds} rounds in turns\n")
+    print(render(results))
+    return 0 if all(r.outcome.status == OK for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
