@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from .runner import (
-    OK, Outcome, RunContext, _check, _Checked, _input_sets, _oracle, _time_interleaved, _torch_dtype,
-    variants_and_inputs,
+    OK, CheckedVariant, Outcome, RunContext, build_input_sets, check_variant, float64_oracle, time_in_turns,
+    torch_dtype, variants_and_inputs,
 )
 from .variants import COMPILE, OURS, InputSet, Variant
 from .workloads import Case, constructor_kwargs
@@ -85,10 +85,10 @@ def sweep_configs(case: Case, ctx: RunContext, partial: Sequence[Dict[str, Any]]
 
     The last result is the compile baseline (``changed`` empty, config empty) when ``ctx`` has a compiler.
     """
-    op = ctx.resolve(case.spec)(**constructor_kwargs(case.spec, case.workload, _torch_dtype(case.dtype)))
+    op = ctx.resolve(case.spec)(**constructor_kwargs(case.spec, case.workload, torch_dtype(case.dtype)))
     variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
-    input_sets = _input_sets(make_inputs, ctx)
-    oracle, own_error, expected_dtypes = _oracle(op, input_sets[0].args)
+    input_sets = build_input_sets(make_inputs, ctx)
+    oracle, own_error, expected_dtypes = float64_oracle(op, input_sets[0].args)
     ours = next(v for v in variants if v.name == OURS)
     ours.bind(input_sets[0])()  # builds the kernels
     kernel = _pick_kernel(op, kernel_label)
@@ -96,12 +96,12 @@ def sweep_configs(case: Case, ctx: RunContext, partial: Sequence[Dict[str, Any]]
     configs = _swept_configs(kernel, partial, candidates)
     timed = [_with_config(ours, kernel, config, f"config {index}") for index, config in enumerate(configs)]
     timed += [v for v in variants if v.name == COMPILE]
-    checked = [_check(v, input_sets, oracle, case.dtype, own_error, expected_dtypes, ctx.backend) for v in timed]
-    timings = _time_interleaved([c for c in checked if isinstance(c, _Checked)], ctx.backend, ctx.rounds)
+    checked = [check_variant(v, input_sets, oracle, case.dtype, own_error, expected_dtypes, ctx.backend) for v in timed]
+    timings = time_in_turns([c for c in checked if isinstance(c, CheckedVariant)], ctx.backend, ctx.rounds)
     kernel.config = own
     results = []
     for variant, check, config in zip(timed, checked, configs + [{}]):
-        outcome = timings[variant.name] if isinstance(check, _Checked) else check
+        outcome = timings[variant.name] if isinstance(check, CheckedVariant) else check
         changed = {key: value for key, value in config.items() if own.get(key) != value}
         results.append(ConfigResult(config, changed, outcome))
     return results

@@ -26,7 +26,8 @@ from .workloads import (
     Case, build_inputs, constructor_kwargs, input_shapes, resolve_op_class, tensor_bytes,
 )
 
-__all__ = ["Outcome", "CaseResult", "RunContext", "run_case", "run_cases", "variants_and_inputs", "release_memory"]
+__all__ = ["Outcome", "CaseResult", "RunContext", "CheckedVariant", "run_case", "run_cases", "variants_and_inputs",
+           "release_memory", "torch_dtype", "float64_oracle", "check_variant", "time_in_turns", "build_input_sets"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,13 +79,13 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _torch_dtype(name: str) -> Any:
+def torch_dtype(name: str) -> Any:
     import torch
 
     return getattr(torch, name)
 
 
-def _oracle(op: Any, inputs: Sequence[Any]) -> Tuple[Any, float, List[Any]]:
+def float64_oracle(op: Any, inputs: Sequence[Any]) -> Tuple[Any, float, List[Any]]:
     """The reference in float64, the working-dtype reference's own error, its output dtypes."""
     working = as_outputs(op.reference(*inputs))
     dtypes = [t.dtype for t in working]
@@ -99,7 +100,7 @@ def _oracle(op: Any, inputs: Sequence[Any]) -> Tuple[Any, float, List[Any]]:
 
 
 @dataclass
-class _Checked:
+class CheckedVariant:
     """A variant whose output matched the oracle, ready to time."""
 
     variant: Variant
@@ -110,9 +111,9 @@ class _Checked:
     rounds_us: List[float] = field(default_factory=list)
 
 
-def _check(variant: Variant, input_sets: Sequence[InputSet], oracle: Any, dtype: str, own_error: float,
-           expected_dtypes: Sequence[Any], backend: Backend) -> Union[_Checked, Outcome]:
-    """Bind and run ``variant`` once and judge its output: a ``_Checked`` to time, or a failed ``Outcome``."""
+def check_variant(variant: Variant, input_sets: Sequence[InputSet], oracle: Any, dtype: str, own_error: float,
+           expected_dtypes: Sequence[Any], backend: Backend) -> Union[CheckedVariant, Outcome]:
+    """Bind and run ``variant`` once and judge its output: a ``CheckedVariant`` to time, or a failed ``Outcome``."""
     try:
         calls = [variant.bind(inputs) for inputs in input_sets]
         result = calls[0]()  # also compiles: kernels, inductor graphs
@@ -125,10 +126,10 @@ def _check(variant: Variant, input_sets: Sequence[InputSet], oracle: Any, dtype:
     if not verdict.ok:
         logger.error("%s is wrong: %s", variant.name, verdict.reason)
         return Outcome(variant.name, WRONG, error=verdict.error, note=verdict.reason)
-    return _Checked(variant, calls, verdict.error)
+    return CheckedVariant(variant, calls, verdict.error)
 
 
-def _time_interleaved(checked: Sequence[_Checked], backend: Backend, rounds: int) -> Dict[str, Outcome]:
+def time_in_turns(checked: Sequence[CheckedVariant], backend: Backend, rounds: int) -> Dict[str, Outcome]:
     """``rounds`` device timings per variant, the variants taking turns; peak memory and the
     host loop once, in the first round.
 
@@ -160,7 +161,7 @@ def _time_interleaved(checked: Sequence[_Checked], backend: Backend, rounds: int
     return outcomes
 
 
-def _rounds_note(entry: _Checked) -> str:
+def _rounds_note(entry: CheckedVariant) -> str:
     if len(entry.rounds_us) < 2:
         return entry.variant.note
     spread = f"median of {len(entry.rounds_us)} rounds, {min(entry.rounds_us):.3f}-{max(entry.rounds_us):.3f} us"
@@ -190,7 +191,7 @@ def variants_and_inputs(case: Case, op: Any, ctx: RunContext) -> Tuple[List[Vari
     try:
         fwd_workload = plan.forward_workload(case.workload)
         fwd_op = ctx.resolve(plan.forward)(**constructor_kwargs(plan.forward, fwd_workload,
-                                                                _torch_dtype(case.dtype)))
+                                                                torch_dtype(case.dtype)))
     except (ValueError, ImportError, AttributeError) as exc:
         return _fallback(case, op, ctx, _short(exc))
     if custom:
@@ -201,7 +202,7 @@ def variants_and_inputs(case: Case, op: Any, ctx: RunContext) -> Tuple[List[Vari
     return autograd_variants(op, plan, fwd_op, ctx.compiler), make, ""
 
 
-def _input_sets(make: Callable[[], InputSet], ctx: RunContext) -> List[InputSet]:
+def build_input_sets(make: Callable[[], InputSet], ctx: RunContext) -> List[InputSet]:
     first = make()
     count = rotation_count(tensor_bytes(first.args), ctx.backend.l2_bytes, ctx.max_input_sets)
     return [first] + [make() for _ in range(count - 1)]
@@ -213,21 +214,21 @@ def run_case(case: Case, ctx: RunContext) -> CaseResult:
     shapes = tuple(input_shapes(case.spec, case.workload))
     try:
         op_cls = ctx.resolve(case.spec)
-        op = op_cls(**constructor_kwargs(case.spec, case.workload, _torch_dtype(case.dtype)))
+        op = op_cls(**constructor_kwargs(case.spec, case.workload, torch_dtype(case.dtype)))
         flops, moved = (int(v) for v in op.eval_roofline(*shapes))
         variants, make_inputs, case_note = variants_and_inputs(case, op, ctx)
-        input_sets = _input_sets(make_inputs, ctx)
-        oracle, own_error, expected_dtypes = _oracle(op, input_sets[0].args)
+        input_sets = build_input_sets(make_inputs, ctx)
+        oracle, own_error, expected_dtypes = float64_oracle(op, input_sets[0].args)
     except Exception as exc:  # noqa: BLE001 - e.g. an op file not generated yet
         logger.error("%s: cannot set up: %s", case.label, _short(exc))
         outcome = Outcome("tileops", ERROR, note=f"setup: {_short(exc)}")
         return CaseResult(case, shapes, None, None, (outcome,), time.perf_counter() - began)
-    checked = [_check(variant, input_sets, oracle, case.dtype, own_error, expected_dtypes, ctx.backend)
+    checked = [check_variant(variant, input_sets, oracle, case.dtype, own_error, expected_dtypes, ctx.backend)
                for variant in variants]
-    timings = _time_interleaved([c for c in checked if isinstance(c, _Checked)], ctx.backend, ctx.rounds)
+    timings = time_in_turns([c for c in checked if isinstance(c, CheckedVariant)], ctx.backend, ctx.rounds)
     outcomes = []
     for variant, check in zip(variants, checked):
-        outcome = timings[variant.name] if isinstance(check, _Checked) else check
+        outcome = timings[variant.name] if isinstance(check, CheckedVariant) else check
         if case_note:
             outcome = dataclasses.replace(outcome, note="; ".join(n for n in (outcome.note, case_note) if n))
         outcomes.append(outcome)
