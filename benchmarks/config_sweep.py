@@ -117,7 +117,7 @@ def render(results: Sequence[ConfigResult]) -> str:
         name = "torch.compile" if outcome.variant == COMPILE else (json.dumps(result.changed) if result.changed
                                                                      else "current")
         micros = f"{outcome.median_us:.3f}" if outcome.median_us is not None else ""
-        spread = outcome.note.split("rounds, ")[-1] if "rounds, " in outcome.note else ""
+        spread = f"{min(outcome.rounds_us):.3f}-{max(outcome.rounds_us):.3f} us" if outcome.rounds_us else ""
         ratio = f"{baseline / outcome.median_us:.4f}x" if baseline and outcome.median_us else ""
         error = f"{outcome.error:.2e}" if outcome.error is not None else ""
         lines.append(f"| {name} | {outcome.status} | {micros} | {spread} | {ratio} | {error} |")

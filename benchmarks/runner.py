@@ -45,6 +45,7 @@ class Outcome:
     peak_bytes: Optional[int] = None
     error: Optional[float] = None  # relative error against the oracle
     note: str = ""
+    rounds_us: Tuple[float, ...] = ()  # each round's median device time (``RunContext.rounds``)
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,8 @@ def time_in_turns(checked: Sequence[CheckedVariant], backend: Backend, rounds: i
         if entry.variant.name not in failed:
             outcomes[entry.variant.name] = Outcome(
                 entry.variant.name, OK, median_us=statistics.median(entry.rounds_us), loop_us=entry.loop_us,
-                peak_bytes=entry.peak_bytes, error=entry.error, note=_rounds_note(entry))
+                peak_bytes=entry.peak_bytes, error=entry.error, note=_rounds_note(entry),
+                rounds_us=tuple(entry.rounds_us))
     return outcomes
 
 
