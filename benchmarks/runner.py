@@ -113,7 +113,7 @@ class CheckedVariant:
 
 
 def check_variant(variant: Variant, input_sets: Sequence[InputSet], oracle: Any, dtype: str, own_error: float,
-           expected_dtypes: Sequence[Any], backend: Backend) -> Union[CheckedVariant, Outcome]:
+                  expected_dtypes: Sequence[Any], backend: Backend) -> Union[CheckedVariant, Outcome]:
     """Bind and run ``variant`` once and judge its output: a ``CheckedVariant`` to time, or a failed ``Outcome``."""
     try:
         calls = [variant.bind(inputs) for inputs in input_sets]
