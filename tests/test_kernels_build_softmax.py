@@ -18,6 +18,7 @@ from tileops.kernels.softmax.softmax import (
     COLUMN_FUSED,
     COLUMN_STATS,
     ROW_APPLY,
+    ROW_CLUSTER,
     ROW_FUSED,
     ROW_STATS,
     SoftmaxBwdKernel,
@@ -26,13 +27,14 @@ from tileops.kernels.softmax.softmax import (
     column_tile,
     fused_column_params,
     fused_elements_cap,
+    row_cluster_size,
     row_vector,
     softmax_autotune_configs,
     softmax_default_config,
 )
 from tileops.kernels.launch import int32_launch_ranges
 from tileops.ops.softmax.base import SoftmaxFamilyOp, kernel_view
-from tests.toolchain import needs_nvcc
+from tests.toolchain import needs_nvcc, ptxas_report
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SIZES = (1, 2, 3, 7, 8, 127, 128, 1000, 4096, 4097, 8192, 32768, 32769, 65536, 65537, 262144)
@@ -52,14 +54,18 @@ KERNELS = (SoftmaxFwdKernel, SoftmaxBwdKernel, LogSoftmaxFwdKernel, LogSoftmaxBw
         (LogSoftmaxBwdKernel, 127, torch.float16, 4, 5, {ROW_FUSED, COLUMN_STATS, COLUMN_APPLY}),
         (LogSoftmaxFwdKernel, 65537, torch.float32, 1, 1, {ROW_STATS, ROW_APPLY}),
         (SoftmaxBwdKernel, 262144, torch.bfloat16, 1, 1, {ROW_STATS, ROW_APPLY}),
+        (SoftmaxBwdKernel, 262144, torch.bfloat16, 64, 1, {ROW_CLUSTER}),
+        (LogSoftmaxBwdKernel, 100003, torch.float32, 64, 1, {ROW_CLUSTER}),
     ],
     ids=["softmax-fwd-4096-bf16", "log-fwd-4096-fp32", "softmax-bwd-1000-bf16-resident", "log-bwd-127-fp16",
-         "log-fwd-65537-fp32-split", "softmax-bwd-256k-bf16-split"],
+         "log-fwd-65537-fp32-split", "softmax-bwd-256k-bf16-split", "softmax-bwd-256k-bf16-cluster",
+         "log-bwd-100003-fp32-cluster"],
 )
 def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, outer: int, inner: int,
                                         expected) -> None:
     kernel = kernel_cls(N, dtype)
-    specs = kernel.program_specs(1) + (kernel.program_specs(inner, outer=outer) if inner > 1 else [])
+    specs = kernel.program_specs(1, outer=outer) if inner == 1 else (
+        kernel.program_specs(1) + kernel.program_specs(inner, outer=outer))
     assert {name for name, _ in specs} == expected
     for name, params in specs:
         source = kernel.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
@@ -70,6 +76,60 @@ def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, 
         if width * dtype.itemsize == 16:
             # Aligned inputs get 16-byte accesses.
             assert "uint4" in source or "float4" in source
+
+
+# ---- row clusters ------------------------------------------------------------------------------
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls, N, dtype, cluster", [
+    (SoftmaxFwdKernel, 262144, torch.bfloat16, 8),
+    (LogSoftmaxFwdKernel, 65537, torch.float16, 4),
+    (SoftmaxBwdKernel, 262144, torch.bfloat16, 8),
+    (LogSoftmaxBwdKernel, 131072, torch.float32, 8),
+    (SoftmaxBwdKernel, 40000, torch.float32, 4),
+], ids=str)
+def test_row_clusters_hold_their_rows_in_registers(kernel_cls, N: int, dtype: torch.dtype, cluster: int,
+                                                    tmp_path) -> None:
+    kernel = kernel_cls(N, dtype, config={"row_cluster": 1})
+    assert kernel.row_cluster() == cluster
+    (spec,) = kernel.program_specs(1, outer=1 << 10)
+    assert spec == (ROW_CLUSTER, (("vector", row_vector(N, dtype)), ("cluster", cluster)))
+    source = kernel.compile_program(*spec, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
+    # Each block stores its partial result into every block of its cluster, after waiting for the
+    # arrival each block made when it started, and the full barrier comes before anything is read.
+    body = source[source.index("__global__ void __launch_bounds__"):]
+    assert body.index("cluster_arrive_relaxed()") < body.index("cluster_wait()")
+    assert body.index("cluster_wait()") < body.index("tileops_store_to_peer(") < body.index("cluster_sync()")
+    # Peers write the exchange buffer while this block may still reduce in its scratch, so the
+    # buffer is static shared memory, apart from the dynamic pool.
+    assert f"__shared__ __align__(16) float gathered[{2 * cluster}]" in body
+    report = ptxas_report(source, str(tmp_path))
+    assert report["spill_bytes"] == 0, report
+
+
+def test_row_clusters_take_the_backwards_rows_that_fill_the_gpu() -> None:
+    sm_count = 132
+    for kernel_cls in (SoftmaxBwdKernel, LogSoftmaxBwdKernel):
+        kernel = kernel_cls(262144, torch.bfloat16)
+        assert kernel.row_programs(17, 8, sm_count)[0] == (ROW_CLUSTER,)  # 17 rows x 8 blocks >= 132
+        assert kernel.row_programs(16, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
+        # Rows that fit one block stay fused, whatever the row count.
+        assert kernel_cls(32768, torch.bfloat16).row_programs(1 << 16, 8, sm_count)[0] == (ROW_FUSED,)
+    # The forward keeps the two steps unless its config asks for clusters.
+    assert SoftmaxFwdKernel(262144, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
+    clustered = SoftmaxFwdKernel(262144, torch.bfloat16, config={"row_cluster": 1})
+    assert clustered.row_programs(1024, 8, sm_count)[0] == (ROW_CLUSTER,)
+
+
+def test_row_cluster_sizes() -> None:
+    # A thread holds at most 32 elements: 1024-thread blocks, clusters of at most 8.
+    assert row_cluster_size(65537, torch.bfloat16, False, 1024) == 4
+    assert row_cluster_size(262144, torch.bfloat16, False, 1024) == 8
+    assert row_cluster_size(262145, torch.bfloat16, False, 1024) is None
+    assert row_cluster_size(131072, torch.float32, True, 1024) == 8  # 16 float32 of each backward input
+    assert row_cluster_size(131073, torch.float32, True, 1024) is None
+    assert row_cluster_size(32769, torch.bfloat16, True, 512) == 4
 
 
 # ---- every candidate config builds its programs (TIR only, no nvcc) ---------------------------
@@ -97,8 +157,9 @@ def _pow2(n: int) -> bool:
 @pytest.mark.parametrize("N", SIZES)
 def test_default_config_is_valid(N: int, dtype: torch.dtype, backward: bool) -> None:
     config = softmax_default_config(N, dtype, backward)
-    for key in ("row_threads", "block_threads", "split_threads", "column_threads"):
+    for key in ("row_threads", "block_threads", "cluster_threads", "split_threads", "column_threads"):
         assert _pow2(config[key]) and config[key] <= 1024
+    assert config["row_cluster"] == int(backward)
     assert config["block_threads"] >= max(config["row_threads"], 128)
     assert N % row_vector(N, dtype) == 0 and row_vector(N, dtype) * dtype.itemsize <= 16
 
@@ -139,6 +200,9 @@ def test_bad_configs_and_dtypes_are_rejected() -> None:
     with pytest.raises(ValueError, match="row_threads must be a power of two"):
         build_program(ROW_FUSED, 16, torch.float16, SoftmaxFwdKernel.variant,
                       {**softmax_default_config(16, torch.float16), "row_threads": 48}, (("vector", 8),))
+    with pytest.raises(ValueError, match="row_cluster must be 0 or 1"):
+        build_program(ROW_FUSED, 16, torch.float16, SoftmaxFwdKernel.variant,
+                      {**softmax_default_config(16, torch.float16), "row_cluster": 2}, (("vector", 8),))
     with pytest.raises(TypeError):
         SoftmaxFwdKernel(16, torch.int32)
     with pytest.raises(ValueError):

@@ -6,6 +6,7 @@
   float64 forward reference;
 * rows long enough for the two-step programs, and the two-step programs
   forced on short rows;
+* rows held by clusters of blocks (every variant, masked forward rows);
 * views that need no copy (row and column slices, broadcast rows, misaligned
   starts) and views that do (transposes);
 * masked rows (``-inf``), and tensors of more than 2**31 elements.
@@ -49,6 +50,10 @@ GRAD_CASES = [
 ]
 # (N, dtype) of rows past the fused program's register budget (and one just inside it).
 LONG_ROWS = [(65537, torch.float32), (262144, torch.bfloat16), (32769, torch.float16)]
+# (N, dtype, rows) held by row clusters: 4-block clusters of one-element vectors (forward and
+# backward), 4- and 8-block float32 clusters, 8-block 16-byte vectors; the rows give every SM a block.
+CLUSTER_ROWS = [(65537, torch.float16, 70), (100003, torch.float32, 40), (40000, torch.float32, 140),
+                (262144, torch.bfloat16, 17)]
 # A config that sends 4096-wide rows to the two-step programs.
 TWO_STEP_CONFIG = {"row_threads": 32, "block_threads": 128, "split_threads": 256, "split_unroll": 2}
 
@@ -129,6 +134,34 @@ def test_two_step_programs_on_short_rows(name):
         out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
         kernel(*inputs, out)
         assert_close(out, _reference(name, op, inputs), dtype)
+
+
+def _cluster_kernel(name: str, N: int, dtype: torch.dtype):
+    op = _op(name, N, dtype, -1)
+    return op, op.kernel_map[op.kernel_key](N, dtype, config={"row_cluster": 1})
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("N, dtype, rows", CLUSTER_ROWS, ids=str)
+def test_row_clusters(name, N, dtype, rows):
+    from tileops.kernels.softmax.softmax import ROW_CLUSTER
+
+    op, kernel = _cluster_kernel(name, N, dtype)
+    x = torch.randn(rows, N, device="cuda", dtype=dtype)
+    if not name.endswith("BwdOp"):
+        # Masked forward rows: all -inf (NaN, as PyTorch), a lone finite element (so most blocks
+        # of its cluster hold only -inf), and every other element.
+        x[0] = float("-inf")
+        x[1] = float("-inf")
+        x[1, N - 3] = 2.0
+        x[2, ::2] = float("-inf")
+    inputs = _inputs_like(name, x)
+    out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
+    assert [name for name, _ in kernel.programs_for(*inputs, out)] == [ROW_CLUSTER]
+    kernel(*inputs, out)
+    expected = _reference(name, op, inputs)
+    assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))
+    assert_close(out, expected, dtype)
 
 
 # ---- views -----------------------------------------------------------------------------------------

@@ -26,7 +26,12 @@ Programs:
   32K float32 elements for the forward, half that for the backward): a row
   is read once into registers by ``row_threads`` threads, reduced with warp
   shuffles and shared memory, and written once.  Short rows share a block.
-* **row stats + row apply** (longer rows): a row is cut into ``S`` segments,
+* **row cluster** (rows up to eight blocks' registers long, enough of them
+  to give every SM a block): a cluster of blocks holds a row in registers;
+  each block reduces its share, the blocks exchange their partial results
+  through distributed shared memory (sm_90 thread block clusters), and
+  each writes its share.  One read, one write, as the fused program.
+* **row stats + row apply** (longer or fewer rows): a row is cut into ``S`` segments,
   one block each.  The first program writes each segment's partial
   reduction (for the forward, a running max and a sum of exponentials
   rescaled on the fly, i.e. online softmax); the second combines the ``S``
@@ -81,6 +86,7 @@ __all__ = [
     "ROW_FUSED",
     "ROW_STATS",
     "ROW_APPLY",
+    "ROW_CLUSTER",
     "COLUMN_STATS",
     "COLUMN_APPLY",
     "COLUMN_FUSED",
@@ -94,6 +100,11 @@ FUSED_REGISTER_BYTES = 128
 CACHED_EXP_ELEMENTS = 32
 # Blocks per SM the two-step programs aim for when sizing their segments.
 BLOCKS_PER_SM = 4
+# Blocks a row cluster may have: the largest cluster every sm_90 GPU launches.
+MAX_CLUSTER = 8
+# Row clusters serve rows too long for one block's registers when the rows give at least
+# this many blocks per SM; fewer rows take the two-step programs, which split a row finer.
+CLUSTER_MIN_BLOCKS_PER_SM = 1
 # Column tiles span at most this many threads across the inner extent.
 MAX_COL_THREADS = 32
 LOG2E = 1.4426950408889634
@@ -114,10 +125,11 @@ ProgramParams = Tuple[Tuple[str, int], ...]
 ROW_FUSED = "row_fused"
 ROW_STATS = "row_stats"
 ROW_APPLY = "row_apply"
+ROW_CLUSTER = "row_cluster"
 COLUMN_STATS = "column_stats"
 COLUMN_APPLY = "column_apply"
 COLUMN_FUSED = "column_fused"
-PROGRAMS = (ROW_FUSED, ROW_STATS, ROW_APPLY, COLUMN_STATS, COLUMN_APPLY, COLUMN_FUSED)
+PROGRAMS = (ROW_FUSED, ROW_STATS, ROW_APPLY, ROW_CLUSTER, COLUMN_STATS, COLUMN_APPLY, COLUMN_FUSED)
 
 
 @dataclass(frozen=True)
@@ -169,8 +181,18 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     1024-thread block runs alone on its SM, so its compute does not overlap
     another block's loads: on an H100 one exponential per element instead of
     two took 8192 x 32768 bfloat16 rows from 86% to 96% of copy bandwidth).
-    Rows too long for registers take the two-step programs with 512 threads
-    and four vectors in flight per thread.  Two-step columns: 256 threads;
+    Rows too long for one block's registers: the backward takes row clusters
+    of 1024-thread blocks where the rows give every SM a block, the forward
+    (and fewer rows) the two-step programs with 512 threads and four vectors
+    in flight per thread.  On an H100, bf16, in µs, row cluster against the
+    two steps: softmax backward 64 x 262144 43.0 against 56.1, 256 x 262144
+    142.6 against 223.8, 1024 x 65536 136.1 against 220.3, float32 4096 x
+    32768 523.3 against 873.9; log-softmax backward 64 x 262144 42.2 against
+    43.9.  The forward, whose second read of one input mostly hits L2, lost
+    at 64 x 262144 (39.1 against 36.4) and won only from 128 rows (70.0
+    against 74.0), so it keeps the two steps (``row_cluster`` 0).  With fewer
+    blocks than SMs (16 x 262144) the clusters lost too (17.0 against 16.5,
+    log-softmax 16.8 against 14.7).  Two-step columns: 256 threads;
     fused columns: 512 threads and 128 bytes in flight per thread (eight
     vectors of the forward's input, four of each backward input).
     """
@@ -181,6 +203,8 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
         **_fused_row_config(N, per_thread),
         "cache_exp": 1,
         "min_blocks": 1,
+        "row_cluster": int(backward),
+        "cluster_threads": 1024,
         "split_threads": 512,
         "split_unroll": 4,
         "column_threads": 256,
@@ -198,10 +222,12 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
     candidates = [default]
     for per_thread in (vector, 2 * vector, 4 * vector, cap):
         candidates.append({**default, **_fused_row_config(N, max(per_thread, -(-N // MAX_THREADS)))})
-    if -(-N // default["row_threads"]) > cap:  # rows take the two-step programs
+    if -(-N // default["row_threads"]) > cap:  # rows take a row cluster or the two-step programs
         for threads in (256, 512, 1024):
             for unroll in (2, 4, 8):
                 candidates.append({**default, "split_threads": threads, "split_unroll": unroll})
+        if row_cluster_size(N, dtype, backward, default["cluster_threads"]) is not None:
+            candidates.append({**default, "row_cluster": 1 - default["row_cluster"]})
     unique: List[Dict[str, int]] = []
     for config in candidates:
         if config not in unique:
@@ -210,25 +236,42 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
 
 
 def _check_config(config: Dict[str, int]) -> None:
-    for key in ("row_threads", "block_threads", "split_threads", "column_threads", "fused_column_threads"):
+    for key in ("row_threads", "block_threads", "cluster_threads", "split_threads", "column_threads",
+                "fused_column_threads"):
         value = config[key]
         if not (is_pow2(value) and value <= MAX_THREADS):
             raise ValueError(f"softmax kernels: {key} must be a power of two <= {MAX_THREADS}, got {value}")
     if config["block_threads"] < config["row_threads"] or config["block_threads"] < WARP:
         raise ValueError("softmax kernels: block_threads must be >= row_threads and >= 32")
-    for key in ("split_threads", "column_threads", "fused_column_threads"):
+    for key in ("cluster_threads", "split_threads", "column_threads", "fused_column_threads"):
         if config[key] < WARP:
             raise ValueError(f"softmax kernels: {key} must be >= 32")
     for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
-    if config["cache_exp"] not in (0, 1):
-        raise ValueError(f"softmax kernels: cache_exp must be 0 or 1, got {config['cache_exp']}")
+    for key in ("cache_exp", "row_cluster"):
+        if config[key] not in (0, 1):
+            raise ValueError(f"softmax kernels: {key} must be 0 or 1, got {config[key]}")
 
 
 def fused_fits(N: int, dtype: torch.dtype, backward: bool, row_threads: int) -> bool:
     """Whether a row fits in the registers of ``row_threads`` threads."""
     return -(-N // row_threads) <= fused_elements_cap(dtype, backward)
+
+
+def row_cluster_size(N: int, dtype: torch.dtype, backward: bool, threads: int) -> Optional[int]:
+    """Blocks of ``threads`` a row cluster needs to hold a row in registers, or None past ``MAX_CLUSTER``.
+
+    A thread holds at most ``CACHED_EXP_ELEMENTS`` elements, so the forward keeps its
+    exponentials in registers too.
+    """
+    per_thread = min(fused_elements_cap(dtype, backward), CACHED_EXP_ELEMENTS)
+    cluster = 2
+    while cluster <= MAX_CLUSTER:
+        if -(-N // (cluster * threads)) <= per_thread:
+            return cluster
+        cluster *= 2
+    return None
 
 
 def column_tile(inner: int, cvec: int) -> int:
@@ -404,22 +447,70 @@ def _backward_term(T: Any, variant: SoftmaxVariant) -> Callable[..., Any]:
     return term
 
 
+# ---- row clusters ----------------------------------------------------------------------------------
+
+# Device code the row cluster program adds to its source: a store into another block's
+# shared memory (the same variable, in the block of rank ``rank`` of the cluster).
+PEER_STORE = r"""
+__device__ __forceinline__ void tileops_store_to_peer(float* local, int rank, float value) {
+  unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(local));
+  unsigned int remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(remote), "f"(value) : "memory");
+}
+"""
+
+
+def _cluster_share(T: Any, cluster: int) -> Callable[..., Any]:
+    """Macro: every block of the cluster gets ``gathered[rank, :] = (first, second)`` from each block.
+
+    Thread ``k`` of a block stores the block's pair into block ``k``.  A block's
+    shared memory may be written only once it runs, hence the wait on the
+    cluster barrier the program arrived at when it started; the full barrier
+    after the stores makes them visible, and since no block touches another's
+    memory after it, blocks may then finish in any order.
+    """
+
+    @T.macro
+    def share(gathered, rank, first, second):
+        T.cluster_wait()
+        if T.get_thread_binding() < cluster:
+            T.call_extern("handle", "tileops_store_to_peer", T.address_of(gathered[rank, 0]),
+                          T.get_thread_binding(), first)
+            T.call_extern("handle", "tileops_store_to_peer", T.address_of(gathered[rank, 1]),
+                          T.get_thread_binding(), second)
+        T.cluster_sync()
+
+    return share
+
+
 # ---- row fused program ----------------------------------------------------------------------------
 
 
 def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, row_threads: int,
-                      block_threads: int, cache_exp: int = 0, min_blocks: int = 1, **_: Any) -> Any:
+                      block_threads: int, cache_exp: int = 0, min_blocks: int = 1, cluster: int = 1,
+                      **_: Any) -> Any:
     """Rows of ``(R, N)`` held in registers: one read, one write.
 
     ``cache_exp`` (softmax forward, at most ``CACHED_EXP_ELEMENTS`` per thread)
     keeps each ``exp(x - max)`` in float32 registers between the sum and the
     output, instead of computing it twice; ``min_blocks`` asks the compiler to
     fit that many blocks per SM.
+
+    With ``cluster > 1`` a row is held by a cluster of that many blocks of
+    ``row_threads`` threads (the row cluster program): each block reduces its
+    share of the row, the blocks exchange their partial results through
+    distributed shared memory, and each block writes its share.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
+    clustered = cluster > 1
+    if clustered and block_threads != row_threads:
+        raise ValueError("softmax kernels: a row cluster's blocks hold one row share each (block_threads == row_threads)")
     rows_per_block = block_threads // row_threads
-    chunk = row_threads * vector
+    # Threads that share a row: a block's, or a whole cluster's.
+    span = cluster * row_threads
+    chunk = span * vector
     full_vecs = N // chunk
     has_tail = N % chunk > 0
     vecs = full_vecs + int(has_tail)
@@ -437,11 +528,11 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         if row < R:
             for j in T.unroll(full_vecs):
                 for k in T.vectorized(vector):
-                    buf[j * vector + k] = src[row, (j * row_threads + lane) * vector + k]
+                    buf[j * vector + k] = src[row, (j * span + lane) * vector + k]
             if has_tail:
-                if (full_vecs * row_threads + lane) * vector < N:
+                if (full_vecs * span + lane) * vector < N:
                     for k in T.vectorized(vector):
-                        buf[full_vecs * vector + k] = src[row, (full_vecs * row_threads + lane) * vector + k]
+                        buf[full_vecs * vector + k] = src[row, (full_vecs * span + lane) * vector + k]
 
     @T.macro
     def fold_row(st, slot, a, b, lane, use_max):
@@ -455,7 +546,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                 else:
                     st[slot] = st[slot] + T.exp2(T.cast(a[j * vector + k], ACCUM) * LOG2E - st[_OFFSET])
         if has_tail:
-            if (full_vecs * row_threads + lane) * vector < N:
+            if (full_vecs * span + lane) * vector < N:
                 for k in T.unroll(vector):
                     if use_max:
                         st[slot] = T.max(st[slot], T.cast(a[full_vecs * vector + k], ACCUM))
@@ -474,7 +565,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                 e[j * vector + k] = T.exp2(T.cast(a[j * vector + k], ACCUM) * LOG2E - st[_OFFSET])
                 st[_SUM] = st[_SUM] + e[j * vector + k]
         if has_tail:
-            if (full_vecs * row_threads + lane) * vector < N:
+            if (full_vecs * span + lane) * vector < N:
                 for k in T.unroll(vector):
                     e[full_vecs * vector + k] = T.exp2(
                         T.cast(a[full_vecs * vector + k], ACCUM) * LOG2E - st[_OFFSET]
@@ -486,11 +577,11 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         if row < R:
             for j in T.unroll(full_vecs):
                 for k in T.vectorized(vector):
-                    dst[row, (j * row_threads + lane) * vector + k] = T.cast(e[j * vector + k] * st[_FINAL], dtype)
+                    dst[row, (j * span + lane) * vector + k] = T.cast(e[j * vector + k] * st[_FINAL], dtype)
             if has_tail:
-                if (full_vecs * row_threads + lane) * vector < N:
+                if (full_vecs * span + lane) * vector < N:
                     for k in T.vectorized(vector):
-                        dst[row, (full_vecs * row_threads + lane) * vector + k] = T.cast(
+                        dst[row, (full_vecs * span + lane) * vector + k] = T.cast(
                             e[full_vecs * vector + k] * st[_FINAL], dtype
                         )
 
@@ -499,22 +590,41 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         if row < R:
             for j in T.unroll(full_vecs):
                 for k in T.vectorized(vector):
-                    dst[row, (j * row_threads + lane) * vector + k] = output(
+                    dst[row, (j * span + lane) * vector + k] = output(
                         a[j * vector + k], b[j * vector + k], st, 0
                     )
             if has_tail:
-                if (full_vecs * row_threads + lane) * vector < N:
+                if (full_vecs * span + lane) * vector < N:
                     for k in T.vectorized(vector):
-                        dst[row, (full_vecs * row_threads + lane) * vector + k] = output(
+                        dst[row, (full_vecs * span + lane) * vector + k] = output(
                             a[full_vecs * vector + k], b[full_vecs * vector + k], st, 0
                         )
+
+    online = _online_macros(T)
+    share = _cluster_share(T, cluster)
+
+    @T.macro
+    def merge_cluster_forward(st, gathered, rank):
+        """The row's (max, sum) from the blocks' pairs; ``st[_T2]`` keeps this block's exponent offset."""
+        st[_T2] = st[_OFFSET]
+        share(gathered, rank, st[_MAX], st[_SUM])
+        st[_MAX] = -T.infinity(ACCUM)
+        st[_SUM] = T.cast(0, ACCUM)
+        for k in T.unroll(cluster):
+            online["merge"](st, _MAX, _SUM, gathered[k, 0], gathered[k, 1], _T0, _T1)
+
+    def launch(rows):
+        """The grid: blocks of rows, or (rank, row) clusters; yields (row, lane, rank)."""
+        if clustered:
+            return T.Kernel(cluster, rows, threads=block_threads, cluster_dims=(cluster, 1, 1), prelude=PEER_STORE)
+        return T.Kernel(T.ceildiv(rows, rows_per_block), threads=block_threads)
 
     if not variant.backward:
         XT, LDX = strided_rows(T, R, N, dtype, "LDX")
 
         @T.prim_func
         def softmax_row_fused(X: XT, Y: T.Tensor((R, N), dtype)):
-            with T.Kernel(T.ceildiv(R, rows_per_block), threads=block_threads) as bx:
+            with launch(R) as blocks:
                 if min_blocks > 1:
                     T.annotate_min_blocks_per_sm(min_blocks)
                 tx = T.get_thread_binding()
@@ -523,9 +633,17 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                     e = T.alloc_local((vecs * vector,), ACCUM)
                 st = T.alloc_local((_STATE,), ACCUM)
                 scratch = T.alloc_shared(scratch_shape, ACCUM)
+                if clustered:
+                    # Static shared memory: peers write it while this block may still use its scratch,
+                    # so it must not share an address with the dynamic buffers.
+                    gathered = T.alloc_shared((cluster, 2), ACCUM, scope="shared")
+                    T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
+                    rank, row = blocks
+                    lane = rank * row_threads + tx
+                else:
+                    row = blocks * rows_per_block + tx // row_threads
+                    lane = tx % row_threads
                 T.assume(LDX % vector == 0)
-                row = bx * rows_per_block + tx // row_threads
-                lane = tx % row_threads
                 load_row(X, a, row, lane)
                 st[_MAX] = -T.infinity(ACCUM)
                 fold_row(st, _MAX, a, a, lane, True)
@@ -537,8 +655,16 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                 else:
                     fold_row(st, _SUM, a, a, lane, False)
                 reduce(st, _SUM, scratch, 1, tx, False)
+                if clustered:
+                    merge_cluster_forward(st, gathered, rank)
                 finalize(st, 0)
                 if cached:
+                    if clustered:
+                        # The exponentials were taken from this block's maximum: move them to the
+                        # row's (a block whose share is all -inf holds zeros, and keeps them).
+                        st[_FINAL] = st[_FINAL] * T.if_then_else(
+                            gathered[rank, 0] == -T.infinity(ACCUM), T.cast(0, ACCUM), T.exp2(st[_T2] - st[_OFFSET])
+                        )
                     store_cached(Y, e, st, row, lane)
                 else:
                     store_row(Y, a, a, st, row, lane)
@@ -554,7 +680,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         Yv: YT,
         DX: T.Tensor((R, N), dtype),
     ):
-        with T.Kernel(T.ceildiv(R, rows_per_block), threads=block_threads) as bx:
+        with launch(R) as blocks:
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
@@ -562,15 +688,26 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             b = T.alloc_local((vecs * vector,), dtype)
             st = T.alloc_local((_STATE,), ACCUM)
             scratch = T.alloc_shared(scratch_shape, ACCUM)
+            if clustered:
+                gathered = T.alloc_shared((cluster, 2), ACCUM, scope="shared")  # see the forward
+                T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
+                rank, row = blocks
+                lane = rank * row_threads + tx
+            else:
+                row = blocks * rows_per_block + tx // row_threads
+                lane = tx % row_threads
             T.assume(LDG % vector == 0)
             T.assume(LDY % vector == 0)
-            row = bx * rows_per_block + tx // row_threads
-            lane = tx % row_threads
             load_row(G, a, row, lane)
             load_row(Yv, b, row, lane)
             st[_SUM] = T.cast(0, ACCUM)
             fold_row(st, _SUM, a, b, lane, False)
             reduce(st, _SUM, scratch, 0, tx, False)
+            if clustered:
+                share(gathered, rank, st[_SUM], st[_SUM])
+                st[_SUM] = gathered[0, 0]
+                for k in T.unroll(1, cluster):
+                    st[_SUM] = st[_SUM] + gathered[k, 0]
             store_row(DX, a, b, st, row, lane)
 
     return softmax_bwd_row_fused
@@ -1240,8 +1377,16 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 # ---- program table and kernels ------------------------------------------------------------------------
 
 
+def row_cluster_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, cluster: int,
+                        cluster_threads: int, cache_exp: int = 0, **_: Any) -> Any:
+    """A row held by a cluster of ``cluster`` blocks of ``cluster_threads`` threads (see ``row_fused_program``)."""
+    return row_fused_program(N, dtype, variant, vector=vector, row_threads=cluster_threads,
+                             block_threads=cluster_threads, cache_exp=cache_exp, cluster=cluster)
+
+
 _BUILDERS: Dict[str, Callable[..., Any]] = {
     ROW_FUSED: row_fused_program,
+    ROW_CLUSTER: row_cluster_program,
     ROW_STATS: row_stats_program,
     ROW_APPLY: row_apply_program,
     COLUMN_STATS: column_stats_program,
@@ -1307,6 +1452,22 @@ class SoftmaxFamilyKernel(Kernel):
         config = self.config if config is None else config
         return fused_fits(self.N, self.dtype, self.variant.backward, config["row_threads"])
 
+    def row_cluster(self, config: Optional[Dict[str, Any]] = None) -> Optional[int]:
+        """Blocks of the row cluster program under ``config``, or None where rows never take it."""
+        config = self.config if config is None else config
+        if self.fused(config) or not config["row_cluster"]:
+            return None
+        return row_cluster_size(self.N, self.dtype, self.variant.backward, config["cluster_threads"])
+
+    def row_programs(self, rows: int, vector: int, sm_count: int) -> Tuple[Tuple[str, ...], ProgramParams]:
+        """The programs ``rows`` rows launch, with their shape parameters."""
+        if self.fused():
+            return (ROW_FUSED,), self.row_params(vector)
+        cluster = self.row_cluster()
+        if cluster is not None and rows * cluster >= CLUSTER_MIN_BLOCKS_PER_SM * sm_count:
+            return (ROW_CLUSTER,), self.row_params(vector) + (("cluster", cluster),)
+        return (ROW_STATS, ROW_APPLY), self.row_params(vector)
+
     # ---- programs ----------------------------------------------------------------------------
     def program(self, **config: Any) -> Any:
         """The first row program of aligned, contiguous rows (fused, or the stats step)."""
@@ -1332,11 +1493,12 @@ class SoftmaxFamilyKernel(Kernel):
 
     def program_specs(self, inner: int = 1, vector: Optional[int] = None, outer: int = 1,
                       sm_count: int = PLANNING_SM_COUNT) -> List[Tuple[str, ProgramParams]]:
-        """The programs one call launches on aligned contiguous ``(outer, N, inner)`` tensors."""
+        """The programs one call launches on aligned contiguous ``(outer, N, inner)`` tensors
+        (for ``inner == 1``, ``outer`` is the number of rows)."""
         if inner == 1:
             vector = row_vector(self.N, self.dtype) if vector is None else vector
-            names = [ROW_FUSED] if self.fused() else [ROW_STATS, ROW_APPLY]
-            return [(name, self.row_params(vector)) for name in names]
+            names, params = self.row_programs(outer, vector, sm_count)
+            return [(name, params) for name in names]
         cvec = largest_pow2_divisor(inner, max_vector(self.dtype)) if vector is None else vector
         names, params = self.column_programs(outer, inner, cvec, sm_count)
         return [(name, params) for name in names]
@@ -1356,8 +1518,9 @@ class SoftmaxFamilyKernel(Kernel):
 
     def build_all_for_sm90(self, inner: int = 8) -> Dict[str, Any]:
         """Compile the row programs and every column program (for ``inner``) for sm_90, without a GPU."""
-        # One outer index gives the two-step programs; many give the fused one where it may run.
-        specs = self.program_specs(1) + self.program_specs(inner) + self.program_specs(inner, outer=1 << 16)
+        # One outer index gives the two-step programs; many give the fused or clustered ones where they may run.
+        specs = (self.program_specs(1) + self.program_specs(1, outer=1 << 16) + self.program_specs(inner)
+                 + self.program_specs(inner, outer=1 << 16))
         return {name: self.compile_program(name, params, target=SM90_BUILD_TARGET) for name, params in specs}
 
     def tuning_inputs(self, rows: Optional[int] = None) -> tuple:
@@ -1373,6 +1536,17 @@ class SoftmaxFamilyKernel(Kernel):
     # call would cost microseconds.
     def _fuses_rows(self) -> bool:
         return self._launch_plans.get("fused", self.fused)
+
+    def _clusters_rows(self, rows: int, device: torch.device) -> bool:
+        """Whether ``rows`` rows of a call on ``device`` take the row cluster program."""
+        least = self._launch_plans.get(("cluster rows", device), lambda: self._least_cluster_rows(device))
+        return rows >= least
+
+    def _least_cluster_rows(self, device: torch.device) -> float:
+        cluster = self.row_cluster()
+        if cluster is None:
+            return math.inf
+        return -(-CLUSTER_MIN_BLOCKS_PER_SM * self.sm_count(device) // cluster)
 
     def _launcher(self, name: str, params: ProgramParams) -> Any:
         return self._launch_plans.get(("launcher", name, params),
@@ -1409,6 +1583,8 @@ class SoftmaxFamilyKernel(Kernel):
         out = tensors[-1]
         if out.dim() == 2:
             key: Tuple[Any, ...] = (access_alignment(tensors, (0,)),)
+            if not self._fuses_rows():
+                key += (self._clusters_rows(out.shape[0], out.device),)
         else:
             key = (access_alignment(tensors, (0, 1)), out.shape[0], out.shape[2], out.device)
         return self._launch_plans.get(key, lambda: self._derive_launch(tensors))
@@ -1426,17 +1602,16 @@ class SoftmaxFamilyKernel(Kernel):
     def _launch_plan(self, tensors: Tuple[torch.Tensor, ...]) -> Tuple[Tuple[str, ...], ProgramParams]:
         """Programs and shape parameters for ``(*inputs, out)``: the access width follows their alignment."""
         out = tensors[-1]
+        sm_count = self.sm_count(out.device) if out.is_cuda else PLANNING_SM_COUNT
         if out.dim() == 2:
             vector = self._row_vector
             for tensor in tensors:
                 vector = widest_access(tensor, tensor.stride(0), vector)
-            names = (ROW_FUSED,) if self._fuses_rows() else (ROW_STATS, ROW_APPLY)
-            return names, (("vector", vector),)
+            return self.row_programs(out.shape[0], vector, sm_count)
         inner = out.shape[2]
         cvec = largest_pow2_divisor(inner, self._max_vector)
         for tensor in tensors:
             cvec = widest_access(tensor, tensor.stride(0) | tensor.stride(1), cvec)
-        sm_count = self.sm_count(out.device) if out.is_cuda else PLANNING_SM_COUNT
         return self.column_programs(out.shape[0], inner, cvec, sm_count)
 
     def _segments(self, out: torch.Tensor, params: ProgramParams) -> int:
