@@ -91,7 +91,7 @@ def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, 
 ], ids=str)
 def test_row_clusters_hold_their_rows_in_registers(kernel_cls, N: int, dtype: torch.dtype, cluster: int,
                                                     tmp_path) -> None:
-    kernel = kernel_cls(N, dtype, config={"row_cluster": 1})
+    kernel = kernel_cls(N, dtype, config={"max_cluster": 8})
     assert kernel.row_cluster() == cluster
     (spec,) = kernel.program_specs(1, outer=1 << 10)
     assert spec == (ROW_CLUSTER, (("vector", row_vector(N, dtype)), ("cluster", cluster)))
@@ -116,10 +116,13 @@ def test_row_clusters_take_the_backwards_rows_that_fill_the_gpu() -> None:
         assert kernel.row_programs(16, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
         # Rows that fit one block stay fused, whatever the row count.
         assert kernel_cls(32768, torch.bfloat16).row_programs(1 << 16, 8, sm_count)[0] == (ROW_FUSED,)
-    # The forward keeps the two steps unless its config asks for clusters.
+    # The forward's clusters stop at four blocks unless its config allows more.
     assert SoftmaxFwdKernel(262144, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
-    clustered = SoftmaxFwdKernel(262144, torch.bfloat16, config={"row_cluster": 1})
+    assert SoftmaxFwdKernel(131072, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_CLUSTER,)
+    clustered = SoftmaxFwdKernel(262144, torch.bfloat16, config={"max_cluster": 8})
     assert clustered.row_programs(1024, 8, sm_count)[0] == (ROW_CLUSTER,)
+    # One block's rows never split: no clusters at all.
+    assert SoftmaxBwdKernel(262144, torch.bfloat16, config={"max_cluster": 1}).row_cluster() is None
 
 
 def test_row_cluster_sizes() -> None:
@@ -130,6 +133,7 @@ def test_row_cluster_sizes() -> None:
     assert row_cluster_size(131072, torch.float32, True, 1024) == 8  # 16 float32 of each backward input
     assert row_cluster_size(131073, torch.float32, True, 1024) is None
     assert row_cluster_size(32769, torch.bfloat16, True, 512) == 4
+    assert row_cluster_size(262144, torch.bfloat16, False, 1024, most=4) is None
 
 
 # ---- every candidate config builds its programs (TIR only, no nvcc) ---------------------------
@@ -159,7 +163,7 @@ def test_default_config_is_valid(N: int, dtype: torch.dtype, backward: bool) -> 
     config = softmax_default_config(N, dtype, backward)
     for key in ("row_threads", "block_threads", "cluster_threads", "split_threads", "column_threads"):
         assert _pow2(config[key]) and config[key] <= 1024
-    assert config["row_cluster"] == int(backward)
+    assert config["max_cluster"] == (8 if backward else 4)
     assert config["block_threads"] >= max(config["row_threads"], 128)
     assert N % row_vector(N, dtype) == 0 and row_vector(N, dtype) * dtype.itemsize <= 16
 
@@ -170,12 +174,14 @@ def test_rows_fuse_while_they_fit_in_registers() -> None:
     assert SoftmaxFwdKernel(32768, torch.bfloat16, config=softmax_default_config(32768, torch.bfloat16)).fused()
     assert SoftmaxBwdKernel(32768, torch.bfloat16,
                             config=softmax_default_config(32768, torch.bfloat16, True)).fused()
-    assert SoftmaxFwdKernel(65536, torch.float16, config=softmax_default_config(65536, torch.float16)).fused()
+    assert SoftmaxFwdKernel(49152, torch.float16, config=softmax_default_config(49152, torch.float16)).fused()
+    # Past 48 elements a thread the half-precision forward spills: such rows split into clusters.
+    assert not SoftmaxFwdKernel(49153, torch.float16, config=softmax_default_config(49153, torch.float16)).fused()
     # Longer rows take the two-step programs.
     assert not SoftmaxFwdKernel(65537, torch.bfloat16, config=softmax_default_config(65537, torch.bfloat16)).fused()
     assert not SoftmaxBwdKernel(65536, torch.float32,
                                 config=softmax_default_config(65536, torch.float32, True)).fused()
-    assert fused_elements_cap(torch.bfloat16, False) == 64 and fused_elements_cap(torch.float32, True) == 16
+    assert fused_elements_cap(torch.bfloat16, False) == 48 and fused_elements_cap(torch.float32, True) == 16
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -200,9 +206,9 @@ def test_bad_configs_and_dtypes_are_rejected() -> None:
     with pytest.raises(ValueError, match="row_threads must be a power of two"):
         build_program(ROW_FUSED, 16, torch.float16, SoftmaxFwdKernel.variant,
                       {**softmax_default_config(16, torch.float16), "row_threads": 48}, (("vector", 8),))
-    with pytest.raises(ValueError, match="row_cluster must be 0 or 1"):
+    with pytest.raises(ValueError, match="max_cluster must be a power of two"):
         build_program(ROW_FUSED, 16, torch.float16, SoftmaxFwdKernel.variant,
-                      {**softmax_default_config(16, torch.float16), "row_cluster": 2}, (("vector", 8),))
+                      {**softmax_default_config(16, torch.float16), "max_cluster": 16}, (("vector", 8),))
     with pytest.raises(TypeError):
         SoftmaxFwdKernel(16, torch.int32)
     with pytest.raises(ValueError):

@@ -138,7 +138,7 @@ def test_two_step_programs_on_short_rows(name):
 
 def _cluster_kernel(name: str, N: int, dtype: torch.dtype):
     op = _op(name, N, dtype, -1)
-    return op, op.kernel_map[op.kernel_key](N, dtype, config={"row_cluster": 1})
+    return op, op.kernel_map[op.kernel_key](N, dtype, config={"max_cluster": 8})
 
 
 @pytest.mark.parametrize("name", OPS)

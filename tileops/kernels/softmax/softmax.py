@@ -22,12 +22,12 @@ one kernel serve every input shape.  Global offsets are 64-bit.
 
 Programs:
 
-* **row fused** (rows that fit in registers: up to 64K half-precision or
-  32K float32 elements for the forward, half that for the backward): a row
+* **row fused** (rows that fit in registers: up to 48K half-precision or
+  32K float32 elements for the forward, 32K and 16K for the backward): a row
   is read once into registers by ``row_threads`` threads, reduced with warp
   shuffles and shared memory, and written once.  Short rows share a block.
-* **row cluster** (rows up to eight blocks' registers long, enough of them
-  to give every SM a block): a cluster of blocks holds a row in registers;
+* **row cluster** (rows up to ``max_cluster`` blocks' registers long, enough
+  of them to give every SM a block): a cluster of blocks holds a row in registers;
   each block reduces its share, the blocks exchange their partial results
   through distributed shared memory (sm_90 thread block clusters), and
   each writes its share.  One read, one write, as the fused program.
@@ -96,12 +96,19 @@ __all__ = [
 # Input bytes a thread of the fused program keeps in registers (32 registers):
 # with 1024 threads a block may use at most 64 registers per thread.
 FUSED_REGISTER_BYTES = 128
+# Elements a thread of the fused program holds at most: the half-precision forward spilled
+# past 48 (sm_90 ptxas: 72 bytes at 48, 212 at 56, 516 at 64; on an H100, 1024 x 65536
+# bf16 rows at 64 a thread took 208.7 us, in clusters of two blocks 112.5).
+FUSED_MAX_ELEMENTS = 48
 # float32 exponentials a thread of the fused softmax forward may keep in registers.
 CACHED_EXP_ELEMENTS = 32
 # Blocks per SM the two-step programs aim for when sizing their segments.
 BLOCKS_PER_SM = 4
 # Blocks a row cluster may have: the largest cluster every sm_90 GPU launches.
 MAX_CLUSTER = 8
+# The forward's default: eight-block clusters lost to the two-step programs (see
+# ``softmax_default_config``).
+MAX_FORWARD_CLUSTER = 4
 # Row clusters serve rows too long for one block's registers when the rows give at least
 # this many blocks per SM; fewer rows take the two-step programs, which split a row finer.
 CLUSTER_MIN_BLOCKS_PER_SM = 1
@@ -159,7 +166,7 @@ class SoftmaxVariant:
 
 def fused_elements_cap(dtype: torch.dtype, backward: bool) -> int:
     """Row elements one thread may hold in registers in the fused program."""
-    return FUSED_REGISTER_BYTES // (dtype.itemsize * (2 if backward else 1))
+    return min(FUSED_REGISTER_BYTES // (dtype.itemsize * (2 if backward else 1)), FUSED_MAX_ELEMENTS)
 
 
 def _fused_row_config(N: int, per_thread: int) -> Dict[str, int]:
@@ -181,18 +188,23 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     1024-thread block runs alone on its SM, so its compute does not overlap
     another block's loads: on an H100 one exponential per element instead of
     two took 8192 x 32768 bfloat16 rows from 86% to 96% of copy bandwidth).
-    Rows too long for one block's registers: the backward takes row clusters
-    of 1024-thread blocks where the rows give every SM a block, the forward
-    (and fewer rows) the two-step programs with 512 threads and four vectors
-    in flight per thread.  On an H100, bf16, in µs, row cluster against the
-    two steps: softmax backward 64 x 262144 43.0 against 56.1, 256 x 262144
-    142.6 against 223.8, 1024 x 65536 136.1 against 220.3, float32 4096 x
-    32768 523.3 against 873.9; log-softmax backward 64 x 262144 42.2 against
-    43.9.  The forward, whose second read of one input mostly hits L2, lost
-    at 64 x 262144 (39.1 against 36.4) and won only from 128 rows (70.0
-    against 74.0), so it keeps the two steps (``row_cluster`` 0).  With fewer
-    blocks than SMs (16 x 262144) the clusters lost too (17.0 against 16.5,
-    log-softmax 16.8 against 14.7).  Two-step columns: 256 threads;
+    Rows too long for one block's registers take row clusters of 1024-thread
+    blocks (at most ``max_cluster`` of them) where the rows give every SM a
+    block; longer or fewer rows take the two-step programs with 512 threads
+    and four vectors in flight per thread.  On an H100, bf16, in µs, row
+    clusters against the two steps: softmax backward 64 x 262144 43.0
+    against 56.1, 256 x 262144 142.6 against 223.8, 1024 x 65536 136.1
+    against 220.3, float32 4096 x 32768 523.3 against 873.9; log-softmax
+    backward 64 x 262144 42.2 against 43.9; forward 1024 x 65536 112.5
+    against 139.9 (log-softmax 114.4 against 139.8), float32 64 x 131072
+    30.0 against 30.9.  The forward's clusters of eight lost at 64 x 262144
+    (39.1 against 36.4; its two steps' second read mostly hits L2) and won
+    only from 128 rows (70.0 against 74.0), so its clusters stop at four.
+    With fewer blocks than SMs (16 x 262144) clusters lost too (17.0
+    against 16.5, log-softmax 16.8 against 14.7).  Splitting rows that one
+    block holds did not pay: 8192 x 32768 in clusters of two 512-thread
+    blocks, forward 401.2 against 367.5 fused, backward 569.0 against 525.9;
+    4096 x 40000 forward 432.8 against 241.6.  Two-step columns: 256 threads;
     fused columns: 512 threads and 128 bytes in flight per thread (eight
     vectors of the forward's input, four of each backward input).
     """
@@ -203,7 +215,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
         **_fused_row_config(N, per_thread),
         "cache_exp": 1,
         "min_blocks": 1,
-        "row_cluster": int(backward),
+        "max_cluster": MAX_CLUSTER if backward else MAX_FORWARD_CLUSTER,
         "cluster_threads": 1024,
         "split_threads": 512,
         "split_unroll": 4,
@@ -226,8 +238,8 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
         for threads in (256, 512, 1024):
             for unroll in (2, 4, 8):
                 candidates.append({**default, "split_threads": threads, "split_unroll": unroll})
-        if row_cluster_size(N, dtype, backward, default["cluster_threads"]) is not None:
-            candidates.append({**default, "row_cluster": 1 - default["row_cluster"]})
+        for max_cluster in (1, MAX_CLUSTER):
+            candidates.append({**default, "max_cluster": max_cluster})
     unique: List[Dict[str, int]] = []
     for config in candidates:
         if config not in unique:
@@ -249,9 +261,11 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
-    for key in ("cache_exp", "row_cluster"):
-        if config[key] not in (0, 1):
-            raise ValueError(f"softmax kernels: {key} must be 0 or 1, got {config[key]}")
+    if config["cache_exp"] not in (0, 1):
+        raise ValueError(f"softmax kernels: cache_exp must be 0 or 1, got {config['cache_exp']}")
+    if not (is_pow2(config["max_cluster"]) and config["max_cluster"] <= MAX_CLUSTER):
+        raise ValueError(f"softmax kernels: max_cluster must be a power of two <= {MAX_CLUSTER} (1: no row "
+                         f"clusters), got {config['max_cluster']}")
 
 
 def fused_fits(N: int, dtype: torch.dtype, backward: bool, row_threads: int) -> bool:
@@ -259,15 +273,16 @@ def fused_fits(N: int, dtype: torch.dtype, backward: bool, row_threads: int) -> 
     return -(-N // row_threads) <= fused_elements_cap(dtype, backward)
 
 
-def row_cluster_size(N: int, dtype: torch.dtype, backward: bool, threads: int) -> Optional[int]:
-    """Blocks of ``threads`` a row cluster needs to hold a row in registers, or None past ``MAX_CLUSTER``.
+def row_cluster_size(N: int, dtype: torch.dtype, backward: bool, threads: int,
+                     most: int = MAX_CLUSTER) -> Optional[int]:
+    """Blocks of ``threads`` a row cluster needs to hold a row in registers, or None past ``most``.
 
     A thread holds at most ``CACHED_EXP_ELEMENTS`` elements, so the forward keeps its
     exponentials in registers too.
     """
     per_thread = min(fused_elements_cap(dtype, backward), CACHED_EXP_ELEMENTS)
     cluster = 2
-    while cluster <= MAX_CLUSTER:
+    while cluster <= most:
         if -(-N // (cluster * threads)) <= per_thread:
             return cluster
         cluster *= 2
@@ -1455,9 +1470,10 @@ class SoftmaxFamilyKernel(Kernel):
     def row_cluster(self, config: Optional[Dict[str, Any]] = None) -> Optional[int]:
         """Blocks of the row cluster program under ``config``, or None where rows never take it."""
         config = self.config if config is None else config
-        if self.fused(config) or not config["row_cluster"]:
+        if self.fused(config):
             return None
-        return row_cluster_size(self.N, self.dtype, self.variant.backward, config["cluster_threads"])
+        return row_cluster_size(self.N, self.dtype, self.variant.backward, config["cluster_threads"],
+                                config["max_cluster"])
 
     def row_programs(self, rows: int, vector: int, sm_count: int) -> Tuple[Tuple[str, ...], ProgramParams]:
         """The programs ``rows`` rows launch, with their shape parameters."""

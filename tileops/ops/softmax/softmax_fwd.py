@@ -40,6 +40,7 @@ class SoftmaxFwdOp(SoftmaxFamilyOp):
         "rows-8k-32k": {"shapes": [(8192, 32768)], "dtype": "bfloat16", "params": {'N': 32768}},
         "decode-1x4k": {"shapes": [(1, 4096)], "dtype": "bfloat16", "params": {'N': 4096}},
         "long-64x256k": {"shapes": [(64, 262144)], "dtype": "bfloat16", "params": {'N': 262144}},
+        "vocab-1k-64k": {"shapes": [(1024, 65536)], "dtype": "bfloat16", "params": {'N': 65536}},
         "mid-dim": {"shapes": [(64, 4096, 64)], "dtype": "bfloat16", "params": {'N': 4096, 'dim': 1}},
     }
 
