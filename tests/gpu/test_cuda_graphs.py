@@ -33,12 +33,15 @@ def _decode_inputs(generator: torch.Generator) -> Dict[str, torch.Tensor]:
         "bias": randn(HIDDEN),
         "gate_up": randn(ROWS, 2 * HIDDEN),
         "long_row": randn(2, 65536),
+        # Rows a cluster of blocks holds (enough of them for every SM).
+        "vocab_rows": randn(140, 65536),
         "logits": randn(ROWS * 2, VOCAB),
         "target": torch.randint(0, VOCAB, (ROWS * 2,), device="cuda", generator=generator),
     }
 
 
-# One call per family and layout a decode step meets: rows, columns (dim 0), all dims, split rows.
+# One call per family and layout a decode step meets: rows, columns (dim 0), all dims, split rows,
+# rows held by clusters of blocks.
 CALLS: Dict[str, Callable[[Dict[str, torch.Tensor]], object]] = {
     "rms_norm": lambda t: F.rms_norm(t["x"], t["weight"]),
     "layer_norm": lambda t: F.layer_norm(t["x"], t["weight"], t["bias"]),
@@ -46,6 +49,7 @@ CALLS: Dict[str, Callable[[Dict[str, torch.Tensor]], object]] = {
     "softmax_rows": lambda t: F.softmax(t["x"], -1),
     "log_softmax_columns": lambda t: F.log_softmax(t["x"], 0),
     "softmax_long_row": lambda t: F.softmax(t["long_row"], -1),
+    "softmax_clustered_rows": lambda t: F.softmax(t["vocab_rows"], -1),
     "cumsum_rows": lambda t: F.cumsum(t["x"], -1),
     "cumsum_long_row": lambda t: F.cumsum(t["long_row"], -1),
     "cumprod_columns": lambda t: F.cumprod(t["x"] * 0.01 + 1.0, 0),
