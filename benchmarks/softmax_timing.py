@@ -40,7 +40,6 @@ SWEEPS: Dict[Tuple[str, int, torch.dtype], List[Dict[str, int]]] = {
     ("SoftmaxFwdOp", 32768, torch.bfloat16): [
         {"row_threads": 1024, "block_threads": 1024, "cache_exp": 1},
         {"row_threads": 1024, "block_threads": 1024, "cache_exp": 0},
-        {"row_threads": 512, "block_threads": 512, "cache_exp": 0},
     ],
     ("SoftmaxBwdOp", 4096, torch.bfloat16): [
         {"row_threads": 128, "block_threads": 128},
