@@ -521,7 +521,8 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 
     clustered = cluster > 1
     if clustered and block_threads != row_threads:
-        raise ValueError("softmax kernels: a row cluster's blocks hold one row share each (block_threads == row_threads)")
+        raise ValueError("softmax kernels: each block of a row cluster holds one share of the row "
+                         "(block_threads == row_threads)")
     rows_per_block = block_threads // row_threads
     # Threads that share a row: a block's, or a whole cluster's.
     span = cluster * row_threads
@@ -629,9 +630,11 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             online["merge"](st, _MAX, _SUM, gathered[k, 0], gathered[k, 1], _T0, _T1)
 
     def launch(rows):
-        """The grid: blocks of rows, or (rank, row) clusters; yields (row, lane, rank)."""
+        """The grid: blocks of ``rows_per_block`` rows (binds the block index), or one cluster a
+        row (binds ``(rank, row)``)."""
         if clustered:
-            return T.Kernel(cluster, rows, threads=block_threads, cluster_dims=(cluster, 1, 1), prelude=PEER_STORE)
+            return T.Kernel(cluster, rows, threads=block_threads, cluster_dims=(cluster, 1, 1),
+                            prelude=PEER_STORE)
         return T.Kernel(T.ceildiv(rows, rows_per_block), threads=block_threads)
 
     if not variant.backward:
