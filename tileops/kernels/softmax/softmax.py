@@ -637,6 +637,14 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                             prelude=PEER_STORE)
         return T.Kernel(T.ceildiv(rows, rows_per_block), threads=block_threads)
 
+    def place(blocks, tx):
+        """``(row, lane, rank)`` of a thread: its row, its place among the row's threads, and its
+        block's rank in the row's cluster (0 without clusters)."""
+        if clustered:
+            rank, row = blocks
+            return row, rank * row_threads + tx, rank
+        return blocks * rows_per_block + tx // row_threads, tx % row_threads, 0
+
     if not variant.backward:
         XT, LDX = strided_rows(T, R, N, dtype, "LDX")
 
@@ -651,16 +659,12 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                     e = T.alloc_local((vecs * vector,), ACCUM)
                 st = T.alloc_local((_STATE,), ACCUM)
                 scratch = T.alloc_shared(scratch_shape, ACCUM)
+                row, lane, rank = place(blocks, tx)
                 if clustered:
                     # Static shared memory: peers write it while this block may still use its scratch,
                     # so it must not share an address with the dynamic buffers.
                     gathered = T.alloc_shared((cluster, 2), ACCUM, scope="shared")
                     T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
-                    rank, row = blocks
-                    lane = rank * row_threads + tx
-                else:
-                    row = blocks * rows_per_block + tx // row_threads
-                    lane = tx % row_threads
                 T.assume(LDX % vector == 0)
                 load_row(X, a, row, lane)
                 st[_MAX] = -T.infinity(ACCUM)
@@ -706,14 +710,10 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             b = T.alloc_local((vecs * vector,), dtype)
             st = T.alloc_local((_STATE,), ACCUM)
             scratch = T.alloc_shared(scratch_shape, ACCUM)
+            row, lane, rank = place(blocks, tx)
             if clustered:
                 gathered = T.alloc_shared((cluster, 2), ACCUM, scope="shared")  # see the forward
                 T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
-                rank, row = blocks
-                lane = rank * row_threads + tx
-            else:
-                row = blocks * rows_per_block + tx // row_threads
-                lane = tx % row_threads
             T.assume(LDG % vector == 0)
             T.assume(LDY % vector == 0)
             load_row(G, a, row, lane)
