@@ -99,6 +99,8 @@ def test_row_clusters_hold_their_rows_in_registers(kernel_cls, N: int, dtype: to
     # Each block stores its partial result into every block of its cluster, after waiting for the
     # arrival each block made when it started, and the full barrier comes before anything is read.
     body = source[source.index("__global__ void __launch_bounds__"):]
+    # Rows run along the grid's x axis, so more than 65535 of them launch.
+    assert "blockIdx.y" not in body
     assert body.index("cluster_arrive_relaxed()") < body.index("cluster_wait()")
     assert body.index("cluster_wait()") < body.index("tileops_store_to_peer(") < body.index("cluster_sync()")
     # Peers write the exchange buffer while this block may still reduce in its scratch, so the

@@ -630,27 +630,26 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             online["merge"](st, _MAX, _SUM, gathered[k, 0], gathered[k, 1], _T0, _T1)
 
     def launch(rows):
-        """The grid: blocks of ``rows_per_block`` rows (binds the block index), or one cluster a
-        row (binds ``(rank, row)``)."""
+        """The grid: blocks of ``rows_per_block`` rows, or one cluster a row.  Either way one
+        dimension, whose extent may pass 65535 (the limit of the other two)."""
         if clustered:
-            return T.Kernel(cluster, rows, threads=block_threads, cluster_dims=(cluster, 1, 1),
-                            prelude=PEER_STORE)
+            return T.Kernel(rows * cluster, threads=block_threads, cluster_dims=(cluster, 1, 1), prelude=PEER_STORE)
         return T.Kernel(T.ceildiv(rows, rows_per_block), threads=block_threads)
 
-    def place(blocks, tx):
+    def place(block, tx):
         """``(row, lane, rank)`` of a thread: its row, its place among the row's threads, and its
         block's rank in the row's cluster (0 without clusters)."""
         if clustered:
-            rank, row = blocks
-            return row, rank * row_threads + tx, rank
-        return blocks * rows_per_block + tx // row_threads, tx % row_threads, 0
+            rank = block % cluster
+            return block // cluster, rank * row_threads + tx, rank
+        return block * rows_per_block + tx // row_threads, tx % row_threads, 0
 
     if not variant.backward:
         XT, LDX = strided_rows(T, R, N, dtype, "LDX")
 
         @T.prim_func
         def softmax_row_fused(X: XT, Y: T.Tensor((R, N), dtype)):
-            with launch(R) as blocks:
+            with launch(R) as block:
                 if min_blocks > 1:
                     T.annotate_min_blocks_per_sm(min_blocks)
                 tx = T.get_thread_binding()
@@ -659,7 +658,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                     e = T.alloc_local((vecs * vector,), ACCUM)
                 st = T.alloc_local((_STATE,), ACCUM)
                 scratch = T.alloc_shared(scratch_shape, ACCUM)
-                row, lane, rank = place(blocks, tx)
+                row, lane, rank = place(block, tx)
                 if clustered:
                     # Static shared memory: peers write it while this block may still use its scratch,
                     # so it must not share an address with the dynamic buffers.
@@ -702,7 +701,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         Yv: YT,
         DX: T.Tensor((R, N), dtype),
     ):
-        with launch(R) as blocks:
+        with launch(R) as block:
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
@@ -710,7 +709,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             b = T.alloc_local((vecs * vector,), dtype)
             st = T.alloc_local((_STATE,), ACCUM)
             scratch = T.alloc_shared(scratch_shape, ACCUM)
-            row, lane, rank = place(blocks, tx)
+            row, lane, rank = place(block, tx)
             if clustered:
                 gathered = T.alloc_shared((cluster, 2), ACCUM, scope="shared")  # see the forward
                 T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
