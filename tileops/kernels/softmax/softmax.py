@@ -1477,13 +1477,19 @@ class SoftmaxFamilyKernel(Kernel):
         return row_cluster_size(self.N, self.dtype, self.variant.backward, config["cluster_threads"],
                                 config["max_cluster"])
 
+    def least_cluster_rows(self, sm_count: int) -> float:
+        """The fewest rows that take the row cluster program on ``sm_count`` SMs (inf: none do)."""
+        cluster = self.row_cluster()
+        if cluster is None:
+            return math.inf
+        return -(-CLUSTER_MIN_BLOCKS_PER_SM * sm_count // cluster)
+
     def row_programs(self, rows: int, vector: int, sm_count: int) -> Tuple[Tuple[str, ...], ProgramParams]:
         """The programs ``rows`` rows launch, with their shape parameters."""
         if self.fused():
             return (ROW_FUSED,), self.row_params(vector)
-        cluster = self.row_cluster()
-        if cluster is not None and rows * cluster >= CLUSTER_MIN_BLOCKS_PER_SM * sm_count:
-            return (ROW_CLUSTER,), self.row_params(vector) + (("cluster", cluster),)
+        if rows >= self.least_cluster_rows(sm_count):
+            return (ROW_CLUSTER,), self.row_params(vector) + (("cluster", self.row_cluster()),)
         return (ROW_STATS, ROW_APPLY), self.row_params(vector)
 
     # ---- programs ----------------------------------------------------------------------------
@@ -1557,14 +1563,9 @@ class SoftmaxFamilyKernel(Kernel):
 
     def _clusters_rows(self, rows: int, device: torch.device) -> bool:
         """Whether ``rows`` rows of a call on ``device`` take the row cluster program."""
-        least = self._launch_plans.get(("cluster rows", device), lambda: self._least_cluster_rows(device))
+        least = self._launch_plans.get(("cluster rows", device),
+                                       lambda: self.least_cluster_rows(self.sm_count(device)))
         return rows >= least
-
-    def _least_cluster_rows(self, device: torch.device) -> float:
-        cluster = self.row_cluster()
-        if cluster is None:
-            return math.inf
-        return -(-CLUSTER_MIN_BLOCKS_PER_SM * self.sm_count(device) // cluster)
 
     def _launcher(self, name: str, params: ProgramParams) -> Any:
         return self._launch_plans.get(("launcher", name, params),
