@@ -116,19 +116,22 @@ def test_an_op_copies_and_pickles_with_its_configuration(spec) -> None:
             torch.testing.assert_close(mine, theirs, rtol=0, atol=0, equal_nan=True)
 
 
+class _Normed(torch.nn.Module):
+    """A model's block: a weight of its own and an RMSNorm op over 16 features."""
+
+    def __init__(self, **op_args) -> None:
+        from tileops.ops import RMSNormFwdOp
+
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(16))
+        self.norm = RMSNormFwdOp(N=16, dtype=torch.float32, eps=1e-3, **op_args)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x, self.weight)
+
+
 def test_a_copied_model_trains_through_its_own_ops() -> None:
-    from tileops.ops import RMSNormFwdOp
-
-    class Block(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.randn(16))
-            self.norm = RMSNormFwdOp(N=16, dtype=torch.float32)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.norm(x, self.weight)
-
-    block = Block()
+    block = _Normed()
     x = torch.randn(3, 16)
     block(x).square().sum().backward()
     twin = copy.deepcopy(block)
@@ -306,27 +309,20 @@ def test_torch_jit_trace_records_the_custom_ops() -> None:
     import io
     import warnings
 
-    from tileops.ops import RMSNormFwdOp
-
-    class Block(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.randn(8))
-            self.norm = RMSNormFwdOp(N=8, dtype=torch.float32)
-
+    class Block(_Normed):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return F.softmax(self.norm(x, self.weight), -1)
+            return F.softmax(super().forward(x), -1)
 
     block = Block()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)  # the shape checks read sizes
-        traced = torch.jit.trace(block, (torch.randn(2, 8),))
+        traced = torch.jit.trace(block, (torch.randn(2, 16),))
     kinds = {node.kind() for node in traced.inlined_graph.nodes()}
     assert {"tileops::rms_norm_fwd", "tileops::softmax_fwd"} <= kinds, kinds
     saved = io.BytesIO()
     torch.jit.save(traced, saved)
     saved.seek(0)
-    x = torch.randn(5, 8)
+    x = torch.randn(5, 16)
     for module in (traced, torch.jit.load(saved)):
         torch.testing.assert_close(module(x), block(x))
 
@@ -440,18 +436,6 @@ program = torch.export.load(sys.argv[1])
 x, expected = torch.load(sys.argv[1] + ".io")
 torch.testing.assert_close(program.module()(x), expected)
 """
-
-
-class _Normed(torch.nn.Module):
-    def __init__(self, **op_args) -> None:
-        from tileops.ops import RMSNormFwdOp
-
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.randn(16))
-        self.norm = RMSNormFwdOp(N=16, dtype=torch.float32, eps=1e-3, **op_args)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x, self.weight)
 
 
 def test_graphs_name_an_op_by_configuration_unless_its_kernels_are_its_own() -> None:
