@@ -82,16 +82,19 @@ def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, 
 
 
 @needs_nvcc
-@pytest.mark.parametrize("kernel_cls, N, dtype, cluster", [
-    (SoftmaxFwdKernel, 262144, torch.bfloat16, 8),
-    (LogSoftmaxFwdKernel, 65537, torch.float16, 4),
-    (SoftmaxBwdKernel, 262144, torch.bfloat16, 8),
-    (LogSoftmaxBwdKernel, 131072, torch.float32, 8),
-    (SoftmaxBwdKernel, 40000, torch.float32, 4),
+@pytest.mark.parametrize("kernel_cls, N, dtype, threads, cluster", [
+    (SoftmaxFwdKernel, 262144, torch.bfloat16, 1024, 8),
+    (SoftmaxFwdKernel, 131072, torch.bfloat16, 512, 8),
+    (LogSoftmaxFwdKernel, 65537, torch.float16, 512, 8),
+    (LogSoftmaxFwdKernel, 65536, torch.bfloat16, 512, 4),
+    (SoftmaxBwdKernel, 262144, torch.bfloat16, 1024, 8),
+    (LogSoftmaxBwdKernel, 131072, torch.float32, 1024, 8),
+    (SoftmaxBwdKernel, 40000, torch.float32, 1024, 4),
 ], ids=str)
-def test_row_clusters_hold_their_rows_in_registers(kernel_cls, N: int, dtype: torch.dtype, cluster: int,
-                                                    tmp_path) -> None:
-    kernel = kernel_cls(N, dtype, config={"max_cluster": 8})
+def test_row_clusters_hold_their_rows_in_registers(kernel_cls, N: int, dtype: torch.dtype, threads: int,
+                                                    cluster: int, tmp_path) -> None:
+    # 512-thread blocks are built to fit two an SM: 64 registers a thread at most.
+    kernel = kernel_cls(N, dtype, config={"cluster_threads": threads, "cluster_min_blocks": 1024 // threads})
     assert kernel.row_cluster() == cluster
     (spec,) = kernel.program_specs(1, outer=1 << 10)
     assert spec == (ROW_CLUSTER, (("vector", row_vector(N, dtype)), ("cluster", cluster)))
@@ -106,11 +109,12 @@ def test_row_clusters_hold_their_rows_in_registers(kernel_cls, N: int, dtype: to
     # Peers write the exchange buffer while this block may still reduce in its scratch, so the
     # buffer is static shared memory, apart from the dynamic pool.
     assert f"__shared__ __align__(16) float gathered[{2 * cluster}]" in body
+    assert f"__launch_bounds__({threads}, {1024 // threads})" in body
     report = ptxas_report(source, str(tmp_path))
     assert report["spill_bytes"] == 0, report
 
 
-def test_row_clusters_take_the_backwards_rows_that_fill_the_gpu() -> None:
+def test_row_clusters_take_the_rows_that_fill_the_gpu() -> None:
     sm_count = 132
     for kernel_cls in (SoftmaxBwdKernel, LogSoftmaxBwdKernel):
         kernel = kernel_cls(262144, torch.bfloat16)
@@ -118,10 +122,12 @@ def test_row_clusters_take_the_backwards_rows_that_fill_the_gpu() -> None:
         assert kernel.row_programs(16, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
         # Rows that fit one block stay fused, whatever the row count.
         assert kernel_cls(32768, torch.bfloat16).row_programs(1 << 16, 8, sm_count)[0] == (ROW_FUSED,)
-    # The forward's clusters stop at four blocks unless its config allows more.
+    # The forward's 512-thread clusters hold 131072 bfloat16 elements at most; its longer rows take the
+    # two steps unless its config gives it 1024-thread blocks.
+    assert SoftmaxFwdKernel(131072, torch.bfloat16).row_cluster() == 8
+    assert SoftmaxFwdKernel(131072, torch.bfloat16).row_programs(17, 8, sm_count)[0] == (ROW_CLUSTER,)
     assert SoftmaxFwdKernel(262144, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
-    assert SoftmaxFwdKernel(131072, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_CLUSTER,)
-    clustered = SoftmaxFwdKernel(262144, torch.bfloat16, config={"max_cluster": 8})
+    clustered = SoftmaxFwdKernel(262144, torch.bfloat16, config={"cluster_threads": 1024})
     assert clustered.row_programs(1024, 8, sm_count)[0] == (ROW_CLUSTER,)
     # One block's rows never split: no clusters at all.
     assert SoftmaxBwdKernel(262144, torch.bfloat16, config={"max_cluster": 1}).row_cluster() is None
@@ -165,7 +171,8 @@ def test_default_config_is_valid(N: int, dtype: torch.dtype, backward: bool) -> 
     config = softmax_default_config(N, dtype, backward)
     for key in ("row_threads", "block_threads", "cluster_threads", "split_threads", "column_threads"):
         assert _pow2(config[key]) and config[key] <= 1024
-    assert config["max_cluster"] == (8 if backward else 4)
+    assert config["max_cluster"] == 8
+    assert (config["cluster_threads"], config["cluster_min_blocks"]) == ((1024, 1) if backward else (512, 2))
     assert config["block_threads"] >= max(config["row_threads"], 128)
     assert N % row_vector(N, dtype) == 0 and row_vector(N, dtype) * dtype.itemsize <= 16
 

@@ -73,8 +73,8 @@ def inventory() -> List[Task]:
             tasks.update(_op_programs(t._op(name, N, dtype, -1), [x] * (2 if name.endswith("BwdOp") else 1)))
         op, kernel = t._two_step_kernel(name, 4096, torch.bfloat16)
         tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1))
-        for N, dtype, rows in t.CLUSTER_ROWS:
-            op, kernel = t._cluster_kernel(name, N, dtype)
+        for N, dtype, rows, threads in t.CLUSTER_ROWS:
+            op, kernel = t._cluster_kernel(name, N, dtype, threads)
             tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=rows))
         for _, x, dim in t.view_cases("cpu"):
             inputs = [x, torch.randn(x.shape, dtype=x.dtype)] if name.endswith("BwdOp") else [x]

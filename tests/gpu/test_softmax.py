@@ -52,8 +52,9 @@ GRAD_CASES = [
 LONG_ROWS = [(65537, torch.float32), (262144, torch.bfloat16), (32769, torch.float16)]
 # (N, dtype, rows) held by row clusters: 4-block clusters of one-element vectors (forward and
 # backward), 4- and 8-block float32 clusters, 8-block 16-byte vectors; the rows give every SM a block.
-CLUSTER_ROWS = [(65537, torch.float16, 70), (100003, torch.float32, 40), (40000, torch.float32, 140),
-                (262144, torch.bfloat16, 17)]
+# (N, dtype, rows, cluster_threads): blocks of 512 threads (the forward's) and of 1024 (the backward's).
+CLUSTER_ROWS = [(65537, torch.float16, 70, 512), (100003, torch.float32, 40, 1024), (40000, torch.float32, 140, 512),
+                (262144, torch.bfloat16, 17, 1024)]
 # A config that sends 4096-wide rows to the two-step programs.
 TWO_STEP_CONFIG = {"row_threads": 32, "block_threads": 128, "split_threads": 256, "split_unroll": 2}
 
@@ -136,17 +137,18 @@ def test_two_step_programs_on_short_rows(name):
         assert_close(out, _reference(name, op, inputs), dtype)
 
 
-def _cluster_kernel(name: str, N: int, dtype: torch.dtype):
+def _cluster_kernel(name: str, N: int, dtype: torch.dtype, threads: int):
     op = _op(name, N, dtype, -1)
-    return op, op.kernel_map[op.kernel_key](N, dtype, config={"max_cluster": 8})
+    config = {"max_cluster": 8, "cluster_threads": threads, "cluster_min_blocks": 1024 // threads}
+    return op, op.kernel_map[op.kernel_key](N, dtype, config=config)
 
 
 @pytest.mark.parametrize("name", OPS)
-@pytest.mark.parametrize("N, dtype, rows", CLUSTER_ROWS, ids=str)
-def test_row_clusters(name, N, dtype, rows):
+@pytest.mark.parametrize("N, dtype, rows, threads", CLUSTER_ROWS, ids=str)
+def test_row_clusters(name, N, dtype, rows, threads):
     from tileops.kernels.softmax.softmax import ROW_CLUSTER
 
-    op, kernel = _cluster_kernel(name, N, dtype)
+    op, kernel = _cluster_kernel(name, N, dtype, threads)
     x = torch.randn(rows, N, device="cuda", dtype=dtype)
     if not name.endswith("BwdOp"):
         # Masked forward rows: all -inf (NaN, as PyTorch), a lone finite element (so most blocks

@@ -106,9 +106,10 @@ CACHED_EXP_ELEMENTS = 32
 BLOCKS_PER_SM = 4
 # Blocks a row cluster may have: the largest cluster every sm_90 GPU launches.
 MAX_CLUSTER = 8
-# The forward's default: eight-block clusters lost to the two-step programs (see
-# ``softmax_default_config``).
-MAX_FORWARD_CLUSTER = 4
+# Threads of a row cluster's blocks and the blocks an SM must fit (launch bounds), forward and
+# backward (see ``softmax_default_config``).
+FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS = 512, 2
+BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS = 1024, 1
 # Row clusters serve rows too long for one block's registers when the rows give at least
 # this many blocks per SM; fewer rows take the two-step programs, which split a row finer.
 CLUSTER_MIN_BLOCKS_PER_SM = 1
@@ -188,23 +189,29 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     1024-thread block runs alone on its SM, so its compute does not overlap
     another block's loads: on an H100 one exponential per element instead of
     two took 8192 x 32768 bfloat16 rows from 86% to 96% of copy bandwidth).
-    Rows too long for one block's registers take row clusters of 1024-thread
-    blocks (at most ``max_cluster`` of them) where the rows give every SM a
-    block; longer or fewer rows take the two-step programs with 512 threads
-    and four vectors in flight per thread.  On an H100, bf16, in µs, row
-    clusters against the two steps: softmax backward 64 x 262144 43.0
-    against 56.1, 256 x 262144 142.6 against 223.8, 1024 x 65536 136.1
-    against 220.3, float32 4096 x 32768 523.3 against 873.9; log-softmax
-    backward 64 x 262144 42.2 against 43.9; forward 1024 x 65536 112.5
-    against 139.9 (log-softmax 114.4 against 139.8), float32 64 x 131072
-    30.0 against 30.9.  The forward's clusters of eight lost at 64 x 262144
-    (39.1 against 36.4; its two steps' second read mostly hits L2) and won
-    only from 128 rows (70.0 against 74.0), so its clusters stop at four.
-    With fewer blocks than SMs (16 x 262144) clusters lost too (17.0
-    against 16.5, log-softmax 16.8 against 14.7).  Splitting rows that one
-    block holds did not pay: 8192 x 32768 in clusters of two 512-thread
-    blocks, forward 401.2 against 367.5 fused, backward 569.0 against 525.9;
-    4096 x 40000 forward 432.8 against 241.6.  Two-step columns: 256 threads;
+    Rows too long for one block's registers take row clusters (at most
+    ``max_cluster`` blocks) where the rows give every SM a block; longer or
+    fewer rows take the two-step programs with 512 threads and four vectors
+    in flight per thread.  The backward's clusters have 1024-thread blocks,
+    the forward's 512-thread blocks built to fit two an SM, so one block
+    loads or stores while the other waits on its cluster.  On an H100,
+    bf16, in µs, row clusters against the two steps: softmax backward 64 x
+    262144 43.0 against 56.1, 256 x 262144 142.6 against 223.8, 1024 x
+    65536 136.1 against 220.3 (in 512-thread blocks 150.8), float32 4096 x
+    32768 523.3 against 873.9; log-softmax backward 64 x 262144 42.2
+    against 43.9.  Forward, 512-thread clusters against 1024-thread ones
+    against the two steps: 1024 x 65536 104.2 / 111.8 / 139.9 (log-softmax
+    108.8 / 115.2 / 139.8), 64 x 65536 12.6 / - / 14.6, 256 x 131072 58.8
+    / 64.8 / 71.9 (log-softmax 59.6 / 68.3 / 72.4), float32 64 x 131072
+    28.3 / 30.5 / 34.9, float16 4096 x 65536 408.3 / 430.4.  A 262144-wide
+    forward row would need sixteen 512-thread blocks, and eight 1024-thread
+    blocks lost at 64 x 262144 (39.1 against 36.4; the two steps' second
+    read mostly hits L2), so it takes the two steps.  With fewer blocks than
+    SMs (16 x 262144) clusters lost too (17.0 against 16.5, log-softmax
+    16.8 against 14.7).  Splitting rows that one block holds did not pay:
+    8192 x 32768 in clusters of two 512-thread blocks, forward 401.2
+    against 367.5 fused, backward 569.0 against 525.9; 4096 x 40000 forward
+    (two 1024-thread blocks) 432.8 against 241.6.  Two-step columns: 256 threads;
     fused columns: 512 threads and 128 bytes in flight per thread (eight
     vectors of the forward's input, four of each backward input).
     """
@@ -215,8 +222,9 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
         **_fused_row_config(N, per_thread),
         "cache_exp": 1,
         "min_blocks": 1,
-        "max_cluster": MAX_CLUSTER if backward else MAX_FORWARD_CLUSTER,
-        "cluster_threads": 1024,
+        "max_cluster": MAX_CLUSTER,
+        "cluster_threads": BACKWARD_CLUSTER_THREADS if backward else FORWARD_CLUSTER_THREADS,
+        "cluster_min_blocks": BACKWARD_CLUSTER_MIN_BLOCKS if backward else FORWARD_CLUSTER_MIN_BLOCKS,
         "split_threads": 512,
         "split_unroll": 4,
         "column_threads": 256,
@@ -238,8 +246,10 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
         for threads in (256, 512, 1024):
             for unroll in (2, 4, 8):
                 candidates.append({**default, "split_threads": threads, "split_unroll": unroll})
-        for max_cluster in (1, MAX_CLUSTER):
-            candidates.append({**default, "max_cluster": max_cluster})
+        candidates.append({**default, "max_cluster": 1})
+        for threads, min_blocks in ((BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS),
+                                    (FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS)):
+            candidates.append({**default, "cluster_threads": threads, "cluster_min_blocks": min_blocks})
     unique: List[Dict[str, int]] = []
     for config in candidates:
         if config not in unique:
@@ -258,7 +268,7 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("cluster_threads", "split_threads", "column_threads", "fused_column_threads"):
         if config[key] < WARP:
             raise ValueError(f"softmax kernels: {key} must be >= 32")
-    for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks"):
+    for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks", "cluster_min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
     if config["cache_exp"] not in (0, 1):
@@ -1395,10 +1405,12 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
 
 def row_cluster_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, cluster: int,
-                        cluster_threads: int, cache_exp: int = 0, **_: Any) -> Any:
-    """A row held by a cluster of ``cluster`` blocks of ``cluster_threads`` threads (see ``row_fused_program``)."""
+                        cluster_threads: int, cluster_min_blocks: int = 1, cache_exp: int = 0, **_: Any) -> Any:
+    """A row held by a cluster of ``cluster`` blocks of ``cluster_threads`` threads (see ``row_fused_program``),
+    built for ``cluster_min_blocks`` blocks an SM."""
     return row_fused_program(N, dtype, variant, vector=vector, row_threads=cluster_threads,
-                             block_threads=cluster_threads, cache_exp=cache_exp, cluster=cluster)
+                             block_threads=cluster_threads, cache_exp=cache_exp, min_blocks=cluster_min_blocks,
+                             cluster=cluster)
 
 
 _BUILDERS: Dict[str, Callable[..., Any]] = {
