@@ -78,6 +78,31 @@ def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, 
             assert "uint4" in source or "float4" in source
 
 
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls", [SoftmaxFwdKernel, SoftmaxBwdKernel], ids=str)
+def test_two_step_loads_keep_the_row_in_l2_for_the_second_read(kernel_cls, tmp_path) -> None:
+    # The stats program's 16-byte loads keep their lines in L2 (evict_last); the apply program's,
+    # their last use, let them go first (evict_first).  Narrower accesses and a config without
+    # hints load plainly.
+    expected = {ROW_STATS: "tileops_load_evict_last(", ROW_APPLY: "tileops_load_evict_first("}
+    assert softmax_default_config(262144, torch.bfloat16, kernel_cls.variant.backward)["split_cache_hints"] == (
+        0 if kernel_cls.variant.backward else 1)
+    for hints in (1, 0):
+        kernel = kernel_cls(262144, torch.bfloat16, config={"split_cache_hints": hints})
+        for name, params in kernel.program_specs(1):
+            source = kernel.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
+            body = source[source.index("__global__"):]
+            loads = body.count(expected[name])
+            assert (loads > 0) == bool(hints), (name, hints)
+            assert "tileops_load_" not in body.replace(expected[name], "")
+            if hints:
+                assert ptxas_report(source, str(tmp_path))["spill_bytes"] == 0
+    narrow = kernel_cls(262143, torch.bfloat16, config={"split_cache_hints": 1})  # odd rows: 2-byte accesses
+    for name, params in narrow.program_specs(1):
+        source = narrow.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
+        assert "tileops_load_" not in source[source.index("__global__"):]
+
+
 # ---- row clusters ------------------------------------------------------------------------------
 
 

@@ -55,8 +55,9 @@ LONG_ROWS = [(65537, torch.float32), (262144, torch.bfloat16), (32769, torch.flo
 # (N, dtype, rows, cluster_threads): blocks of 512 threads (the forward's) and of 1024 (the backward's).
 CLUSTER_ROWS = [(65537, torch.float16, 70, 512), (100003, torch.float32, 40, 1024), (40000, torch.float32, 140, 512),
                 (262144, torch.bfloat16, 17, 1024)]
-# A config that sends 4096-wide rows to the two-step programs.
-TWO_STEP_CONFIG = {"row_threads": 32, "block_threads": 128, "split_threads": 256, "split_unroll": 2}
+# A config that sends 4096-wide rows to the two-step programs, whose loads carry L2 eviction hints.
+TWO_STEP_CONFIG = {"row_threads": 32, "block_threads": 128, "split_threads": 256, "split_unroll": 2,
+                   "split_cache_hints": 1}
 
 
 def _op(name: str, N: int, dtype: torch.dtype, dim: int):

@@ -59,6 +59,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST, hinted_load, takes_hint
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import access_alignment, direct_launcher, widest_access
 from tileops.kernels.sizes import (
@@ -211,7 +212,14 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     16.8 against 14.7).  Splitting rows that one block holds did not pay:
     8192 x 32768 in clusters of two 512-thread blocks, forward 401.2
     against 367.5 fused, backward 569.0 against 525.9; 4096 x 40000 forward
-    (two 1024-thread blocks) 432.8 against 241.6.  Two-step columns: 256 threads;
+    (two 1024-thread blocks) 432.8 against 241.6.  The forward's two steps
+    load with L2 eviction hints (``split_cache_hints``): the stats program
+    keeps the row's lines, the apply program lets them go first, so its
+    read comes from L2 (bf16 64 x 262144 34.8 against 37.3 µs without,
+    float32 67.3 against 70.0, 256 x 262144 139.8 against 141.2; 1024 x
+    262144, four times L2, 563.8 against 560.7).  The backward's apply
+    program took 85 registers instead of 61 with them and lost (4 x 1048576
+    16.5 against 14.8, 16 x 262144 15.6 against 15.4).  Two-step columns: 256 threads;
     fused columns: 512 threads and 128 bytes in flight per thread (eight
     vectors of the forward's input, four of each backward input).
     """
@@ -227,6 +235,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
         "cluster_min_blocks": BACKWARD_CLUSTER_MIN_BLOCKS if backward else FORWARD_CLUSTER_MIN_BLOCKS,
         "split_threads": 512,
         "split_unroll": 4,
+        "split_cache_hints": 0 if backward else 1,
         "column_threads": 256,
         "column_unroll": 4,
         "fused_column_threads": 512,
@@ -247,6 +256,7 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
             for unroll in (2, 4, 8):
                 candidates.append({**default, "split_threads": threads, "split_unroll": unroll})
         candidates.append({**default, "max_cluster": 1})
+        candidates.append({**default, "split_cache_hints": 1 - default["split_cache_hints"]})
         for threads, min_blocks in ((BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS),
                                     (FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS)):
             candidates.append({**default, "cluster_threads": threads, "cluster_min_blocks": min_blocks})
@@ -271,8 +281,9 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks", "cluster_min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
-    if config["cache_exp"] not in (0, 1):
-        raise ValueError(f"softmax kernels: cache_exp must be 0 or 1, got {config['cache_exp']}")
+    for key in ("cache_exp", "split_cache_hints"):
+        if config[key] not in (0, 1):
+            raise ValueError(f"softmax kernels: {key} must be 0 or 1, got {config[key]}")
     if not (is_pow2(config["max_cluster"]) and config["max_cluster"] <= MAX_CLUSTER):
         raise ValueError(f"softmax kernels: max_cluster must be a power of two <= {MAX_CLUSTER} (1: no row "
                          f"clusters), got {config['max_cluster']}")
@@ -743,8 +754,10 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 # ---- row stats / row apply (long rows) ------------------------------------------------------------
 
 
-def _row_segment_macros(T: Any, N: int, vector: int, threads: int, unroll: int) -> Dict[str, Any]:
-    """Loads of one step of a segment walk: ``unroll`` chunks of ``threads * vector`` elements.
+def _row_segment_macros(T: Any, N: int, vector: int, threads: int, unroll: int, dtype: str,
+                        policy: Optional[str] = None) -> Dict[str, Any]:
+    """Loads of one step of a segment walk: ``unroll`` chunks of ``threads * vector`` elements,
+    16-byte ones with the L2 eviction ``policy`` (see ``cache_hints``).
 
     Segment ``seg`` of ``S`` covers chunks ``[seg * per, min((seg + 1) * per, chunks))``
     with ``per = ceil(chunks / S)``; a vector is valid when its chunk is in
@@ -752,6 +765,7 @@ def _row_segment_macros(T: Any, N: int, vector: int, threads: int, unroll: int) 
     """
     chunk = threads * vector
     chunks = -(-N // chunk)
+    hinted = takes_hint(policy, vector, dtype)
 
     def valid(c0, u, last, tx):
         return T.And(c0 + u < last, (c0 + u) * chunk + tx * vector < N)
@@ -760,8 +774,11 @@ def _row_segment_macros(T: Any, N: int, vector: int, threads: int, unroll: int) 
     def load_step(src, buf, row, c0, last, tx):
         for u in T.unroll(unroll):
             if valid(c0, u, last, tx):
-                for k in T.vectorized(vector):
-                    buf[u * vector + k] = src[row, (c0 + u) * chunk + tx * vector + k]
+                if hinted:
+                    hinted_load(T, policy, buf[u * vector], src[row, (c0 + u) * chunk + tx * vector])
+                else:
+                    for k in T.vectorized(vector):
+                        buf[u * vector + k] = src[row, (c0 + u) * chunk + tx * vector + k]
 
     @T.macro
     def segment_bounds(bounds, seg, segments):
@@ -774,12 +791,16 @@ def _row_segment_macros(T: Any, N: int, vector: int, threads: int, unroll: int) 
 
 
 def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, split_threads: int,
-                      split_unroll: int, **_: Any) -> Any:
-    """Partial reductions of the ``S`` segments of every row: ``P*[row, seg]`` (float32)."""
+                      split_unroll: int, split_cache_hints: int = 0, **_: Any) -> Any:
+    """Partial reductions of the ``S`` segments of every row: ``P*[row, seg]`` (float32).
+
+    ``split_cache_hints``: the loads keep their lines in L2 for the apply program's read.
+    """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     threads, unroll = split_threads, split_unroll
-    walk = _row_segment_macros(T, N, vector, threads, unroll)
+    walk = _row_segment_macros(T, N, vector, threads, unroll, dtype,
+                               EVICT_LAST if split_cache_hints else None)
     valid, load_step = walk["valid"], walk["load_step"]
     segment_bounds = walk["segment_bounds"]
     reduce = _group_reduce(T, 1, threads)
@@ -840,7 +861,7 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             PM: T.Tensor((R, S), ACCUM),
             PS: T.Tensor((R, S), ACCUM),
         ):
-            with T.Kernel(R, S, threads=threads) as (row, seg):
+            with T.Kernel(R, S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (row, seg):
                 T.pdl_trigger()  # the next launch may start early (see kernel_base)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((unroll * vector,), dtype)
@@ -865,7 +886,7 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         Yv: YT,
         PS: T.Tensor((R, S), ACCUM),
     ):
-        with T.Kernel(R, S, threads=threads) as (row, seg):
+        with T.Kernel(R, S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (row, seg):
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * vector,), dtype)
@@ -884,12 +905,16 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 
 
 def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, split_threads: int,
-                      split_unroll: int, **_: Any) -> Any:
-    """Combine the ``S`` partials of a row, then write the output of one segment per block."""
+                      split_unroll: int, split_cache_hints: int = 0, **_: Any) -> Any:
+    """Combine the ``S`` partials of a row, then write the output of one segment per block.
+
+    ``split_cache_hints``: the loads, the last use of their lines, let L2 drop them first.
+    """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     threads, unroll = split_threads, split_unroll
-    walk = _row_segment_macros(T, N, vector, threads, unroll)
+    walk = _row_segment_macros(T, N, vector, threads, unroll, dtype,
+                               EVICT_FIRST if split_cache_hints else None)
     chunk, valid, load_step = walk["chunk"], walk["valid"], walk["load_step"]
     segment_bounds = walk["segment_bounds"]
     reduce = _group_reduce(T, 1, threads)
@@ -950,7 +975,7 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             PS: T.Tensor((R, S), ACCUM),
             Y: T.Tensor((R, N), dtype),
         ):
-            with T.Kernel(R, S, threads=threads) as (row, seg):
+            with T.Kernel(R, S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (row, seg):
                 T.pdl_sync()  # wait for the launch before (see kernel_base)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((unroll * vector,), dtype)
@@ -973,7 +998,7 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         PS: T.Tensor((R, S), ACCUM),
         DX: T.Tensor((R, N), dtype),
     ):
-        with T.Kernel(R, S, threads=threads) as (row, seg):
+        with T.Kernel(R, S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (row, seg):
             T.pdl_sync()  # wait for the launch before (see kernel_base)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * vector,), dtype)

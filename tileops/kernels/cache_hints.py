@@ -1,0 +1,52 @@
+"""16-byte global loads that tell L2 how long to keep their lines.
+
+A program that reads its input twice (partial results, then the output) keeps the
+lines of the first read in L2 with ``evict_last`` and lets the second read drop them
+with ``evict_first``, so the second read comes from L2 and the output's lines do not
+push the input out first.  A program that reads its input once marks it ``evict_first``.
+
+TileLang has no spelling for these hints, so the loads are device functions in the
+kernel's prelude (``CACHE_HINT_PRELUDE``), called with ``T.call_extern`` on the
+addresses of a local buffer's vector and of the global vector it copies.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["CACHE_HINT_PRELUDE", "EVICT_FIRST", "EVICT_LAST", "HINTED_BYTES", "hinted_load", "takes_hint"]
+
+EVICT_FIRST = "evict_first"
+EVICT_LAST = "evict_last"
+# The width of a hinted load: narrower vectors load without a hint.
+HINTED_BYTES = 16
+
+CACHE_HINT_PRELUDE = r"""
+#define TILEOPS_HINTED_LOAD(POLICY)                                                              \
+__device__ __forceinline__ void tileops_load_##POLICY(void* dst, const void* src) {             \
+  unsigned long long policy;                                                                     \
+  asm("createpolicy.fractional.L2::" #POLICY ".b64 %0, 1.0;" : "=l"(policy));                   \
+  uint4 v;                                                                                       \
+  asm("ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"             \
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src), "l"(policy));                     \
+  *reinterpret_cast<uint4*>(dst) = v;                                                            \
+}
+TILEOPS_HINTED_LOAD(evict_first)
+TILEOPS_HINTED_LOAD(evict_last)
+#undef TILEOPS_HINTED_LOAD
+"""
+
+
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def takes_hint(policy: Optional[str], vector: int, dtype: str) -> bool:
+    """Whether loads of ``vector`` elements of ``dtype`` (TileLang's name) carry ``policy`` (None: no hint)."""
+    if policy not in (None, EVICT_FIRST, EVICT_LAST):
+        raise ValueError(f"cache hints: unknown policy {policy!r}; expected {EVICT_FIRST!r} or {EVICT_LAST!r}")
+    return policy is not None and vector * _ITEMSIZE[dtype] == HINTED_BYTES
+
+
+def hinted_load(T: Any, policy: str, dst: Any, src: Any) -> Any:
+    """The call that copies the 16 bytes at ``src`` (a global element) to ``dst`` (a local element)."""
+    return T.call_extern("handle", f"tileops_load_{policy}", T.address_of(dst), T.address_of(src))
