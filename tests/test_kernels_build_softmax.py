@@ -103,6 +103,26 @@ def test_two_step_loads_keep_the_row_in_l2_for_the_second_read(kernel_cls, tmp_p
         assert "tileops_load_" not in source[source.index("__global__"):]
 
 
+@needs_nvcc
+@pytest.mark.parametrize("outer, N, expected", [
+    (64, 4096, {COLUMN_FUSED: ("tileops_load_evict_last(", "tileops_load_evict_first(")}),
+    (4, 32768, {COLUMN_STATS: ("tileops_load_evict_last(",), COLUMN_APPLY: ("tileops_load_evict_first(",)}),
+], ids=["fused", "two-step"])
+def test_backward_columns_keep_the_axis_in_l2_for_the_second_read(outer: int, N: int, expected, tmp_path) -> None:
+    assert softmax_default_config(N, torch.bfloat16, True)["column_cache_hints"] == 1
+    assert softmax_default_config(N, torch.bfloat16, False)["column_cache_hints"] == 0
+    for kernel_cls in (SoftmaxBwdKernel, SoftmaxFwdKernel):
+        kernel = kernel_cls(N, torch.bfloat16, config={"column_cache_hints": 1})
+        specs = kernel.program_specs(64, outer=outer)
+        assert {name for name, _ in specs} == set(expected)
+        for name, params in specs:
+            source = kernel.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
+            body = source[source.index("__global__"):]
+            for call in ("tileops_load_evict_last(", "tileops_load_evict_first("):
+                assert (call in body) == (call in expected[name]), (kernel_cls, name, call)
+            assert ptxas_report(source, str(tmp_path))["spill_bytes"] == 0
+
+
 # ---- row clusters ------------------------------------------------------------------------------
 
 

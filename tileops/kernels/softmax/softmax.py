@@ -219,7 +219,11 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     float32 67.3 against 70.0, 256 x 262144 139.8 against 141.2; 1024 x
     262144, four times L2, 563.8 against 560.7).  The backward's apply
     program took 85 registers instead of 61 with them and lost (4 x 1048576
-    16.5 against 14.8, 16 x 262144 15.6 against 15.4).  Two-step columns: 256 threads;
+    16.5 against 14.8, 16 x 262144 15.6 against 15.4).  The column programs'
+    hints (``column_cache_hints``) went the other way: over the middle axis
+    of 64 x 4096 x 64, backward 54.6 against 56.5 µs without (log-softmax
+    45.3 against 47.5), forward 55.5 against 54.0 (log-softmax 64.6 against
+    58.4).  Two-step columns: 256 threads;
     fused columns: 512 threads and 128 bytes in flight per thread (eight
     vectors of the forward's input, four of each backward input).
     """
@@ -240,6 +244,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
         "column_unroll": 4,
         "fused_column_threads": 512,
         "fused_column_unroll": 4 if backward else 8,
+        "column_cache_hints": 1 if backward else 0,
     }
 
 
@@ -260,6 +265,7 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
         for threads, min_blocks in ((BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS),
                                     (FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS)):
             candidates.append({**default, "cluster_threads": threads, "cluster_min_blocks": min_blocks})
+    candidates.append({**default, "column_cache_hints": 1 - default["column_cache_hints"]})
     unique: List[Dict[str, int]] = []
     for config in candidates:
         if config not in unique:
@@ -281,7 +287,7 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks", "cluster_min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
-    for key in ("cache_exp", "split_cache_hints"):
+    for key in ("cache_exp", "split_cache_hints", "column_cache_hints"):
         if config[key] not in (0, 1):
             raise ValueError(f"softmax kernels: {key} must be 0 or 1, got {config[key]}")
     if not (is_pow2(config["max_cluster"]) and config["max_cluster"] <= MAX_CLUSTER):
@@ -1017,12 +1023,15 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 # ---- column stats / column apply ((outer, N, inner) with inner > 1) --------------------------------
 
 
-def _column_walk(T: Any, N: int, cvec: int, lanes: int, unroll: int) -> Dict[str, Any]:
+def _column_walk(T: Any, N: int, cvec: int, lanes: int, unroll: int, dtype: str, hints: int) -> Dict[str, Any]:
     """Segment bounds along the axis and the loads of one step of a column walk.
 
     Segment ``seg`` of ``S`` covers ``[seg * per, min((seg + 1) * per, N))``
     with ``per = ceil(N / S)``.  In a step, lane ``l`` reads positions
     ``n0 + u * lanes`` (``n0`` includes the lane) for ``u < unroll``.
+    ``load_step`` is the first read of the positions and ``reload_step`` the
+    second; with ``hints`` their 16-byte loads keep the lines in L2 for the
+    second read and then let them go (see ``cache_hints``).
     """
 
     def valid(n, last, i0, inner):
@@ -1033,14 +1042,24 @@ def _column_walk(T: Any, N: int, cvec: int, lanes: int, unroll: int) -> Dict[str
         bounds[0] = seg * T.truncdiv(N + segments - 1, segments)
         bounds[1] = T.min(bounds[0] + T.truncdiv(N + segments - 1, segments), N)
 
-    @T.macro
-    def load_step(src, buf, o, n0, last, i0, inner):
-        for u in T.unroll(unroll):
-            if valid(n0 + u * lanes, last, i0, inner):
-                for k in T.vectorized(cvec):
-                    buf[u * cvec + k] = src[o, n0 + u * lanes, i0 + k]
+    def load_macro(policy: Optional[str]) -> Any:
+        hinted = takes_hint(policy, cvec, dtype)
 
-    return {"valid": valid, "segment_bounds": segment_bounds, "load_step": load_step}
+        @T.macro
+        def load_step(src, buf, o, n0, last, i0, inner):
+            for u in T.unroll(unroll):
+                if valid(n0 + u * lanes, last, i0, inner):
+                    if hinted:
+                        hinted_load(T, policy, buf[u * cvec], src[o, n0 + u * lanes, i0])
+                    else:
+                        for k in T.vectorized(cvec):
+                            buf[u * cvec + k] = src[o, n0 + u * lanes, i0 + k]
+
+        return load_step
+
+    return {"valid": valid, "segment_bounds": segment_bounds,
+            "load_step": load_macro(EVICT_LAST if hints else None),
+            "reload_step": load_macro(EVICT_FIRST if hints else None)}
 
 
 def _column_layout(cvec: int, col_threads: int, column_threads: int) -> Tuple[int, int]:
@@ -1050,7 +1069,8 @@ def _column_layout(cvec: int, col_threads: int, column_threads: int) -> Tuple[in
     return column_threads // col_threads, col_threads * cvec
 
 
-def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unroll: int) -> Dict[str, Any]:
+def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unroll: int, dtype: str,
+                  hints: int) -> Dict[str, Any]:
     """What both column programs share: the walk, the layout, the lane reduction and the state slots.
 
     ``first_inner(bx, o, tx)`` is the first inner position of thread ``tx`` in
@@ -1065,7 +1085,7 @@ def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unr
     def first_inner(bx, o, tx, inner):
         return ((bx - o * T.ceildiv(inner, tile)) * col_threads + tx % col_threads) * cvec
 
-    return {**_column_walk(T, N, cvec, lanes, unroll), "cvec": cvec, "lanes": lanes, "tile": tile, "slot": slot,
+    return {**_column_walk(T, N, cvec, lanes, unroll, dtype, hints), "cvec": cvec, "lanes": lanes, "tile": tile, "slot": slot,
             "unroll": unroll, "first_inner": first_inner, "reduce": _group_reduce(T, col_threads, lanes),
             "scratch_shape": _scratch_shape(threads, col_threads, lanes, 2 * cvec)}
 
@@ -1078,7 +1098,7 @@ def _column_passes(T: Any, dtype: str, variant: SoftmaxVariant, setup: Dict[str,
     once per step); ``write_walk`` reads them again and writes the output from
     merged states; ``write_step`` writes one step already loaded.
     """
-    valid, load_step = setup["valid"], setup["load_step"]
+    valid, load_step, reload_step = setup["valid"], setup["load_step"], setup["reload_step"]
     lanes, cvec, slot, unroll = setup["lanes"], setup["cvec"], setup["slot"], setup["unroll"]
     online = _online_macros(T)
     term = _backward_term(T, variant)
@@ -1124,9 +1144,9 @@ def _column_passes(T: Any, dtype: str, variant: SoftmaxVariant, setup: Dict[str,
     @T.macro
     def write_walk(A, B, D, a, b, st, first, last, o, lane, i0, inner):
         for step in T.serial(T.truncdiv(last - first + lanes * unroll - 1, lanes * unroll)):
-            load_step(A, a, o, first + step * lanes * unroll + lane, last, i0, inner)
+            reload_step(A, a, o, first + step * lanes * unroll + lane, last, i0, inner)
             if variant.backward:
-                load_step(B, b, o, first + step * lanes * unroll + lane, last, i0, inner)
+                reload_step(B, b, o, first + step * lanes * unroll + lane, last, i0, inner)
             write_step(D, a, b, st, o, first + step * lanes * unroll + lane, last, i0, inner)
 
     return {"reduce_walk": reduce_walk, "write_walk": write_walk, "write_step": write_step}
@@ -1159,12 +1179,12 @@ def _combine_lanes(T: Any, variant: SoftmaxVariant, setup: Dict[str, Any],
 
 
 def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
-                         column_threads: int, column_unroll: int, **_: Any) -> Any:
+                         column_threads: int, column_unroll: int, column_cache_hints: int = 0, **_: Any) -> Any:
     """Partial reductions of the ``S`` axis segments of every column: ``P*[o, seg, i]`` (float32)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     threads, unroll = column_threads, column_unroll
-    setup = _column_setup(T, N, cvec, col_threads, threads, unroll)
+    setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
     segment_bounds, tile, slot, first_inner = setup["segment_bounds"], setup["tile"], setup["slot"], setup["first_inner"]
     scratch_shape = setup["scratch_shape"]
     reduce_walk = _column_passes(T, dtype, variant, setup)["reduce_walk"]
@@ -1189,7 +1209,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             PM: T.Tensor((O, S, I), ACCUM),
             PS: T.Tensor((O, S, I), ACCUM),
         ):
-            with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+            with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, seg):
                 T.pdl_trigger()  # the next launch may start early (see kernel_base)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((unroll * cvec,), dtype)
@@ -1222,7 +1242,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         Yv: T.StridedTensor((O, N, I), (SYO, SYN, 1), dtype),
         PS: T.Tensor((O, S, I), ACCUM),
     ):
-        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, seg):
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * cvec,), dtype)
@@ -1247,12 +1267,12 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
 
 def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
-                         column_threads: int, column_unroll: int, **_: Any) -> Any:
+                         column_threads: int, column_unroll: int, column_cache_hints: int = 0, **_: Any) -> Any:
     """Combine the ``S`` partials of each column, then write one axis segment per block."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     threads, unroll = column_threads, column_unroll
-    setup = _column_setup(T, N, cvec, col_threads, threads, unroll)
+    setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
     segment_bounds, lanes, tile = setup["segment_bounds"], setup["lanes"], setup["tile"]
     slot, first_inner, scratch_shape = setup["slot"], setup["first_inner"], setup["scratch_shape"]
     online = _online_macros(T)
@@ -1295,7 +1315,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             PS: T.Tensor((O, S, I), ACCUM),
             Y: T.Tensor((O, N, I), dtype),
         ):
-            with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+            with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, seg):
                 T.pdl_sync()  # wait for the launch before (see kernel_base)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((unroll * cvec,), dtype)
@@ -1324,7 +1344,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         PS: T.Tensor((O, S, I), ACCUM),
         DX: T.Tensor((O, N, I), dtype),
     ):
-        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, seg):
             T.pdl_sync()  # wait for the launch before (see kernel_base)
             tx = T.get_thread_binding()
             a = T.alloc_local((unroll * cvec,), dtype)
@@ -1349,7 +1369,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
 
 def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
-                         threads: int, fused_column_unroll: int, **_: Any) -> Any:
+                         threads: int, fused_column_unroll: int, column_cache_hints: int = 0, **_: Any) -> Any:
     """Whole columns in one block: reduce, merge over the block's lanes, write; no partials.
 
     Block ``bx`` takes outer index ``o`` and ``tile = col_threads * cvec``
@@ -1364,7 +1384,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     lanes, tile = _column_layout(cvec, col_threads, threads)
     resident = N <= lanes * fused_column_unroll
     unroll = -(-N // lanes) if resident else fused_column_unroll
-    setup = _column_setup(T, N, cvec, col_threads, threads, unroll)
+    setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
     first_inner, scratch_shape = setup["first_inner"], setup["scratch_shape"]
     passes = _column_passes(T, dtype, variant, setup)
     combine_lanes = _combine_lanes(T, variant, setup, _finalize_forward(T, variant, cvec))
@@ -1396,7 +1416,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
             Y: T.Tensor((O, N, I), dtype),
         ):
-            with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
+            with T.Kernel(O * T.ceildiv(I, tile), threads=threads, prelude=CACHE_HINT_PRELUDE) as bx:
                 T.assume(SXO % cvec == 0)
                 T.assume(SXN % cvec == 0)
                 T.assume(I % cvec == 0)
@@ -1415,7 +1435,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         Yv: T.StridedTensor((O, N, I), (SYO, SYN, 1), dtype),
         DX: T.Tensor((O, N, I), dtype),
     ):
-        with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
+        with T.Kernel(O * T.ceildiv(I, tile), threads=threads, prelude=CACHE_HINT_PRELUDE) as bx:
             T.assume(SGO % cvec == 0)
             T.assume(SGN % cvec == 0)
             T.assume(SYO % cvec == 0)
