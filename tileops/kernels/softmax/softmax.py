@@ -1085,8 +1085,8 @@ def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unr
     def first_inner(bx, o, tx, inner):
         return ((bx - o * T.ceildiv(inner, tile)) * col_threads + tx % col_threads) * cvec
 
-    return {**_column_walk(T, N, cvec, lanes, unroll, dtype, hints), "cvec": cvec, "lanes": lanes, "tile": tile, "slot": slot,
-            "unroll": unroll, "first_inner": first_inner, "reduce": _group_reduce(T, col_threads, lanes),
+    return {**_column_walk(T, N, cvec, lanes, unroll, dtype, hints), "cvec": cvec, "lanes": lanes, "tile": tile,
+            "slot": slot, "unroll": unroll, "first_inner": first_inner, "reduce": _group_reduce(T, col_threads, lanes),
             "scratch_shape": _scratch_shape(threads, col_threads, lanes, 2 * cvec)}
 
 
