@@ -24,6 +24,7 @@ from tileops.kernels.softmax.softmax import (
     SoftmaxBwdKernel,
     SoftmaxFwdKernel,
     build_program,
+    column_cluster_size,
     column_tile,
     fused_column_params,
     fused_elements_cap,
@@ -435,7 +436,60 @@ def test_fused_columns_when_whole_columns_fill_the_gpu(N, dtype, outer, inner, c
     if expected is None:
         assert params is None
     else:
-        assert params == (("col_threads", expected[0]), ("cvec", cvec), ("threads", expected[1]))
+        assert params == (("col_threads", expected[0]), ("cvec", cvec), ("threads", expected[1]), ("cluster", 1))
+
+
+@pytest.mark.parametrize("N, dtype, outer, inner, cvec, expected", [
+    (4096, torch.bfloat16, 64, 64, 8, (8, 2)),  # 128 blocks: one wave of one block an SM
+    (4096, torch.bfloat16, 1, 1024, 8, (8, 8)),  # the widest tile, in clusters, instead of narrower ones
+    (8192, torch.bfloat16, 64, 64, 8, (8, 2)),  # a block's bytes counted per block of the cluster
+    (32768, torch.bfloat16, 16, 64, 8, (8, 8)),  # two steps without clusters
+    (8192, torch.bfloat16, 8, 256, 8, (8, 4)),
+    (4096, torch.bfloat16, 512, 8, 8, (1, 1)),  # enough blocks without
+    (4096, torch.bfloat16, 64, 64, 4, (8, 1)),  # 128 blocks of 8-byte tiles already
+    (256, torch.bfloat16, 1, 1024, 8, (8, 4)),  # every block keeps a lane step: 64 positions
+    (32768, torch.bfloat16, 4, 64, 8, None),  # even eight blocks a column group are too few
+    (9000, torch.bfloat16, 2, 64, 8, None),  # narrower tiles take no clusters
+])
+def test_fused_column_clusters_cut_the_axis_for_one_wave(N, dtype, outer, inner, cvec, expected) -> None:
+    params = fused_column_params(N, dtype, outer, inner, cvec, 132, 512, max_cluster=8)
+    if expected is None:
+        assert params is None
+    else:
+        assert (dict(params)["col_threads"], dict(params)["cluster"]) == expected
+
+
+def test_column_cluster_size() -> None:
+    assert column_cluster_size(64, 4096, 64, 132, 8) == 2
+    assert column_cluster_size(64, 4096, 64, 132, 1) == 1
+    assert column_cluster_size(16, 4096, 64, 132, 8) == 8
+    assert column_cluster_size(16, 4096, 64, 132, 4) == 4
+    assert column_cluster_size(16, 200, 64, 132, 8) == 2  # 100 positions a block, not 50
+    assert column_cluster_size(100, 4096, 64, 132, 8) == 1
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls", [SoftmaxFwdKernel, SoftmaxBwdKernel, LogSoftmaxFwdKernel, LogSoftmaxBwdKernel],
+                         ids=str)
+def test_column_cluster_program_builds_for_sm90(kernel_cls, tmp_path) -> None:
+    # The middle axis of 64 x 4096 x 64 cut between two blocks: launched as a cluster, the
+    # blocks' column states stored into each other's shared memory, and no spills.
+    kernel = kernel_cls(4096, torch.bfloat16)
+    specs = kernel.program_specs(64, outer=64)
+    assert [(name, dict(params)["cluster"]) for name, params in specs] == [(COLUMN_FUSED, 2)]
+    source = kernel.compile_program(*specs[0], target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
+    body = source[source.index("__global__ void __launch_bounds__"):]
+    assert body.index("cluster_arrive_relaxed()") < body.index("cluster_wait()")
+    assert body.index("cluster_wait()") < body.index("tileops_store_to_peer(") < body.index("cluster_sync()")
+    # Each block's 64 columns: the maximum and sum of the forward, the sum of the backward.
+    parts = 1 if kernel_cls.variant.backward else 2
+    assert f"__shared__ __align__(16) float gathered[{2 * parts * 64}]" in body
+    assert ptxas_report(source, str(tmp_path))["spill_bytes"] == 0
+    single = kernel_cls(4096, torch.bfloat16, config={"column_cluster": 1})
+    name, params = single.program_specs(64, outer=64)[0]
+    assert dict(params)["cluster"] == 1
+    assert "tileops_store_to_peer(" not in single.compile_program(
+        name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
 
 
 def test_column_plan_follows_the_outer_extent() -> None:

@@ -6,7 +6,8 @@
   float64 forward reference;
 * rows long enough for the two-step programs, and the two-step programs
   forced on short rows;
-* rows held by clusters of blocks (every variant, masked forward rows);
+* rows, and middle-axis columns, held by clusters of blocks (every variant, masked
+  forward slices);
 * views that need no copy (row and column slices, broadcast rows, misaligned
   starts) and views that do (transposes);
 * masked rows (``-inf``), and tensors of more than 2**31 elements.
@@ -55,6 +56,12 @@ LONG_ROWS = [(65537, torch.float32), (262144, torch.bfloat16), (32769, torch.flo
 # (N, dtype, rows, cluster_threads): blocks of 512 threads (the forward's) and of 1024 (the backward's).
 CLUSTER_ROWS = [(65537, torch.float16, 70, 512), (100003, torch.float32, 40, 1024), (40000, torch.float32, 140, 512),
                 (262144, torch.bfloat16, 17, 1024)]
+# (shape over dim 1, dtype, blocks of the column cluster the default config takes): the middle
+# axis cut among 2, 4 or 8 blocks; held in registers (1 x 4096 x 1024) or read twice; ragged
+# last segments (1000, 3001, 1031 positions); 16-byte float32 accesses.
+COLUMN_CLUSTERS = [((64, 4096, 64), torch.bfloat16, 2), ((16, 32768, 64), torch.bfloat16, 8),
+                   ((1, 4096, 1024), torch.bfloat16, 8), ((8, 1000, 256), torch.float16, 4),
+                   ((4, 3001, 512), torch.float32, 2), ((2, 1031, 256), torch.bfloat16, 8)]
 # A config that sends 4096-wide rows to the two-step programs, whose loads carry L2 eviction hints.
 TWO_STEP_CONFIG = {"row_threads": 32, "block_threads": 128, "split_threads": 256, "split_unroll": 2,
                    "split_cache_hints": 1}
@@ -161,6 +168,32 @@ def test_row_clusters(name, N, dtype, rows, threads):
     inputs = _inputs_like(name, x)
     out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
     assert [name for name, _ in kernel.programs_for(*inputs, out)] == [ROW_CLUSTER]
+    kernel(*inputs, out)
+    expected = _reference(name, op, inputs)
+    assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))
+    assert_close(out, expected, dtype)
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("shape, dtype, cluster", COLUMN_CLUSTERS, ids=str)
+def test_column_clusters(name, shape, dtype, cluster):
+    from tileops.kernels.softmax.softmax import COLUMN_FUSED
+
+    N = shape[1]
+    op = _op(name, N, dtype, 1)
+    kernel = op.kernel_map[op.kernel_key](N, dtype)
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    if not name.endswith("BwdOp"):
+        # Masked columns: all -inf (NaN, as PyTorch); -inf over the first half of the axis, so
+        # the first blocks of the cluster hold only -inf; one finite element at the end.
+        x[0, :, 5] = float("-inf")
+        x[:, : N // 2, :3] = float("-inf")
+        x[:, :, 9] = float("-inf")
+        x[:, N - 1, 9] = 1.0
+    inputs = _inputs_like(name, x)
+    out = torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+    assert [(program, dict(params)["cluster"]) for program, params in kernel.programs_for(*inputs, out)] == [
+        (COLUMN_FUSED, cluster)]
     kernel(*inputs, out)
     expected = _reference(name, op, inputs)
     assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))

@@ -40,7 +40,9 @@ Programs:
   a block owns ``tile`` neighbouring columns over the whole axis, reduces
   them, merges its threads' states and writes the output, reading its
   columns a second time from L2 (or not at all, when one step of the block
-  covers the axis).
+  covers the axis).  Where that gives too few blocks, a cluster of blocks
+  owns the columns, each over a segment of the axis, and the blocks
+  exchange their merged states through distributed shared memory.
 * **column stats + column apply** (other ``inner > 1``): the same two steps
   as for long rows with the axis split into ``S`` segments.
 
@@ -225,7 +227,9 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     45.3 against 47.5), forward 55.5 against 54.0 (log-softmax 64.6 against
     58.4).  Two-step columns: 256 threads;
     fused columns: 512 threads and 128 bytes in flight per thread (eight
-    vectors of the forward's input, four of each backward input).
+    vectors of the forward's input, four of each backward input), the axis
+    cut among a cluster of up to ``column_cluster`` blocks where the columns
+    alone give too few (``column_cluster_size``).
     """
     vector = max_vector(dtype)
     vectors = 1 if backward and dtype.itemsize == 2 else 2
@@ -245,6 +249,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
         "fused_column_threads": 512,
         "fused_column_unroll": 4 if backward else 8,
         "column_cache_hints": 1 if backward else 0,
+        "column_cluster": MAX_CLUSTER,
     }
 
 
@@ -266,6 +271,8 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
                                     (FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS)):
             candidates.append({**default, "cluster_threads": threads, "cluster_min_blocks": min_blocks})
     candidates.append({**default, "column_cache_hints": 1 - default["column_cache_hints"]})
+    for cluster in (1, 2, 4):
+        candidates.append({**default, "column_cluster": cluster})
     unique: List[Dict[str, int]] = []
     for config in candidates:
         if config not in unique:
@@ -290,9 +297,10 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("cache_exp", "split_cache_hints", "column_cache_hints"):
         if config[key] not in (0, 1):
             raise ValueError(f"softmax kernels: {key} must be 0 or 1, got {config[key]}")
-    if not (is_pow2(config["max_cluster"]) and config["max_cluster"] <= MAX_CLUSTER):
-        raise ValueError(f"softmax kernels: max_cluster must be a power of two <= {MAX_CLUSTER} (1: no row "
-                         f"clusters), got {config['max_cluster']}")
+    for key, what in (("max_cluster", "row"), ("column_cluster", "column")):
+        if not (is_pow2(config[key]) and config[key] <= MAX_CLUSTER):
+            raise ValueError(f"softmax kernels: {key} must be a power of two <= {MAX_CLUSTER} (1: no {what} "
+                             f"clusters), got {config[key]}")
 
 
 def fused_fits(N: int, dtype: torch.dtype, backward: bool, row_threads: int) -> bool:
@@ -322,7 +330,7 @@ def column_tile(inner: int, cvec: int) -> int:
 
 
 def fused_column_params(N: int, dtype: torch.dtype, outer: int, inner: int, cvec: int, sm_count: int,
-                        threads: int) -> Optional[ProgramParams]:
+                        threads: int, max_cluster: int = 1) -> Optional[ProgramParams]:
     """Shape parameters of the fused column program for ``(outer, N, inner)``, or None for the two steps.
 
     A fused block owns whole columns, so the launch has only ``outer`` times
@@ -333,24 +341,53 @@ def fused_column_params(N: int, dtype: torch.dtype, outer: int, inner: int, cvec
     sector or the whole inner extent; when no tile does, the columns are too
     few or too long and the two-step programs, which also split the axis,
     fill the GPU better.  A one-vector-wide tile takes half the threads.
+    The widest tile may cut the axis among a cluster of up to
+    ``max_cluster`` blocks (``column_cluster_size``); its blocks and bytes are
+    then counted per block.  Narrower tiles keep one block a column group
+    (clusters of them were not measured).
     (H100, bf16, over the middle axis, the fused program against the two
     steps: backward 64 x 4096 x 64, 60 against 100 us; 512 x 4096 x 8, 55
     against 84 us; but 4 x 32768 x 64, forward 201 against 80 us and
     backward 212 against 58; 16 x 32768 x 64 with 16-byte tiles, forward
     over 354 against 227 us.  The forward on 64 x 4096 x 64 takes 54 us,
-    where the shared-memory slab program it replaced took 94.)
+    where the shared-memory slab program it replaced took 94.  Clusters,
+    against one block: 64 x 4096 x 64 in two blocks, forward 45.1 against
+    53.7 us, backward 53.0 against 54.9, log-softmax 48.2 against 57.5 and
+    39.9 against 45.4; 16 x 32768 x 64 in eight, forward 128.9 against 225.7
+    for the two steps, backward 141.6 against 171.5; 1 x 4096 x 1024 in
+    eight, forward 37.3 against 39.5, backward 24.7 against 37.7; 8 x 8192 x
+    256 in four, forward 68.9 against 102.7, backward 70.8 against 108.1.)
     """
-    col_threads = min(FUSED_COLUMN_MAX_COL_THREADS, column_tile(inner, cvec))
+    widest = min(FUSED_COLUMN_MAX_COL_THREADS, column_tile(inner, cvec))
+    col_threads = widest
     while col_threads >= 1:
         tile = col_threads * cvec
+        block_threads = threads if col_threads > 1 else max(threads // 2, WARP)
         blocks = outer * -(-inner // tile)
+        most = max_cluster if col_threads == widest else 1
+        cluster = column_cluster_size(blocks, N, block_threads // col_threads, sm_count, most)
         whole_sectors = tile * dtype.itemsize >= SECTOR_BYTES or tile >= inner
-        fits = N * tile * dtype.itemsize <= FUSED_COLUMN_BYTES
-        if blocks * FUSED_COLUMN_SMS_PER_BLOCK >= sm_count and fits and whole_sectors:
-            block_threads = threads if col_threads > 1 else max(threads // 2, WARP)
-            return (("col_threads", col_threads), ("cvec", cvec), ("threads", block_threads))
+        fits = -(-N // cluster) * tile * dtype.itemsize <= FUSED_COLUMN_BYTES
+        if blocks * cluster * FUSED_COLUMN_SMS_PER_BLOCK >= sm_count and fits and whole_sectors:
+            return (("col_threads", col_threads), ("cvec", cvec), ("threads", block_threads), ("cluster", cluster))
         col_threads //= 2
     return None
+
+
+def column_cluster_size(blocks: int, N: int, lanes: int, sm_count: int, most: int) -> int:
+    """Blocks of a fused column cluster: the most (a power of two, at most ``most``) that keep the
+    launch to one block an SM, every block walking at least ``lanes`` positions.
+
+    A 512-thread column block takes about 128 registers a thread, so one runs on
+    an SM; past one wave the launch measured slower (H100, bf16, 64 x 4096 x 64:
+    forward 45.1 us in clusters of two, 62.6 of four, 87.2 of eight; backward
+    53.0, 56.0, 57.8), though from 8 x 8192 x 256 a cluster of two (58.7 / 57.7
+    us) beat the one-wave four (68.9 / 70.8) too.
+    """
+    cluster = 1
+    while cluster < most and blocks * cluster * 2 <= sm_count and -(-N // (2 * cluster)) >= lanes:
+        cluster *= 2
+    return cluster
 
 
 # ---- TileLang building blocks -------------------------------------------------------------------
@@ -1368,28 +1405,87 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 # ---- column fused (whole columns a block) --------------------------------------------------------------
 
 
+def _cluster_share_columns(T: Any, variant: SoftmaxVariant, cluster: int, col_threads: int,
+                           cvec: int) -> Callable[..., Any]:
+    """Macro: every block of a column cluster gets each block's merged column states.
+
+    After it, ``gathered[r, p, c]`` holds part ``p`` (the forward's maximum and
+    sum, or the backward's sum) of column ``c`` of the block of rank ``r``.
+    Lane ``l < cluster`` of each column group stores its ``cvec`` columns'
+    states into the block of rank ``l``; the barriers are ``_cluster_share``'s.
+    """
+
+    def slot(name, k):
+        return name * cvec + k
+
+    @T.macro
+    def store(gathered, rank, part, column, tx, value):
+        T.call_extern("handle", "tileops_store_to_peer", T.address_of(gathered[rank, part, column]),
+                      tx // col_threads, value)
+
+    @T.macro
+    def share(gathered, rank, st, tx):
+        T.cluster_wait()
+        if tx // col_threads < cluster:
+            for k in T.unroll(cvec):
+                if variant.backward:
+                    store(gathered, rank, 0, (tx % col_threads) * cvec + k, tx, st[slot(_SUM, k)])
+                else:
+                    store(gathered, rank, 0, (tx % col_threads) * cvec + k, tx, st[slot(_MAX, k)])
+                    store(gathered, rank, 1, (tx % col_threads) * cvec + k, tx, st[slot(_SUM, k)])
+        T.cluster_sync()
+
+    return share
+
+
 def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
-                         threads: int, fused_column_unroll: int, column_cache_hints: int = 0, **_: Any) -> Any:
-    """Whole columns in one block: reduce, merge over the block's lanes, write; no partials.
+                         threads: int, fused_column_unroll: int, column_cache_hints: int = 0, cluster: int = 1,
+                         **_: Any) -> Any:
+    """Whole columns in one block, or in one cluster of blocks: reduce, merge, write; no partials.
 
     Block ``bx`` takes outer index ``o`` and ``tile = col_threads * cvec``
-    neighbouring inner positions, and walks the whole axis twice: once to
-    reduce, once to write, the second reading what the first just read (from
-    L2 as far as the blocks in flight fit there).  When one step of the
-    block covers the axis (``N <= lanes * fused_column_unroll``), the second
-    walk is not needed: the thread writes from the registers it loaded.
+    neighbouring inner positions, and walks the axis twice: once to reduce,
+    once to write, the second reading what the first just read (from L2 as
+    far as the blocks in flight fit there).  With ``cluster > 1`` the axis
+    is cut into ``cluster`` equal segments, one a block of a thread block
+    cluster; the blocks exchange their columns' merged states through
+    distributed shared memory before writing, so more blocks share the GPU
+    and each walks a shorter segment.  When one step of a block covers its
+    segment (``ceil(N / cluster) <= lanes * fused_column_unroll``), the
+    second walk is not needed: the thread writes from the registers it loaded.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     lanes, tile = _column_layout(cvec, col_threads, threads)
-    resident = N <= lanes * fused_column_unroll
-    unroll = -(-N // lanes) if resident else fused_column_unroll
+    clustered = cluster > 1
+    per = -(-N // cluster)  # axis positions of one block's segment
+    resident = per <= lanes * fused_column_unroll
+    unroll = -(-per // lanes) if resident else fused_column_unroll
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
-    first_inner, scratch_shape = setup["first_inner"], setup["scratch_shape"]
+    first_inner, scratch_shape, slot = setup["first_inner"], setup["scratch_shape"], setup["slot"]
     passes = _column_passes(T, dtype, variant, setup)
-    combine_lanes = _combine_lanes(T, variant, setup, _finalize_forward(T, variant, cvec))
+    finalize = _finalize_forward(T, variant, cvec)
+    combine_lanes = _combine_lanes(T, variant, setup, None if clustered else finalize)
+    share = _cluster_share_columns(T, variant, cluster, col_threads, cvec)
+    merge = _online_macros(T)["merge"]
     O = T.dynamic("O")
     I = T.dynamic("I")
+
+    @T.macro
+    def merge_cluster(st, gathered, tx):
+        """Each of the thread's column states from the cluster's blocks' states."""
+        for k in T.unroll(cvec):
+            if variant.backward:
+                st[slot(_SUM, k)] = T.cast(0, ACCUM)
+                for r in T.unroll(cluster):
+                    st[slot(_SUM, k)] = st[slot(_SUM, k)] + gathered[r, 0, (tx % col_threads) * cvec + k]
+            else:
+                st[slot(_MAX, k)] = -T.infinity(ACCUM)
+                st[slot(_SUM, k)] = T.cast(0, ACCUM)
+                for r in T.unroll(cluster):
+                    merge(st, slot(_MAX, k), slot(_SUM, k), gathered[r, 0, (tx % col_threads) * cvec + k],
+                          gathered[r, 1, (tx % col_threads) * cvec + k], slot(_T0, k), slot(_T1, k))
+                finalize(st, k)
 
     @T.macro
     def reduce_and_write(A, B, D, bx, tx):
@@ -1397,15 +1493,33 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         b = T.alloc_local((unroll * cvec,), dtype) if variant.backward else a
         st = T.alloc_local((_STATE * cvec,), ACCUM)
         scratch = T.alloc_shared(scratch_shape, ACCUM)
-        o = T.truncdiv(bx, T.ceildiv(I, tile))
+        if clustered:
+            # Static shared memory, apart from the scratch the peers' stores may overlap in time.
+            gathered = T.alloc_shared((cluster, variant.partials, tile), ACCUM, scope="shared")
+            T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
+        column_block = T.truncdiv(bx, cluster)
+        rank = bx % cluster
+        o = T.truncdiv(column_block, T.ceildiv(I, tile))
         lane = tx // col_threads
-        i0 = first_inner(bx, o, tx, I)
-        passes["reduce_walk"](A, B, a, b, st, 0, N, o, lane, i0, I)
+        i0 = first_inner(column_block, o, tx, I)
+        first = rank * per
+        last = T.min(first + per, N)
+        passes["reduce_walk"](A, B, a, b, st, first, last, o, lane, i0, I)
         combine_lanes(st, scratch, tx)
+        if clustered:
+            share(gathered, rank, st, tx)
+            merge_cluster(st, gathered, tx)
         if resident:
-            passes["write_step"](D, a, b, st, o, lane, N, i0, I)
+            passes["write_step"](D, a, b, st, o, first + lane, last, i0, I)
         else:
-            passes["write_walk"](A, B, D, a, b, st, 0, N, o, lane, i0, I)
+            passes["write_walk"](A, B, D, a, b, st, first, last, o, lane, i0, I)
+
+    def launch():
+        blocks = O * T.ceildiv(I, tile) * cluster
+        if clustered:
+            return T.Kernel(blocks, threads=threads, cluster_dims=(cluster, 1, 1),
+                            prelude=CACHE_HINT_PRELUDE + PEER_STORE)
+        return T.Kernel(blocks, threads=threads, prelude=CACHE_HINT_PRELUDE)
 
     if not variant.backward:
         SXO = T.dynamic("SXO", "int64")
@@ -1416,7 +1530,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
             Y: T.Tensor((O, N, I), dtype),
         ):
-            with T.Kernel(O * T.ceildiv(I, tile), threads=threads, prelude=CACHE_HINT_PRELUDE) as bx:
+            with launch() as bx:
                 T.assume(SXO % cvec == 0)
                 T.assume(SXN % cvec == 0)
                 T.assume(I % cvec == 0)
@@ -1435,7 +1549,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         Yv: T.StridedTensor((O, N, I), (SYO, SYN, 1), dtype),
         DX: T.Tensor((O, N, I), dtype),
     ):
-        with T.Kernel(O * T.ceildiv(I, tile), threads=threads, prelude=CACHE_HINT_PRELUDE) as bx:
+        with launch() as bx:
             T.assume(SGO % cvec == 0)
             T.assume(SGN % cvec == 0)
             T.assume(SYO % cvec == 0)
@@ -1567,7 +1681,7 @@ class SoftmaxFamilyKernel(Kernel):
                         sm_count: int) -> Tuple[Tuple[str, ...], ProgramParams]:
         """The fused column program when whole columns fill the GPU (``fused_column_params``), else the two steps."""
         fused = fused_column_params(self.N, self.dtype, outer, inner, cvec, sm_count,
-                                    self.config["fused_column_threads"])
+                                    self.config["fused_column_threads"], self.config["column_cluster"])
         if fused is not None:
             return (COLUMN_FUSED,), fused
         return (COLUMN_STATS, COLUMN_APPLY), self.column_params(inner, cvec)
