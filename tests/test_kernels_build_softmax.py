@@ -441,17 +441,18 @@ def test_fused_columns_when_whole_columns_fill_the_gpu(N, dtype, outer, inner, c
 
 @pytest.mark.parametrize("N, dtype, outer, inner, cvec, expected", [
     (4096, torch.bfloat16, 64, 64, 8, (8, 2)),  # 128 blocks: one wave of one block an SM
-    (4096, torch.bfloat16, 1, 1024, 8, (8, 8)),  # the widest tile, in clusters, instead of narrower ones
+    (4096, torch.bfloat16, 1, 1024, 8, (8, 4)),  # the widest tile, in clusters, instead of narrower ones
     (8192, torch.bfloat16, 64, 64, 8, (8, 2)),  # a block's bytes counted per block of the cluster
     (32768, torch.bfloat16, 16, 64, 8, (8, 8)),  # two steps without clusters
     (8192, torch.bfloat16, 8, 256, 8, (8, 4)),
+    (1031, torch.bfloat16, 2, 256, 8, (8, 8)),  # as many as a block for every four SMs needs
     (4096, torch.bfloat16, 512, 8, 8, (1, 1)),  # enough blocks without
     (4096, torch.bfloat16, 64, 64, 4, (8, 1)),  # 128 blocks of 8-byte tiles already
     (256, torch.bfloat16, 1, 1024, 8, (8, 4)),  # every block keeps a lane step: 64 positions
     (32768, torch.bfloat16, 4, 64, 8, None),  # even eight blocks a column group are too few
     (9000, torch.bfloat16, 2, 64, 8, None),  # narrower tiles take no clusters
 ])
-def test_fused_column_clusters_cut_the_axis_for_one_wave(N, dtype, outer, inner, cvec, expected) -> None:
+def test_fused_column_clusters_cut_the_axis(N, dtype, outer, inner, cvec, expected) -> None:
     params = fused_column_params(N, dtype, outer, inner, cvec, 132, 512, max_cluster=8)
     if expected is None:
         assert params is None
@@ -459,13 +460,19 @@ def test_fused_column_clusters_cut_the_axis_for_one_wave(N, dtype, outer, inner,
         assert (dict(params)["col_threads"], dict(params)["cluster"]) == expected
 
 
-def test_column_cluster_size() -> None:
-    assert column_cluster_size(64, 4096, 64, 132, 8) == 2
-    assert column_cluster_size(64, 4096, 64, 132, 1) == 1
-    assert column_cluster_size(16, 4096, 64, 132, 8) == 8
-    assert column_cluster_size(16, 4096, 64, 132, 4) == 4
-    assert column_cluster_size(16, 200, 64, 132, 8) == 2  # 100 positions a block, not 50
-    assert column_cluster_size(100, 4096, 64, 132, 8) == 1
+@pytest.mark.parametrize("blocks, N, most, expected", [
+    (64, 4096, 8, 2),  # spread while the launch stays one wave
+    (64, 4096, 1, 1),
+    (16, 4096, 8, 4),  # spread no further than four
+    (16, 32768, 8, 8),  # as many as the bytes need
+    (16, 32768, 4, 4),
+    (2, 1031, 8, 8),  # as many as a block for every four SMs needs
+    (16, 200, 8, 2),  # 100 positions a block, not 50
+    (100, 4096, 8, 1),
+])
+def test_column_cluster_size(blocks: int, N: int, most: int, expected: int) -> None:
+    # 64 bf16 columns a block (128 bytes a position), 64 lanes, 132 SMs.
+    assert column_cluster_size(blocks, N, 128, 64, 132, most) == expected
 
 
 @needs_nvcc

@@ -57,10 +57,10 @@ LONG_ROWS = [(65537, torch.float32), (262144, torch.bfloat16), (32769, torch.flo
 CLUSTER_ROWS = [(65537, torch.float16, 70, 512), (100003, torch.float32, 40, 1024), (40000, torch.float32, 140, 512),
                 (262144, torch.bfloat16, 17, 1024)]
 # (shape over dim 1, dtype, blocks of the column cluster the default config takes): the middle
-# axis cut among 2, 4 or 8 blocks; held in registers (1 x 4096 x 1024) or read twice; ragged
+# axis cut among 2, 4 or 8 blocks; held in registers (2 x 1031 x 256) or read twice; ragged
 # last segments (1000, 3001, 1031 positions); 16-byte float32 accesses.
 COLUMN_CLUSTERS = [((64, 4096, 64), torch.bfloat16, 2), ((16, 32768, 64), torch.bfloat16, 8),
-                   ((1, 4096, 1024), torch.bfloat16, 8), ((8, 1000, 256), torch.float16, 4),
+                   ((1, 4096, 1024), torch.bfloat16, 4), ((8, 1000, 256), torch.float16, 4),
                    ((4, 3001, 512), torch.float32, 2), ((2, 1031, 256), torch.bfloat16, 8)]
 # A config that sends 4096-wide rows to the two-step programs, whose loads carry L2 eviction hints.
 TWO_STEP_CONFIG = {"row_threads": 32, "block_threads": 128, "split_threads": 256, "split_unroll": 2,

@@ -126,6 +126,8 @@ LOG2E = 1.4426950408889634
 FUSED_COLUMN_BYTES = 512 * 1024
 FUSED_COLUMN_MAX_COL_THREADS = 8
 FUSED_COLUMN_SMS_PER_BLOCK = 4
+# Blocks a fused column cluster takes beyond what its bytes need, to give the GPU more blocks.
+COLUMN_CLUSTER_SPREAD = 4
 # SMs assumed when planning launches for tensors that are not on a GPU (an H100's).
 PLANNING_SM_COUNT = 132
 
@@ -226,10 +228,16 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     of 64 x 4096 x 64, backward 54.6 against 56.5 µs without (log-softmax
     45.3 against 47.5), forward 55.5 against 54.0 (log-softmax 64.6 against
     58.4).  Two-step columns: 256 threads;
-    fused columns: 512 threads and 128 bytes in flight per thread (eight
-    vectors of the forward's input, four of each backward input), the axis
-    cut among a cluster of up to ``column_cluster`` blocks where the columns
-    alone give too few (``column_cluster_size``).
+    fused columns: 512 threads and four 16-byte vectors of each input in
+    flight per thread, the axis cut among a cluster of up to
+    ``column_cluster`` blocks where the columns alone give too few
+    (``column_cluster_size``).  The forward took eight vectors until its
+    clusters came; with them, four took 64 registers instead of 110-128 and
+    measured faster (H100, bf16, in turns, four against eight: 64 x 4096 x
+    64 in clusters of two 42.7 against 44.8 µs, log-softmax 42.7 against
+    48.0; 256 x 512 x 64, one block a column group, 23.2 against 31.9;
+    8 x 8192 x 256 in clusters of four 69.3 against 68.7, log-softmax 69.7
+    against 72.3; 1 x 4096 x 1024 23.2 against 23.4).
     """
     vector = max_vector(dtype)
     vectors = 1 if backward and dtype.itemsize == 2 else 2
@@ -247,7 +255,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
         "column_threads": 256,
         "column_unroll": 4,
         "fused_column_threads": 512,
-        "fused_column_unroll": 4 if backward else 8,
+        "fused_column_unroll": 4,
         "column_cache_hints": 1 if backward else 0,
         "column_cluster": MAX_CLUSTER,
     }
@@ -355,7 +363,7 @@ def fused_column_params(N: int, dtype: torch.dtype, outer: int, inner: int, cvec
     53.7 us, backward 53.0 against 54.9, log-softmax 48.2 against 57.5 and
     39.9 against 45.4; 16 x 32768 x 64 in eight, forward 128.9 against 225.7
     for the two steps, backward 141.6 against 171.5; 1 x 4096 x 1024 in
-    eight, forward 37.3 against 39.5, backward 24.7 against 37.7; 8 x 8192 x
+    four, forward 23.2 against 39.5, backward 19.2 against 37.7; 8 x 8192 x
     256 in four, forward 68.9 against 102.7, backward 70.8 against 108.1.)
     """
     widest = min(FUSED_COLUMN_MAX_COL_THREADS, column_tile(inner, cvec))
@@ -365,7 +373,8 @@ def fused_column_params(N: int, dtype: torch.dtype, outer: int, inner: int, cvec
         block_threads = threads if col_threads > 1 else max(threads // 2, WARP)
         blocks = outer * -(-inner // tile)
         most = max_cluster if col_threads == widest else 1
-        cluster = column_cluster_size(blocks, N, block_threads // col_threads, sm_count, most)
+        cluster = column_cluster_size(blocks, N, tile * dtype.itemsize, block_threads // col_threads, sm_count,
+                                      most)
         whole_sectors = tile * dtype.itemsize >= SECTOR_BYTES or tile >= inner
         fits = -(-N // cluster) * tile * dtype.itemsize <= FUSED_COLUMN_BYTES
         if blocks * cluster * FUSED_COLUMN_SMS_PER_BLOCK >= sm_count and fits and whole_sectors:
@@ -374,18 +383,33 @@ def fused_column_params(N: int, dtype: torch.dtype, outer: int, inner: int, cvec
     return None
 
 
-def column_cluster_size(blocks: int, N: int, lanes: int, sm_count: int, most: int) -> int:
-    """Blocks of a fused column cluster: the most (a power of two, at most ``most``) that keep the
-    launch to one block an SM, every block walking at least ``lanes`` positions.
+def column_cluster_size(blocks: int, N: int, column_bytes: int, lanes: int, sm_count: int, most: int) -> int:
+    """Blocks of a fused column cluster (a power of two, at most ``most``; every block walks at
+    least ``lanes`` positions of the axis).
 
-    A 512-thread column block takes about 128 registers a thread, so one runs on
-    an SM; past one wave the launch measured slower (H100, bf16, 64 x 4096 x 64:
-    forward 45.1 us in clusters of two, 62.6 of four, 87.2 of eight; backward
-    53.0, 56.0, 57.8), though from 8 x 8192 x 256 a cluster of two (58.7 / 57.7
-    us) beat the one-wave four (68.9 / 70.8) too.
+    First the fewest whose segments keep ``FUSED_COLUMN_BYTES`` of each input a
+    block (``column_bytes``: one position's bytes across the tile) and that give
+    a block for every ``FUSED_COLUMN_SMS_PER_BLOCK`` SMs, then more, up to
+    ``COLUMN_CLUSTER_SPREAD``, while the launch stays within one block an SM.
+    On an H100, bf16 forward (eight vectors in flight a thread), in µs by
+    blocks a cluster, timed in turns, the cluster this takes marked *:
+    64 x 4096 x 64: 1 53.7, 2* 45.1, 4 62.6, 8 87.2; 1 x 4096 x 1024: 1 39.5,
+    2 35.1, 4* 23.2, 8 37.3; 8 x 8192 x 256: 1 102.7, 2 58.7, 4* 68.9, 8 69.3;
+    16 x 32768 x 64: 4 193.1, 8* 128.9 (the two-step programs 225.7).  The
+    backward followed: 1 x 4096 x 1024 37.7, 33.7, 19.2*, 24.7.
     """
+    def halves_keep_lanes(cluster: int) -> bool:
+        return -(-N // (2 * cluster)) >= lanes
+
+    def too_few(cluster: int) -> bool:
+        return (-(-N // cluster) * column_bytes > FUSED_COLUMN_BYTES
+                or blocks * cluster * FUSED_COLUMN_SMS_PER_BLOCK < sm_count)
+
     cluster = 1
-    while cluster < most and blocks * cluster * 2 <= sm_count and -(-N // (2 * cluster)) >= lanes:
+    while cluster < most and too_few(cluster) and halves_keep_lanes(cluster):
+        cluster *= 2
+    while (cluster < min(most, COLUMN_CLUSTER_SPREAD) and blocks * cluster * 2 <= sm_count
+           and halves_keep_lanes(cluster)):
         cluster *= 2
     return cluster
 
