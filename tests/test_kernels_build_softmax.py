@@ -246,6 +246,9 @@ def test_candidates_start_with_the_heuristic_and_are_unique(N: int, dtype: torch
         candidates = softmax_autotune_configs(N, dtype, backward)
         assert candidates[0] == softmax_default_config(N, dtype, backward)
         assert len(candidates) == len({tuple(sorted(c.items())) for c in candidates})
+        # Tuning times rows: every candidate keeps the column programs' keys of the heuristic.
+        column_keys = [key for key in candidates[0] if "column" in key]
+        assert column_keys and all(c[key] == candidates[0][key] for c in candidates for key in column_keys)
 
 
 def test_column_tile_follows_inner_extent() -> None:
