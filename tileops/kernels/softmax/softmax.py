@@ -1429,7 +1429,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
 
 def _cluster_share_columns(T: Any, variant: SoftmaxVariant, cluster: int, col_threads: int,
-                           cvec: int) -> Callable[..., Any]:
+                           setup: Dict[str, Any]) -> Callable[..., Any]:
     """Macro: every block of a column cluster gets each block's merged column states.
 
     After it, ``gathered[r, p, c]`` holds part ``p`` (the forward's maximum and
@@ -1437,9 +1437,7 @@ def _cluster_share_columns(T: Any, variant: SoftmaxVariant, cluster: int, col_th
     Lane ``l < cluster`` of each column group stores its ``cvec`` columns'
     states into the block of rank ``l``; the barriers are ``_cluster_share``'s.
     """
-
-    def slot(name, k):
-        return name * cvec + k
+    cvec, slot = setup["cvec"], setup["slot"]
 
     @T.macro
     def store(gathered, rank, part, column, tx, value):
@@ -1489,7 +1487,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     passes = _column_passes(T, dtype, variant, setup)
     finalize = _finalize_forward(T, variant, cvec)
     combine_lanes = _combine_lanes(T, variant, setup, None if clustered else finalize)
-    share = _cluster_share_columns(T, variant, cluster, col_threads, cvec)
+    share = _cluster_share_columns(T, variant, cluster, col_threads, setup)
     merge = _online_macros(T)["merge"]
     O = T.dynamic("O")
     I = T.dynamic("I")
