@@ -77,8 +77,7 @@ def inventory() -> List[Task]:
             op, kernel = t._cluster_kernel(name, N, dtype, threads)
             tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=rows))
         for shape, dtype, _ in t.COLUMN_CLUSTERS:
-            kernel = t._op(name, shape[1], dtype, 1)
-            kernel = kernel.kernel_map[kernel.kernel_key](shape[1], dtype)
+            op, kernel = t._column_kernel(name, shape[1], dtype)
             tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(shape[2], outer=shape[0]))
         for _, x, dim in t.view_cases("cpu"):
             inputs = [x, torch.randn(x.shape, dtype=x.dtype)] if name.endswith("BwdOp") else [x]

@@ -174,14 +174,19 @@ def test_row_clusters(name, N, dtype, rows, threads):
     assert_close(out, expected, dtype)
 
 
+def _column_kernel(name: str, N: int, dtype: torch.dtype):
+    """The op over dim 1 and a kernel of its class with the default config."""
+    op = _op(name, N, dtype, 1)
+    return op, op.kernel_map[op.kernel_key](N, dtype)
+
+
 @pytest.mark.parametrize("name", OPS)
 @pytest.mark.parametrize("shape, dtype, cluster", COLUMN_CLUSTERS, ids=str)
 def test_column_clusters(name, shape, dtype, cluster):
     from tileops.kernels.softmax.softmax import COLUMN_FUSED
 
     N = shape[1]
-    op = _op(name, N, dtype, 1)
-    kernel = op.kernel_map[op.kernel_key](N, dtype)
+    op, kernel = _column_kernel(name, N, dtype)
     x = torch.randn(shape, device="cuda", dtype=dtype)
     if not name.endswith("BwdOp"):
         # Masked columns: all -inf (NaN, as PyTorch); -inf over the first half of the axis, so

@@ -3,7 +3,7 @@
 A program that reads its input twice (partial results, then the output) keeps the
 lines of the first read in L2 with ``evict_last`` and lets the second read drop them
 with ``evict_first``, so the second read comes from L2 and the output's lines do not
-push the input out first.  A program that reads its input once marks it ``evict_first``.
+push the input out first.
 
 TileLang has no spelling for these hints, so the loads are device functions in the
 kernel's prelude (``CACHE_HINT_PRELUDE``), called with ``T.call_extern`` on the
@@ -13,6 +13,8 @@ addresses of a local buffer's vector and of the global vector it copies.
 from __future__ import annotations
 
 from typing import Any, Optional
+
+import torch
 
 __all__ = ["CACHE_HINT_PRELUDE", "EVICT_FIRST", "EVICT_LAST", "HINTED_BYTES", "hinted_load", "takes_hint"]
 
@@ -37,14 +39,11 @@ TILEOPS_HINTED_LOAD(evict_last)
 """
 
 
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
-
-
 def takes_hint(policy: Optional[str], vector: int, dtype: str) -> bool:
     """Whether loads of ``vector`` elements of ``dtype`` (TileLang's name) carry ``policy`` (None: no hint)."""
     if policy not in (None, EVICT_FIRST, EVICT_LAST):
         raise ValueError(f"cache hints: unknown policy {policy!r}; expected {EVICT_FIRST!r} or {EVICT_LAST!r}")
-    return policy is not None and vector * _ITEMSIZE[dtype] == HINTED_BYTES
+    return policy is not None and vector * getattr(torch, dtype).itemsize == HINTED_BYTES
 
 
 def hinted_load(T: Any, policy: str, dst: Any, src: Any) -> Any:
