@@ -148,6 +148,11 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     # zeroed the status words: bf16 4-chunk tiles 29.3 us with 4 blocks an SM,
     # 28.1-28.2 with 5 (forward, reverse, product alike), 27.6-28.4 with 6;
     # float32 8-chunk tiles with 3 blocks 52.1-54.2, 4-chunk with 6 54.0-55.3.
+    # Timed in turns (median of 7), reverse bf16: 4-chunk tiles with 5 blocks
+    # 27.7-28.0 us, with 6 28.6; 8-chunk with 3 27.6, 6-chunk with 4 28.4;
+    # 2-chunk with 6 or 8 33.5 / 31.2; 128-thread blocks (4-chunk tiles, 10
+    # or 12 blocks) 29.5 / 28.7; 512-thread blocks 29.0-31.7.  The forward
+    # ran alike (27.5 us as it is).
     config["split_max_rows"] = 128
     config["lookback"] = 1
     config["segments"] = _default_segments(
