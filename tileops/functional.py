@@ -3,7 +3,9 @@
 """Functional forms of the tileops forward operators, with PyTorch-like signatures.
 
 Each function builds (once per static configuration: sizes, dtype and params) the op
-instance it needs and calls it; under ``torch.compile`` it calls the registered custom op.
+instance it needs and calls its ``forward``; under ``torch.compile`` it calls the registered
+custom op.  Calling the shared instance's ``forward`` skips ``nn.Module.__call__`` (about a
+microsecond a call), so module hooks registered on a shared instance do not run here.
 """
 
 from typing import Optional, Sequence, Tuple, Union
@@ -73,7 +75,7 @@ def relu(x: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.relu_fwd(x, SHARED_INSTANCE)
     else:
-        result = ReluFwdOp._shared_for(x)(x)
+        result = ReluFwdOp._shared_for(x).forward(x)
     return result
 
 
@@ -82,7 +84,7 @@ def sigmoid(x: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.sigmoid_fwd(x, SHARED_INSTANCE)
     else:
-        result = SigmoidFwdOp._shared_for(x)(x)
+        result = SigmoidFwdOp._shared_for(x).forward(x)
     return result
 
 
@@ -91,7 +93,7 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.silu_fwd(x, SHARED_INSTANCE)
     else:
-        result = SiluFwdOp._shared_for(x)(x)
+        result = SiluFwdOp._shared_for(x).forward(x)
     return result
 
 
@@ -100,7 +102,7 @@ def gelu(x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.gelu_fwd(x, approximate, SHARED_INSTANCE)
     else:
-        result = GeluFwdOp._shared_for(x, approximate)(x)
+        result = GeluFwdOp._shared_for(x, approximate).forward(x)
     return result
 
 
@@ -109,7 +111,7 @@ def exp(x: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.exp_fwd(x, SHARED_INSTANCE)
     else:
-        result = ExpFwdOp._shared_for(x)(x)
+        result = ExpFwdOp._shared_for(x).forward(x)
     return result
 
 
@@ -118,7 +120,7 @@ def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.add_fwd(a, b, SHARED_INSTANCE)
     else:
-        result = AddFwdOp._shared_for(a, b)(a, b)
+        result = AddFwdOp._shared_for(a, b).forward(a, b)
     return result
 
 
@@ -127,7 +129,7 @@ def mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.mul_fwd(a, b, SHARED_INSTANCE)
     else:
-        result = MulFwdOp._shared_for(a, b)(a, b)
+        result = MulFwdOp._shared_for(a, b).forward(a, b)
     return result
 
 
@@ -136,7 +138,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.silu_and_mul_fwd(x, SHARED_INSTANCE)
     else:
-        result = SiluAndMulFwdOp._shared_for(x)(x)
+        result = SiluAndMulFwdOp._shared_for(x).forward(x)
     return result
 
 
@@ -145,7 +147,7 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.gelu_and_mul_fwd(x, approximate, SHARED_INSTANCE)
     else:
-        result = GeluAndMulFwdOp._shared_for(x, approximate)(x)
+        result = GeluAndMulFwdOp._shared_for(x, approximate).forward(x)
     return result
 
 
@@ -154,7 +156,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, reduction, SHARED_INSTANCE)
     else:
-        result = CrossEntropyFwdOp._shared_for(logits, target, ignore_index, label_smoothing, reduction)(logits, target)
+        result = CrossEntropyFwdOp._shared_for(logits, target, ignore_index, label_smoothing, reduction).forward(logits, target)
     return result[0]
 
 
@@ -163,7 +165,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-06) -> torch
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.rms_norm_fwd(x, weight, eps, SHARED_INSTANCE)
     else:
-        result = RMSNormFwdOp._shared_for(x, weight, eps)(x, weight)
+        result = RMSNormFwdOp._shared_for(x, weight, eps).forward(x, weight)
     return result
 
 
@@ -172,7 +174,7 @@ def layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Opt
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.layer_norm_fwd(x, weight, bias, eps, SHARED_INSTANCE)
     else:
-        result = LayerNormFwdOp._shared_for(x, weight, bias, eps)(x, weight, bias)
+        result = LayerNormFwdOp._shared_for(x, weight, bias, eps).forward(x, weight, bias)
     return result
 
 
@@ -181,7 +183,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.fused_add_rms_norm_fwd(x, residual, weight, eps, SHARED_INSTANCE)
     else:
-        result = FusedAddRMSNormFwdOp._shared_for(x, residual, weight, eps)(x, residual, weight)
+        result = FusedAddRMSNormFwdOp._shared_for(x, residual, weight, eps).forward(x, residual, weight)
     return result
 
 
@@ -190,7 +192,7 @@ def sum(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdi
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.sum_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
-        result = SumFwdOp._shared_for(x, dim, keepdim)(x)
+        result = SumFwdOp._shared_for(x, dim, keepdim).forward(x)
     return result
 
 
@@ -199,7 +201,7 @@ def mean(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepd
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.mean_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
-        result = MeanFwdOp._shared_for(x, dim, keepdim)(x)
+        result = MeanFwdOp._shared_for(x, dim, keepdim).forward(x)
     return result
 
 
@@ -208,7 +210,7 @@ def amax(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepd
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.amax_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
-        result = AmaxFwdOp._shared_for(x, dim, keepdim)(x)
+        result = AmaxFwdOp._shared_for(x, dim, keepdim).forward(x)
     return result
 
 
@@ -217,7 +219,7 @@ def amin(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepd
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.amin_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
-        result = AminFwdOp._shared_for(x, dim, keepdim)(x)
+        result = AminFwdOp._shared_for(x, dim, keepdim).forward(x)
     return result
 
 
@@ -226,7 +228,7 @@ def var(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdi
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.var_fwd(x, dim, keepdim, correction, SHARED_INSTANCE)
     else:
-        result = VarFwdOp._shared_for(x, dim, keepdim, correction)(x)
+        result = VarFwdOp._shared_for(x, dim, keepdim, correction).forward(x)
     return result
 
 
@@ -235,7 +237,7 @@ def log_sum_exp(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.log_sum_exp_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
-        result = LogSumExpFwdOp._shared_for(x, dim, keepdim)(x)
+        result = LogSumExpFwdOp._shared_for(x, dim, keepdim).forward(x)
     return result
 
 
@@ -244,7 +246,7 @@ def argmax(x: torch.Tensor, dim: Optional[int] = None, keepdim: bool = False) ->
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.argmax_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
-        result = ArgmaxFwdOp._shared_for(x, dim, keepdim)(x)
+        result = ArgmaxFwdOp._shared_for(x, dim, keepdim).forward(x)
     return result
 
 
@@ -253,7 +255,7 @@ def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, ke
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.l2_norm_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
-        result = L2NormFwdOp._shared_for(x, dim, keepdim)(x)
+        result = L2NormFwdOp._shared_for(x, dim, keepdim).forward(x)
     return result
 
 
@@ -262,7 +264,7 @@ def cumsum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.cumsum_fwd(x, dim, SHARED_INSTANCE)
     else:
-        result = CumsumFwdOp._shared_for(x, dim)(x)
+        result = CumsumFwdOp._shared_for(x, dim).forward(x)
     return result
 
 
@@ -271,7 +273,7 @@ def cumprod(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.cumprod_fwd(x, dim, SHARED_INSTANCE)
     else:
-        result = CumprodFwdOp._shared_for(x, dim)(x)
+        result = CumprodFwdOp._shared_for(x, dim).forward(x)
     return result
 
 
@@ -280,7 +282,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.softmax_fwd(x, dim, SHARED_INSTANCE)
     else:
-        result = SoftmaxFwdOp._shared_for(x, dim)(x)
+        result = SoftmaxFwdOp._shared_for(x, dim).forward(x)
     return result
 
 
@@ -289,5 +291,5 @@ def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.log_softmax_fwd(x, dim, SHARED_INSTANCE)
     else:
-        result = LogSoftmaxFwdOp._shared_for(x, dim)(x)
+        result = LogSoftmaxFwdOp._shared_for(x, dim).forward(x)
     return result

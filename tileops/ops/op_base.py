@@ -87,6 +87,17 @@ def _hashable(value: Any) -> Hashable:
     return tuple(value) if isinstance(value, list) else value
 
 
+def _configuration_key(cls: type, config: Dict[str, Any]) -> Hashable:
+    """``cls`` and its keyword arguments as a key, whatever their order.
+
+    Every functional call looks its instance up by this key, so the usual case (hashable
+    values) is one C-level set construction; a list (``dim=[0, 1]``) becomes a tuple."""
+    try:
+        return cls, frozenset(config.items())
+    except TypeError:
+        return cls, frozenset((name, _hashable(value)) for name, value in config.items())
+
+
 class Op(torch.nn.Module):
     """Base of every tileops operator.
 
@@ -152,8 +163,7 @@ class Op(torch.nn.Module):
     @classmethod
     def shared(cls: Type[OpT], **config: Any) -> OpT:
         """The process-wide instance for this static configuration (used by ``tileops.functional``)."""
-        key = (cls, tuple(sorted((k, _hashable(v)) for k, v in config.items())))
-        return _SHARED.get(key, lambda: cls(**config))
+        return _SHARED.get(_configuration_key(cls, config), lambda: cls(**config))
 
     @property
     def _graph_handle(self) -> int:
