@@ -85,10 +85,11 @@ def test_elementwise_programs_build_for_sm90(kernel: ElementwiseKernel, spec) ->
 @needs_nvcc
 def test_build_all_for_sm90_builds_the_typical_programs() -> None:
     built = SiluFwdKernel(torch.bfloat16).build_all_for_sm90()
-    # The default config (two 16-byte accesses a thread), and the smallest calls' program
-    # (one 4-byte access a thread).
-    assert list(built) == [(("flat", 8), 2), (("flat", 2), 1)]
-    assert "uint4" in built[(("flat", 8), 2)].get_kernel_source()
+    # The default config (wide blocks: one 16-byte access a thread), and the smallest calls'
+    # program (one 4-byte access a thread).
+    assert list(built) == [(("flat", 8), 1), (("flat", 2), 1)]
+    assert "uint4" in built[(("flat", 8), 1)].get_kernel_source()
+    assert "512" in built[(("flat", 8), 1)].get_kernel_source()
 
 
 def test_small_calls_take_one_narrower_access_a_thread() -> None:
@@ -165,9 +166,10 @@ def test_bad_programs_are_rejected() -> None:
 
 def test_configs_and_widths() -> None:
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
-        candidates = elementwise_autotune_configs(dtype)
-        assert candidates[0] == elementwise_default_config(dtype)
-        assert len(candidates) == len({tuple(sorted(c.items())) for c in candidates})
+        for wide in (False, True):
+            candidates = elementwise_autotune_configs(dtype, wide_blocks=wide)
+            assert candidates[0] == elementwise_default_config(dtype, wide_blocks=wide)
+            assert len(candidates) == len({tuple(sorted(c.items())) for c in candidates})
     assert gated_vector(11008, torch.bfloat16) == 8 and gated_vector(127, torch.bfloat16) == 1
     assert gated_vector(4098, torch.float32) == 2
     base = torch.empty(64, dtype=torch.bfloat16)
@@ -175,6 +177,18 @@ def test_configs_and_widths() -> None:
     assert widest_access(base[1:], 0, 8) == 1
     assert widest_access(base[4:], 0, 8) == 4
     assert widest_access(base, 12, 8) == 4
+
+
+def test_light_kernels_take_wide_blocks_in_half_precision() -> None:
+    """Light math in half precision: 512 threads of one 16-byte access; heavier math, and float32,
+    keep 128-thread blocks (see ``elementwise_default_config``)."""
+    for kernel in (SiluFwdKernel(torch.bfloat16), AddFwdKernel(torch.float16), MulFwdKernel(torch.bfloat16)):
+        assert (kernel.config["threads"], kernel.config["unroll"]) == (512, 1), type(kernel).__name__
+    for kernel in (SiluFwdKernel(torch.float32), AddFwdKernel(torch.float32)):
+        assert (kernel.config["threads"], kernel.config["unroll"]) == (128, 1), type(kernel).__name__
+    for kernel in (GeluFwdKernel(torch.bfloat16), GeluBwdKernel(torch.bfloat16),
+                   SiluAndMulFwdKernel(8192, torch.bfloat16)):
+        assert (kernel.config["threads"], kernel.config["unroll"]) == (128, 2), type(kernel).__name__
 
 
 def test_launches_stay_within_int32_extents() -> None:

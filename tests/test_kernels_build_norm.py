@@ -188,11 +188,12 @@ def _source(kernel: Any, name: str, **shape: Any) -> str:
 
 
 def assert_strided_reads_are_16_bytes(source: str, *strides: str) -> None:
-    """Inputs read in place address rows through their symbolic stride, with 16-byte accesses still."""
+    """Inputs read in place address rows through their symbolic stride, with 16-byte accesses still
+    (plain, or the hinted loads of ``cache_hints``, which move 16 bytes)."""
     for stride in strides:
         reads = [line for line in source.splitlines() if f"* {stride})" in line]
         assert reads, f"no read through {stride}"
-        assert all("*(uint4*)" in line for line in reads), reads
+        assert all("*(uint4*)" in line or "tileops_load_evict_" in line for line in reads), reads
 
 
 @needs_nvcc
@@ -209,6 +210,9 @@ def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
     assert "int64_t" in source  # 64-bit offsets: tensors over 2**31 elements are addressed correctly
     if kernel.N % 8 == 0 and kernel.dtype == torch.bfloat16:
         assert_strided_reads_are_16_bytes(source, "LDX", *(("LDR",) if cls is FusedAddRMSNormFwdKernel else ()))
+    if cls is FusedAddRMSNormFwdKernel and kernel.main_program() == "fused_add_rms_norm_resident":
+        # Resident rows load their inputs with evict_last (see fused_add_rms_norm_default_config).
+        assert "tileops_load_evict_last((&(xb[" in source and "tileops_load_evict_last((&(rb[" in source
 
 
 @needs_nvcc

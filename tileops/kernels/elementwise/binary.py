@@ -71,6 +71,8 @@ def _varies_inner(operand: torch.Tensor) -> bool:
 class BroadcastKernel(ElementwiseKernel):
     """``out = f(a, b)`` on flat or broadcast ``(D0, D1, D2)`` layouts (see the module docstring)."""
 
+    wide_blocks = True  # an add or a product per element
+
     def build_program(self, spec: ProgramSpec, config: Dict[str, Any]) -> Any:
         dtype = torch_dtype_to_tl(self.dtype)
         if spec[0] == FLAT:

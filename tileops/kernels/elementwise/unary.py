@@ -65,18 +65,21 @@ class ReluFwdKernel(MapKernel):
     """``y = max(x, 0)``; ``forward(x, out)``."""
 
     function = functions.RELU
+    wide_blocks = True
 
 
 class SigmoidFwdKernel(MapKernel):
     """``y = 1 / (1 + exp(-x))``; ``forward(x, out)``."""
 
     function = functions.SIGMOID
+    wide_blocks = True
 
 
 class SiluFwdKernel(MapKernel):
     """``y = x * sigmoid(x)``; ``forward(x, out)``."""
 
     function = functions.SILU
+    wide_blocks = True
 
 
 class SiluBwdKernel(MapKernel):
@@ -89,6 +92,7 @@ class ExpFwdKernel(MapKernel):
     """``y = exp(x)``; ``forward(x, out)``."""
 
     function = functions.EXP
+    wide_blocks = True
 
 
 class _GeluKernel(MapKernel):

@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tupl
 
 import torch
 
+from tileops.kernels.cache_hints import hinted_load, takes_hint
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
@@ -186,8 +187,11 @@ def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
     return row_sum
 
 
-def resident_macros(T: Any, layout: RowLayout, M: Any) -> Dict[str, Callable[..., Any]]:
-    """Loads of a resident row (``per_thread`` elements per lane), zero where there is no data.
+def resident_macros(T: Any, layout: RowLayout, M: Any, policy: Optional[str] = None,
+                    dtype: str = "float32") -> Dict[str, Callable[..., Any]]:
+    """Loads of a resident row (``per_thread`` elements per lane), zero where there is no data;
+    ``policy``: the L2 eviction hint of a row's whole 16-byte vectors of ``dtype`` (TileLang's name; see
+    ``cache_hints``).
 
     Element ``j * vector + k`` of a lane's buffer is column ``column(j, lane) + k``.
     """
@@ -202,14 +206,19 @@ def resident_macros(T: Any, layout: RowLayout, M: Any) -> Dict[str, Callable[...
         for i in T.unroll(layout.per_thread):
             buf[i] = T.cast(0, buf.dtype)
 
+    hinted = takes_hint(policy, vector, dtype)
+
     @T.macro
     def load_row(src, buf, row, lane, base=0):
         """Row ``row`` of ``src``, from column ``base`` on (a slice of a longer row)."""
         zero(buf)
         if row < M:
             for j in T.unroll(full_vecs):
-                for k in T.vectorized(vector):
-                    buf[j * vector + k] = src[row, base + column(j, lane) + k]
+                if hinted:
+                    hinted_load(T, policy, buf[j * vector], src[row, base + column(j, lane)])
+                else:
+                    for k in T.vectorized(vector):
+                        buf[j * vector + k] = src[row, base + column(j, lane) + k]
             if has_tail:
                 if column(full_vecs, lane) < N:
                     for k in T.vectorized(vector):
