@@ -50,10 +50,10 @@ def fused_add_rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, i
 
     ``load_hint`` (an index into ``LOAD_HINTS``): resident rows load their inputs with L2's
     ``evict_last`` hint.  The inputs are read once, yet the hint let the fused add keep pace with
-    torch.compile, the written lines leaving L2 first (H100, bf16 32768 x 4096, median of 7 rounds
-    in turns, µs, no hint / evict_first / evict_last / torch.compile: 353.6 / 358.5 / 351.3 /
-    351.5; 8 x 4096 x 4096 without and with evict_first 177.1 / 180.3, compile 175.6).  Rows per
-    thread changed nothing (8, 16 or 32 elements: 353.5-353.6)."""
+    torch.compile, presumably because the lines it writes then leave L2 first (H100, bf16 32768 x
+    4096, median of 7 rounds in turns, µs, no hint / evict_first / evict_last / torch.compile:
+    353.6 / 358.5 / 351.3 / 351.5; 8 x 4096 x 4096 without and with evict_first 177.1 / 180.3,
+    compile 175.6).  Elements per thread changed nothing (8, 16 or 32: 353.5-353.6 µs)."""
     vector_elems = max_vector(dtype)
     return {"per_thread": max(2 * vector_elems, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 2,
             "load_hint": LOAD_HINTS.index(EVICT_LAST)}
@@ -221,7 +221,7 @@ class FusedAddRMSNormFwdKernel(RowNormKernel):
         layout = self.layout(config)
         dtype = torch_dtype_to_tl(self.dtype)
         if isinstance(layout, RowLayout):
-            return _resident_program(self.N, dtype, self.eps, layout, LOAD_HINTS[config.get("load_hint", 0)])
+            return _resident_program(self.N, dtype, self.eps, layout, LOAD_HINTS[config["load_hint"]])
         return _streamed_program(self.N, dtype, self.eps, layout)
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
