@@ -128,6 +128,29 @@ def test_backward_columns_keep_the_axis_in_l2_for_the_second_read(outer: int, N:
 
 
 @needs_nvcc
+@pytest.mark.parametrize("kernel_cls, N, outer", [
+    (SoftmaxBwdKernel, 4096, 1 << 15),      # fused rows
+    (SoftmaxFwdKernel, 32768, 1 << 13),     # fused rows, 1024 threads
+    (LogSoftmaxBwdKernel, 65536, 1 << 10),  # a row cluster
+], ids=str)
+def test_row_hints_mark_every_16_byte_row_load(kernel_cls, N: int, outer: int, tmp_path) -> None:
+    # Off by default, the programs load plainly; on, every whole 16-byte vector of each input
+    # carries evict_last, and a row's registers still hold it without spilling.
+    assert softmax_default_config(N, torch.bfloat16, kernel_cls.variant.backward)["row_cache_hints"] == 0
+    for hints in (0, 1):
+        kernel = kernel_cls(N, torch.bfloat16, config={"row_cache_hints": hints})
+        (spec,) = kernel.program_specs(1, outer=outer)
+        assert spec[0] in (ROW_FUSED, ROW_CLUSTER)
+        source = kernel.compile_program(*spec, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
+        body = source[source.index("__global__"):]
+        inputs = 2 if kernel_cls.variant.backward else 1
+        assert body.count("tileops_load_evict_last(") == (inputs if hints else 0), body
+        assert "tileops_load_evict_first(" not in body
+        if hints:
+            assert ptxas_report(source, str(tmp_path))["spill_bytes"] == 0
+
+
+@needs_nvcc
 @pytest.mark.parametrize("kernel_cls, N, dtype, threads, cluster", [
     (SoftmaxFwdKernel, 262144, torch.bfloat16, 1024, 8),
     (SoftmaxFwdKernel, 131072, torch.bfloat16, 512, 8),

@@ -238,6 +238,8 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     48.0; 256 x 512 x 64, one block a column group, 23.2 against 31.9;
     8 x 8192 x 256 in clusters of four 69.3 against 68.7, log-softmax 69.7
     against 72.3; 1 x 4096 x 1024 23.2 against 23.4).
+    ``row_cache_hints`` (fused rows and row clusters: ``evict_last`` on the
+    row's loads) is off and one of the autotune candidates: not yet timed here.
     """
     vector = max_vector(dtype)
     vectors = 1 if backward and dtype.itemsize == 2 else 2
@@ -245,6 +247,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     return {
         **_fused_row_config(N, per_thread),
         "cache_exp": 1,
+        "row_cache_hints": 0,
         "min_blocks": 1,
         "max_cluster": MAX_CLUSTER,
         "cluster_threads": BACKWARD_CLUSTER_THREADS if backward else FORWARD_CLUSTER_THREADS,
@@ -269,6 +272,7 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
     candidates = [default]
     for per_thread in (vector, 2 * vector, 4 * vector, cap):
         candidates.append({**default, **_fused_row_config(N, max(per_thread, -(-N // MAX_THREADS)))})
+    candidates.append({**default, "row_cache_hints": 1 - default["row_cache_hints"]})
     if -(-N // default["row_threads"]) > cap:  # rows take a row cluster or the two-step programs
         for threads in (256, 512, 1024):
             for unroll in (2, 4, 8):
@@ -301,7 +305,7 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks", "cluster_min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
-    for key in ("cache_exp", "split_cache_hints", "column_cache_hints"):
+    for key in ("cache_exp", "row_cache_hints", "split_cache_hints", "column_cache_hints"):
         if config[key] not in (0, 1):
             raise ValueError(f"softmax kernels: {key} must be 0 or 1, got {config[key]}")
     for key, what in (("max_cluster", "row"), ("column_cluster", "column")):
@@ -591,8 +595,11 @@ def _cluster_share(T: Any, cluster: int) -> Callable[..., Any]:
 
 def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, row_threads: int,
                       block_threads: int, cache_exp: int = 0, min_blocks: int = 1, cluster: int = 1,
-                      **_: Any) -> Any:
+                      row_cache_hints: int = 0, **_: Any) -> Any:
     """Rows of ``(R, N)`` held in registers: one read, one write.
+
+    ``row_cache_hints``: the row's 16-byte loads carry L2's ``evict_last`` hint (see
+    ``cache_hints``; the fused add RMSNorm's inputs, read once too, gained from it).
 
     ``cache_exp`` (softmax forward, at most ``CACHED_EXP_ELEMENTS`` per thread)
     keeps each ``exp(x - max)`` in float32 registers between the sum and the
@@ -625,13 +632,17 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     output = _output_value(T, variant, dtype)
     term = _backward_term(T, variant)
     R = T.dynamic("R")
+    hinted = takes_hint(EVICT_LAST if row_cache_hints else None, vector, dtype)
 
     @T.macro
     def load_row(src, buf, row, lane):
         if row < R:
             for j in T.unroll(full_vecs):
-                for k in T.vectorized(vector):
-                    buf[j * vector + k] = src[row, (j * span + lane) * vector + k]
+                if hinted:
+                    hinted_load(T, EVICT_LAST, buf[j * vector], src[row, (j * span + lane) * vector])
+                else:
+                    for k in T.vectorized(vector):
+                        buf[j * vector + k] = src[row, (j * span + lane) * vector + k]
             if has_tail:
                 if (full_vecs * span + lane) * vector < N:
                     for k in T.vectorized(vector):
@@ -719,9 +730,11 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     def launch(rows):
         """The grid: blocks of ``rows_per_block`` rows, or one cluster a row.  Either way one
         dimension, whose extent may pass 65535 (the limit of the other two)."""
+        hints = CACHE_HINT_PRELUDE if hinted else ""
         if clustered:
-            return T.Kernel(rows * cluster, threads=block_threads, cluster_dims=(cluster, 1, 1), prelude=PEER_STORE)
-        return T.Kernel(T.ceildiv(rows, rows_per_block), threads=block_threads)
+            return T.Kernel(rows * cluster, threads=block_threads, cluster_dims=(cluster, 1, 1),
+                            prelude=PEER_STORE + hints)
+        return T.Kernel(T.ceildiv(rows, rows_per_block), threads=block_threads, prelude=hints or None)
 
     def place(block, tx):
         """``(row, lane, rank)`` of a thread: its row, its place among the row's threads, and its
@@ -1585,12 +1598,13 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
 
 def row_cluster_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, cluster: int,
-                        cluster_threads: int, cluster_min_blocks: int = 1, cache_exp: int = 0, **_: Any) -> Any:
+                        cluster_threads: int, cluster_min_blocks: int = 1, cache_exp: int = 0,
+                        row_cache_hints: int = 0, **_: Any) -> Any:
     """A row held by a cluster of ``cluster`` blocks of ``cluster_threads`` threads (see ``row_fused_program``),
     built for ``cluster_min_blocks`` blocks an SM."""
     return row_fused_program(N, dtype, variant, vector=vector, row_threads=cluster_threads,
                              block_threads=cluster_threads, cache_exp=cache_exp, min_blocks=cluster_min_blocks,
-                             cluster=cluster)
+                             cluster=cluster, row_cache_hints=row_cache_hints)
 
 
 _BUILDERS: Dict[str, Callable[..., Any]] = {
