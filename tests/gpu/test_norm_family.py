@@ -291,6 +291,21 @@ def test_over_2_31_elements_forward_and_backward():
 
 
 @pytest.mark.big_memory
+def test_fused_add_forward_over_2_31_elements():
+    """The fused add's resident rows (hinted 16-byte loads) past 32-bit offsets: both outputs."""
+    dtype = torch.bfloat16
+    x = torch.randn(BIG_ROWS, BIG_N, device="cuda", dtype=dtype)
+    residual = torch.randn_like(x)
+    weight = torch.randn(BIG_N, device="cuda", dtype=dtype)
+    tail = slice(BIG_ROWS - 100, BIG_ROWS)  # rows whose offsets pass 2**31
+    y, residual_out = _op("FusedAddRMSNormFwdOp", BIG_N, dtype, eps=1e-6)(x, residual, weight)
+    total = x[tail].double() + residual[tail].double()
+    assert_close(residual_out[tail], total, dtype)
+    assert_close(y[tail], torch.nn.functional.rms_norm(total, (BIG_N,), weight.double(), 1e-6), dtype)
+    assert math.prod(x.shape) > 2**31
+
+
+@pytest.mark.big_memory
 def test_over_2_31_elements_rows_split_over_a_cluster():
     """The backward over many long rows splits each over a cluster (``many_rows_ctas``)."""
     from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
