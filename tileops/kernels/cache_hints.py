@@ -16,7 +16,8 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["CACHE_HINT_PRELUDE", "EVICT_FIRST", "EVICT_LAST", "HINTED_BYTES", "hinted_load", "takes_hint"]
+__all__ = ["CACHE_HINT_PRELUDE", "EVICT_FIRST", "EVICT_LAST", "HINTED_BYTES", "hinted_load", "takes_hint",
+           "vector_load"]
 
 EVICT_FIRST = "evict_first"
 EVICT_LAST = "evict_last"
@@ -49,3 +50,20 @@ def takes_hint(policy: Optional[str], vector: int, dtype: str) -> bool:
 def hinted_load(T: Any, policy: str, dst: Any, src: Any) -> Any:
     """The call that copies the 16 bytes at ``src`` (a global element) to ``dst`` (a local element)."""
     return T.call_extern("handle", f"tileops_load_{policy}", T.address_of(dst), T.address_of(src))
+
+
+def vector_load(T: Any, policy: Optional[str], vector: int, dtype: str) -> Any:
+    """A macro ``load(buf, start, src, *index)`` copying the ``vector`` elements of ``src`` from
+    ``index`` on (along its last, unit-stride axis) to ``buf[start:]``: one load with ``policy``
+    where ``takes_hint``, else a plain vectorized copy."""
+    hinted = takes_hint(policy, vector, dtype)
+
+    @T.macro
+    def load(buf, start, src, *index):
+        if hinted:
+            hinted_load(T, policy, buf[start], src[index])
+        else:
+            for k in T.vectorized(vector):
+                buf[start + k] = src[(*index[:-1], index[-1] + k)]
+
+    return load

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST
+from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_LAST
 from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
     MAX_EXTENT,
@@ -37,9 +37,6 @@ __all__ = ["FusedAddRMSNormFwdKernel", "fused_add_rms_norm_default_config"]
 # float32 sums a thread may hold in registers in the resident program.
 RESIDENT_CAP = 32
 
-# ``load_hint`` config values: the L2 eviction hint of the resident program's input loads.
-LOAD_HINTS = (None, EVICT_FIRST, EVICT_LAST)
-
 RESIDENT = "fused_add_rms_norm_resident"
 STREAMED = "fused_add_rms_norm_streamed"
 
@@ -48,18 +45,19 @@ def fused_add_rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, i
     """Two 16-byte vectors of each input per thread (more for long rows, at most 1024 threads a row);
     streamed rows: 512 threads with two vectors of each input in flight.
 
-    ``load_hint`` (an index into ``LOAD_HINTS``): resident rows load their inputs with L2's
-    ``evict_last`` hint.  The inputs are read once, yet the hint let the fused add keep pace with
-    torch.compile, presumably because the lines it writes then leave L2 first (H100, bf16 32768 x
-    4096, median of 7 rounds in turns, µs, no hint / evict_first / evict_last / torch.compile:
-    353.6 / 358.5 / 351.3 / 351.5; 8 x 4096 x 4096 without and with evict_first 177.1 / 180.3,
-    compile 175.6).  Elements per thread changed nothing (8, 16 or 32: 353.5-353.6 µs)."""
+    ``row_cache_hints``: resident rows load their inputs with L2's ``evict_last`` hint (as the
+    softmax row programs' key of that name does).  The inputs are read once, yet the hint let the
+    fused add keep pace with torch.compile, presumably because the lines it writes then leave L2
+    first (H100, bf16 32768 x 4096, median of 7 rounds in turns, µs, no hint / evict_first /
+    evict_last / torch.compile: 353.6 / 358.5 / 351.3 / 351.5; 8 x 4096 x 4096 without and with
+    evict_first 177.1 / 180.3, compile 175.6).  Elements per thread changed nothing (8, 16 or 32:
+    353.5-353.6 µs)."""
     vector_elems = max_vector(dtype)
     return {"per_thread": max(2 * vector_elems, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 2,
-            "load_hint": LOAD_HINTS.index(EVICT_LAST)}
+            "row_cache_hints": 1}
 
 
-def _resident_program(N: int, dtype: str, eps: float, layout: RowLayout, load_hint: Optional[str]) -> Any:
+def _resident_program(N: int, dtype: str, eps: float, layout: RowLayout, row_cache_hints: int) -> Any:
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
@@ -67,8 +65,8 @@ def _resident_program(N: int, dtype: str, eps: float, layout: RowLayout, load_hi
     RT, LDR = strided_rows(T, M, N, dtype, "LDR")
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
-    loads = resident_macros(T, layout, M, load_hint, dtype)
-    prelude = CACHE_HINT_PRELUDE if load_hint else None
+    loads = resident_macros(T, layout, M, EVICT_LAST if row_cache_hints else None, dtype)
+    prelude = CACHE_HINT_PRELUDE if row_cache_hints else None
     column = loads["column"]
     row_sum = row_sum_macro(T, row_threads, 1)
     inv_n = 1.0 / N
@@ -221,7 +219,7 @@ class FusedAddRMSNormFwdKernel(RowNormKernel):
         layout = self.layout(config)
         dtype = torch_dtype_to_tl(self.dtype)
         if isinstance(layout, RowLayout):
-            return _resident_program(self.N, dtype, self.eps, layout, LOAD_HINTS[config["load_hint"]])
+            return _resident_program(self.N, dtype, self.eps, layout, config["row_cache_hints"])
         return _streamed_program(self.N, dtype, self.eps, layout)
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:

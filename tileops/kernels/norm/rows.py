@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tupl
 
 import torch
 
-from tileops.kernels.cache_hints import hinted_load, takes_hint
+from tileops.kernels.cache_hints import vector_load
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
@@ -206,7 +206,7 @@ def resident_macros(T: Any, layout: RowLayout, M: Any, policy: Optional[str] = N
         for i in T.unroll(layout.per_thread):
             buf[i] = T.cast(0, buf.dtype)
 
-    hinted = takes_hint(policy, vector, dtype)
+    load = vector_load(T, policy, vector, dtype)
 
     @T.macro
     def load_row(src, buf, row, lane, base=0):
@@ -214,11 +214,7 @@ def resident_macros(T: Any, layout: RowLayout, M: Any, policy: Optional[str] = N
         zero(buf)
         if row < M:
             for j in T.unroll(full_vecs):
-                if hinted:
-                    hinted_load(T, policy, buf[j * vector], src[row, base + column(j, lane)])
-                else:
-                    for k in T.vectorized(vector):
-                        buf[j * vector + k] = src[row, base + column(j, lane) + k]
+                load(buf, j * vector, src, row, base + column(j, lane))
             if has_tail:
                 if column(full_vecs, lane) < N:
                     for k in T.vectorized(vector):

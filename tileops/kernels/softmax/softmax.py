@@ -61,7 +61,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST, hinted_load, takes_hint
+from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST, takes_hint, vector_load
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import access_alignment, direct_launcher, widest_access
 from tileops.kernels.sizes import (
@@ -632,17 +632,15 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     output = _output_value(T, variant, dtype)
     term = _backward_term(T, variant)
     R = T.dynamic("R")
-    hinted = takes_hint(EVICT_LAST if row_cache_hints else None, vector, dtype)
+    row_policy = EVICT_LAST if row_cache_hints else None
+    hinted = takes_hint(row_policy, vector, dtype)
+    load = vector_load(T, row_policy, vector, dtype)
 
     @T.macro
     def load_row(src, buf, row, lane):
         if row < R:
             for j in T.unroll(full_vecs):
-                if hinted:
-                    hinted_load(T, EVICT_LAST, buf[j * vector], src[row, (j * span + lane) * vector])
-                else:
-                    for k in T.vectorized(vector):
-                        buf[j * vector + k] = src[row, (j * span + lane) * vector + k]
+                load(buf, j * vector, src, row, (j * span + lane) * vector)
             if has_tail:
                 if (full_vecs * span + lane) * vector < N:
                     for k in T.vectorized(vector):
@@ -844,7 +842,7 @@ def _row_segment_macros(T: Any, N: int, vector: int, threads: int, unroll: int, 
     """
     chunk = threads * vector
     chunks = -(-N // chunk)
-    hinted = takes_hint(policy, vector, dtype)
+    load = vector_load(T, policy, vector, dtype)
 
     def valid(c0, u, last, tx):
         return T.And(c0 + u < last, (c0 + u) * chunk + tx * vector < N)
@@ -853,11 +851,7 @@ def _row_segment_macros(T: Any, N: int, vector: int, threads: int, unroll: int, 
     def load_step(src, buf, row, c0, last, tx):
         for u in T.unroll(unroll):
             if valid(c0, u, last, tx):
-                if hinted:
-                    hinted_load(T, policy, buf[u * vector], src[row, (c0 + u) * chunk + tx * vector])
-                else:
-                    for k in T.vectorized(vector):
-                        buf[u * vector + k] = src[row, (c0 + u) * chunk + tx * vector + k]
+                load(buf, u * vector, src, row, (c0 + u) * chunk + tx * vector)
 
     @T.macro
     def segment_bounds(bounds, seg, segments):
@@ -1116,17 +1110,13 @@ def _column_walk(T: Any, N: int, cvec: int, lanes: int, unroll: int, dtype: str,
         bounds[1] = T.min(bounds[0] + T.truncdiv(N + segments - 1, segments), N)
 
     def load_macro(policy: Optional[str]) -> Any:
-        hinted = takes_hint(policy, cvec, dtype)
+        load = vector_load(T, policy, cvec, dtype)
 
         @T.macro
         def load_step(src, buf, o, n0, last, i0, inner):
             for u in T.unroll(unroll):
                 if valid(n0 + u * lanes, last, i0, inner):
-                    if hinted:
-                        hinted_load(T, policy, buf[u * cvec], src[o, n0 + u * lanes, i0])
-                    else:
-                        for k in T.vectorized(cvec):
-                            buf[u * cvec + k] = src[o, n0 + u * lanes, i0 + k]
+                    load(buf, u * cvec, src, o, n0 + u * lanes, i0)
 
         return load_step
 
