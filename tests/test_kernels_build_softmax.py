@@ -134,9 +134,9 @@ def test_backward_columns_keep_the_axis_in_l2_for_the_second_read(outer: int, N:
     (LogSoftmaxBwdKernel, 65536, 1 << 10),  # a row cluster
 ], ids=str)
 def test_row_hints_mark_every_16_byte_row_load(kernel_cls, N: int, outer: int, tmp_path) -> None:
-    # Off by default, the programs load plainly; on, every whole 16-byte vector of each input
-    # carries evict_last, and a row's registers still hold it without spilling.
-    assert softmax_default_config(N, torch.bfloat16, kernel_cls.variant.backward)["row_cache_hints"] == 0
+    # On by default, every whole 16-byte vector of each input carries evict_last and a row's
+    # registers still hold it without spilling; off, the programs load plainly.
+    assert softmax_default_config(N, torch.bfloat16, kernel_cls.variant.backward)["row_cache_hints"] == 1
     for hints in (0, 1):
         kernel = kernel_cls(N, torch.bfloat16, config={"row_cache_hints": hints})
         (spec,) = kernel.program_specs(1, outer=outer)
