@@ -1,13 +1,20 @@
 """Cross-entropy forward + backward: tileops vs eager PyTorch vs torch.compile (time and peak memory).
 
-``python -m benchmarks.cross_entropy_timing [--rows 8192] [--classes 131072]`` prints a
+``python -m benchmarks.cross_entropy_timing [--rows 8192] [--classes 131072] [--hidden 0]`` prints a
 Markdown table: median milliseconds of one training step's loss (forward and backward,
 timed as ``make bench`` times) and the peak memory allocated during it beyond the inputs.
+
+By default the logits are a leaf tensor that each step gives a gradient.  With ``--hidden H``
+each step is a language-model head's: ``logits = hidden @ weight.T`` (``weight`` is
+``[classes, H]``), the loss, and the backward into ``hidden`` and ``weight``, so the logits'
+gradient is an intermediate as in training.  Only there can ``inplace_backward`` (the
+gradient written over the logits) save memory: a leaf's gradient is kept, and PyTorch copies
+a gradient that aliases a tensor still in use before keeping it.
 """
 
 import argparse
 import logging
-from typing import Callable, Dict
+from typing import Callable, Dict, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -19,46 +26,64 @@ logger = logging.getLogger(__name__)
 
 MIB = 1 << 20
 
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-def measure(backend: CudaBackend, step: Callable[[torch.Tensor], None], logits: torch.Tensor) -> Dict[str, float]:
+
+def measure(backend: CudaBackend, step: Callable[[], None], leaves: Tuple[torch.Tensor, ...]) -> Dict[str, float]:
     """Median ms of ``step`` (the harness's timing) and its peak memory beyond what was allocated before it."""
 
     def call() -> None:
-        step(logits)
-        logits.grad = None  # every step starts without a gradient, as in training
+        step()
+        for leaf in leaves:
+            leaf.grad = None  # every step starts without gradients, as in training
 
     return {"ms": backend.time_us([call]) / 1e3, "extra_mib": backend.peak_memory_bytes(call) / MIB}
+
+
+def losses(classes: int, dtype: torch.dtype) -> Dict[str, Loss]:
+    """Each variant's loss of ``(logits, target)``, the mean over kept rows."""
+    ops = {inplace: CrossEntropyFwdOp(V=classes, dtype=dtype, inplace_backward=inplace) for inplace in (False, True)}
+    return {
+        "tileops": lambda x, t: ops[False](x, t)[0],
+        "tileops, inplace_backward": lambda x, t: ops[True](x, t)[0],
+        "eager": F.cross_entropy,
+        "torch.compile": torch.compile(F.cross_entropy),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=8192)
     parser.add_argument("--classes", type=int, default=131072)
+    parser.add_argument("--hidden", type=int, default=0, help="H > 0: logits = hidden [rows, H] @ weight [classes, H].T")
     parser.add_argument("--rep-ms", type=float, default=150.0, help="timed repetitions per variant, in ms")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     rows, classes, dtype = args.rows, args.classes, torch.bfloat16
-    logits = torch.randn(rows, classes, device="cuda", dtype=dtype).requires_grad_()
     target = torch.randint(0, classes, (rows,), device="cuda")
     target[::7] = -100
-    op = CrossEntropyFwdOp(V=classes, dtype=dtype)
-    compiled = torch.compile(lambda x, t: F.cross_entropy(x, t))
+    if args.hidden:
+        hidden = torch.randn(rows, args.hidden, device="cuda", dtype=dtype).requires_grad_()
+        weight = (torch.randn(classes, args.hidden, device="cuda", dtype=dtype) / args.hidden ** 0.5).requires_grad_()
+        leaves: Tuple[torch.Tensor, ...] = (hidden, weight)
 
-    def ours(x: torch.Tensor) -> None:
-        op(x, target)[0].backward()
+        def logits() -> torch.Tensor:
+            return hidden @ weight.T
+    else:
+        leaf = torch.randn(rows, classes, device="cuda", dtype=dtype).requires_grad_()
+        leaves = (leaf,)
 
-    def eager(x: torch.Tensor) -> None:
-        F.cross_entropy(x, target).backward()
-
-    def inductor(x: torch.Tensor) -> None:
-        compiled(x, target).backward()
+        def logits() -> torch.Tensor:
+            return leaf
 
     backend = CudaBackend(settings=TimingSettings(rep_ms=args.rep_ms))
-    results = {name: measure(backend, fn, logits) for name, fn in
-               (("tileops", ours), ("eager", eager), ("torch.compile", inductor))}
-    moved = 3 * rows * classes * logits.element_size()  # logits read twice, gradient written once
-    logger.info("| %d x %d bfloat16, fwd+bwd | ms | GB/s (3 passes) | peak beyond inputs MiB | tileops speedup |",
-                rows, classes)
+    results = {}
+    for name, loss in losses(classes, dtype).items():
+        results[name] = measure(backend, lambda loss=loss: loss(logits(), target).backward(), leaves)
+    moved = 3 * rows * classes * dtype.itemsize  # logits read twice, gradient written once
+    what = f"lm head H={args.hidden}" if args.hidden else "fwd+bwd"
+    logger.info("| %d x %d bfloat16, %s | ms | GB/s (3 passes of the logits) | peak beyond inputs MiB | "
+                "tileops speedup |", rows, classes, what)
     logger.info("|---|---|---|---|---|")
     for name, r in results.items():
         speedup = r["ms"] / results["tileops"]["ms"]

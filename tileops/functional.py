@@ -151,12 +151,12 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = 'none') -> torch.Tensor:
     return result
 
 
-def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = 'mean') -> torch.Tensor:
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = 'mean', inplace_backward: bool = False) -> torch.Tensor:
     """CrossEntropy forward: loss_i = (1 - s) * (lse_i - logits[i, target_i]) + s * (lse_i - mean(logits[i])), 0 where target_i == ignore_index; reduced by none, sum or mean over kept rows. Functional form of ``CrossEntropyFwdOp``. Returns loss; lse (kept for the backward) comes from ``CrossEntropyFwdOp`` itself."""
     if torch.compiler.is_compiling():
-        result = torch.ops.tileops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, reduction, SHARED_INSTANCE)
+        result = torch.ops.tileops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, reduction, inplace_backward, SHARED_INSTANCE)
     else:
-        result = CrossEntropyFwdOp._shared_for(logits, target, ignore_index, label_smoothing, reduction).forward(logits, target)
+        result = CrossEntropyFwdOp._shared_for(logits, target, ignore_index, label_smoothing, reduction, inplace_backward).forward(logits, target)
     return result[0]
 
 

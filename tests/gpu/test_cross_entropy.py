@@ -243,3 +243,42 @@ def test_logits_sliced_from_a_padded_vocabulary_give_what_a_copy_gives(config, r
     assert not padded[:, :V].is_contiguous()
     for sliced, copied in zip(*results):
         assert torch.equal(sliced, copied)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("padded", [False, True], ids=["contiguous", "padded-vocabulary"])
+def test_inplace_backward_writes_the_gradient_over_the_logits_and_holds_one_tensor_less(reduction: str,
+                                                                                        padded: bool) -> None:
+    """A language-model head's step (logits = hidden @ weight.T, then the loss): with
+    ``inplace_backward`` the logits end up holding exactly the gradient the out-of-place backward
+    returns, the parameters' gradients are those of the out-of-place step, and (contiguous logits)
+    the backward's peak memory is at least one ``[N, V]`` gradient lower.  A padded vocabulary's
+    logits are a row slice, overwritten in place too; its slice backward allocates a full-width
+    gradient of its own, so there only the values are checked."""
+    V, dtype, rows, width = 32000, torch.bfloat16, 512, 256
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    hidden = torch.randn(rows, width, device="cuda", dtype=dtype, generator=generator)
+    weight = torch.randn(V + 64 if padded else V, width, device="cuda", dtype=dtype, generator=generator) / 16
+    target = torch.randint(0, V, (rows,), device="cuda", generator=generator)
+    target[::5] = -100
+    steps = {}
+    for inplace in (False, True):
+        fwd = CrossEntropyFwdOp.shared(V=V, dtype=dtype, reduction=reduction, inplace_backward=inplace)
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        logits = (h @ w.T)[:, :V]
+        if not inplace:
+            logits.retain_grad()
+        loss = fwd(logits, target)[0]
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        loss.backward(torch.full_like(loss, 0.75))
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+        steps[inplace] = (logits.grad if not inplace else logits.detach(), h.grad, w.grad, peak)
+    (gradient, *grads, peak), (overwritten, *inplace_grads, inplace_peak) = steps[False], steps[True]
+    assert torch.equal(overwritten, gradient)
+    for got, expected in zip(inplace_grads, grads):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    if not padded:
+        assert peak - inplace_peak >= rows * V * dtype.itemsize, (peak, inplace_peak)

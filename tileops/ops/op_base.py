@@ -335,6 +335,11 @@ class Op(torch.nn.Module):
     def reference(self, *inputs: Optional[torch.Tensor]) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.reference")
 
+    def _plain_backward(self, *tensors: Optional[torch.Tensor]) -> Any:
+        """The Bwd op on the tensors of an eager backward that records no graph and is not
+        traced (a family whose backward may reuse a saved tensor's memory overrides this)."""
+        return self.backward_op()._eager(*tensors)
+
     def _cached_backward_op(self, build: Callable[[], "Op"]) -> "Op":
         # A benign race: two threads may both build; either instance is equivalent.
         if self._backward_op is None:
@@ -591,7 +596,7 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
                  **{f"grad_{o}": g for o, g in zip(output_names, grads)}}
         tensors = [named[n] for n in backward.inputs]
         if _plain_eager_backward(tensors):
-            result = ctx.op.backward_op()._eager(*tensors)
+            result = ctx.op._plain_backward(*tensors)
         else:
             # The Bwd op is named by the forward's handle, never its own (see ``Op.from_handle``).
             result = ctx.op.backward_op()._library_call(*tensors, handle=ctx.handle)

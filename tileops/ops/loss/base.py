@@ -8,6 +8,15 @@ writes the gradient once, whatever the reduction: each row's coefficient is
 formed in the kernel from ``grad_loss``, the target and ``grad_lse``; a
 ``mean`` first counts the kept rows (one more, one-block launch).  Beside the
 gradient, a call allocates at most that one float32 count.
+
+A forward built with ``inplace_backward`` has its eager backward write the
+gradient over the logits and return the logits themselves: each element is
+read and then written by the same thread, so the program is the same one with
+its output aliased to its input, and a training step holds one ``[N, V]``
+tensor fewer.  The logits' version counter moves, so autograd refuses any other
+backward that saved them (and a second backward through this one) instead of
+reading the gradient as logits.  A traced graph never aliases: a custom op's
+output must be fresh memory, so there the backward is the out-of-place one.
 """
 
 import math
@@ -17,7 +26,7 @@ import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import aligned_rows, on_device
-from tileops.ops.op_base import Op
+from tileops.ops.op_base import KERNEL, Op
 
 __all__ = ["CrossEntropyFwdBase", "CrossEntropyBwdBase"]
 
@@ -49,6 +58,15 @@ class _CrossEntropyOp(Op):
 
 class CrossEntropyFwdBase(_CrossEntropyOp):
     """``(loss, lse)`` of logits ``[N, V]`` and targets ``[N]``."""
+
+    inplace_backward: bool
+
+    def _plain_backward(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
+                        target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+        backward = self.backward_op()
+        if self.inplace_backward:
+            return backward.into_logits(grad_loss, grad_lse, logits, target, lse)
+        return backward._eager(grad_loss, grad_lse, logits, target, lse)
 
     def _run_kernel(self, logits: torch.Tensor, target: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         rows = logits.shape[0]
@@ -85,9 +103,30 @@ class CrossEntropyBwdBase(_CrossEntropyOp):
     def _run_kernel(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
                     target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
         grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-        if grad_logits.numel() == 0:
-            return grad_logits
-        device = logits.device
+        if grad_logits.numel():
+            self._launch(grad_loss, grad_lse, aligned_rows(logits, self.V), target, lse, grad_logits)
+        return grad_logits
+
+    def into_logits(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
+                    target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+        """``grad_logits`` written over ``logits``, which are returned: the eager backward of a
+        forward built with ``inplace_backward`` (see the module docstring).  Logits the program
+        cannot read in place (a transposed view, say) get the gradient copied in, so the result
+        is the same on every path and device."""
+        rows = None
+        if logits.numel() and self._route(grad_loss, grad_lse, logits, target, lse) == KERNEL:
+            rows = aligned_rows(logits, self.V)
+        if rows is not None and rows.data_ptr() == logits.data_ptr():
+            self._launch(grad_loss, grad_lse, rows, target, lse, rows)
+            torch.autograd.graph.increment_version(logits)
+        else:
+            logits.copy_(self._eager(grad_loss, grad_lse, logits, target, lse))
+        return logits
+
+    def _launch(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logit_rows: torch.Tensor,
+                target: torch.Tensor, lse: torch.Tensor, grad_rows: torch.Tensor) -> None:
+        """The gradient of the non-empty ``logit_rows`` into ``grad_rows`` (which may be them)."""
+        device = logit_rows.device
         target = target.contiguous()
         lse = lse.contiguous()
         mean = self.reduction == "mean"
@@ -99,7 +138,6 @@ class CrossEntropyBwdBase(_CrossEntropyOp):
             kernel = self._device_kernel(device)
             if mean:
                 kernel.kept_rows(target, kept)
-            kernel.forward(aligned_rows(logits, self.V), target, lse, grad_loss.contiguous().reshape(-1),
-                           lse if grad_lse is None else grad_lse.contiguous(), kept, grad_logits,
+            kernel.forward(logit_rows, target, lse, grad_loss.contiguous().reshape(-1),
+                           lse if grad_lse is None else grad_lse.contiguous(), kept, grad_rows,
                            per_row=self.reduction == "none", has_grad_lse=grad_lse is not None, mean=mean)
-        return grad_logits

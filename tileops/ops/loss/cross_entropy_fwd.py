@@ -29,6 +29,7 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
         ignore_index: Target value whose rows add no loss and get no gradient. Default: -100.
         label_smoothing: Weight s of the uniform distribution mixed into the target. Default: 0.0.
         reduction: none: per-row losses; sum; mean over rows whose target is not ignore_index. One of ['none', 'mean', 'sum']. Default: 'mean'.
+        inplace_backward: An eager backward writes the logits' gradient into the logits' own memory and returns it there, so a step holds one [N, V] tensor fewer; the logits then hold the gradient, and any other use of them that autograd saved fails loudly. A traced graph (torch.compile) computes out of place. Default: False.
         kernel_map: Overrides of entries of default_kernel_map.
         tune: Autotune kernel configs on first use instead of using heuristics.
 
@@ -55,6 +56,7 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
         ignore_index: int = -100,
         label_smoothing: float = 0.0,
         reduction: str = 'mean',
+        inplace_backward: bool = False,
         kernel_map: Optional[Dict[str, Type[Kernel]]] = None,
         tune: bool = False,
     ) -> None:
@@ -64,9 +66,10 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
         self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
         self.reduction = reduction
+        self.inplace_backward = inplace_backward
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
-        self._check_params({"ignore_index": "int", "label_smoothing": "float", "reduction": "str"})
+        self._check_params({"ignore_index": "int", "label_smoothing": "float", "reduction": "str", "inplace_backward": "bool"})
         self._check_choice("reduction", reduction, ('none', 'mean', 'sum'))
         self.dispatch_kernel(kernel_map)
 
@@ -115,13 +118,13 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
     def _library_call(self, logits: torch.Tensor, target: torch.Tensor, *, handle: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
-        return torch.ops.tileops.cross_entropy_fwd(logits, target, self.ignore_index, self.label_smoothing, self.reduction, self._graph_handle if handle is None else handle)
+        return torch.ops.tileops.cross_entropy_fwd(logits, target, self.ignore_index, self.label_smoothing, self.reduction, self.inplace_backward, self._graph_handle if handle is None else handle)
 
     @classmethod
-    def _shared_for(cls, logits, target, ignore_index, label_smoothing, reduction) -> "CrossEntropyFwdOp":
+    def _shared_for(cls, logits, target, ignore_index, label_smoothing, reduction, inplace_backward) -> "CrossEntropyFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(V=int(rules.axis_size(logits.shape, 1)), dtype=logits.dtype, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction)
+            return cls.shared(V=int(rules.axis_size(logits.shape, 1)), dtype=logits.dtype, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction, inplace_backward=inplace_backward)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"logits": logits, "target": target})
             raise
@@ -163,9 +166,9 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
 register_library_op(
     CrossEntropyFwdOp,
     "tileops::cross_entropy_fwd",
-    "(Tensor logits, Tensor target, int ignore_index, float label_smoothing, str reduction, int handle) -> (Tensor, Tensor)",
+    "(Tensor logits, Tensor target, int ignore_index, float label_smoothing, str reduction, bool inplace_backward, int handle) -> (Tensor, Tensor)",
     inputs=("logits", "target"),
-    params=("ignore_index", "label_smoothing", "reduction"),
+    params=("ignore_index", "label_smoothing", "reduction", "inplace_backward"),
     outputs=("loss", "lse"),
     backward=BackwardWiring(
         saves=("logits", "target", "lse"),

@@ -1,0 +1,191 @@
+"""Cross-entropy's ``inplace_backward`` on the CPU: the gradient lands in the logits' memory,
+autograd refuses whatever else saved the logits, and traced graphs stay out of place.
+
+The kernel path runs with a stand-in for the backward program that, like the program,
+reads each element before writing it; the reference path runs as it is."""
+
+from typing import Any, Callable, List, Tuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tileops import functional as tf
+from tileops.ops import CrossEntropyFwdOp
+from tileops.ops.op_base import KERNEL
+
+V, ROWS, HIDDEN = 33, 6, 8
+REDUCTIONS = ("none", "mean", "sum")
+
+
+class _BackwardStandIn:
+    """The backward program's arithmetic with torch, recording where it read and wrote."""
+
+    def __init__(self, op: Any) -> None:
+        self.op = op
+        self.launches: List[Tuple[int, int]] = []
+
+    def kept_rows(self, target: torch.Tensor, out: torch.Tensor) -> None:
+        out.fill_(float((target != self.op.ignore_index).sum()))
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, grad_loss: torch.Tensor,
+                grad_lse: torch.Tensor, kept: torch.Tensor, grad: torch.Tensor, *, per_row: bool,
+                has_grad_lse: bool, mean: bool) -> None:
+        self.launches.append((logits.data_ptr(), grad.data_ptr()))
+        kept_rows = target != self.op.ignore_index
+        scale = (grad_loss if per_row else grad_loss.expand(target.shape)).float() / (kept[0] if mean else 1)
+        scale = torch.where(kept_rows, scale, 0.0)
+        softmax = torch.exp(logits.float() - lse[:, None])
+        onehot = F.one_hot(torch.where(kept_rows, target, 0), self.op.V).float()
+        smoothing = self.op.label_smoothing
+        value = (scale + (grad_lse if has_grad_lse else 0))[:, None] * softmax
+        grad.copy_(value - scale[:, None] * ((1 - smoothing) * onehot + smoothing / self.op.V))
+
+
+def _on_stand_in(fwd: CrossEntropyFwdOp) -> _BackwardStandIn:
+    """Route ``fwd``'s backward op through the kernel path, with the stand-in as its kernel."""
+    bwd = fwd.backward_op()
+    stand_in = _BackwardStandIn(bwd)
+    bwd._route = lambda *tensors: KERNEL
+    bwd._device_kernel = lambda device: stand_in
+    return stand_in
+
+
+def _lm_head_step(fwd: Callable[..., Any], seed: int, **kwargs: Any) -> Tuple[torch.Tensor, ...]:
+    """A language-model head's loss step: logits = hidden @ weight.T, then the loss and its
+    backward. Returns the logits (as left after the step) and both parameters' gradients."""
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(ROWS, HIDDEN, generator=generator, requires_grad=True)
+    weight = torch.randn(V, HIDDEN, generator=generator, requires_grad=True)
+    target = torch.randint(0, V, (ROWS,), generator=generator)
+    target[::3] = -100
+    logits = hidden @ weight.T
+    loss = fwd(logits, target, **kwargs)
+    loss.backward(torch.linspace(0.5, 1.5, loss.numel()).reshape(loss.shape))
+    return logits.detach(), hidden.grad, weight.grad
+
+
+def _expected_gradient(seed: int, reduction: str, label_smoothing: float) -> torch.Tensor:
+    """The logits' gradient of the same step through PyTorch's own loss."""
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(ROWS, HIDDEN, generator=generator)
+    weight = torch.randn(V, HIDDEN, generator=generator)
+    target = torch.randint(0, V, (ROWS,), generator=generator)
+    target[::3] = -100
+    logits = (hidden @ weight.T).requires_grad_()
+    loss = F.cross_entropy(logits, target, reduction=reduction, label_smoothing=label_smoothing)
+    loss.backward(torch.linspace(0.5, 1.5, loss.numel()).reshape(loss.shape))
+    return logits.grad
+
+
+@pytest.mark.parametrize("kernel_path", [False, True], ids=["reference", "kernel"])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_the_gradient_lands_in_the_logits_and_the_parameters_train_as_before(kernel_path: bool,
+                                                                             reduction: str) -> None:
+    ops = {inplace: CrossEntropyFwdOp(V=V, dtype=torch.float32, reduction=reduction, label_smoothing=0.1,
+                                      inplace_backward=inplace) for inplace in (False, True)}
+    stand_ins = {inplace: _on_stand_in(op) for inplace, op in ops.items()} if kernel_path else {}
+
+    def loss_of(op: CrossEntropyFwdOp) -> Callable[..., torch.Tensor]:
+        return lambda logits, target: op(logits, target)[0]
+
+    kept_logits, *kept_grads = _lm_head_step(loss_of(ops[False]), seed=1)
+    overwritten, *grads = _lm_head_step(loss_of(ops[True]), seed=1)
+    for got, expected in zip(grads, kept_grads):
+        torch.testing.assert_close(got, expected)
+    expected_gradient = _expected_gradient(1, reduction, 0.1)
+    torch.testing.assert_close(overwritten, expected_gradient)
+    assert not torch.allclose(kept_logits, expected_gradient)  # out of place, the logits stay
+    if kernel_path:
+        # Out of place the program writes elsewhere; in place it writes over what it reads.
+        (read, written), = stand_ins[False].launches
+        assert read != written
+        (read, written), = stand_ins[True].launches
+        assert read == written
+
+
+def test_the_functional_form_takes_the_option() -> None:
+    _, *kept_grads = _lm_head_step(tf.cross_entropy, seed=2)
+    overwritten, *grads = _lm_head_step(tf.cross_entropy, seed=2, inplace_backward=True)
+    for got, expected in zip(grads, kept_grads):
+        torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(overwritten, _expected_gradient(2, "mean", 0.0))
+
+
+@pytest.mark.parametrize("kernel_path", [False, True], ids=["reference", "kernel"])
+def test_another_backward_that_saved_the_logits_fails_loudly(kernel_path: bool) -> None:
+    op = CrossEntropyFwdOp(V=V, dtype=torch.float32, inplace_backward=True)
+    if kernel_path:
+        _on_stand_in(op)
+    z = torch.randn(ROWS, V, requires_grad=True)
+    logits = z * 2
+    target = torch.randint(0, V, (ROWS,))
+    # sin saves its input. Recorded before the loss, its backward runs after the loss's
+    # (autograd runs the later of two ready nodes first), when the logits hold the gradient.
+    aux = logits.sin().sum()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        (op(logits, target)[0] + aux).backward()
+
+
+def test_a_backward_that_read_the_logits_before_they_were_overwritten_is_right() -> None:
+    op = CrossEntropyFwdOp(V=V, dtype=torch.float32, inplace_backward=True)
+    z = torch.randn(ROWS, V, requires_grad=True)
+    target = torch.randint(0, V, (ROWS,))
+    logits = z * 2
+    before = logits.detach().clone()
+    # Recorded after the loss, sin's backward reads the logits before the loss's overwrites them.
+    (op(logits, target)[0] + logits.sin().sum()).backward()
+    torch.testing.assert_close(z.grad, 2 * (_grad_of_mean_loss(before, target) + before.cos()))
+
+
+def test_a_second_backward_through_the_loss_fails_loudly() -> None:
+    op = CrossEntropyFwdOp(V=V, dtype=torch.float32, inplace_backward=True)
+    logits = torch.randn(ROWS, V).mul(2).requires_grad_()
+    loss = op(logits, torch.randint(0, V, (ROWS,)))[0]
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_logits_the_program_cannot_overwrite_in_place_get_the_gradient_copied_in() -> None:
+    op = CrossEntropyFwdOp(V=V, dtype=torch.float32, inplace_backward=True)
+    stand_in = _on_stand_in(op)
+    z = torch.randn(V, ROWS, requires_grad=True)
+    logits = (z * 1).T  # a transposed view: the program reads a contiguous copy
+    target = torch.randint(0, V, (ROWS,))
+    expected = _grad_of_mean_loss(logits.detach().clone(), target)
+    op(logits, target)[0].backward()
+    (read, written), = stand_in.launches
+    assert read != logits.data_ptr() and written != logits.data_ptr()
+    torch.testing.assert_close(logits.detach(), expected)
+    torch.testing.assert_close(z.grad, expected.T * 1)
+
+
+def test_a_traced_graph_computes_out_of_place() -> None:
+    op = CrossEntropyFwdOp(V=V, dtype=torch.float32, inplace_backward=True)
+    z = torch.randn(ROWS, V, requires_grad=True)
+    target = torch.randint(0, V, (ROWS,))
+
+    def step(z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        logits = z * 2
+        return op(logits, target)[0], logits
+
+    loss, logits = torch.compile(step, fullgraph=True, backend="aot_eager")(z)
+    before = logits.detach().clone()
+    loss.backward()
+    torch.testing.assert_close(logits.detach(), before)
+    torch.testing.assert_close(z.grad, 2 * _grad_of_mean_loss(before, target))
+
+
+def test_a_double_backward_computes_out_of_place() -> None:
+    op = CrossEntropyFwdOp(V=V, dtype=torch.float32, inplace_backward=True)
+    logits = torch.randn(ROWS, V).requires_grad_()
+    target = torch.randint(0, V, (ROWS,))
+    before = logits.detach().clone()
+    (grad,) = torch.autograd.grad(op(logits, target)[0], logits, create_graph=True)
+    torch.testing.assert_close(logits.detach(), before)
+    torch.testing.assert_close(grad, _grad_of_mean_loss(before, target))
+
+
+def _grad_of_mean_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return torch.func.grad(lambda x: F.cross_entropy(x, target))(logits)
