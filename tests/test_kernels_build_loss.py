@@ -6,6 +6,8 @@ so only the first run pays ~2 s per program.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -31,6 +33,22 @@ def test_builds_for_sm90(kernel_cls, V: int, dtype: torch.dtype, label_smoothing
     small = {f"small{ {'mean': mean} }" for mean in (False, True)} if kernel_cls is CrossEntropyFwdKernel else set()
     assert set(built) == main | {f"batch{dict(flags)}" for flags in kernel_cls.batch_flags} | small
     assert len(built) == {CrossEntropyFwdKernel: 5, CrossEntropyBwdKernel: 7}[kernel_cls]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("V, dtype", [(131072, torch.bfloat16), (4097, torch.float16), (3, torch.float32)])
+def test_bwd_programs_read_all_their_logits_before_writing_a_gradient(V: int, dtype: torch.dtype) -> None:
+    """``inplace_backward`` hands the program the logits as its output too: each thread must read
+    its logits before it writes any gradient (and only where it read), as the programs do."""
+    kernel = CrossEntropyBwdKernel(V, dtype, ignore_index=-100, label_smoothing=0.1)
+    built = kernel.build_all_for_sm90()
+    for flags in kernel.main_flags:
+        source = built[f"main{dict(flags)}"].get_kernel_source()
+        body = source[source.index("{", source.index("extern \"C\" __global__")):]
+        reads = [m.start() for m in re.finditer(r"\bX\[|\(X \+", body)]
+        writes = [m.start() for m in re.finditer(r"\bG\[|\(G \+", body)]
+        assert reads and writes, flags
+        assert max(reads) < min(writes), flags
 
 
 @pytest.mark.parametrize("V, dtype, expected", [
