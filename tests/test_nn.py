@@ -160,3 +160,36 @@ def test_layers_follow_the_input_dtype_under_autocast() -> None:
     assert h.dtype == torch.bfloat16 and y.dtype == torch.bfloat16
     expected = torch.nn.functional.rms_norm(h.float(), (16,), norm.weight, torch.finfo(torch.bfloat16).eps)
     torch.testing.assert_close(y.float(), expected, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("shape", [(6, 11), (11,), (3, 11, 4), (2, 11, 3, 2)], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_loss_is_a_drop_in_for_class_indices(shape, reduction: str) -> None:
+    theirs = torch.nn.CrossEntropyLoss(ignore_index=2, reduction=reduction, label_smoothing=0.1)
+    ours = tnn.CrossEntropyLoss(ignore_index=2, reduction=reduction, label_smoothing=0.1)
+    logits = torch.randn(shape, requires_grad=True)
+    target_shape = shape[:1] + shape[2:] if len(shape) > 1 else ()
+    target = torch.randint(0, shape[1] if len(shape) > 1 else shape[0], target_shape)
+    got, expected = ours(logits, target), theirs(logits, target)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected)
+    grad = torch.randn(expected.shape)
+    torch.testing.assert_close(torch.autograd.grad(got, logits, grad), torch.autograd.grad(expected, logits, grad))
+
+
+def test_cross_entropy_loss_passes_inplace_backward_on() -> None:
+    hidden = torch.randn(5, 4, requires_grad=True)
+    weight = torch.randn(9, 4, requires_grad=True)
+    target = torch.randint(0, 9, (5,))
+    logits = hidden @ weight.T
+    expected = torch.func.grad(lambda x: torch.nn.functional.cross_entropy(x, target))(logits.detach())
+    tnn.CrossEntropyLoss(inplace_backward=True)(logits, target).backward()
+    torch.testing.assert_close(logits.detach(), expected)
+    torch.testing.assert_close(hidden.grad, expected @ weight.detach())
+
+
+def test_cross_entropy_loss_refuses_what_it_does_not_support() -> None:
+    with pytest.raises(ValueError, match="class weights"):
+        tnn.CrossEntropyLoss(weight=torch.ones(3))
+    with pytest.raises(ValueError, match="target"):
+        tnn.CrossEntropyLoss()(torch.randn(4, 3), torch.rand(4, 3))  # probabilities

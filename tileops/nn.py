@@ -6,7 +6,8 @@ same result; on CUDA they run TileLang kernels, elsewhere the PyTorch reference.
 ``RMSNorm`` also takes the residual stream, as inference engines' norms do:
 ``norm(x, residual)`` returns ``(norm(x + residual), x + residual)`` in one fused op.
 ``GatedMLP`` replaces a Llama-style MLP (``gate_proj``, ``up_proj``, ``down_proj``, SiLU
-or GELU) and keeps its projections.  ``swap_modules`` replaces matching layers of an
+or GELU) and keeps its projections.  ``CrossEntropyLoss`` is ``torch.nn.CrossEntropyLoss``
+for class-index targets, with cross-entropy's ``inplace_backward`` as an option.  ``swap_modules`` replaces matching layers of an
 existing model in place, reusing their parameters, so an optimizer built before the swap
 keeps working.
 
@@ -26,7 +27,7 @@ import torch
 
 from tileops import functional
 
-__all__ = ["RMSNorm", "LayerNorm", "GatedMLP", "swap_modules", "SWAPS"]
+__all__ = ["RMSNorm", "LayerNorm", "GatedMLP", "CrossEntropyLoss", "swap_modules", "SWAPS"]
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +160,41 @@ class GatedMLP(torch.nn.Module):
     def from_module(cls, module: torch.nn.Module) -> "GatedMLP":
         """A ``GatedMLP`` sharing a Llama-style MLP's projections."""
         return cls(module.gate_proj, module.up_proj, module.down_proj, _activation_name(module))
+
+
+class CrossEntropyLoss(torch.nn.Module):
+    """``torch.nn.CrossEntropyLoss`` for class-index targets, computed by
+    ``tileops.functional.cross_entropy``.
+
+    Takes logits ``[N, C]``, ``[C]`` (one sample) or ``[N, C, d1, ...]`` (classes on axis 1)
+    with int64 targets shaped like the logits without their class axis, and returns what
+    PyTorch's loss returns.  Logits with trailing axes are moved to ``[N * d1 * ..., C]``
+    first (a copy, which an ``inplace_backward`` then overwrites instead of the logits).
+    Class weights and probability targets are not supported.  ``inplace_backward`` (see
+    ``CrossEntropyFwdOp``): an eager backward writes the gradient over the logits.
+    """
+
+    def __init__(self, weight: Optional[torch.Tensor] = None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0, inplace_backward: bool = False) -> None:
+        super().__init__()
+        if weight is not None:
+            raise ValueError("CrossEntropyLoss: class weights are not supported, got a weight tensor")
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+        self.label_smoothing = label_smoothing
+        self.inplace_backward = inplace_backward
+
+    def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if logits.ndim == 1:  # one sample: PyTorch's loss of it is a scalar for every reduction
+            return self(logits.unsqueeze(0), target.unsqueeze(0)).reshape(())
+        rows = logits if logits.ndim == 2 else logits.movedim(1, -1).reshape(-1, logits.shape[1])
+        loss = functional.cross_entropy(rows, target.reshape(-1), self.ignore_index, self.label_smoothing,
+                                        self.reduction, self.inplace_backward)
+        return loss.reshape(target.shape) if self.reduction == "none" else loss
+
+    def extra_repr(self) -> str:
+        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+                f"label_smoothing={self.label_smoothing}, inplace_backward={self.inplace_backward}")
 
 
 def _bias_or_zeros(linear: torch.nn.Linear) -> torch.Tensor:
