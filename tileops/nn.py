@@ -7,9 +7,9 @@ same result; on CUDA they run TileLang kernels, elsewhere the PyTorch reference.
 ``norm(x, residual)`` returns ``(norm(x + residual), x + residual)`` in one fused op.
 ``GatedMLP`` replaces a Llama-style MLP (``gate_proj``, ``up_proj``, ``down_proj``, SiLU
 or GELU) and keeps its projections.  ``CrossEntropyLoss`` is ``torch.nn.CrossEntropyLoss``
-for class-index targets, with cross-entropy's ``inplace_backward`` as an option.  ``swap_modules`` replaces matching layers of an
-existing model in place, reusing their parameters, so an optimizer built before the swap
-keeps working.
+for class-index targets, with cross-entropy's ``inplace_backward`` as an option.
+``swap_modules`` replaces matching layers of an existing model in place, reusing their
+parameters, so an optimizer built before the swap keeps working.
 
 Autocast: tileops ops run in the dtype of their input (they are not on autocast's
 lists); under ``torch.autocast`` a norm receives whatever dtype the preceding op

@@ -111,16 +111,18 @@ class CrossEntropyBwdBase(_CrossEntropyOp):
                     target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
         """``grad_logits`` written over ``logits``, which are returned: the eager backward of a
         forward built with ``inplace_backward`` (see the module docstring).  Logits the program
-        cannot read in place (a transposed view, say) get the gradient copied in, so the result
-        is the same on every path and device."""
-        rows = None
-        if logits.numel() and self._route(grad_loss, grad_lse, logits, target, lse) == KERNEL:
-            rows = aligned_rows(logits, self.V)
-        if rows is not None and rows.data_ptr() == logits.data_ptr():
-            self._launch(grad_loss, grad_lse, rows, target, lse, rows)
-            torch.autograd.graph.increment_version(logits)
+        cannot read in place (a transposed view, say) are read from a copy, which takes the
+        gradient in place and is copied back, so the result is the same on every path and device."""
+        if self._route(grad_loss, grad_lse, logits, target, lse) != KERNEL:
+            return logits.copy_(self._reference_in_float32(grad_loss, grad_lse, logits, target, lse))
+        if not logits.numel():
+            return logits
+        rows = aligned_rows(logits, self.V)
+        self._launch(grad_loss, grad_lse, rows, target, lse, rows)
+        if rows.data_ptr() == logits.data_ptr():
+            torch.autograd.graph.increment_version(logits)  # copy_ below moves it itself
         else:
-            logits.copy_(self._eager(grad_loss, grad_lse, logits, target, lse))
+            logits.copy_(rows)
         return logits
 
     def _launch(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logit_rows: torch.Tensor,
