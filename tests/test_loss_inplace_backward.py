@@ -189,3 +189,26 @@ def test_a_double_backward_computes_out_of_place() -> None:
 
 def _grad_of_mean_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.func.grad(lambda x: F.cross_entropy(x, target))(logits)
+
+
+@pytest.mark.parametrize("wrapping", ["save_on_cpu", "checkpoint"])
+def test_saved_tensor_hooks_and_checkpointing_give_the_same_gradients(wrapping: str) -> None:
+    """Offloaded or recomputed logits reach the backward as new tensors: the gradient is
+    written over those, and the parameters' gradients are those of the out-of-place loss."""
+    op = CrossEntropyFwdOp(V=V, dtype=torch.float32, inplace_backward=True)
+    hidden = torch.randn(ROWS, HIDDEN, requires_grad=True)
+    weight = torch.randn(V, HIDDEN, requires_grad=True)
+    target = torch.randint(0, V, (ROWS,))
+
+    def head_loss(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return op(h @ w.T, target)[0]
+
+    if wrapping == "save_on_cpu":
+        with torch.autograd.graph.save_on_cpu():
+            loss = head_loss(hidden, weight)
+    else:
+        loss = torch.utils.checkpoint.checkpoint(head_loss, hidden, weight, use_reentrant=False)
+    got = torch.autograd.grad(loss, (hidden, weight))
+    expected = torch.autograd.grad(F.cross_entropy(hidden @ weight.T, target), (hidden, weight))
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
