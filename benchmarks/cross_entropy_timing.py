@@ -14,7 +14,7 @@ a gradient that aliases a tensor still in use before keeping it.
 
 import argparse
 import logging
-from typing import Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +29,7 @@ MIB = 1 << 20
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def measure(backend: CudaBackend, step: Callable[[], None], leaves: Tuple[torch.Tensor, ...]) -> Dict[str, float]:
+def measure(backend: Any, step: Callable[[], None], leaves: Tuple[torch.Tensor, ...]) -> Dict[str, float]:
     """Median ms of ``step`` (the harness's timing) and its peak memory beyond what was allocated before it."""
 
     def call() -> None:
@@ -40,15 +40,39 @@ def measure(backend: CudaBackend, step: Callable[[], None], leaves: Tuple[torch.
     return {"ms": backend.time_us([call]) / 1e3, "extra_mib": backend.peak_memory_bytes(call) / MIB}
 
 
-def losses(classes: int, dtype: torch.dtype) -> Dict[str, Loss]:
+def losses(classes: int, dtype: torch.dtype, compiler: Callable[[Loss], Loss] = torch.compile) -> Dict[str, Loss]:
     """Each variant's loss of ``(logits, target)``, the mean over kept rows."""
     ops = {inplace: CrossEntropyFwdOp(V=classes, dtype=dtype, inplace_backward=inplace) for inplace in (False, True)}
     return {
         "tileops": lambda x, t: ops[False](x, t)[0],
         "tileops, inplace_backward": lambda x, t: ops[True](x, t)[0],
         "eager": F.cross_entropy,
-        "torch.compile": torch.compile(F.cross_entropy),
+        "torch.compile": compiler(F.cross_entropy),
     }
+
+
+def run(backend: Any, rows: int, classes: int, hidden: int = 0, device: str = "cuda",
+        compiler: Callable[[Loss], Loss] = torch.compile) -> Dict[str, Dict[str, float]]:
+    """Every variant's ``measure`` of a bf16 loss step (see the module docstring for ``hidden``)."""
+    dtype = torch.bfloat16
+    target = torch.randint(0, classes, (rows,), device=device)
+    target[::7] = -100
+    if hidden:
+        features = torch.randn(rows, hidden, device=device, dtype=dtype).requires_grad_()
+        weight = (torch.randn(classes, hidden, device=device, dtype=dtype) / hidden ** 0.5).requires_grad_()
+        leaves: Tuple[torch.Tensor, ...] = (features, weight)
+
+        def logits() -> torch.Tensor:
+            return features @ weight.T
+    else:
+        leaf = torch.randn(rows, classes, device=device, dtype=dtype).requires_grad_()
+        leaves = (leaf,)
+
+        def logits() -> torch.Tensor:
+            return leaf
+
+    return {name: measure(backend, lambda loss=loss: loss(logits(), target).backward(), leaves)
+            for name, loss in losses(classes, dtype, compiler).items()}
 
 
 def main() -> None:
@@ -59,31 +83,12 @@ def main() -> None:
     parser.add_argument("--rep-ms", type=float, default=150.0, help="timed repetitions per variant, in ms")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    rows, classes, dtype = args.rows, args.classes, torch.bfloat16
-    target = torch.randint(0, classes, (rows,), device="cuda")
-    target[::7] = -100
-    if args.hidden:
-        hidden = torch.randn(rows, args.hidden, device="cuda", dtype=dtype).requires_grad_()
-        weight = (torch.randn(classes, args.hidden, device="cuda", dtype=dtype) / args.hidden ** 0.5).requires_grad_()
-        leaves: Tuple[torch.Tensor, ...] = (hidden, weight)
-
-        def logits() -> torch.Tensor:
-            return hidden @ weight.T
-    else:
-        leaf = torch.randn(rows, classes, device="cuda", dtype=dtype).requires_grad_()
-        leaves = (leaf,)
-
-        def logits() -> torch.Tensor:
-            return leaf
-
     backend = CudaBackend(settings=TimingSettings(rep_ms=args.rep_ms))
-    results = {}
-    for name, loss in losses(classes, dtype).items():
-        results[name] = measure(backend, lambda loss=loss: loss(logits(), target).backward(), leaves)
-    moved = 3 * rows * classes * dtype.itemsize  # logits read twice, gradient written once
+    results = run(backend, args.rows, args.classes, args.hidden)
+    moved = 3 * args.rows * args.classes * torch.bfloat16.itemsize  # logits read twice, gradient written once
     what = f"lm head H={args.hidden}" if args.hidden else "fwd+bwd"
     logger.info("| %d x %d bfloat16, %s | ms | GB/s (3 passes of the logits) | peak beyond inputs MiB | "
-                "tileops speedup |", rows, classes, what)
+                "tileops speedup |", args.rows, args.classes, what)
     logger.info("|---|---|---|---|---|")
     for name, r in results.items():
         speedup = r["ms"] / results["tileops"]["ms"]
