@@ -7,9 +7,9 @@ timed as ``make bench`` times) and the peak memory allocated during it beyond th
 By default the logits are a leaf tensor that each step gives a gradient.  With ``--hidden H``
 each step is a language-model head's: ``logits = hidden @ weight.T`` (``weight`` is
 ``[classes, H]``), the loss, and the backward into ``hidden`` and ``weight``, so the logits'
-gradient is an intermediate as in training.  Only there can ``inplace_backward`` (the
-gradient written over the logits) save memory: a leaf's gradient is kept, and PyTorch copies
-a gradient that aliases a tensor still in use before keeping it.
+gradient is an intermediate as in training.  The ``inplace_backward`` variant writes the
+gradient over the logits: the leaf's ``.grad`` is then the logits' own memory, and the lm
+head's backward reads it from there.
 """
 
 import argparse

@@ -104,6 +104,19 @@ def test_the_gradient_lands_in_the_logits_and_the_parameters_train_as_before(ker
         assert read == written
 
 
+@pytest.mark.parametrize("kernel_path", [False, True], ids=["reference", "kernel"])
+def test_a_leaf_keeps_the_gradient_in_its_own_memory(kernel_path: bool) -> None:
+    op = CrossEntropyFwdOp(V=V, dtype=torch.float32, reduction="sum", inplace_backward=True)
+    if kernel_path:
+        _on_stand_in(op)
+    logits = torch.randn(ROWS, V, requires_grad=True)
+    target = torch.randint(0, V, (ROWS,))
+    expected = torch.func.grad(lambda x: F.cross_entropy(x, target, reduction="sum"))(logits.detach().clone())
+    op(logits, target)[0].backward()
+    assert logits.grad.data_ptr() == logits.data_ptr()  # kept as it came, not copied
+    torch.testing.assert_close(logits.grad, expected)
+
+
 def test_the_functional_form_takes_the_option() -> None:
     _, *kept_grads = _lm_head_step(tf.cross_entropy, seed=2)
     overwritten, *grads = _lm_head_step(tf.cross_entropy, seed=2, inplace_backward=True)

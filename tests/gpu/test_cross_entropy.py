@@ -282,3 +282,24 @@ def test_inplace_backward_writes_the_gradient_over_the_logits_and_holds_one_tens
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
     if not padded:
         assert peak - inplace_peak >= rows * V * dtype.itemsize, (peak, inplace_peak)
+
+
+def test_inplace_backward_leaves_a_leaf_its_gradient_in_its_own_memory() -> None:
+    """Logits that are a leaf get as ``.grad`` the out-of-place gradient, bitwise, in the logits'
+    own memory: the backward allocates no ``[N, V]`` tensor."""
+    V, dtype, rows = 32000, torch.bfloat16, 512
+    logits, target = _inputs(V, dtype, -100, rows, seed=9)
+    gradients = {}
+    for inplace in (False, True):
+        fwd = CrossEntropyFwdOp.shared(V=V, dtype=dtype, inplace_backward=inplace)
+        leaf = logits.clone().requires_grad_()
+        loss = fwd(leaf, target)[0]
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        loss.backward()
+        torch.cuda.synchronize()
+        gradients[inplace] = (leaf.grad, torch.cuda.max_memory_allocated() - before, leaf.data_ptr())
+    (expected, peak, _), (got, inplace_peak, address) = gradients[False], gradients[True]
+    assert torch.equal(got, expected) and got.data_ptr() == address
+    assert peak >= rows * V * dtype.itemsize > inplace_peak

@@ -109,21 +109,30 @@ class CrossEntropyBwdBase(_CrossEntropyOp):
 
     def into_logits(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
                     target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
-        """``grad_logits`` written over ``logits``, which are returned: the eager backward of a
-        forward built with ``inplace_backward`` (see the module docstring).  Logits the program
-        cannot read in place (a transposed view, say) are read from a copy, which takes the
-        gradient in place and is copied back, so the result is the same on every path and device."""
+        """``grad_logits`` written over ``logits`` and returned in their memory: the eager backward
+        of a forward built with ``inplace_backward`` (see the module docstring).
+
+        The result is a new tensor object over that memory, not ``logits`` itself: autograd
+        copies a gradient it finds referenced elsewhere before keeping it as a leaf's ``.grad``,
+        and keeps this one as it is.  Logits the program cannot read in place (a transposed
+        view, say) are read from a copy, which takes the gradient in place and is copied back,
+        so the result is the same on every path and device."""
+        self._overwrite(grad_loss, grad_lse, logits, target, lse)
+        return logits.detach()
+
+    def _overwrite(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
+                   target: torch.Tensor, lse: torch.Tensor) -> None:
         if self._route(grad_loss, grad_lse, logits, target, lse) != KERNEL:
-            return logits.copy_(self._reference_in_float32(grad_loss, grad_lse, logits, target, lse))
+            logits.copy_(self._reference_in_float32(grad_loss, grad_lse, logits, target, lse))
+            return
         if not logits.numel():
-            return logits
+            return
         rows = aligned_rows(logits, self.V)
         self._launch(grad_loss, grad_lse, rows, target, lse, rows)
         if rows.data_ptr() == logits.data_ptr():
             torch.autograd.graph.increment_version(logits)  # copy_ below moves it itself
         else:
             logits.copy_(rows)
-        return logits
 
     def _launch(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logit_rows: torch.Tensor,
                 target: torch.Tensor, lse: torch.Tensor, grad_rows: torch.Tensor) -> None:
