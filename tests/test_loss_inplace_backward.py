@@ -51,14 +51,20 @@ def _on_stand_in(fwd: CrossEntropyFwdOp) -> _BackwardStandIn:
     return stand_in
 
 
-def _lm_head_step(fwd: Callable[..., Any], seed: int, **kwargs: Any) -> Tuple[torch.Tensor, ...]:
-    """A language-model head's loss step: logits = hidden @ weight.T, then the loss and its
-    backward. Returns the logits (as left after the step) and both parameters' gradients."""
+def _lm_head_inputs(seed: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A language-model head's hidden states and weight (both leaves) and targets, some ignored."""
     generator = torch.Generator().manual_seed(seed)
     hidden = torch.randn(ROWS, HIDDEN, generator=generator, requires_grad=True)
     weight = torch.randn(V, HIDDEN, generator=generator, requires_grad=True)
     target = torch.randint(0, V, (ROWS,), generator=generator)
     target[::3] = -100
+    return hidden, weight, target
+
+
+def _lm_head_step(fwd: Callable[..., Any], seed: int, **kwargs: Any) -> Tuple[torch.Tensor, ...]:
+    """The head's loss step: logits = hidden @ weight.T, then the loss and its backward.
+    Returns the logits (as left after the step) and both parameters' gradients."""
+    hidden, weight, target = _lm_head_inputs(seed)
     logits = hidden @ weight.T
     loss = fwd(logits, target, **kwargs)
     loss.backward(torch.linspace(0.5, 1.5, loss.numel()).reshape(loss.shape))
@@ -67,12 +73,8 @@ def _lm_head_step(fwd: Callable[..., Any], seed: int, **kwargs: Any) -> Tuple[to
 
 def _expected_gradient(seed: int, reduction: str, label_smoothing: float) -> torch.Tensor:
     """The logits' gradient of the same step through PyTorch's own loss."""
-    generator = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(ROWS, HIDDEN, generator=generator)
-    weight = torch.randn(V, HIDDEN, generator=generator)
-    target = torch.randint(0, V, (ROWS,), generator=generator)
-    target[::3] = -100
-    logits = (hidden @ weight.T).requires_grad_()
+    hidden, weight, target = _lm_head_inputs(seed)
+    logits = (hidden @ weight.T).detach().requires_grad_()
     loss = F.cross_entropy(logits, target, reduction=reduction, label_smoothing=label_smoothing)
     loss.backward(torch.linspace(0.5, 1.5, loss.numel()).reshape(loss.shape))
     return logits.grad
