@@ -128,19 +128,20 @@ def test_backward_columns_keep_the_axis_in_l2_for_the_second_read(outer: int, N:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("kernel_cls, N, outer", [
-    (SoftmaxBwdKernel, 4096, 1 << 15),      # fused rows
-    (SoftmaxFwdKernel, 32768, 1 << 13),     # fused rows, 1024 threads
-    (LogSoftmaxBwdKernel, 65536, 1 << 10),  # a row cluster
+@pytest.mark.parametrize("kernel_cls, N, outer, program, key, default", [
+    (SoftmaxBwdKernel, 4096, 1 << 15, ROW_FUSED, "row_cache_hints", 1),
+    (SoftmaxFwdKernel, 32768, 1 << 13, ROW_FUSED, "row_cache_hints", 1),  # 1024 threads
+    (LogSoftmaxBwdKernel, 65536, 1 << 10, ROW_CLUSTER, "cluster_cache_hints", 0),
 ], ids=str)
-def test_row_hints_mark_every_16_byte_row_load(kernel_cls, N: int, outer: int, tmp_path) -> None:
-    # On by default, every whole 16-byte vector of each input carries evict_last and a row's
-    # registers still hold it without spilling; off, the programs load plainly.
-    assert softmax_default_config(N, torch.bfloat16, kernel_cls.variant.backward)["row_cache_hints"] == 1
+def test_row_hints_mark_every_16_byte_row_load(kernel_cls, N: int, outer: int, program: str, key: str,
+                                                default: int, tmp_path) -> None:
+    # With the hint, every whole 16-byte vector of each input carries evict_last and a row's
+    # registers still hold it without spilling; without it, the programs load plainly.
+    assert softmax_default_config(N, torch.bfloat16, kernel_cls.variant.backward)[key] == default
     for hints in (0, 1):
-        kernel = kernel_cls(N, torch.bfloat16, config={"row_cache_hints": hints})
+        kernel = kernel_cls(N, torch.bfloat16, config={key: hints})
         (spec,) = kernel.program_specs(1, outer=outer)
-        assert spec[0] in (ROW_FUSED, ROW_CLUSTER)
+        assert spec[0] == program
         source = kernel.compile_program(*spec, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
         body = source[source.index("__global__"):]
         inputs = 2 if kernel_cls.variant.backward else 1

@@ -238,15 +238,16 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     48.0; 256 x 512 x 64, one block a column group, 23.2 against 31.9;
     8 x 8192 x 256 in clusters of four 69.3 against 68.7, log-softmax 69.7
     against 72.3; 1 x 4096 x 1024 23.2 against 23.4).
-    ``row_cache_hints`` (fused rows and row clusters: ``evict_last`` on the
-    row's loads) is on: H100, in turns, off against on against torch.compile,
-    µs: backward bf16 32768 x 4096 258.4 / 256.4 / 256.7, 8192 x 32768 526.0 /
-    520.8 / 520.7; fp32 32768 x 4096 521.6 / 517.6 / 518.8; log-softmax
-    backward fp32 521.8 / 517.5 / 519.8, bf16 8192 x 32768 524.8 / 519.4 /
-    523.1; forward fp32 352.8 / 350.6 / 352.3, log-softmax 353.0 / 350.7 /
-    351.9; forward bf16 32768 x 4096 176.2 / 174.8, 8192 x 32768 367.4 /
-    365.3; 1 x 4096 and log-softmax 8192 x 32768 tie; 64 x 262144 row
-    clusters, forward 35.0 / 34.5, backward 42.4 / 42.8.
+    ``row_cache_hints`` (fused rows: ``evict_last`` on the row's loads) is on:
+    H100, in turns, off against on against torch.compile, µs: backward bf16
+    32768 x 4096 258.4 / 256.4 / 256.7, 8192 x 32768 526.0 / 520.8 / 520.7;
+    fp32 32768 x 4096 521.6 / 517.6 / 518.8; log-softmax backward fp32 521.8
+    / 517.5 / 519.8, bf16 8192 x 32768 524.8 / 519.4 / 523.1; forward fp32
+    352.8 / 350.6 / 352.3, log-softmax 353.0 / 350.7 / 351.9; forward bf16
+    32768 x 4096 176.2 / 174.8, 8192 x 32768 367.4 / 365.3; 1 x 4096 and
+    log-softmax 8192 x 32768 tie.  ``cluster_cache_hints``, the same for row
+    clusters, is off: the backward over 64 x 262144 took 42.4 µs without
+    and 42.8 with it.
     """
     vector = max_vector(dtype)
     vectors = 1 if backward and dtype.itemsize == 2 else 2
@@ -255,6 +256,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
         **_fused_row_config(N, per_thread),
         "cache_exp": 1,
         "row_cache_hints": 1,
+        "cluster_cache_hints": 0,
         "min_blocks": 1,
         "max_cluster": MAX_CLUSTER,
         "cluster_threads": BACKWARD_CLUSTER_THREADS if backward else FORWARD_CLUSTER_THREADS,
@@ -285,6 +287,7 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
             for unroll in (2, 4, 8):
                 candidates.append({**default, "split_threads": threads, "split_unroll": unroll})
         candidates.append({**default, "max_cluster": 1})
+        candidates.append({**default, "cluster_cache_hints": 1 - default["cluster_cache_hints"]})
         candidates.append({**default, "split_cache_hints": 1 - default["split_cache_hints"]})
         for threads, min_blocks in ((BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS),
                                     (FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS)):
@@ -312,7 +315,7 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks", "cluster_min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
-    for key in ("cache_exp", "row_cache_hints", "split_cache_hints", "column_cache_hints"):
+    for key in ("cache_exp", "row_cache_hints", "cluster_cache_hints", "split_cache_hints", "column_cache_hints"):
         if config[key] not in (0, 1):
             raise ValueError(f"softmax kernels: {key} must be 0 or 1, got {config[key]}")
     for key, what in (("max_cluster", "row"), ("column_cluster", "column")):
@@ -1596,12 +1599,12 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
 def row_cluster_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, cluster: int,
                         cluster_threads: int, cluster_min_blocks: int = 1, cache_exp: int = 0,
-                        row_cache_hints: int = 0, **_: Any) -> Any:
+                        cluster_cache_hints: int = 0, **_: Any) -> Any:
     """A row held by a cluster of ``cluster`` blocks of ``cluster_threads`` threads (see ``row_fused_program``),
-    built for ``cluster_min_blocks`` blocks an SM."""
+    built for ``cluster_min_blocks`` blocks an SM; ``cluster_cache_hints`` is its ``row_cache_hints``."""
     return row_fused_program(N, dtype, variant, vector=vector, row_threads=cluster_threads,
                              block_threads=cluster_threads, cache_exp=cache_exp, min_blocks=cluster_min_blocks,
-                             cluster=cluster, row_cache_hints=row_cache_hints)
+                             cluster=cluster, row_cache_hints=cluster_cache_hints)
 
 
 _BUILDERS: Dict[str, Callable[..., Any]] = {
