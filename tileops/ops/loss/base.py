@@ -10,10 +10,10 @@ formed in the kernel from ``grad_loss``, the target and ``grad_lse``; a
 gradient, a call allocates at most that one float32 count.
 
 A forward built with ``inplace_backward`` has its eager backward write the
-gradient over the logits and return the logits themselves: each element is
-read and then written by the same thread, so the program is the same one with
-its output aliased to its input, and a training step holds one ``[N, V]``
-tensor fewer.  The logits' version counter moves, so autograd refuses any other
+gradient over the logits and return it in their memory: each element is read
+and then written by the same thread, so the program is the same one with its
+output aliased to its input, and a training step holds one ``[N, V]`` tensor
+fewer.  The logits' version counter moves, so autograd refuses any other
 backward that saved them (and a second backward through this one) instead of
 reading the gradient as logits.  A traced graph never aliases: a custom op's
 output must be fresh memory, so there the backward is the out-of-place one.
