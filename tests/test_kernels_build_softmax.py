@@ -273,6 +273,12 @@ def test_candidates_start_with_the_heuristic_and_are_unique(N: int, dtype: torch
         # Tuning times rows: every candidate keeps the column programs' keys of the heuristic.
         column_keys = [key for key in candidates[0] if "column" in key]
         assert column_keys and all(c[key] == candidates[0][key] for c in candidates for key in column_keys)
+        # Each row hint is tried only where the heuristic runs the programs it changes.
+        default = candidates[0]
+        fused = -(-N // default["row_threads"]) <= fused_elements_cap(dtype, backward)
+        flipped = {key for c in candidates for key in ("row_cache_hints", "cluster_cache_hints")
+                   if c[key] != default[key]}
+        assert flipped == ({"row_cache_hints"} if fused else {"cluster_cache_hints"})
 
 
 def test_column_tile_follows_inner_extent() -> None:

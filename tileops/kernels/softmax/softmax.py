@@ -281,8 +281,9 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
     candidates = [default]
     for per_thread in (vector, 2 * vector, 4 * vector, cap):
         candidates.append({**default, **_fused_row_config(N, max(per_thread, -(-N // MAX_THREADS)))})
-    candidates.append({**default, "row_cache_hints": 1 - default["row_cache_hints"]})
-    if -(-N // default["row_threads"]) > cap:  # rows take a row cluster or the two-step programs
+    if -(-N // default["row_threads"]) <= cap:  # the default holds a row in one block
+        candidates.append({**default, "row_cache_hints": 1 - default["row_cache_hints"]})
+    else:  # rows take a row cluster or the two-step programs
         for threads in (256, 512, 1024):
             for unroll in (2, 4, 8):
                 candidates.append({**default, "split_threads": threads, "split_unroll": unroll})

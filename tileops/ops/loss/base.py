@@ -63,10 +63,9 @@ class CrossEntropyFwdBase(_CrossEntropyOp):
 
     def _plain_backward(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
                         target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
-        backward = self.backward_op()
         if self.inplace_backward:
-            return backward.into_logits(grad_loss, grad_lse, logits, target, lse)
-        return backward._eager(grad_loss, grad_lse, logits, target, lse)
+            return self.backward_op().into_logits(grad_loss, grad_lse, logits, target, lse)
+        return super()._plain_backward(grad_loss, grad_lse, logits, target, lse)
 
     def _run_kernel(self, logits: torch.Tensor, target: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         rows = logits.shape[0]
