@@ -188,8 +188,89 @@ def test_cross_entropy_loss_passes_inplace_backward_on() -> None:
     torch.testing.assert_close(hidden.grad, expected @ weight.detach())
 
 
+@pytest.mark.parametrize("shape", [(6, 11), (11,), (3, 11, 4)], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_cross_entropy_loss_applies_class_weights_as_pytorch_does(shape, reduction: str,
+                                                                  label_smoothing: float) -> None:
+    weight = torch.rand(11) + 0.25
+    theirs = torch.nn.CrossEntropyLoss(weight, ignore_index=2, reduction=reduction, label_smoothing=label_smoothing)
+    ours = tnn.CrossEntropyLoss(weight, ignore_index=2, reduction=reduction, label_smoothing=label_smoothing)
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == ["weight"]
+    generator = torch.Generator().manual_seed(len(shape))
+    logits = torch.randn(shape, generator=generator, requires_grad=True)
+    target_shape = shape[:1] + shape[2:] if len(shape) > 1 else ()
+    target = torch.randint(0, 11, target_shape, generator=generator)
+    if target.dim():
+        target.view(-1)[0] = 2  # an ignored row among kept ones (weights of the kept rows only)
+    got, expected = ours(logits, target), theirs(logits, target)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    grad = torch.randn(expected.shape, generator=generator)
+    torch.testing.assert_close(torch.autograd.grad(got, logits, grad), torch.autograd.grad(expected, logits, grad))
+
+
+def test_class_weighted_loss_of_half_precision_logits_is_computed_in_float32() -> None:
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 1000, generator=generator).mul_(4).bfloat16().requires_grad_()
+    target = torch.randint(0, 1000, (64,), generator=generator)
+    weight = torch.rand(1000, generator=generator).bfloat16()
+    got = tnn.CrossEntropyLoss(weight, label_smoothing=0.1)(logits, target)
+    wide = logits.detach().float().requires_grad_()
+    expected = torch.nn.functional.cross_entropy(wide, target, weight.float(), label_smoothing=0.1)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected, rtol=1e-2, atol=0)
+    got.backward()
+    expected.backward()
+    torch.testing.assert_close(logits.grad.float(), wide.grad, rtol=2e-2, atol=1e-5)
+
+
+def test_every_row_ignored_gives_a_nan_weighted_mean_and_zero_gradient() -> None:
+    logits = torch.randn(4, 3, requires_grad=True)
+    target = torch.full((4,), 2)
+    loss = tnn.CrossEntropyLoss(torch.rand(3), ignore_index=2)(logits, target)
+    assert torch.isnan(loss)
+    loss = tnn.CrossEntropyLoss(torch.rand(3), ignore_index=2, reduction="sum")(logits, target)
+    loss.backward()
+    assert loss == 0 and torch.equal(logits.grad, torch.zeros(4, 3))
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_class_weighted_loss_with_inplace_backward_gives_the_out_of_place_gradients(label_smoothing: float) -> None:
+    generator = torch.Generator().manual_seed(1)
+    hidden = torch.randn(6, 4, generator=generator, requires_grad=True)
+    projection = torch.randn(9, 4, generator=generator, requires_grad=True)
+    target = torch.randint(0, 9, (6,), generator=generator)
+    weight = torch.rand(9, generator=generator) + 0.5
+    grads = []
+    for inplace in (False, True):
+        loss = tnn.CrossEntropyLoss(weight, label_smoothing=label_smoothing, inplace_backward=inplace)
+        logits = hidden @ projection.T
+        grads.append(torch.autograd.grad(loss(logits, target), (hidden, projection)))
+        if inplace and not label_smoothing:  # the op's gradient is all there is: it took the logits' memory
+            expected = torch.autograd.grad(
+                torch.nn.functional.cross_entropy(hidden @ projection.T, target, weight), hidden)[0]
+            torch.testing.assert_close(grads[-1][0], expected)
+    for got, expected in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, expected)
+
+
+def test_class_weighted_loss_compiles() -> None:
+    weight = torch.rand(7) + 0.5
+    loss = tnn.CrossEntropyLoss(weight, label_smoothing=0.1)
+    logits = torch.randn(5, 7, requires_grad=True)
+    target = torch.tensor([0, 6, -100, 3, 3])
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    got, expected = compiled(logits, target), torch.nn.functional.cross_entropy(logits, target, weight,
+                                                                                label_smoothing=0.1)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(torch.autograd.grad(got, logits), torch.autograd.grad(expected, logits))
+
+
 def test_cross_entropy_loss_refuses_what_it_does_not_support() -> None:
-    with pytest.raises(ValueError, match="class weights"):
-        tnn.CrossEntropyLoss(weight=torch.ones(3))
+    with pytest.raises(ValueError, match="weight must be 1-D"):
+        tnn.CrossEntropyLoss(weight=torch.ones(3, 1))
+    with pytest.raises(ValueError, match=r"one entry per class \(4\)"):
+        tnn.CrossEntropyLoss(weight=torch.ones(3))(torch.randn(2, 4), torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="target"):
         tnn.CrossEntropyLoss()(torch.randn(4, 3), torch.rand(4, 3))  # probabilities

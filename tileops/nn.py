@@ -26,8 +26,11 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 import torch
 
 from tileops import functional
+from tileops.ops import CrossEntropyFwdOp
+from tileops.ops.op_base import SHARED_INSTANCE
 
-__all__ = ["RMSNorm", "LayerNorm", "GatedMLP", "CrossEntropyLoss", "swap_modules", "SWAPS"]
+__all__ = ["RMSNorm", "LayerNorm", "GatedMLP", "CrossEntropyLoss", "class_weighted_cross_entropy", "swap_modules",
+           "SWAPS"]
 
 logger = logging.getLogger(__name__)
 
@@ -163,22 +166,27 @@ class GatedMLP(torch.nn.Module):
 
 
 class CrossEntropyLoss(torch.nn.Module):
-    """``torch.nn.CrossEntropyLoss`` for class-index targets, computed by
-    ``tileops.functional.cross_entropy``.
+    """``torch.nn.CrossEntropyLoss`` for class-index targets, computed by the cross-entropy op.
 
     Takes logits ``[N, C]``, ``[C]`` (one sample) or ``[N, C, d1, ...]`` (classes on axis 1)
     with int64 targets shaped like the logits without their class axis, and returns what
     PyTorch's loss returns.  Logits with trailing axes are moved to ``[N * d1 * ..., C]``
     first (a copy, which an ``inplace_backward`` then overwrites instead of the logits).
-    Class weights and probability targets are not supported.  ``inplace_backward`` (see
-    ``CrossEntropyFwdOp``): an eager backward writes the gradient over the logits.
+    Class weights (``weight``, a buffer as in PyTorch) are applied to the op's per-row losses
+    (see ``class_weighted_cross_entropy``).  Probability targets are not supported.
+    ``inplace_backward`` (see ``CrossEntropyFwdOp``): an eager backward writes the gradient
+    over the logits.
     """
+
+    weight: Optional[torch.Tensor]
 
     def __init__(self, weight: Optional[torch.Tensor] = None, ignore_index: int = -100, reduction: str = "mean",
                  label_smoothing: float = 0.0, inplace_backward: bool = False) -> None:
         super().__init__()
-        if weight is not None:
-            raise ValueError("CrossEntropyLoss: class weights are not supported, got a weight tensor")
+        if weight is not None and weight.dim() != 1:
+            raise ValueError(f"CrossEntropyLoss: weight must be 1-D, one weight per class, "
+                             f"got shape {tuple(weight.shape)}")
+        self.register_buffer("weight", weight)
         self.ignore_index = ignore_index
         self.reduction = reduction
         self.label_smoothing = label_smoothing
@@ -188,13 +196,61 @@ class CrossEntropyLoss(torch.nn.Module):
         if logits.ndim == 1:  # one sample: PyTorch's loss of it is a scalar for every reduction
             return self(logits.unsqueeze(0), target.unsqueeze(0)).reshape(())
         rows = logits if logits.ndim == 2 else logits.movedim(1, -1).reshape(-1, logits.shape[1])
-        loss = functional.cross_entropy(rows, target.reshape(-1), self.ignore_index, self.label_smoothing,
-                                        self.reduction, self.inplace_backward)
+        if self.weight is None:
+            loss = functional.cross_entropy(rows, target.reshape(-1), self.ignore_index, self.label_smoothing,
+                                            self.reduction, self.inplace_backward)
+        else:
+            loss = class_weighted_cross_entropy(rows, target.reshape(-1), self.weight, self.ignore_index,
+                                                self.label_smoothing, self.reduction, self.inplace_backward)
         return loss.reshape(target.shape) if self.reduction == "none" else loss
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
                 f"label_smoothing={self.label_smoothing}, inplace_backward={self.inplace_backward}")
+
+
+def class_weighted_cross_entropy(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,
+                                 ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
+                                 inplace_backward: bool = False) -> torch.Tensor:
+    """``torch.nn.functional.cross_entropy(logits, target, weight)`` over ``[N, C]`` logits, from
+    the op's per-row losses and log-sum-exps (computed in float32, returned in the logits' dtype).
+
+    With ``w`` the class weights and ``s`` the label smoothing, row ``n`` loses
+    ``(1 - s) * w[t_n] * (lse_n - x[n, t_n]) + (s / C) * (lse_n * sum(w) - x[n] @ w)``, nothing
+    where ``t_n`` is ``ignore_index``; the mean divides the sum by the kept rows' ``w[t_n]``, as
+    PyTorch does (NaN when no row is kept).  Without smoothing the logits are read once, by the
+    op, and the backward is the op's.  With it, ``x[n] @ w`` is a float32 matrix-vector product:
+    one more read of the logits, and in the backward an ``[N, C]`` term added to the op's gradient.
+    """
+    classes = logits.shape[1]
+    if weight.shape != (classes,):
+        raise ValueError(f"cross_entropy: weight must have one entry per class ({classes}), "
+                         f"got shape {tuple(weight.shape)}")
+    kept = target != ignore_index
+    class_weight = weight.to(device=logits.device, dtype=torch.float32)
+    row_weight = torch.where(kept, class_weight[torch.where(kept, target, 0)], 0.0)
+    nll, lse = _per_row_cross_entropy(logits, target, ignore_index, inplace_backward)
+    loss = row_weight * nll.float()
+    if label_smoothing:
+        smooth = lse * class_weight.sum() - torch.mv(logits.float(), class_weight)
+        loss = (1 - label_smoothing) * loss + (label_smoothing / classes) * torch.where(kept, smooth, 0.0)
+    if reduction == "sum":
+        loss = loss.sum()
+    elif reduction == "mean":
+        loss = loss.sum() / row_weight.sum()
+    return loss.to(logits.dtype)
+
+
+def _per_row_cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
+                           inplace_backward: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The op's per-row losses ``lse - x[n, t_n]`` (no smoothing, no reduction) and its log-sum-exps.
+
+    The functional form returns the loss alone; the lse output carries a gradient too."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tileops.cross_entropy_fwd(logits, target, ignore_index, 0.0, "none", inplace_backward,
+                                                   SHARED_INSTANCE)
+    op = CrossEntropyFwdOp._shared_for(logits, target, ignore_index, 0.0, "none", inplace_backward)
+    return op.forward(logits, target)
 
 
 def _bias_or_zeros(linear: torch.nn.Linear) -> torch.Tensor:

@@ -303,3 +303,27 @@ def test_inplace_backward_leaves_a_leaf_its_gradient_in_its_own_memory() -> None
     (expected, peak, _), (got, inplace_peak, address) = gradients[False], gradients[True]
     assert torch.equal(got, expected) and got.data_ptr() == address
     assert peak >= rows * V * dtype.itemsize > inplace_peak
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("config", [(32000, torch.bfloat16, -100, 0.0), (4097, torch.float32, -100, 0.1)],
+                         ids=lambda c: f"V{c[0]}-{str(c[1])[6:]}-ls{c[3]}")
+def test_class_weighted_loss_matches_autograd_in_float64(config, reduction: str) -> None:
+    """``tileops.nn.CrossEntropyLoss(weight)`` (the kernels' per-row losses and lse, weighted by
+    PyTorch ops) against PyTorch's weighted loss in float64, forward and backward."""
+    from tileops.nn import CrossEntropyLoss
+
+    V, dtype, ignore_index, label_smoothing = config
+    logits, target = _inputs(V, dtype, ignore_index, _rows(V), seed=11)
+    weight = torch.rand(V, device="cuda", generator=torch.Generator(device="cuda").manual_seed(12)) + 0.5
+    ours = logits.clone().requires_grad_()
+    loss = CrossEntropyLoss(weight, ignore_index, reduction, label_smoothing)(ours, target)
+    wide = logits.double().requires_grad_()
+    expected = F.cross_entropy(wide, target, weight.double(), ignore_index=ignore_index, reduction=reduction,
+                               label_smoothing=label_smoothing)
+    assert loss.dtype == dtype
+    _close(loss, expected, dtype)
+    grad = torch.rand_like(expected)
+    loss.backward(grad.to(dtype))
+    expected.backward(grad)
+    _close(ours.grad, wide.grad, dtype)
