@@ -272,5 +272,7 @@ def test_cross_entropy_loss_refuses_what_it_does_not_support() -> None:
         tnn.CrossEntropyLoss(weight=torch.ones(3, 1))
     with pytest.raises(ValueError, match=r"one entry per class \(4\)"):
         tnn.CrossEntropyLoss(weight=torch.ones(3))(torch.randn(2, 4), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        tnn.CrossEntropyLoss(torch.ones(4), reduction="average")(torch.randn(2, 4), torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="target"):
         tnn.CrossEntropyLoss()(torch.randn(4, 3), torch.rand(4, 3))  # probabilities

@@ -222,6 +222,8 @@ def class_weighted_cross_entropy(logits: torch.Tensor, target: torch.Tensor, wei
     op, and the backward is the op's.  With it, ``x[n] @ w`` is a float32 matrix-vector product:
     one more read of the logits, and in the backward an ``[N, C]`` term added to the op's gradient.
     """
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"cross_entropy: reduction must be one of 'none', 'mean', 'sum', got {reduction!r}")
     classes = logits.shape[1]
     if weight.shape != (classes,):
         raise ValueError(f"cross_entropy: weight must have one entry per class ({classes}), "
