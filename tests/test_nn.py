@@ -274,5 +274,48 @@ def test_cross_entropy_loss_refuses_what_it_does_not_support() -> None:
         tnn.CrossEntropyLoss(weight=torch.ones(3))(torch.randn(2, 4), torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="reduction must be one of"):
         tnn.CrossEntropyLoss(torch.ones(4), reduction="average")(torch.randn(2, 4), torch.zeros(2, dtype=torch.long))
-    with pytest.raises(ValueError, match="target"):
-        tnn.CrossEntropyLoss()(torch.randn(4, 3), torch.rand(4, 3))  # probabilities
+    with pytest.raises(ValueError, match=r"probability targets must have the logits' shape \(4, 3\)"):
+        tnn.CrossEntropyLoss()(torch.randn(4, 3), torch.rand(4, 2))
+
+
+@pytest.mark.parametrize("shape", [(6, 11), (11,), (3, 11, 4)], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_cross_entropy_loss_takes_probability_targets_as_pytorch_does(shape, reduction: str, label_smoothing: float,
+                                                                      weighted: bool) -> None:
+    generator = torch.Generator().manual_seed(len(shape))
+    weight = torch.rand(11, generator=generator) + 0.25 if weighted else None
+    theirs = torch.nn.CrossEntropyLoss(weight, reduction=reduction, label_smoothing=label_smoothing)
+    ours = tnn.CrossEntropyLoss(weight, reduction=reduction, label_smoothing=label_smoothing)
+    logits = torch.randn(shape, generator=generator, requires_grad=True)
+    probabilities = torch.softmax(torch.randn(shape, generator=generator), dim=min(1, len(shape) - 1))
+    probabilities.requires_grad_()  # soft targets are differentiable too (distillation)
+    got, expected = ours(logits, probabilities), theirs(logits, probabilities)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected)
+    grad = torch.randn(expected.shape, generator=generator)
+    torch.testing.assert_close(torch.autograd.grad(got, (logits, probabilities), grad),
+                               torch.autograd.grad(expected, (logits, probabilities), grad))
+
+
+def test_probability_targets_with_inplace_backward_and_under_compile() -> None:
+    generator = torch.Generator().manual_seed(2)
+    logits = torch.randn(5, 7, generator=generator).mul_(3).bfloat16()
+    probabilities = torch.softmax(torch.randn(5, 7, generator=generator), dim=1)
+    wide = logits.float().requires_grad_()
+    expected = torch.nn.functional.cross_entropy(wide, probabilities, label_smoothing=0.1)
+    expected.backward()
+    for inplace in (False, True):
+        leaf = logits.clone().requires_grad_()
+        loss = tnn.CrossEntropyLoss(label_smoothing=0.1, inplace_backward=inplace)(leaf, probabilities)
+        assert loss.dtype == torch.bfloat16
+        torch.testing.assert_close(loss.float(), expected, rtol=1e-2, atol=0)
+        loss.backward()
+        torch.testing.assert_close(leaf.grad.float(), wide.grad, rtol=2e-2, atol=2e-3)
+    compiled = torch.compile(tnn.CrossEntropyLoss(reduction="sum"), fullgraph=True, backend="aot_eager")
+    logits = logits.float().requires_grad_()
+    got, expected = compiled(logits, probabilities), torch.nn.functional.cross_entropy(logits, probabilities,
+                                                                                       reduction="sum")
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(torch.autograd.grad(got, logits), torch.autograd.grad(expected, logits))

@@ -7,7 +7,7 @@ same result; on CUDA they run TileLang kernels, elsewhere the PyTorch reference.
 ``norm(x, residual)`` returns ``(norm(x + residual), x + residual)`` in one fused op.
 ``GatedMLP`` replaces a Llama-style MLP (``gate_proj``, ``up_proj``, ``down_proj``, SiLU
 or GELU) and keeps its projections.  ``CrossEntropyLoss`` is ``torch.nn.CrossEntropyLoss``
-for class-index targets, with cross-entropy's ``inplace_backward`` as an option.
+(class indices or probabilities, class weights), with cross-entropy's ``inplace_backward`` as an option.
 ``swap_modules`` replaces matching layers of an existing model in place, reusing their
 parameters, so an optimizer built before the swap keeps working.
 
@@ -29,8 +29,8 @@ from tileops import functional
 from tileops.ops import CrossEntropyFwdOp
 from tileops.ops.op_base import SHARED_INSTANCE
 
-__all__ = ["RMSNorm", "LayerNorm", "GatedMLP", "CrossEntropyLoss", "class_weighted_cross_entropy", "swap_modules",
-           "SWAPS"]
+__all__ = ["RMSNorm", "LayerNorm", "GatedMLP", "CrossEntropyLoss", "class_weighted_cross_entropy",
+           "probability_cross_entropy", "swap_modules", "SWAPS"]
 
 logger = logging.getLogger(__name__)
 
@@ -166,16 +166,16 @@ class GatedMLP(torch.nn.Module):
 
 
 class CrossEntropyLoss(torch.nn.Module):
-    """``torch.nn.CrossEntropyLoss`` for class-index targets, computed by the cross-entropy op.
+    """``torch.nn.CrossEntropyLoss``, computed by the cross-entropy op.
 
-    Takes logits ``[N, C]``, ``[C]`` (one sample) or ``[N, C, d1, ...]`` (classes on axis 1)
-    with int64 targets shaped like the logits without their class axis, and returns what
-    PyTorch's loss returns.  Logits with trailing axes are moved to ``[N * d1 * ..., C]``
-    first (a copy, which an ``inplace_backward`` then overwrites instead of the logits).
-    Class weights (``weight``, a buffer as in PyTorch) are applied to the op's per-row losses
-    (see ``class_weighted_cross_entropy``).  Probability targets are not supported.
-    ``inplace_backward`` (see ``CrossEntropyFwdOp``): an eager backward writes the gradient
-    over the logits.
+    Takes logits ``[N, C]``, ``[C]`` (one sample) or ``[N, C, d1, ...]`` (classes on axis 1),
+    and returns what PyTorch's loss returns for either kind of target: int64 class indices
+    shaped like the logits without their class axis, or class probabilities shaped like the
+    logits (see ``probability_cross_entropy``).  Logits with trailing axes are moved to
+    ``[N * d1 * ..., C]`` first (a copy, which an ``inplace_backward`` then overwrites instead
+    of the logits).  Class weights (``weight``, a buffer as in PyTorch) are applied to the op's
+    per-row losses (see ``class_weighted_cross_entropy``).  ``inplace_backward`` (see
+    ``CrossEntropyFwdOp``): an eager backward writes the gradient over the logits.
     """
 
     weight: Optional[torch.Tensor]
@@ -195,14 +195,20 @@ class CrossEntropyLoss(torch.nn.Module):
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if logits.ndim == 1:  # one sample: PyTorch's loss of it is a scalar for every reduction
             return self(logits.unsqueeze(0), target.unsqueeze(0)).reshape(())
-        rows = logits if logits.ndim == 2 else logits.movedim(1, -1).reshape(-1, logits.shape[1])
-        if self.weight is None:
+        rows = _class_rows(logits)
+        if target.is_floating_point():
+            loss = probability_cross_entropy(rows, _class_rows(target), self.weight, self.label_smoothing,
+                                             self.reduction, self.inplace_backward)
+            per_sample = target.shape[:1] + target.shape[2:]
+        elif self.weight is None:
             loss = functional.cross_entropy(rows, target.reshape(-1), self.ignore_index, self.label_smoothing,
                                             self.reduction, self.inplace_backward)
+            per_sample = target.shape
         else:
             loss = class_weighted_cross_entropy(rows, target.reshape(-1), self.weight, self.ignore_index,
                                                 self.label_smoothing, self.reduction, self.inplace_backward)
-        return loss.reshape(target.shape) if self.reduction == "none" else loss
+            per_sample = target.shape
+        return loss.reshape(per_sample) if self.reduction == "none" else loss
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
@@ -222,25 +228,68 @@ def class_weighted_cross_entropy(logits: torch.Tensor, target: torch.Tensor, wei
     op, and the backward is the op's.  With it, ``x[n] @ w`` is a float32 matrix-vector product:
     one more read of the logits, and in the backward an ``[N, C]`` term added to the op's gradient.
     """
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"cross_entropy: reduction must be one of 'none', 'mean', 'sum', got {reduction!r}")
+    _check_reduction(reduction)
     classes = logits.shape[1]
-    if weight.shape != (classes,):
-        raise ValueError(f"cross_entropy: weight must have one entry per class ({classes}), "
-                         f"got shape {tuple(weight.shape)}")
+    class_weight = _class_weight(weight, logits)
     kept = target != ignore_index
-    class_weight = weight.to(device=logits.device, dtype=torch.float32)
     row_weight = torch.where(kept, class_weight[torch.where(kept, target, 0)], 0.0)
     nll, lse = _per_row_cross_entropy(logits, target, ignore_index, inplace_backward)
     loss = row_weight * nll.float()
     if label_smoothing:
         smooth = lse * class_weight.sum() - torch.mv(logits.float(), class_weight)
         loss = (1 - label_smoothing) * loss + (label_smoothing / classes) * torch.where(kept, smooth, 0.0)
-    if reduction == "sum":
-        loss = loss.sum()
-    elif reduction == "mean":
-        loss = loss.sum() / row_weight.sum()
-    return loss.to(logits.dtype)
+    if reduction == "mean":
+        return (loss.sum() / row_weight.sum()).to(logits.dtype)
+    return (loss.sum() if reduction == "sum" else loss).to(logits.dtype)
+
+
+def probability_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor,
+                              weight: Optional[torch.Tensor] = None, label_smoothing: float = 0.0,
+                              reduction: str = "mean", inplace_backward: bool = False) -> torch.Tensor:
+    """``torch.nn.functional.cross_entropy(logits, probabilities, weight)`` over ``[N, C]`` logits
+    and ``[N, C]`` class probabilities (soft labels, distillation), computed in float32 and
+    returned in the logits' dtype.
+
+    With ``q = ((1 - s) * p + s / C) * w`` (``w`` 1 without weights), row ``n`` loses
+    ``lse_n * sum(q[n]) - q[n] @ x[n]``; the mean is over rows, as PyTorch's.  The log-sum-exps
+    come from the op (one read of the logits, and in the backward the op's softmax term); the
+    dot products are float32 (a second read, and an ``[N, C]`` term in the backward).
+    """
+    _check_reduction(reduction)
+    if probabilities.shape != logits.shape:
+        raise ValueError(f"cross_entropy: probability targets must have the logits' shape {tuple(logits.shape)}, "
+                         f"got {tuple(probabilities.shape)}")
+    mix = probabilities.float()
+    if label_smoothing:
+        mix = (1 - label_smoothing) * mix + label_smoothing / logits.shape[1]
+    if weight is not None:
+        mix = mix * _class_weight(weight, logits)
+    # Only the log-sum-exps are used: any kept class index serves as the op's target.
+    _, lse = _per_row_cross_entropy(logits, torch.zeros(logits.shape[0], dtype=torch.int64, device=logits.device),
+                                    -1, inplace_backward)
+    loss = lse * mix.sum(1) - torch.linalg.vecdot(mix, logits.float())
+    if reduction == "none":
+        return loss.to(logits.dtype)
+    return (loss.sum() if reduction == "sum" else loss.mean()).to(logits.dtype)
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"cross_entropy: reduction must be one of 'none', 'mean', 'sum', got {reduction!r}")
+
+
+def _class_weight(weight: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """``weight`` as float32 on the logits' device, after checking it has one entry per class."""
+    classes = logits.shape[1]
+    if weight.shape != (classes,):
+        raise ValueError(f"cross_entropy: weight must have one entry per class ({classes}), "
+                         f"got shape {tuple(weight.shape)}")
+    return weight.to(device=logits.device, dtype=torch.float32)
+
+
+def _class_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """``[N, C]`` as it is; ``[N, C, d1, ...]`` as ``[N * d1 * ..., C]`` (classes last)."""
+    return tensor if tensor.ndim == 2 else tensor.movedim(1, -1).reshape(-1, tensor.shape[1])
 
 
 def _per_row_cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,

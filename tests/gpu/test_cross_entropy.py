@@ -327,3 +327,30 @@ def test_class_weighted_loss_matches_autograd_in_float64(config, reduction: str)
     loss.backward(grad.to(dtype))
     expected.backward(grad)
     _close(ours.grad, wide.grad, dtype)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("config", [(32000, torch.bfloat16, False, 0.0), (4097, torch.float32, True, 0.1)],
+                         ids=lambda c: f"V{c[0]}-{str(c[1])[6:]}-{'weighted' if c[2] else 'unweighted'}-ls{c[3]}")
+def test_probability_targets_match_autograd_in_float64(config, reduction: str) -> None:
+    """``tileops.nn.CrossEntropyLoss`` with class-probability targets (the kernels' lse, the rest
+    PyTorch ops) against PyTorch's loss in float64, forward and backward."""
+    from tileops.nn import CrossEntropyLoss
+
+    V, dtype, weighted, label_smoothing = config
+    rows = _rows(V)
+    generator = torch.Generator(device="cuda").manual_seed(13)
+    logits = (3 * torch.randn(rows, V, device="cuda", generator=generator)).to(dtype)
+    probabilities = torch.softmax(2 * torch.randn(rows, V, device="cuda", generator=generator), dim=1)
+    weight = torch.rand(V, device="cuda", generator=generator) + 0.5 if weighted else None
+    ours = logits.clone().requires_grad_()
+    loss = CrossEntropyLoss(weight, reduction=reduction, label_smoothing=label_smoothing)(ours, probabilities)
+    wide = logits.double().requires_grad_()
+    expected = F.cross_entropy(wide, probabilities.double(), None if weight is None else weight.double(),
+                               reduction=reduction, label_smoothing=label_smoothing)
+    assert loss.dtype == dtype
+    _close(loss, expected, dtype)
+    grad = torch.rand_like(expected)
+    loss.backward(grad.to(dtype))
+    expected.backward(grad)
+    _close(ours.grad, wide.grad, dtype)
