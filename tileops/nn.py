@@ -264,9 +264,9 @@ def probability_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor,
         mix = (1 - label_smoothing) * mix + label_smoothing / logits.shape[1]
     if weight is not None:
         mix = mix * _class_weight(weight, logits)
-    # Only the log-sum-exps are used: any kept class index serves as the op's target.
+    # Only the log-sum-exps are used: any class index the op keeps serves as its target.
     _, lse = _per_row_cross_entropy(logits, torch.zeros(logits.shape[0], dtype=torch.int64, device=logits.device),
-                                    -1, inplace_backward)
+                                    -100, inplace_backward)
     loss = lse * mix.sum(1) - torch.linalg.vecdot(mix, logits.float())
     if reduction == "none":
         return loss.to(logits.dtype)
