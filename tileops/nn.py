@@ -248,7 +248,7 @@ def probability_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor,
                               reduction: str = "mean", inplace_backward: bool = False) -> torch.Tensor:
     """``torch.nn.functional.cross_entropy(logits, probabilities, weight)`` over ``[N, C]`` logits
     and ``[N, C]`` class probabilities (soft labels, distillation), computed in float32 and
-    returned in the logits' dtype.
+    returned, as PyTorch's, in the dtype the two promote to.
 
     With ``q = ((1 - s) * p + s / C) * w`` (``w`` 1 without weights), row ``n`` loses
     ``lse_n * sum(q[n]) - q[n] @ x[n]``; the mean is over rows, as PyTorch's.  The log-sum-exps
@@ -268,9 +268,9 @@ def probability_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor,
     _, lse = _per_row_cross_entropy(logits, torch.zeros(logits.shape[0], dtype=torch.int64, device=logits.device),
                                     -100, inplace_backward)
     loss = lse * mix.sum(1) - torch.linalg.vecdot(mix, logits.float())
-    if reduction == "none":
-        return loss.to(logits.dtype)
-    return (loss.sum() if reduction == "sum" else loss.mean()).to(logits.dtype)
+    if reduction != "none":
+        loss = loss.sum() if reduction == "sum" else loss.mean()
+    return loss.to(torch.promote_types(logits.dtype, probabilities.dtype))
 
 
 def _check_reduction(reduction: str) -> None:

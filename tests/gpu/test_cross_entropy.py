@@ -348,9 +348,9 @@ def test_probability_targets_match_autograd_in_float64(config, reduction: str) -
     wide = logits.double().requires_grad_()
     expected = F.cross_entropy(wide, probabilities.double(), None if weight is None else weight.double(),
                                reduction=reduction, label_smoothing=label_smoothing)
-    assert loss.dtype == dtype
+    assert loss.dtype == torch.promote_types(dtype, probabilities.dtype)  # float32 targets promote, as in PyTorch
     _close(loss, expected, dtype)
     grad = torch.rand_like(expected)
-    loss.backward(grad.to(dtype))
+    loss.backward(grad.to(loss.dtype))
     expected.backward(grad)
     _close(ours.grad, wide.grad, dtype)
