@@ -195,20 +195,19 @@ class CrossEntropyLoss(torch.nn.Module):
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if logits.ndim == 1:  # one sample: PyTorch's loss of it is a scalar for every reduction
             return self(logits.unsqueeze(0), target.unsqueeze(0)).reshape(())
-        rows = _class_rows(logits)
-        if target.is_floating_point():
+        rows, probabilities = _class_rows(logits), target.is_floating_point()
+        if probabilities:
             loss = probability_cross_entropy(rows, _class_rows(target), self.weight, self.label_smoothing,
                                              self.reduction, self.inplace_backward)
-            per_sample = target.shape[:1] + target.shape[2:]
         elif self.weight is None:
             loss = functional.cross_entropy(rows, target.reshape(-1), self.ignore_index, self.label_smoothing,
                                             self.reduction, self.inplace_backward)
-            per_sample = target.shape
         else:
             loss = class_weighted_cross_entropy(rows, target.reshape(-1), self.weight, self.ignore_index,
                                                 self.label_smoothing, self.reduction, self.inplace_backward)
-            per_sample = target.shape
-        return loss.reshape(per_sample) if self.reduction == "none" else loss
+        if self.reduction != "none":
+            return loss
+        return loss.reshape(target.shape[:1] + target.shape[2:] if probabilities else target.shape)
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
@@ -265,8 +264,8 @@ def probability_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor,
     if weight is not None:
         mix = mix * _class_weight(weight, logits)
     # Only the log-sum-exps are used: any class index the op keeps serves as its target.
-    _, lse = _per_row_cross_entropy(logits, torch.zeros(logits.shape[0], dtype=torch.int64, device=logits.device),
-                                    -100, inplace_backward)
+    _, lse = _per_row_cross_entropy(logits, logits.new_zeros(logits.shape[0], dtype=torch.int64), -100,
+                                    inplace_backward)
     loss = lse * mix.sum(1) - torch.linalg.vecdot(mix, logits.float())
     if reduction != "none":
         loss = loss.sum() if reduction == "sum" else loss.mean()
