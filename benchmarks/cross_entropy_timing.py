@@ -1,7 +1,7 @@
 """Cross-entropy forward + backward: tileops vs eager PyTorch vs torch.compile (time and peak memory).
 
 ``python -m benchmarks.cross_entropy_timing [--rows 8192] [--classes 131072] [--hidden 0]
-[--targets indices|weighted|probabilities]`` prints a Markdown table: median milliseconds of
+[--targets indices|weighted|probabilities] [--probability-dtype bfloat16|float32]`` prints a Markdown table: median milliseconds of
 one training step's loss (forward and backward, timed as ``make bench`` times) and the peak
 memory allocated during it beyond the inputs.
 
@@ -11,8 +11,9 @@ each step is a language-model head's: ``logits = hidden @ weight.T`` (``weight``
 gradient is an intermediate as in training.  The ``inplace_backward`` variant writes the
 gradient over the logits: the leaf's ``.grad`` is then the logits' own memory, and the lm
 head's backward reads it from there.  ``--targets`` picks the loss: class indices (a seventh
-of them ignored), the same with class weights, or class probabilities (soft labels); tileops
-runs them through ``tileops.nn.CrossEntropyLoss``.
+of them ignored), the same with class weights, or class probabilities (soft labels, in the
+logits' dtype or float32); tileops runs them through ``tileops.nn.CrossEntropyLoss``.  The
+GB/s column counts three passes of the logits (and, for probabilities, two of the targets).
 """
 
 import argparse
@@ -60,13 +61,14 @@ def losses(classes: int, dtype: torch.dtype, compiler: Callable[[Loss], Loss] = 
 
 
 def run(backend: Any, rows: int, classes: int, hidden: int = 0, device: str = "cuda",
-        compiler: Callable[[Loss], Loss] = torch.compile, targets: str = "indices") -> Dict[str, Dict[str, float]]:
+        compiler: Callable[[Loss], Loss] = torch.compile, targets: str = "indices",
+        probability_dtype: torch.dtype = torch.bfloat16) -> Dict[str, Dict[str, float]]:
     """Every variant's ``measure`` of a bf16 loss step (see the module docstring for ``hidden`` and ``targets``)."""
     if targets not in TARGETS:
         raise ValueError(f"cross_entropy_timing: targets must be one of {TARGETS}, got {targets!r}")
     dtype = torch.bfloat16
     if targets == "probabilities":
-        target = torch.softmax(torch.randn(rows, classes, device=device), dim=1).to(dtype)
+        target = torch.softmax(torch.randn(rows, classes, device=device), dim=1).to(probability_dtype)
     else:
         target = torch.randint(0, classes, (rows,), device=device)
         target[::7] = -100
@@ -97,14 +99,23 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=0, help="H > 0: logits = hidden [rows, H] @ weight [classes, H].T")
     parser.add_argument("--targets", choices=TARGETS, default="indices",
                         help="class indices, the same with class weights, or class probabilities")
+    parser.add_argument("--probability-dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                        help="dtype of the targets of --targets probabilities")
     parser.add_argument("--rep-ms", type=float, default=150.0, help="timed repetitions per variant, in ms")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     backend = CudaBackend(settings=TimingSettings(rep_ms=args.rep_ms))
-    results = run(backend, args.rows, args.classes, args.hidden, targets=args.targets)
-    moved = 3 * args.rows * args.classes * torch.bfloat16.itemsize  # logits read twice, gradient written once
+    probability_dtype = getattr(torch, args.probability_dtype)
+    results = run(backend, args.rows, args.classes, args.hidden, targets=args.targets,
+                  probability_dtype=probability_dtype)
+    # The logits read twice and the gradient written once; probability targets read twice.
+    moved = 3 * args.rows * args.classes * torch.bfloat16.itemsize
+    if args.targets == "probabilities":
+        moved += 2 * args.rows * args.classes * probability_dtype.itemsize
     what = (f"lm head H={args.hidden}" if args.hidden else "fwd+bwd") + f", {args.targets} targets"
-    logger.info("| %d x %d bfloat16, %s | ms | GB/s (3 passes of the logits) | peak beyond inputs MiB | "
+    if args.targets == "probabilities":
+        what += f" ({args.probability_dtype})"
+    logger.info("| %d x %d bfloat16, %s | ms | GB/s | peak beyond inputs MiB | "
                 "tileops speedup |", args.rows, args.classes, what)
     logger.info("|---|---|---|---|---|")
     for name, r in results.items():

@@ -215,13 +215,13 @@ class _EntryBuilder:
         return op
 
     def _check_formulas_cover_inputs(self, op: OpSpec) -> None:
-        """Gradient formulas give every floating-point input its gradient."""
+        """Gradient formulas give every floating-point input its gradient, unless it is constant."""
         if op.formula_backward is None:
             return
         covered = {name for name, _ in op.formula_backward.gradients}
         for tensor in op.inputs:
             floating = any(d in FLOATING_DTYPES for d in op.resolved_dtype_names(tensor.name))
-            if floating and tensor.name not in covered:
+            if floating and not tensor.constant and tensor.name not in covered:
                 raise self.fail(f"no gradient formula for the floating-point input {tensor.name!r}",
                                 "backward", "gradients")
 
@@ -248,10 +248,12 @@ class _EntryBuilder:
                 raise self.fail("outputs cannot be optional", "signature", group, name, "optional")
             if t.get("saved") and group == "inputs":
                 raise self.fail("only outputs can be saved for the backward", "signature", group, name, "saved")
+            if t.get("constant") and group == "outputs":
+                raise self.fail("only inputs can be constant", "signature", group, name, "constant")
             shape = tuple(t["shape"]) if "shape" in t else None
             out.append(TensorSpec(name, dtype, shape, bool(t.get("optional", False)),
                                   t.get("description", ""), self.at("signature", group, name),
-                                  saved=bool(t.get("saved", False))))
+                                  saved=bool(t.get("saved", False)), constant=bool(t.get("constant", False))))
         if group == "outputs" and out and all(t.saved for t in out):
             raise self.fail("every output is saved: the functional form would return nothing",
                             "signature", group, out[0].name, "saved")
@@ -576,6 +578,16 @@ def _resolve_backward(op: OpSpec, bwd: OpSpec) -> OpSpec:
         if f"grad_{name}" in bwd.output_names:
             raise ManifestError(where.child(f"same_gradient.{name}"),
                                 f"{name!r} takes grad_{source}, but {bwd.name} returns grad_{name} too")
+    given = {name for name in op.input_names if f"grad_{dict(link.same_gradient).get(name, name)}" in bwd.output_names}
+    for tensor in op.inputs:
+        floating = any(dtype in FLOATING_DTYPES for dtype in op.resolved_dtype_names(tensor.name))
+        if tensor.constant and tensor.name in given:
+            raise ManifestError(tensor.location.child("constant"), f"{tensor.name!r} is constant, but "
+                                f"{bwd.name} returns its gradient")
+        if floating and not tensor.constant and tensor.name not in given:
+            raise ManifestError(bwd.location.child("signature.outputs"), f"{bwd.name} returns no gradient of "
+                                f"the floating-point input {tensor.name!r}: add grad_{tensor.name}, or mark "
+                                f"{tensor.name!r} `constant: true` if the op does not differentiate it")
     for dim in bwd.static_dim_names:
         if dim not in op.static_dim_names:
             raise ManifestError(bwd.location.child("static_dims"), f"static dim {dim} is not one of {op.name}'s")

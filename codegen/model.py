@@ -58,6 +58,7 @@ class TensorSpec:
     description: str
     location: Location
     saved: bool = False  # an output kept for the backward, not returned by the functional form
+    constant: bool = False  # an input the op does not differentiate: refused when it requires grad
 
 
 @dataclass(frozen=True)

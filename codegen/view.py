@@ -417,6 +417,12 @@ class OpView:
                          else f"tuple({t.name}.shape)" for t in self.op.inputs)
 
     @property
+    def constant_inputs(self) -> str:
+        """``((position, name), ...)`` of the inputs the op does not differentiate, or ``""``."""
+        constants = tuple((index, t.name) for index, t in enumerate(self.op.inputs) if t.constant)
+        return repr(constants) if constants else ""
+
+    @property
     def typing_imports(self) -> str:
         """The ``typing`` names the op file uses: ``Sequence`` and ``Union`` only for a param
         annotated with them."""

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel
+from tileops.kernels.loss.soft_cross_entropy import SoftCrossEntropyBwdKernel, SoftCrossEntropyFwdKernel
 from tileops.kernels.sizes import row_vector
 from tests.toolchain import needs_nvcc
 
@@ -88,3 +89,31 @@ def test_bad_construction_is_refused() -> None:
         CrossEntropyBwdKernel(8, torch.int32, config={})
     with pytest.raises(ValueError, match="threads"):
         CrossEntropyFwdKernel(8, torch.float32, config={"threads": 48})
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls", (SoftCrossEntropyFwdKernel, SoftCrossEntropyBwdKernel))
+@pytest.mark.parametrize("V, dtype, target_dtype, label_smoothing", [
+    (131072, torch.bfloat16, torch.float32, 0.0),
+    (127, torch.float16, torch.float16, 0.1),
+    (3, torch.float32, torch.bfloat16, 0.2),
+])
+def test_soft_target_kernels_build_for_sm90(kernel_cls, V: int, dtype: torch.dtype, target_dtype: torch.dtype,
+                                            label_smoothing: float) -> None:
+    kernel = kernel_cls(V, dtype, target_dtype=target_dtype, label_smoothing=label_smoothing)
+    built = kernel.build_all_for_sm90()
+    # Weighted or not; the backward also for every reduction, with and without grad_lse.
+    assert len(built) == {SoftCrossEntropyFwdKernel: 2, SoftCrossEntropyBwdKernel: 12}[kernel_cls]
+    source = built[f"main{dict(kernel_cls.main_flags[-1])}"].get_kernel_source()
+    assert "W[" in source or "(W +" in source  # the weighted program reads the class weights
+
+
+@pytest.mark.parametrize("dtype, target_dtype, expected", [
+    (torch.bfloat16, torch.float32, 4), (torch.bfloat16, torch.bfloat16, 8), (torch.float32, torch.float16, 4),
+])
+def test_soft_target_kernels_read_both_rows_with_one_access_width(dtype, target_dtype, expected: int) -> None:
+    kernel = SoftCrossEntropyFwdKernel(131072, dtype, target_dtype=target_dtype, config={})
+    assert kernel._vector == expected
+    assert kernel.static_signature()["target_dtype"] == str(target_dtype)[6:]
+    with pytest.raises(TypeError, match="target_dtype"):
+        SoftCrossEntropyFwdKernel(8, torch.float32, target_dtype=torch.int64)

@@ -188,6 +188,23 @@ def test_same_gradient_errors_are_located(tmp_path: Path, same_gradient: str, mo
     assert error.location.line == line_of(text, "backward:")
 
 
+def test_a_bwd_op_gives_every_floating_input_a_gradient_unless_it_is_constant(tmp_path: Path) -> None:
+    """``w`` without grad_w: an error at the Bwd op's outputs, unless ``w`` is marked constant;
+    a constant input whose gradient the Bwd op returns is an error at the mark."""
+    missing = _with_bwd_op("{op: AddOneBwdOp}")
+    (error,) = errors_of(tmp_path, write(tmp_path, missing))
+    assert "AddOneBwdOp returns no gradient of the floating-point input 'w'" in str(error)
+    assert "AddOneBwdOp.signature.outputs" in str(error)
+    constant = missing.replace('w: {dtype: "same_as(x)", shape: [N]}', 'w: {dtype: "same_as(x)", shape: [N], constant: true}')
+    fwd, _ = load_files([write(tmp_path, constant)], root=tmp_path).ops
+    assert [t.name for t in fwd.inputs if t.constant] == ["w"]
+    both = _with_bwd_op("{op: AddOneBwdOp}", "      grad_w: {dtype: \"same_as(grad_y)\"}\n").replace(
+        'w: {dtype: "same_as(x)", shape: [N]}', 'w: {dtype: "same_as(x)", shape: [N], constant: true}')
+    (error,) = errors_of(tmp_path, write(tmp_path, both))
+    assert "'w' is constant, but AddOneBwdOp returns its gradient" in str(error)
+    assert "AddOneFwdOp.signature.inputs.w.constant" in str(error)
+
+
 def _with_formulas(text: str) -> str:
     return GOOD.replace("  backward: reference\n", text)
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import List
 
 import pytest
 import torch
@@ -231,10 +232,11 @@ def test_an_op_with_only_integer_outputs_takes_inputs_that_require_grad() -> Non
 def test_backward_matches_autograd_of_the_reference(spec) -> None:
     for case in manifest_cases(spec.name, dtypes=["float32"], max_numel=1 << 12)[-6:]:
         op = build_op(case)
-        # Integer inputs (class indices) are not differentiable: they pass through unchanged.
-        inputs = [t.double().requires_grad_() if t.is_floating_point() else t
-                  for t in make_inputs(spec, case, "cpu", torch.Generator().manual_seed(2))]
-        ours = [t.detach().float().requires_grad_() if t.is_floating_point() else t for t in inputs]
+        # Integer inputs (class indices) and constant ones are not differentiated: they pass unchanged.
+        differentiated = _differentiated(spec)
+        inputs = [t.double().requires_grad_() if i in differentiated else t
+                  for i, t in enumerate(make_inputs(spec, case, "cpu", torch.Generator().manual_seed(2)))]
+        ours = [t.detach().float().requires_grad_() if i in differentiated else t for i, t in enumerate(inputs)]
         expected = op.reference(*inputs)
         got = op(*ours)
         expected = expected if isinstance(expected, tuple) else (expected,)
@@ -242,10 +244,14 @@ def test_backward_matches_autograd_of_the_reference(spec) -> None:
         seeds = [torch.randn_like(e) for e in expected]
         sum(((e * s).sum() for e, s in zip(expected, seeds))).backward()
         sum(((g * s.float()).sum() for g, s in zip(got, seeds))).backward()
-        for mine, theirs in zip(ours, inputs):
-            if not theirs.is_floating_point():
-                continue
-            torch.testing.assert_close(mine.grad.double(), theirs.grad, rtol=1e-4, atol=1e-4)
+        for index in differentiated:
+            torch.testing.assert_close(ours[index].grad.double(), inputs[index].grad, rtol=1e-4, atol=1e-4)
+
+
+def _differentiated(spec) -> List[int]:
+    """Positions of the floating-point inputs the op differentiates (those not marked constant)."""
+    return [index for index, tensor in enumerate(spec.inputs)
+            if not tensor.constant and any(d in FLOATING_DTYPES for d in spec.resolved_dtype_names(tensor.name))]
 
 
 @pytest.mark.parametrize("spec", [op for op in FWD_OPS if op.backward is not None], ids=lambda s: s.name)
@@ -254,10 +260,10 @@ def test_a_bwd_op_is_differentiable_again(spec) -> None:
     through ops whose backward is a Bwd op, which differentiates its own reference."""
     for case in manifest_cases(spec.name, dtypes=["float32"], max_numel=1 << 10)[-3:]:
         op = build_op(case)
-        wide = [t.double().requires_grad_() if t.is_floating_point() else t
-                for t in make_inputs(spec, case, "cpu", torch.Generator().manual_seed(3))]
-        ours = [t.detach().float().requires_grad_() if t.is_floating_point() else t for t in wide]
-        differentiated = [index for index, t in enumerate(wide) if t.is_floating_point()]
+        differentiated = _differentiated(spec)
+        wide = [t.double().requires_grad_() if i in differentiated else t
+                for i, t in enumerate(make_inputs(spec, case, "cpu", torch.Generator().manual_seed(3)))]
+        ours = [t.detach().float().requires_grad_() if i in differentiated else t for i, t in enumerate(wide)]
 
         def second_order(run, leaves):
             outputs = run(*leaves)
@@ -574,3 +580,20 @@ def test_shapes_that_passed_skip_the_rules_and_others_still_meet_them() -> None:
     for rows in (3, 5, 7):
         x = torch.randn(rows, 8)
         torch.testing.assert_close(compiled(x), op.reference(x, weight))
+
+
+def test_a_constant_input_that_requires_grad_is_refused() -> None:
+    """An input the manifest marks ``constant`` gets no gradient from the Bwd op: a call that would
+    need one raises instead of leaving autograd a silent zero; detached, it runs."""
+    from tileops.ops import SoftCrossEntropyFwdOp
+
+    logits = torch.randn(4, 6, requires_grad=True)
+    probabilities = torch.softmax(torch.randn(4, 6), -1).requires_grad_()
+    op = SoftCrossEntropyFwdOp(V=6, dtype=torch.float32)
+    with pytest.raises(ValueError, match="SoftCrossEntropyFwdOp: probabilities requires grad"):
+        op(logits, probabilities)
+    loss, _, _ = op(logits, probabilities.detach())
+    loss.backward()
+    assert logits.grad is not None
+    with torch.no_grad():
+        op(logits, probabilities)  # nothing needs a gradient: no refusal

@@ -23,6 +23,7 @@ from tileops.ops import (
     SiluAndMulFwdOp,
     GeluAndMulFwdOp,
     CrossEntropyFwdOp,
+    SoftCrossEntropyFwdOp,
     RMSNormFwdOp,
     LayerNormFwdOp,
     FusedAddRMSNormFwdOp,
@@ -64,6 +65,7 @@ __all__ = [
     "sigmoid",
     "silu",
     "silu_and_mul",
+    "soft_cross_entropy",
     "softmax",
     "sum",
     "var",
@@ -157,6 +159,15 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         result = torch.ops.tileops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, reduction, inplace_backward, SHARED_INSTANCE)
     else:
         result = CrossEntropyFwdOp._shared_for(logits, target, ignore_index, label_smoothing, reduction, inplace_backward).forward(logits, target)
+    return result[0]
+
+
+def soft_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor, weight: Optional[torch.Tensor] = None, label_smoothing: float = 0.0, reduction: str = 'mean') -> torch.Tensor:
+    """SoftCrossEntropy forward: loss_i = sum_j q_ij * (lse_i - logits[i, j]), q = ((1 - s) * probabilities + s / V) * weight; reduced by none, sum or mean over rows. Functional form of ``SoftCrossEntropyFwdOp``. Returns loss; lse, mass (kept for the backward) comes from ``SoftCrossEntropyFwdOp`` itself."""
+    if torch.compiler.is_compiling():
+        result = torch.ops.tileops.soft_cross_entropy_fwd(logits, probabilities, weight, label_smoothing, reduction, SHARED_INSTANCE)
+    else:
+        result = SoftCrossEntropyFwdOp._shared_for(logits, probabilities, weight, label_smoothing, reduction).forward(logits, probabilities, weight)
     return result[0]
 
 

@@ -175,7 +175,8 @@ class CrossEntropyLoss(torch.nn.Module):
     ``[N * d1 * ..., C]`` first (a copy, which an ``inplace_backward`` then overwrites instead
     of the logits).  Class weights (``weight``, a buffer as in PyTorch) are applied to the op's
     per-row losses (see ``class_weighted_cross_entropy``).  ``inplace_backward`` (see
-    ``CrossEntropyFwdOp``): an eager backward writes the gradient over the logits.
+    ``CrossEntropyFwdOp``): with class-index targets, an eager backward writes the gradient over
+    the logits; probability targets are always differentiated out of place.
     """
 
     weight: Optional[torch.Tensor]
@@ -198,7 +199,7 @@ class CrossEntropyLoss(torch.nn.Module):
         rows, probabilities = _class_rows(logits), target.is_floating_point()
         if probabilities:
             loss = probability_cross_entropy(rows, _class_rows(target), self.weight, self.label_smoothing,
-                                             self.reduction, self.inplace_backward)
+                                             self.reduction)
         elif self.weight is None:
             loss = functional.cross_entropy(rows, target.reshape(-1), self.ignore_index, self.label_smoothing,
                                             self.reduction, self.inplace_backward)
@@ -244,32 +245,26 @@ def class_weighted_cross_entropy(logits: torch.Tensor, target: torch.Tensor, wei
 
 def probability_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor,
                               weight: Optional[torch.Tensor] = None, label_smoothing: float = 0.0,
-                              reduction: str = "mean", inplace_backward: bool = False) -> torch.Tensor:
+                              reduction: str = "mean") -> torch.Tensor:
     """``torch.nn.functional.cross_entropy(logits, probabilities, weight)`` over ``[N, C]`` logits
     and ``[N, C]`` class probabilities (soft labels, distillation), computed in float32 and
     returned, as PyTorch's, in the dtype the two promote to.
 
-    With ``q = ((1 - s) * p + s / C) * w`` (``w`` 1 without weights), row ``n`` loses
-    ``lse_n * sum(q[n]) - q[n] @ x[n]``; the mean is over rows, as PyTorch's.  The log-sum-exps
-    come from the op (one read of the logits, and in the backward the op's softmax term); the
-    dot products are float32 (a second read, and an ``[N, C]`` term in the backward).
+    ``SoftCrossEntropyFwdOp`` computes it in one read of the logits and the targets, and its
+    backward in one more, writing the gradient.  The op does not differentiate the targets or
+    the weights: where either requires grad, PyTorch's own loss runs instead, which does.
     """
     _check_reduction(reduction)
     if probabilities.shape != logits.shape:
         raise ValueError(f"cross_entropy: probability targets must have the logits' shape {tuple(logits.shape)}, "
                          f"got {tuple(probabilities.shape)}")
-    mix = probabilities.float()
-    if label_smoothing:
-        mix = (1 - label_smoothing) * mix + label_smoothing / logits.shape[1]
-    if weight is not None:
-        mix = mix * _class_weight(weight, logits)
-    # Only the log-sum-exps are used: any class index the op keeps serves as its target.
-    _, lse = _per_row_cross_entropy(logits, logits.new_zeros(logits.shape[0], dtype=torch.int64), -100,
-                                    inplace_backward)
-    loss = lse * mix.sum(1) - torch.linalg.vecdot(mix, logits.float())
-    if reduction != "none":
-        loss = loss.sum() if reduction == "sum" else loss.mean()
-    return loss.to(torch.promote_types(logits.dtype, probabilities.dtype))
+    dtype = torch.promote_types(logits.dtype, probabilities.dtype)
+    if torch.is_grad_enabled() and (probabilities.requires_grad or (weight is not None and weight.requires_grad)):
+        return torch.nn.functional.cross_entropy(logits, probabilities, weight, reduction=reduction,
+                                                 label_smoothing=label_smoothing).to(dtype)
+    class_weight = None if weight is None else _class_weight(weight, logits)
+    return functional.soft_cross_entropy(logits, probabilities, class_weight, float(label_smoothing),
+                                         reduction).to(dtype)
 
 
 def _check_reduction(reduction: str) -> None:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from tests.op_checks import TOLERANCE
 from tileops.kernels.loss.cross_entropy import SMALL_TOTAL_ELEMENTS, CrossEntropyFwdKernel
-from tileops.ops import CrossEntropyBwdOp, CrossEntropyFwdOp
+from tileops.ops import CrossEntropyBwdOp, CrossEntropyFwdOp, SoftCrossEntropyFwdOp
 
 pytestmark = pytest.mark.gpu
 
@@ -47,9 +47,13 @@ def _ops(V: int, dtype: torch.dtype, ignore_index: int, label_smoothing: float,
 
 
 @pytest.fixture(scope="module", autouse=True)
-def prebuilt_kernels() -> Iterator[None]:
-    """Compile every program of the module in parallel (the compiler runs outside the GIL)."""
+def prebuilt_kernels(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Compile in parallel (the compiler runs outside the GIL) every program of the ``CONFIGS``
+    the selected tests of this module use: a ``-k`` selection compiles only its own."""
     device = torch.device("cuda", torch.cuda.current_device())
+    module = request.node.path
+    selected = {item.callspec.params.get("config") for item in request.session.items
+                if item.path == module and hasattr(item, "callspec")}
 
     def build(config: Tuple[int, torch.dtype, int, float]) -> None:
         for op in _ops(*config, "mean"):
@@ -63,7 +67,7 @@ def prebuilt_kernels() -> Iterator[None]:
                     kernel._compile_small(mean)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(build, CONFIGS))
+        list(pool.map(build, [config for config in CONFIGS if config in selected]))
     yield
 
 
@@ -354,3 +358,64 @@ def test_probability_targets_match_autograd_in_float64(config, reduction: str) -
     loss.backward(grad.to(loss.dtype))
     expected.backward(grad)
     _close(ours.grad, wide.grad, dtype)
+
+
+# (V, logits dtype, targets dtype, weighted, label smoothing): the soft-target op's kernels.
+SOFT_CONFIGS = [
+    (1, torch.float32, torch.float32, False, 0.0),
+    (3, torch.float16, torch.float16, True, 0.2),
+    (127, torch.bfloat16, torch.bfloat16, False, 0.1),
+    (4097, torch.float32, torch.bfloat16, True, 0.0),
+    (32000, torch.bfloat16, torch.float32, True, 0.1),
+    (131072, torch.bfloat16, torch.bfloat16, False, 0.0),
+    (262144, torch.bfloat16, torch.float32, False, 0.0),
+]
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("config", SOFT_CONFIGS,
+                         ids=lambda c: f"V{c[0]}-{str(c[1])[6:]}-targets-{str(c[2])[6:]}-w{int(c[3])}-ls{c[4]}")
+def test_soft_targets_forward_and_backward_match_autograd_in_float64(config, reduction: str) -> None:
+    """``SoftCrossEntropyFwdOp``: loss, lse and target mass, and the logits' gradient through the
+    loss and the lse, against PyTorch's loss in float64; the targets and logits are row slices of
+    wider buffers (a padded vocabulary), read in place."""
+    V, dtype, target_dtype, weighted, label_smoothing = config
+    rows = _rows(V)
+    generator = torch.Generator(device="cuda").manual_seed(V)
+    logits = (3 * torch.randn(rows, V + 8, device="cuda", generator=generator)).to(dtype)[:, :V]
+    probabilities = torch.softmax(2 * torch.randn(rows, V + 8, device="cuda", generator=generator), 1)
+    probabilities = probabilities.to(target_dtype)[:, :V]
+    weight = torch.rand(V, device="cuda", generator=generator) + 0.5 if weighted else None
+    fwd = SoftCrossEntropyFwdOp(V=V, dtype=dtype, label_smoothing=label_smoothing, reduction=reduction)
+    ours = logits.detach().clone().requires_grad_()
+    loss, lse, mass = fwd(ours, probabilities, weight)
+    assert fwd.last_backend == "kernel" and loss.dtype == torch.float32
+
+    wide = logits.double().requires_grad_()
+    wide_weight = None if weight is None else weight.double()
+    expected = F.cross_entropy(wide, probabilities.double(), wide_weight, label_smoothing=label_smoothing,
+                               reduction=reduction)
+    mixed = (probabilities.double() * (1 - label_smoothing) + label_smoothing / V) * (1 if weight is None else wide_weight)
+    # Float32 sums of up to 262144 terms, from the very inputs the float64 reference reads.
+    scale = expected.detach().abs().max().item() if expected.numel() else 1.0
+    torch.testing.assert_close(loss.double(), expected.detach(), rtol=1e-4, atol=1e-4 * scale)
+    _close(lse, torch.logsumexp(wide.detach(), -1), torch.float32)
+    torch.testing.assert_close(mass.double(), mixed.sum(-1), rtol=1e-4, atol=1e-4)
+
+    seeds = torch.randn(2, rows, device="cuda", dtype=torch.float64)
+    scale = seeds[0] if reduction == "none" else seeds[0, 0]
+    ((expected * scale).sum() + (torch.logsumexp(wide, -1) * seeds[1]).sum()).backward()
+    ((loss.double() * scale).sum() + (lse.double() * seeds[1]).sum()).backward()
+    _close(ours.grad, wide.grad, dtype)
+
+
+def test_soft_targets_of_an_empty_batch_and_a_refused_differentiable_target() -> None:
+    fwd = SoftCrossEntropyFwdOp(V=5, dtype=torch.bfloat16)
+    logits = torch.empty(0, 5, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    loss, lse, mass = fwd(logits, torch.empty(0, 5, device="cuda"))
+    assert torch.isnan(loss) and lse.shape == mass.shape == (0,)  # PyTorch's mean of no rows
+    loss.backward()
+    assert logits.grad.shape == (0, 5)
+    with pytest.raises(ValueError, match="probabilities requires grad"):
+        fwd(torch.randn(2, 5, device="cuda", dtype=torch.bfloat16),
+            torch.rand(2, 5, device="cuda", requires_grad=True))

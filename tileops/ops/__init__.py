@@ -37,6 +37,8 @@ from .elementwise import SiluFwdOp
 # --- loss (generated) ---
 from .loss import CrossEntropyBwdOp
 from .loss import CrossEntropyFwdOp
+from .loss import SoftCrossEntropyBwdOp
+from .loss import SoftCrossEntropyFwdOp
 
 # --- reduction (generated) ---
 from .reduction import AmaxFwdOp
@@ -85,4 +87,6 @@ __all__ = [
     "SumFwdOp",
     "VarFwdOp",
     "FusedAddRMSNormBwdOp",
+    "SoftCrossEntropyBwdOp",
+    "SoftCrossEntropyFwdOp",
 ]

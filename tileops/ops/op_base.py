@@ -116,6 +116,8 @@ class Op(torch.nn.Module):
     # and the eager autograd of a differentiable op.
     _library_params: Tuple[str, ...] = ()
     _autograd_function: Optional[Type[torch.autograd.Function]] = None
+    # ``((position, name), ...)`` of the inputs the manifest marks ``constant`` (set by the L3 class).
+    _constant_inputs: Tuple[Tuple[int, str], ...] = ()
     # Set by families whose kernels take every free extent (and stride) as a TileLang symbolic
     # value: their launches pass a key of their own, ``(device index, ...)``, as the only
     # "shape", so one kernel (and one tuned config) serves every shape on a device.
@@ -287,6 +289,8 @@ class Op(torch.nn.Module):
         the custom op's autograd functions without its dispatch (about 100 us of host time a
         call); a plain eager call runs the computation directly.
         """
+        if self._constant_inputs:
+            self._refuse_constant_gradients(inputs)
         if torch.compiler.is_compiling() or torch._C._is_tracing():
             # A graph being traced (torch.compile, torch.jit.trace) records the custom op: a kernel
             # launched directly would leave the graph without the computation.
@@ -302,6 +306,17 @@ class Op(torch.nn.Module):
                 return self._library_call(*inputs)
             return function.apply(*inputs, *(getattr(self, name) for name in self._library_params), self._handle)
         return self._eager(*inputs)
+
+    def _refuse_constant_gradients(self, inputs: Tuple[Optional[torch.Tensor], ...]) -> None:
+        """Raise where an input the op does not differentiate would need a gradient: the Bwd op
+        gives it none, and autograd would take that for a zero."""
+        if not torch.is_grad_enabled():
+            return
+        for index, name in self._constant_inputs:
+            tensor = inputs[index]
+            if tensor is not None and tensor.requires_grad:
+                raise ValueError(f"{type(self).__name__}: {name} requires grad, but the op does not differentiate "
+                                 f"it (no gradient is computed for {name}); pass {name}.detach()")
 
     def _eager(self, *inputs: Optional[torch.Tensor]) -> Any:
         """The computation itself: the kernel for CUDA tensors, else the reference."""

@@ -477,8 +477,16 @@ class _CrossEntropyKernel(Kernel):
         self.V = int(V)
         self.ignore_index = int(ignore_index)
         self.label_smoothing = float(label_smoothing)
-        self._vector = row_vector(self.V, dtype)
+        self._vector = self._access_vector(dtype)
         super().__init__(dtype, config=config, tune=tune)
+
+    def _access_vector(self, dtype: torch.dtype) -> int:
+        """Elements each thread reads at a time along a row."""
+        return row_vector(self.V, dtype)
+
+    def _program_constants(self) -> Dict[str, Any]:
+        """The builder's compile-time arguments beside ``V``, the dtype, the vector and the config."""
+        return {"ignore_index": self.ignore_index, "label_smoothing": self.label_smoothing}
 
     # Vectors in flight per thread, at most, once a row spans that many steps.
     most_unroll = 4
@@ -519,8 +527,7 @@ class _CrossEntropyKernel(Kernel):
         config = {**self.default_config, **config}
         _check_config(config)
         func = self.builder(self.V, torch_dtype_to_tl(self.dtype), vector=self._vector,
-                            ignore_index=self.ignore_index, label_smoothing=self.label_smoothing,
-                            **config, **dict(flags))
+                            **self._program_constants(), **config, **dict(flags))
         return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
 
     # Every flag combination of the main program a call may take (``()``: the builder's defaults).

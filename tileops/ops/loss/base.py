@@ -17,6 +17,13 @@ fewer.  The logits' version counter moves, so autograd refuses any other
 backward that saved them (and a second backward through this one) instead of
 reading the gradient as logits.  A traced graph never aliases: a custom op's
 output must be fresh memory, so there the backward is the out-of-place one.
+
+The soft-target ops take class probabilities ``[N, V]`` (any float dtype) and
+optional class weights instead of indices.  Their forward returns float32 (the
+kernel's per-row losses, or their sum or mean over rows, in one more launch),
+and saves each row's ``lse`` and target mass for the backward, one launch that
+reads the logits and the targets once and writes the gradient once.  The
+targets are constants to them: a forward refuses targets that require grad.
 """
 
 import math
@@ -28,7 +35,7 @@ from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import aligned_rows, on_device
 from tileops.ops.op_base import KERNEL, Op
 
-__all__ = ["CrossEntropyFwdBase", "CrossEntropyBwdBase"]
+__all__ = ["CrossEntropyFwdBase", "CrossEntropyBwdBase", "SoftCrossEntropyFwdBase", "SoftCrossEntropyBwdBase"]
 
 
 class _CrossEntropyOp(Op):
@@ -151,3 +158,66 @@ class CrossEntropyBwdBase(_CrossEntropyOp):
             kernel.forward(logit_rows, target, lse, grad_loss.contiguous().reshape(-1),
                            lse if grad_lse is None else grad_lse.contiguous(), kept, grad_rows,
                            per_row=self.reduction == "none", has_grad_lse=grad_lse is not None, mean=mean)
+
+
+class _SoftCrossEntropyOp(_CrossEntropyOp):
+    """Kernel construction shared by the soft-target cross-entropy ops: a kernel per device and
+    targets' dtype (``(device index, dtype)``; a tuning example, which gives shapes alone, takes
+    targets of the logits' dtype)."""
+
+    def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
+        launch = input_shapes[0]
+        target_dtype = launch[1] if len(launch) == 2 and isinstance(launch[1], torch.dtype) else self.dtype
+        return self.kernel_map[key](self.V, self.dtype, target_dtype=target_dtype,
+                                    label_smoothing=self.label_smoothing, tune=self.tune)
+
+    def _device_kernel(self, device: torch.device, target_dtype: torch.dtype = None) -> Kernel:
+        key = next(iter(self.kernel_map))
+        return self._kernel(key, (device.index, target_dtype or self.dtype))
+
+
+class SoftCrossEntropyFwdBase(_SoftCrossEntropyOp):
+    """``(loss, lse, mass)`` of logits and target probabilities ``[N, V]`` and optional class weights ``[V]``."""
+
+
+    def _run_kernel(self, logits: torch.Tensor, probabilities: torch.Tensor,
+                    weight: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if not self.V:  # no classes: PyTorch's lse of nothing (-inf) and its mean of 0 / 0 rows
+            return self._reference_in_float32(logits, probabilities, weight)
+        rows = logits.shape[0]
+        device = logits.device
+        loss_rows = torch.empty(rows, dtype=torch.float32, device=device)
+        lse = torch.empty(rows, dtype=torch.float32, device=device)
+        mass = torch.empty(rows, dtype=torch.float32, device=device)
+        if rows:
+            with on_device(device):
+                kernel = self._device_kernel(device, probabilities.dtype)
+                kernel(aligned_rows(logits, self.V), aligned_rows(probabilities, self.V),
+                       lse if weight is None else weight.contiguous(), loss_rows, lse, mass,
+                       weighted=weight is not None)
+        # As PyTorch: the mean is over rows (an empty one is NaN), weighted or not.
+        if self.reduction == "none":
+            return loss_rows, lse, mass
+        return (loss_rows.sum() if self.reduction == "sum" else loss_rows.mean()), lse, mass
+
+
+class SoftCrossEntropyBwdBase(_SoftCrossEntropyOp):
+    """``grad_logits`` from ``grad_loss``, an optional ``grad_lse`` and what the forward saved."""
+
+    def _run_kernel(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
+                    probabilities: torch.Tensor, weight: Optional[torch.Tensor], lse: torch.Tensor,
+                    mass: torch.Tensor) -> torch.Tensor:
+        grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        if not grad_logits.numel():
+            return grad_logits
+        device = logits.device
+        lse = lse.contiguous()
+        with on_device(device):
+            kernel = self._device_kernel(device, probabilities.dtype)
+            # Arguments a call does not read get ``lse``.
+            kernel.forward(aligned_rows(logits, self.V), aligned_rows(probabilities, self.V),
+                           lse if weight is None else weight.contiguous(), lse, mass.contiguous(),
+                           grad_loss.contiguous().reshape(-1), lse if grad_lse is None else grad_lse.contiguous(),
+                           grad_logits, per_row=self.reduction == "none", has_grad_lse=grad_lse is not None,
+                           mean=self.reduction == "mean", weighted=weight is not None)
+        return grad_logits
