@@ -192,7 +192,7 @@ class SoftCrossEntropyFwdBase(_SoftCrossEntropyOp):
         if rows:
             with on_device(device):
                 kernel = self._device_kernel(device, probabilities.dtype)
-                kernel(aligned_rows(logits, self.V), aligned_rows(probabilities, self.V),
+                kernel.forward(aligned_rows(logits, self.V), aligned_rows(probabilities, self.V),
                        lse if weight is None else weight.contiguous(), loss_rows, lse, mass,
                        weighted=weight is not None)
         # As PyTorch: the mean is over rows (an empty one is NaN), weighted or not.
