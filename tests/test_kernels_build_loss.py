@@ -37,11 +37,15 @@ def test_builds_for_sm90(kernel_cls, V: int, dtype: torch.dtype, label_smoothing
 
 
 @needs_nvcc
+@pytest.mark.parametrize("soft", [False, True], ids=["index-targets", "soft-targets"])
 @pytest.mark.parametrize("V, dtype", [(131072, torch.bfloat16), (4097, torch.float16), (3, torch.float32)])
-def test_bwd_programs_read_all_their_logits_before_writing_a_gradient(V: int, dtype: torch.dtype) -> None:
+def test_bwd_programs_read_all_their_logits_before_writing_a_gradient(V: int, dtype: torch.dtype, soft: bool) -> None:
     """``inplace_backward`` hands the program the logits as its output too: each thread must read
     its logits before it writes any gradient (and only where it read), as the programs do."""
-    kernel = CrossEntropyBwdKernel(V, dtype, ignore_index=-100, label_smoothing=0.1)
+    if soft:
+        kernel = SoftCrossEntropyBwdKernel(V, dtype, target_dtype=torch.float32, label_smoothing=0.1)
+    else:
+        kernel = CrossEntropyBwdKernel(V, dtype, ignore_index=-100, label_smoothing=0.1)
     built = kernel.build_all_for_sm90()
     for flags in kernel.main_flags:
         source = built[f"main{dict(flags)}"].get_kernel_source()

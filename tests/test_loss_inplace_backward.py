@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from tileops import functional as tf
-from tileops.ops import CrossEntropyFwdOp
+from tileops.ops import CrossEntropyFwdOp, SoftCrossEntropyFwdOp
 from tileops.ops.op_base import KERNEL
 
 V, ROWS, HIDDEN = 33, 6, 8
@@ -227,3 +227,59 @@ def test_saved_tensor_hooks_and_checkpointing_give_the_same_gradients(wrapping: 
     expected = torch.autograd.grad(F.cross_entropy(hidden @ weight.T, target), (hidden, weight))
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b)
+
+
+class _SoftBackwardStandIn:
+    """The soft-target backward program's arithmetic with torch, recording where it read and wrote."""
+
+    def __init__(self, op: Any) -> None:
+        self.op = op
+        self.launches: List[Tuple[int, int]] = []
+
+    def forward(self, logits: torch.Tensor, probabilities: torch.Tensor, weight: torch.Tensor, lse: torch.Tensor,
+                mass: torch.Tensor, grad_loss: torch.Tensor, grad_lse: torch.Tensor, grad: torch.Tensor, *,
+                per_row: bool, has_grad_lse: bool, mean: bool, weighted: bool) -> None:
+        self.launches.append((logits.data_ptr(), grad.data_ptr()))
+        scale = (grad_loss if per_row else grad_loss.expand(lse.shape)) / (lse.numel() if mean else 1)
+        smoothing = self.op.label_smoothing
+        mixed = (probabilities.float() * (1 - smoothing) + smoothing / self.op.V) * (weight if weighted else 1)
+        softmax = torch.exp(logits.float() - lse[:, None])
+        grad.copy_((scale * mass + (grad_lse if has_grad_lse else 0))[:, None] * softmax - scale[:, None] * mixed)
+
+
+@pytest.mark.parametrize("kernel_path", [False, True], ids=["reference", "kernel"])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_soft_targets_write_the_gradient_over_the_logits_too(kernel_path: bool, reduction: str) -> None:
+    """``SoftCrossEntropyFwdOp(inplace_backward=True)``: an lm head's step gives its parameters the
+    out-of-place gradients, and the logits end up holding PyTorch's gradient of them."""
+    generator = torch.Generator().manual_seed(4)
+    probabilities = torch.softmax(torch.randn(ROWS, V, generator=generator), -1)
+    weight = torch.rand(V, generator=generator) + 0.5
+    ops = {inplace: SoftCrossEntropyFwdOp(V=V, dtype=torch.float32, reduction=reduction, label_smoothing=0.1,
+                                          inplace_backward=inplace) for inplace in (False, True)}
+    stand_ins = {}
+    for inplace, op in ops.items():
+        if kernel_path:
+            bwd = op.backward_op()
+            stand_ins[inplace] = _SoftBackwardStandIn(bwd)
+            bwd._route = lambda *tensors: KERNEL
+            bwd._device_kernel = lambda device, target_dtype=None, stand_in=stand_ins[inplace]: stand_in
+
+    def loss_of(op: SoftCrossEntropyFwdOp) -> Callable[..., torch.Tensor]:
+        return lambda logits, target: op(logits, probabilities, weight)[0]
+
+    kept_logits, *kept_grads = _lm_head_step(loss_of(ops[False]), seed=3)
+    overwritten, *grads = _lm_head_step(loss_of(ops[True]), seed=3)
+    for got, expected in zip(grads, kept_grads):
+        torch.testing.assert_close(got, expected)
+    hidden, head, _ = _lm_head_inputs(3)
+    logits = (hidden @ head.T).detach().requires_grad_()
+    loss = F.cross_entropy(logits, probabilities, weight, reduction=reduction, label_smoothing=0.1)
+    loss.backward(torch.linspace(0.5, 1.5, loss.numel()).reshape(loss.shape))
+    torch.testing.assert_close(overwritten, logits.grad)
+    assert not torch.allclose(kept_logits, logits.grad)
+    if kernel_path:
+        (read, written), = stand_ins[False].launches
+        assert read != written
+        (read, written), = stand_ins[True].launches
+        assert read == written

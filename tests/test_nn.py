@@ -302,7 +302,7 @@ def test_cross_entropy_loss_takes_probability_targets_as_pytorch_does(shape, red
     torch.testing.assert_close(torch.autograd.grad(got, leaves, grad), torch.autograd.grad(expected, leaves, grad))
 
 
-def test_probability_targets_in_half_precision_and_under_compile() -> None:
+def test_probability_targets_with_inplace_backward_and_under_compile() -> None:
     generator = torch.Generator().manual_seed(2)
     logits = torch.randn(5, 7, generator=generator).mul_(3).bfloat16()
     probabilities = torch.softmax(torch.randn(5, 7, generator=generator), dim=1)

@@ -162,12 +162,12 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     return result[0]
 
 
-def soft_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor, weight: Optional[torch.Tensor] = None, label_smoothing: float = 0.0, reduction: str = 'mean') -> torch.Tensor:
+def soft_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor, weight: Optional[torch.Tensor] = None, label_smoothing: float = 0.0, reduction: str = 'mean', inplace_backward: bool = False) -> torch.Tensor:
     """SoftCrossEntropy forward: loss_i = sum_j q_ij * (lse_i - logits[i, j]), q = ((1 - s) * probabilities + s / V) * weight; reduced by none, sum or mean over rows. Functional form of ``SoftCrossEntropyFwdOp``. Returns loss; lse, mass (kept for the backward) comes from ``SoftCrossEntropyFwdOp`` itself."""
     if torch.compiler.is_compiling():
-        result = torch.ops.tileops.soft_cross_entropy_fwd(logits, probabilities, weight, label_smoothing, reduction, SHARED_INSTANCE)
+        result = torch.ops.tileops.soft_cross_entropy_fwd(logits, probabilities, weight, label_smoothing, reduction, inplace_backward, SHARED_INSTANCE)
     else:
-        result = SoftCrossEntropyFwdOp._shared_for(logits, probabilities, weight, label_smoothing, reduction).forward(logits, probabilities, weight)
+        result = SoftCrossEntropyFwdOp._shared_for(logits, probabilities, weight, label_smoothing, reduction, inplace_backward).forward(logits, probabilities, weight)
     return result[0]
 
 

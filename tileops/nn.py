@@ -175,8 +175,7 @@ class CrossEntropyLoss(torch.nn.Module):
     ``[N * d1 * ..., C]`` first (a copy, which an ``inplace_backward`` then overwrites instead
     of the logits).  Class weights (``weight``, a buffer as in PyTorch) are applied to the op's
     per-row losses (see ``class_weighted_cross_entropy``).  ``inplace_backward`` (see
-    ``CrossEntropyFwdOp``): with class-index targets, an eager backward writes the gradient over
-    the logits; probability targets are always differentiated out of place.
+    ``CrossEntropyFwdOp``): an eager backward writes the gradient over the logits.
     """
 
     weight: Optional[torch.Tensor]
@@ -199,7 +198,7 @@ class CrossEntropyLoss(torch.nn.Module):
         rows, probabilities = _class_rows(logits), target.is_floating_point()
         if probabilities:
             loss = probability_cross_entropy(rows, _class_rows(target), self.weight, self.label_smoothing,
-                                             self.reduction)
+                                             self.reduction, self.inplace_backward)
         elif self.weight is None:
             loss = functional.cross_entropy(rows, target.reshape(-1), self.ignore_index, self.label_smoothing,
                                             self.reduction, self.inplace_backward)
@@ -245,14 +244,15 @@ def class_weighted_cross_entropy(logits: torch.Tensor, target: torch.Tensor, wei
 
 def probability_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor,
                               weight: Optional[torch.Tensor] = None, label_smoothing: float = 0.0,
-                              reduction: str = "mean") -> torch.Tensor:
+                              reduction: str = "mean", inplace_backward: bool = False) -> torch.Tensor:
     """``torch.nn.functional.cross_entropy(logits, probabilities, weight)`` over ``[N, C]`` logits
     and ``[N, C]`` class probabilities (soft labels, distillation), computed in float32 and
     returned, as PyTorch's, in the dtype the two promote to.
 
     ``SoftCrossEntropyFwdOp`` computes it in one read of the logits and the targets, and its
-    backward in one more, writing the gradient.  The op does not differentiate the targets or
-    the weights: where either requires grad, PyTorch's own loss runs instead, which does.
+    backward in one more, writing the gradient (over the logits with ``inplace_backward``, see
+    ``CrossEntropyFwdOp``).  The op does not differentiate the targets or the weights: where
+    either requires grad, PyTorch's own loss runs instead, which does.
     """
     _check_reduction(reduction)
     if probabilities.shape != logits.shape:
@@ -264,7 +264,7 @@ def probability_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor,
                                                  label_smoothing=label_smoothing).to(dtype)
     class_weight = None if weight is None else _class_weight(weight, logits)
     return functional.soft_cross_entropy(logits, probabilities, class_weight, float(label_smoothing),
-                                         reduction).to(dtype)
+                                         reduction, inplace_backward).to(dtype)
 
 
 def _check_reduction(reduction: str) -> None:

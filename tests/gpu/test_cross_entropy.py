@@ -288,16 +288,24 @@ def test_inplace_backward_writes_the_gradient_over_the_logits_and_holds_one_tens
         assert peak - inplace_peak >= rows * V * dtype.itemsize, (peak, inplace_peak)
 
 
-def test_inplace_backward_leaves_a_leaf_its_gradient_in_its_own_memory() -> None:
+@pytest.mark.parametrize("soft", [False, True], ids=["index-targets", "soft-targets"])
+def test_inplace_backward_leaves_a_leaf_its_gradient_in_its_own_memory(soft: bool) -> None:
     """Logits that are a leaf get as ``.grad`` the out-of-place gradient, bitwise, in the logits'
-    own memory: the backward allocates no ``[N, V]`` tensor."""
+    own memory: the backward allocates no ``[N, V]`` tensor.  Soft targets: float32, weighted."""
     V, dtype, rows = 32000, torch.bfloat16, 512
     logits, target = _inputs(V, dtype, -100, rows, seed=9)
+    generator = torch.Generator(device="cuda").manual_seed(10)
+    probabilities = torch.softmax(torch.randn(rows, V, device="cuda", generator=generator), -1)
+    weight = torch.rand(V, device="cuda", generator=generator) + 0.5
     gradients = {}
     for inplace in (False, True):
-        fwd = CrossEntropyFwdOp.shared(V=V, dtype=dtype, inplace_backward=inplace)
         leaf = logits.clone().requires_grad_()
-        loss = fwd(leaf, target)[0]
+        if soft:
+            fwd = SoftCrossEntropyFwdOp.shared(V=V, dtype=dtype, label_smoothing=0.1, inplace_backward=inplace)
+            loss = fwd(leaf, probabilities, weight)[0]
+        else:
+            fwd = CrossEntropyFwdOp.shared(V=V, dtype=dtype, inplace_backward=inplace)
+            loss = fwd(leaf, target)[0]
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()

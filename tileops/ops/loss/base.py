@@ -22,8 +22,9 @@ The soft-target ops take class probabilities ``[N, V]`` (any float dtype) and
 optional class weights instead of indices.  Their forward returns float32 (the
 kernel's per-row losses, or their sum or mean over rows, in one more launch),
 and saves each row's ``lse`` and target mass for the backward, one launch that
-reads the logits and the targets once and writes the gradient once.  The
-targets are constants to them: a forward refuses targets that require grad.
+reads the logits and the targets once and writes the gradient once (or, with
+``inplace_backward``, writes it over the logits as above).  The manifest marks
+the targets and weights constant: a call refuses them when they require grad.
 """
 
 import math
@@ -63,16 +64,20 @@ class _CrossEntropyOp(Op):
         return self._kernel(key, (device.index,))
 
 
-class CrossEntropyFwdBase(_CrossEntropyOp):
-    """``(loss, lse)`` of logits ``[N, V]`` and targets ``[N]``."""
+class _InplaceBackwardFwd(Op):
+    """A forward whose ``inplace_backward`` has its eager backward write over the logits (the
+    Bwd op's ``into_logits``); the backward's tensors are its Bwd op's inputs."""
 
     inplace_backward: bool
 
-    def _plain_backward(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
-                        target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    def _plain_backward(self, *tensors: Optional[torch.Tensor]) -> torch.Tensor:
         if self.inplace_backward:
-            return self.backward_op().into_logits(grad_loss, grad_lse, logits, target, lse)
-        return super()._plain_backward(grad_loss, grad_lse, logits, target, lse)
+            return self.backward_op().into_logits(*tensors)
+        return super()._plain_backward(*tensors)
+
+
+class CrossEntropyFwdBase(_InplaceBackwardFwd, _CrossEntropyOp):
+    """``(loss, lse)`` of logits ``[N, V]`` and targets ``[N]``."""
 
     def _run_kernel(self, logits: torch.Tensor, target: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         rows = logits.shape[0]
@@ -103,18 +108,24 @@ class CrossEntropyFwdBase(_CrossEntropyOp):
         return loss.to(logits.dtype), lse
 
 
-class CrossEntropyBwdBase(_CrossEntropyOp):
-    """``grad_logits`` from ``grad_loss``, an optional ``grad_lse`` and what the forward saved."""
+class _LogitsGradient(Op):
+    """A Bwd op whose inputs are ``(grad_loss, grad_lse, logits, *saved)`` and whose program
+    reads each logit before it writes that element's gradient, so it may write over the logits.
+
+    Subclasses define ``_launch(grad_loss, grad_lse, logit_rows, *saved, grad_rows)``: the
+    gradient of the non-empty ``logit_rows`` (aligned ``(N, V)`` rows) into ``grad_rows``."""
+
+    V: int
 
     def _run_kernel(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
-                    target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+                    *saved: Optional[torch.Tensor]) -> torch.Tensor:
         grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
         if grad_logits.numel():
-            self._launch(grad_loss, grad_lse, aligned_rows(logits, self.V), target, lse, grad_logits)
+            self._launch(grad_loss, grad_lse, aligned_rows(logits, self.V), *saved, grad_logits)
         return grad_logits
 
     def into_logits(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
-                    target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+                    *saved: Optional[torch.Tensor]) -> torch.Tensor:
         """``grad_logits`` written over ``logits`` and returned in their memory: the eager backward
         of a forward built with ``inplace_backward`` (see the module docstring).
 
@@ -123,22 +134,26 @@ class CrossEntropyBwdBase(_CrossEntropyOp):
         and keeps this one as it is.  Logits the program cannot read in place (a transposed
         view, say) are read from a copy, which takes the gradient in place and is copied back,
         so the result is the same on every path and device."""
-        self._overwrite(grad_loss, grad_lse, logits, target, lse)
+        self._overwrite(grad_loss, grad_lse, logits, *saved)
         return logits.detach()
 
     def _overwrite(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
-                   target: torch.Tensor, lse: torch.Tensor) -> None:
-        if self._route(grad_loss, grad_lse, logits, target, lse) != KERNEL:
-            logits.copy_(self._reference_in_float32(grad_loss, grad_lse, logits, target, lse))
+                   *saved: Optional[torch.Tensor]) -> None:
+        if self._route(grad_loss, grad_lse, logits, *saved) != KERNEL:
+            logits.copy_(self._reference_in_float32(grad_loss, grad_lse, logits, *saved))
             return
         if not logits.numel():
             return
         rows = aligned_rows(logits, self.V)
-        self._launch(grad_loss, grad_lse, rows, target, lse, rows)
+        self._launch(grad_loss, grad_lse, rows, *saved, rows)
         if rows.data_ptr() == logits.data_ptr():
             torch.autograd.graph.increment_version(logits)  # copy_ below moves it itself
         else:
             logits.copy_(rows)
+
+
+class CrossEntropyBwdBase(_LogitsGradient, _CrossEntropyOp):
+    """``grad_logits`` from ``grad_loss``, an optional ``grad_lse`` and what the forward saved."""
 
     def _launch(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logit_rows: torch.Tensor,
                 target: torch.Tensor, lse: torch.Tensor, grad_rows: torch.Tensor) -> None:
@@ -171,14 +186,13 @@ class _SoftCrossEntropyOp(_CrossEntropyOp):
         return self.kernel_map[key](self.V, self.dtype, target_dtype=target_dtype,
                                     label_smoothing=self.label_smoothing, tune=self.tune)
 
-    def _device_kernel(self, device: torch.device, target_dtype: torch.dtype = None) -> Kernel:
+    def _device_kernel(self, device: torch.device, target_dtype: Optional[torch.dtype] = None) -> Kernel:
         key = next(iter(self.kernel_map))
         return self._kernel(key, (device.index, target_dtype or self.dtype))
 
 
-class SoftCrossEntropyFwdBase(_SoftCrossEntropyOp):
+class SoftCrossEntropyFwdBase(_InplaceBackwardFwd, _SoftCrossEntropyOp):
     """``(loss, lse, mass)`` of logits and target probabilities ``[N, V]`` and optional class weights ``[V]``."""
-
 
     def _run_kernel(self, logits: torch.Tensor, probabilities: torch.Tensor,
                     weight: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -193,31 +207,28 @@ class SoftCrossEntropyFwdBase(_SoftCrossEntropyOp):
             with on_device(device):
                 kernel = self._device_kernel(device, probabilities.dtype)
                 kernel.forward(aligned_rows(logits, self.V), aligned_rows(probabilities, self.V),
-                       lse if weight is None else weight.contiguous(), loss_rows, lse, mass,
-                       weighted=weight is not None)
+                               lse if weight is None else weight.contiguous(), loss_rows, lse, mass,
+                               weighted=weight is not None)
         # As PyTorch: the mean is over rows (an empty one is NaN), weighted or not.
         if self.reduction == "none":
             return loss_rows, lse, mass
         return (loss_rows.sum() if self.reduction == "sum" else loss_rows.mean()), lse, mass
 
 
-class SoftCrossEntropyBwdBase(_SoftCrossEntropyOp):
+class SoftCrossEntropyBwdBase(_LogitsGradient, _SoftCrossEntropyOp):
     """``grad_logits`` from ``grad_loss``, an optional ``grad_lse`` and what the forward saved."""
 
-    def _run_kernel(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor,
-                    probabilities: torch.Tensor, weight: Optional[torch.Tensor], lse: torch.Tensor,
-                    mass: torch.Tensor) -> torch.Tensor:
-        grad_logits = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-        if not grad_logits.numel():
-            return grad_logits
-        device = logits.device
+    def _launch(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logit_rows: torch.Tensor,
+                probabilities: torch.Tensor, weight: Optional[torch.Tensor], lse: torch.Tensor, mass: torch.Tensor,
+                grad_rows: torch.Tensor) -> None:
+        """The gradient of the non-empty ``logit_rows`` into ``grad_rows`` (which may be them)."""
+        device = logit_rows.device
         lse = lse.contiguous()
         with on_device(device):
             kernel = self._device_kernel(device, probabilities.dtype)
             # Arguments a call does not read get ``lse``.
-            kernel.forward(aligned_rows(logits, self.V), aligned_rows(probabilities, self.V),
+            kernel.forward(logit_rows, aligned_rows(probabilities, self.V),
                            lse if weight is None else weight.contiguous(), lse, mass.contiguous(),
                            grad_loss.contiguous().reshape(-1), lse if grad_lse is None else grad_lse.contiguous(),
-                           grad_logits, per_row=self.reduction == "none", has_grad_lse=grad_lse is not None,
+                           grad_rows, per_row=self.reduction == "none", has_grad_lse=grad_lse is not None,
                            mean=self.reduction == "mean", weighted=weight is not None)
-        return grad_logits

@@ -28,6 +28,7 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
         dtype: Dtype of logits (float16, bfloat16, float32).
         label_smoothing: Weight s of the uniform distribution mixed into the targets. Default: 0.0.
         reduction: none: per-row losses; sum; mean over rows. One of ['none', 'mean', 'sum']. Default: 'mean'.
+        inplace_backward: An eager backward writes the logits' gradient into the logits' own memory and returns it there, as CrossEntropyFwdOp's option does. Default: False.
         kernel_map: Overrides of entries of default_kernel_map.
         tune: Autotune kernel configs on first use instead of using heuristics.
 
@@ -56,6 +57,7 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
         dtype: torch.dtype,
         label_smoothing: float = 0.0,
         reduction: str = 'mean',
+        inplace_backward: bool = False,
         kernel_map: Optional[Dict[str, Type[Kernel]]] = None,
         tune: bool = False,
     ) -> None:
@@ -64,9 +66,10 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
         self.dtype = dtype
         self.label_smoothing = label_smoothing
         self.reduction = reduction
+        self.inplace_backward = inplace_backward
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
-        self._check_params({"label_smoothing": "float", "reduction": "str"})
+        self._check_params({"label_smoothing": "float", "reduction": "str", "inplace_backward": "bool"})
         self._check_choice("reduction", reduction, ('none', 'mean', 'sum'))
         self.dispatch_kernel(kernel_map)
 
@@ -123,13 +126,13 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
     def _library_call(self, logits: torch.Tensor, probabilities: torch.Tensor, weight: Optional[torch.Tensor] = None, *, handle: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
-        return torch.ops.tileops.soft_cross_entropy_fwd(logits, probabilities, weight, self.label_smoothing, self.reduction, self._graph_handle if handle is None else handle)
+        return torch.ops.tileops.soft_cross_entropy_fwd(logits, probabilities, weight, self.label_smoothing, self.reduction, self.inplace_backward, self._graph_handle if handle is None else handle)
 
     @classmethod
-    def _shared_for(cls, logits, probabilities, weight, label_smoothing, reduction) -> "SoftCrossEntropyFwdOp":
+    def _shared_for(cls, logits, probabilities, weight, label_smoothing, reduction, inplace_backward) -> "SoftCrossEntropyFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(V=int(rules.axis_size(logits.shape, 1)), dtype=logits.dtype, label_smoothing=label_smoothing, reduction=reduction)
+            return cls.shared(V=int(rules.axis_size(logits.shape, 1)), dtype=logits.dtype, label_smoothing=label_smoothing, reduction=reduction, inplace_backward=inplace_backward)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"logits": logits, "probabilities": probabilities, "weight": weight}, optional=("weight",))
             raise
@@ -174,9 +177,9 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
 register_library_op(
     SoftCrossEntropyFwdOp,
     "tileops::soft_cross_entropy_fwd",
-    "(Tensor logits, Tensor probabilities, Tensor? weight, float label_smoothing, str reduction, int handle) -> (Tensor, Tensor, Tensor)",
+    "(Tensor logits, Tensor probabilities, Tensor? weight, float label_smoothing, str reduction, bool inplace_backward, int handle) -> (Tensor, Tensor, Tensor)",
     inputs=("logits", "probabilities", "weight"),
-    params=("label_smoothing", "reduction"),
+    params=("label_smoothing", "reduction", "inplace_backward"),
     outputs=("loss", "lse", "mass"),
     backward=BackwardWiring(
         saves=("logits", "probabilities", "weight", "lse", "mass"),
