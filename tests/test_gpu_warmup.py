@@ -1,6 +1,7 @@
 """The shared command of the GPU warm-up scripts: every task compiled, failures counted."""
 
 from tests.gpu.warmup import compile_in_parallel
+from tests.toolchain import needs_nvcc
 
 
 def test_every_task_runs_in_worker_processes_and_a_failure_sets_the_status():
@@ -33,3 +34,19 @@ def test_a_combined_task_is_compiled_by_its_family(monkeypatch):
     monkeypatch.setattr(reduction_warmup, "compile_one", lambda task: seen.append(task) or "done")
     assert warmup.compile_family_task(("reduction", ("task",))) == "done"
     assert seen == [("task",)]
+
+
+@needs_nvcc
+def test_the_loss_warmup_covers_every_cross_entropy_config_and_its_tasks_compile():
+    from tests.gpu import loss_warmup, test_cross_entropy as t
+    from tileops.kernels.kernel_base import SM90_BUILD_TARGET
+
+    tasks = loss_warmup.inventory()
+    index_configs = {(V, dtype, keywords) for cls, V, dtype, keywords, _ in tasks if not cls.startswith("Soft")}
+    soft_configs = {(V, dtype, keywords) for cls, V, dtype, keywords, _ in tasks if cls.startswith("Soft")}
+    assert len(index_configs) == len(t.CONFIGS)
+    assert len(soft_configs) == len({(c[0], c[1], c[2], c[4]) for c in t.SOFT_CONFIGS + t.SOFT_CONFIGS_OF_OTHER_TESTS})
+    # Every program of a soft backward: three reductions, with and without grad_lse, weighted or not.
+    assert sum(1 for task in tasks if task[0] == "SoftCrossEntropyBwdKernel" and task[1] == 3) == 12
+    for task in (tasks[0], next(task for task in tasks if task[0].startswith("Soft"))):
+        assert loss_warmup.compile_for(task, SM90_BUILD_TARGET).startswith(task[0])

@@ -378,6 +378,12 @@ SOFT_CONFIGS = [
     (131072, torch.bfloat16, torch.bfloat16, False, 0.0),
     (262144, torch.bfloat16, torch.float32, False, 0.0),
 ]
+# The soft-target kernels the module's other tests reach (through tileops.nn and in place).
+SOFT_CONFIGS_OF_OTHER_TESTS = [
+    (32000, torch.bfloat16, torch.float32, False, 0.0),
+    (4097, torch.float32, torch.float32, True, 0.1),
+    (32000, torch.bfloat16, torch.float32, True, 0.1),
+]
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)

@@ -53,7 +53,7 @@ def compile_in_parallel(description: str, inventory: Callable[[], Sequence[Any]]
 
 
 # Every family's warm-up module, ``tests.gpu.<family>_warmup``.
-FAMILIES = ("elementwise", "norm", "reduction", "scan", "softmax")
+FAMILIES = ("elementwise", "loss", "norm", "reduction", "scan", "softmax")
 
 
 def _family_module(family: str) -> Any:
