@@ -323,3 +323,17 @@ def test_probability_targets_with_inplace_backward_and_under_compile() -> None:
                                                                                        reduction="sum")
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(torch.autograd.grad(got, logits), torch.autograd.grad(expected, logits))
+
+
+def test_probability_targets_with_trained_class_weights_get_their_gradient_from_pytorch() -> None:
+    """Weights that require grad (learned class weights) go through PyTorch's loss, which
+    differentiates them; the op treats weights as constants and would refuse them."""
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(4, 6, generator=generator, requires_grad=True)
+    probabilities = torch.softmax(torch.randn(4, 6, generator=generator), dim=1)
+    weight = (torch.rand(6, generator=generator) + 0.5).requires_grad_()
+    got = tnn.probability_cross_entropy(logits, probabilities, weight, label_smoothing=0.1)
+    expected = torch.nn.functional.cross_entropy(logits, probabilities, weight, label_smoothing=0.1)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(torch.autograd.grad(got, (logits, weight)),
+                               torch.autograd.grad(expected, (logits, weight)))
