@@ -121,6 +121,34 @@ def _block_reduce(T: Any, threads: int) -> Any:
     return block_reduce
 
 
+def _online_max(T: Any, V: int, vector: int, unroll: int, column: Any, slots: Tuple[int, int, int, int]) -> Any:
+    """Macros ``(advance, rescale_sum)`` of an online softmax over ``st[slots]``, the running
+    maximum, the sum of ``exp(x - offset)``, the new maximum and the offset.
+
+    ``advance(st, a, step, tx)`` folds one step's logits ``a`` (``unroll`` vectors, the columns
+    ``column(step, u, tx)`` before ``V``) into the maximum; ``rescale_sum(st)`` moves the sum
+    from the old maximum to the new one, leaving the offset at the new maximum, or 0 while it
+    is -inf (so -inf logits add 0, not NaN)."""
+    max_, sum_, new_max, offset = slots
+
+    @T.macro
+    def rescale_sum(st):
+        st[offset] = T.if_then_else(st[new_max] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[new_max])
+        st[sum_] = st[sum_] * T.exp2((st[max_] - st[offset]) * LOG2E)
+        st[max_] = st[new_max]
+
+    @T.macro
+    def advance(st, a, step, tx):
+        st[new_max] = st[max_]
+        for u in T.unroll(unroll):
+            if column(step, u, tx) < V:
+                for k in T.unroll(vector):
+                    st[new_max] = T.max(st[new_max], T.cast(a[u * vector + k], ACCUM))
+        rescale_sum(st)
+
+    return advance, rescale_sum
+
+
 def _row_loss(T: Any, X: Any, Target: Any, row: Any, st: Any, V: int, label_smoothing: float) -> Any:
     """The loss of a kept row from its state (``_LSE``, ``_XSUM``); the target is clamped into the row."""
     return ((1.0 - label_smoothing) * (st[_LSE] - T.cast(X[row, T.min(T.max(Target[row], 0), V - 1)], ACCUM))
@@ -141,20 +169,10 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
 
     block_reduce = _block_reduce(T, threads)
 
-    @T.macro
-    def set_offset(st):
-        # The running maximum, or 0 while it is -inf (so -inf logits add 0, not NaN).
-        st[_OFFSET] = T.if_then_else(st[_NEW_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_NEW_MAX])
-
-    @T.macro
-    def rescale_sum(st):
-        """Move ``st[_SUM]`` from offset ``st[_MAX]`` to the new maximum ``st[_NEW_MAX]``."""
-        set_offset(st)
-        st[_SUM] = st[_SUM] * T.exp2((st[_MAX] - st[_OFFSET]) * LOG2E)
-        st[_MAX] = st[_NEW_MAX]
-
     def column(step, u, tx):
         return step * step_elems + u * chunk + tx * vector
+
+    advance_max, rescale_sum = _online_max(T, V, vector, unroll, column, (_MAX, _SUM, _NEW_MAX, _OFFSET))
 
     @T.prim_func
     def cross_entropy_fwd(
@@ -180,12 +198,7 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
                     if column(step, u, tx) < V:
                         for k in T.vectorized(vector):
                             a[u * vector + k] = X[row, column(step, u, tx) + k]
-                st[_NEW_MAX] = st[_MAX]
-                for u in T.unroll(unroll):
-                    if column(step, u, tx) < V:
-                        for k in T.unroll(vector):
-                            st[_NEW_MAX] = T.max(st[_NEW_MAX], T.cast(a[u * vector + k], ACCUM))
-                rescale_sum(st)
+                advance_max(st, a, step, tx)
                 for u in T.unroll(unroll):
                     if column(step, u, tx) < V:
                         for k in T.unroll(vector):

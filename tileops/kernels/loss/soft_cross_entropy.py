@@ -32,7 +32,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
-from tileops.kernels.loss.cross_entropy import LOG2E, _block_reduce, _CrossEntropyKernel
+from tileops.kernels.loss.cross_entropy import LOG2E, _block_reduce, _CrossEntropyKernel, _online_max
 from tileops.kernels.sizes import ACCUM, SUPPORTED_DTYPES, WARP, row_vector
 
 __all__ = [
@@ -73,15 +73,10 @@ def soft_cross_entropy_fwd_program(V: int, dtype: str, *, target_dtype: str, vec
     PT, LDP = strided_rows(T, R, V, target_dtype, "LDP")
     block_reduce = _block_reduce(T, threads)
 
-    @T.macro
-    def rescale_sum(st):
-        """Move ``st[_SUM]`` from offset ``st[_MAX]`` to the new maximum (0 while it is -inf)."""
-        st[_OFFSET] = T.if_then_else(st[_NEW_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_NEW_MAX])
-        st[_SUM] = st[_SUM] * T.exp2((st[_MAX] - st[_OFFSET]) * LOG2E)
-        st[_MAX] = st[_NEW_MAX]
-
     def column(step, u, tx):
         return step * step_elems + u * chunk + tx * vector
+
+    advance_max, rescale_sum = _online_max(T, V, vector, unroll, column, (_MAX, _SUM, _NEW_MAX, _OFFSET))
 
     @T.prim_func
     def soft_cross_entropy_fwd(
@@ -113,12 +108,7 @@ def soft_cross_entropy_fwd_program(V: int, dtype: str, *, target_dtype: str, vec
                             a[u * vector + k] = X[row, column(step, u, tx) + k]
                         for k in T.vectorized(vector):
                             b[u * vector + k] = P[row, column(step, u, tx) + k]
-                st[_NEW_MAX] = st[_MAX]
-                for u in T.unroll(unroll):
-                    if column(step, u, tx) < V:
-                        for k in T.unroll(vector):
-                            st[_NEW_MAX] = T.max(st[_NEW_MAX], T.cast(a[u * vector + k], ACCUM))
-                rescale_sum(st)
+                advance_max(st, a, step, tx)
                 for u in T.unroll(unroll):
                     if column(step, u, tx) < V:
                         for k in T.unroll(vector):
