@@ -516,5 +516,6 @@ class FunctionView:
         saved = [t.name for t in self.op.outputs if t.saved]
         if not saved:
             return ""
+        verb = "comes" if len(saved) == 1 else "come"
         return (f" Returns {', '.join(self.op.outputs[i].name for i in self.returned)};"
-                f" {', '.join(saved)} (kept for the backward) comes from ``{self.op.name}`` itself.")
+                f" {' and '.join(saved)} (kept for the backward) {verb} from ``{self.op.name}`` itself.")

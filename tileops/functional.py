@@ -163,7 +163,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
 
 
 def soft_cross_entropy(logits: torch.Tensor, probabilities: torch.Tensor, weight: Optional[torch.Tensor] = None, label_smoothing: float = 0.0, reduction: str = 'mean', inplace_backward: bool = False) -> torch.Tensor:
-    """SoftCrossEntropy forward: loss_i = sum_j q_ij * (lse_i - logits[i, j]), q = ((1 - s) * probabilities + s / V) * weight; reduced by none, sum or mean over rows. Functional form of ``SoftCrossEntropyFwdOp``. Returns loss; lse, mass (kept for the backward) comes from ``SoftCrossEntropyFwdOp`` itself."""
+    """SoftCrossEntropy forward: loss_i = sum_j q_ij * (lse_i - logits[i, j]), q = ((1 - s) * probabilities + s / V) * weight; reduced by none, sum or mean over rows. Functional form of ``SoftCrossEntropyFwdOp``. Returns loss; lse and mass (kept for the backward) come from ``SoftCrossEntropyFwdOp`` itself."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.soft_cross_entropy_fwd(logits, probabilities, weight, label_smoothing, reduction, inplace_backward, SHARED_INSTANCE)
     else:
