@@ -1,9 +1,9 @@
 """Cross-entropy forward + backward: tileops vs eager PyTorch vs torch.compile (time and peak memory).
 
 ``python -m benchmarks.cross_entropy_timing [--rows 8192] [--classes 131072] [--hidden 0]
-[--targets indices|weighted|probabilities] [--probability-dtype bfloat16|float32]`` prints a Markdown table: median milliseconds of
-one training step's loss (forward and backward, timed as ``make bench`` times) and the peak
-memory allocated during it beyond the inputs.
+[--targets indices|weighted|probabilities] [--probability-dtype bfloat16|float32]`` prints a
+Markdown table: median milliseconds of one training step's loss (forward and backward, timed
+as ``make bench`` times) and the peak memory allocated during it beyond the inputs.
 
 By default the logits are a leaf tensor that each step gives a gradient.  With ``--hidden H``
 each step is a language-model head's: ``logits = hidden @ weight.T`` (``weight`` is

@@ -42,11 +42,14 @@ def test_the_loss_warmup_covers_every_cross_entropy_config_and_its_tasks_compile
     from tileops.kernels.kernel_base import SM90_BUILD_TARGET
 
     tasks = loss_warmup.inventory()
-    index_configs = {(V, dtype, keywords) for cls, V, dtype, keywords, _ in tasks if not cls.startswith("Soft")}
-    soft_configs = {(V, dtype, keywords) for cls, V, dtype, keywords, _ in tasks if cls.startswith("Soft")}
+    soft = {task for task in tasks if task[0].__name__.startswith("Soft")}
+    index_configs = {(V, dtype, keywords) for _, V, dtype, keywords, _ in set(tasks) - soft}
+    soft_configs = {(V, dtype, keywords) for _, V, dtype, keywords, _ in soft}
     assert len(index_configs) == len(t.CONFIGS)
     assert len(soft_configs) == len({(c[0], c[1], c[2], c[4]) for c in t.SOFT_CONFIGS + t.SOFT_CONFIGS_OF_OTHER_TESTS})
     # Every program of a soft backward: three reductions, with and without grad_lse, weighted or not.
-    assert sum(1 for task in tasks if task[0] == "SoftCrossEntropyBwdKernel" and task[1] == 3) == 12
-    for task in (tasks[0], next(task for task in tasks if task[0].startswith("Soft"))):
-        assert loss_warmup.compile_for(task, SM90_BUILD_TARGET).startswith(task[0])
+    assert sum(1 for task in soft if task[0].__name__ == "SoftCrossEntropyBwdKernel" and task[1] == 3) == 12
+    # The index-target forward's programs: main, the two totals and the two one-block ones.
+    assert sum(1 for task in tasks if task[0].__name__ == "CrossEntropyFwdKernel" and task[1] == 3) == 5
+    for task in (tasks[0], next(iter(soft))):
+        assert loss_warmup.compile_for(task, SM90_BUILD_TARGET).startswith(task[0].__name__)

@@ -263,7 +263,7 @@ def test_soft_targets_write_the_gradient_over_the_logits_too(kernel_path: bool, 
             bwd = op.backward_op()
             stand_ins[inplace] = _SoftBackwardStandIn(bwd)
             bwd._route = lambda *tensors: KERNEL
-            bwd._device_kernel = lambda device, target_dtype=None, stand_in=stand_ins[inplace]: stand_in
+            bwd._device_kernel = lambda device, target_dtype, stand_in=stand_ins[inplace]: stand_in
 
     def loss_of(op: SoftCrossEntropyFwdOp) -> Callable[..., torch.Tensor]:
         return lambda logits, target: op(logits, probabilities, weight)[0]

@@ -14,21 +14,13 @@ import torch
 
 from tests.gpu.warmup import compile_in_parallel
 
-# (kernel class name, V, dtype name, constructor keywords, program): the program is
-# ("main", flags), ("batch", flags) or ("small", mean), as the kernels name them.
-Task = Tuple[str, int, str, Tuple[Tuple[str, Any], ...], Tuple[Any, ...]]
+# (kernel class, V, dtype, constructor keywords, program name): one program of ``program_builds``.
+Task = Tuple[type, int, torch.dtype, Tuple[Tuple[str, Any], ...], str]
 
 
-def _kernel_tasks(cls: Any, V: int, dtype: torch.dtype, **kwargs: Any) -> List[Task]:
-    from tileops.kernels.loss.cross_entropy import CrossEntropyFwdKernel
-
-    programs: List[Tuple[Any, ...]] = [("main", flags) for flags in cls.main_flags]
-    programs += [("batch", flags) for flags in cls.batch_flags]
-    if cls is CrossEntropyFwdKernel:
-        programs += [("small", mean) for mean in (False, True)]
-    keywords = tuple(sorted((k, str(v).replace("torch.", "") if isinstance(v, torch.dtype) else v)
-                            for k, v in kwargs.items()))
-    return [(cls.__name__, V, str(dtype).replace("torch.", ""), keywords, program) for program in programs]
+def _kernel_tasks(cls: type, V: int, dtype: torch.dtype, **kwargs: Any) -> List[Task]:
+    keywords = tuple(sorted(kwargs.items()))
+    return [(cls, V, dtype, keywords, name) for name in cls(V, dtype, config={}, **kwargs).program_builds()]
 
 
 def inventory() -> List[Task]:
@@ -52,20 +44,9 @@ def compile_one(task: Task) -> str:
 
 def compile_for(task: Task, target: Any) -> str:
     """Compile ``task``'s program for ``target`` (``"auto"``: the GPU present)."""
-    from tileops.kernels.loss import cross_entropy, soft_cross_entropy
-
-    cls_name, V, dtype, keywords, program = task
-    module = soft_cross_entropy if cls_name.startswith("Soft") else cross_entropy
-    kwargs = {k: getattr(torch, v) if k == "target_dtype" else v for k, v in keywords}
-    kernel = getattr(module, cls_name)(V, getattr(torch, dtype), config={}, **kwargs)
-    kind, which = program
-    if kind == "main":
-        kernel._compile_main(which, target)
-    elif kind == "batch":
-        kernel._compile_batch(which, target)
-    else:
-        kernel._compile_small(which, target)
-    return f"{cls_name} V={V} {dtype} {keywords} {program}"
+    cls, V, dtype, keywords, name = task
+    cls(V, dtype, config={}, **dict(keywords)).program_builds(target)[name]()
+    return f"{cls.__name__} V={V} {dtype} {keywords} {name}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.op_checks import TOLERANCE
-from tileops.kernels.loss.cross_entropy import SMALL_TOTAL_ELEMENTS, CrossEntropyFwdKernel
+from tileops.kernels.loss.cross_entropy import SMALL_TOTAL_ELEMENTS
 from tileops.ops import CrossEntropyBwdOp, CrossEntropyFwdOp, SoftCrossEntropyFwdOp
 
 pytestmark = pytest.mark.gpu
@@ -57,14 +57,8 @@ def prebuilt_kernels(request: pytest.FixtureRequest) -> Iterator[None]:
 
     def build(config: Tuple[int, torch.dtype, int, float]) -> None:
         for op in _ops(*config, "mean"):
-            kernel = op._device_kernel(device)
-            for flags in kernel.main_flags:
-                kernel._compile_main(flags)
-            for flags in kernel.batch_flags:
-                kernel._compile_batch(flags)
-            if isinstance(kernel, CrossEntropyFwdKernel):
-                for mean in (False, True):
-                    kernel._compile_small(mean)
+            for compile_program in op._device_kernel(device).program_builds().values():
+                compile_program()
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(build, [config for config in CONFIGS if config in selected]))

@@ -47,7 +47,8 @@ would need a device synchronisation).
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
-from typing import Any, Dict, List, Optional, Tuple
+import functools
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -549,12 +550,17 @@ class _CrossEntropyKernel(Kernel):
     batch_builder: Any = None
     batch_flags: Tuple[Flags, ...] = ()
 
+    def program_builds(self, target: Any = "auto") -> Dict[str, Callable[[], Any]]:
+        """Every program a call may launch, by name, as a function that compiles it for ``target``
+        (once: later calls return the compiled program)."""
+        builds = {f"main{dict(flags)}" if flags else "main": functools.partial(self._compile_main, flags, target)
+                  for flags in self.main_flags}
+        builds.update({f"batch{dict(flags)}": functools.partial(self._compile_batch, flags, target)
+                       for flags in self.batch_flags})
+        return builds
+
     def build_all_for_sm90(self) -> Dict[str, Any]:
-        built = {f"main{dict(flags)}" if flags else "main": self._compile_main(flags, SM90_BUILD_TARGET)
-                 for flags in self.main_flags}
-        for flags in self.batch_flags:
-            built[f"batch{dict(flags)}"] = self._compile_batch(flags, target=SM90_BUILD_TARGET)
-        return built
+        return {name: build() for name, build in self.program_builds(SM90_BUILD_TARGET).items()}
 
     def _compile_main(self, flags: Flags, target: Any = "auto") -> Any:
         if not flags:
@@ -627,11 +633,11 @@ class CrossEntropyFwdKernel(_CrossEntropyKernel):
 
         return self.compile_once(("small", mean, repr(target)), build, target, ("small", mean))
 
-    def build_all_for_sm90(self) -> Dict[str, Any]:
-        built = super().build_all_for_sm90()
-        for mean in (False, True):
-            built[f"small{{'mean': {mean}}}"] = self._compile_small(mean, SM90_BUILD_TARGET)
-        return built
+    def program_builds(self, target: Any = "auto") -> Dict[str, Callable[[], Any]]:
+        builds = super().program_builds(target)
+        builds.update({f"small{ {'mean': mean} }": functools.partial(self._compile_small, mean, target)
+                       for mean in (False, True)})
+        return builds
 
     def tuning_inputs(self, rows: Optional[int] = None) -> tuple:
         rows = self.tuning_rows if rows is None else rows

@@ -186,9 +186,9 @@ class _SoftCrossEntropyOp(_CrossEntropyOp):
         return self.kernel_map[key](self.V, self.dtype, target_dtype=target_dtype,
                                     label_smoothing=self.label_smoothing, tune=self.tune)
 
-    def _device_kernel(self, device: torch.device, target_dtype: Optional[torch.dtype] = None) -> Kernel:
+    def _device_kernel(self, device: torch.device, target_dtype: torch.dtype) -> Kernel:
         key = next(iter(self.kernel_map))
-        return self._kernel(key, (device.index, target_dtype or self.dtype))
+        return self._kernel(key, (device.index, target_dtype))
 
 
 class SoftCrossEntropyFwdBase(_InplaceBackwardFwd, _SoftCrossEntropyOp):
