@@ -176,7 +176,14 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     # (transposed 532); 1 x 262144 x 64 fp32 in tiles of 4 vectors split over
     # 128, 256 and 512 blocks 140, 105, 104 (transposed 337; tiles of 16
     # vectors over 1024 blocks 300); 5 x 3000 x 40 fp32 (single columns)
-    # split 34.5, transposed 18.4.
+    # split 34.5, transposed 18.4.  Once each thread located its columns once
+    # rather than at every access (``column_scan_program``), in us against a copy
+    # of the same tensor: 64 x 4096 x 64 25.7 (copy 21.7; tiles of 8 vectors
+    # 32.0, split in two 40.8), 16 x 4096 x 1024 93.2 (87.3), 8 x 4096 x 4096
+    # 183.8 (176.0), 256 x 512 x 64 14.7 (12.8), 4 x 32768 x 256 split 81.4
+    # (44.6), 1 x 262144 x 64 fp32 split 83.9 (43.5).  Twice the column items
+    # won 3-5% on the first and the last and lost 1-8% on the others; 512
+    # threads lost everywhere.
     config["column_min_blocks"] = 128
     config["column_split_blocks"] = 256
     return config
@@ -952,12 +959,16 @@ def column_scan_program(
             return max(min(chunks, full_chunks - first_chunk), 0)
         return T.max(T.min(chunks, full_chunks - first_chunk), 0)
 
-    def column_of(bx, tx):
-        """(outer index, column in vectors) of thread ``tx`` of block ``bx``."""
+    @T.macro
+    def locate(place, bx, tx):
+        """``place`` = (outer index, column in vectors) of thread ``tx`` of block ``bx``, in int32
+        locals worked out once: left as expressions, every access repeated the division in 64-bit
+        arithmetic (H100, 64 x 4096 x 64 bf16: the scan took 44 us, twice a copy of the same
+        access pattern, each of its loads behind a software division)."""
         # Truncating division: block indices are non-negative, and it spares
         # the sign fix-ups of floor division.
-        outer = T.truncdiv(bx, T.ceildiv(I, tile))
-        return outer, (bx - outer * T.ceildiv(I, tile)) * tile + tx % tile
+        place[0] = T.truncdiv(bx, T.ceildiv(I, tile))
+        place[1] = (bx - place[0] * T.ceildiv(I, tile)) * tile + tx % tile
 
     @T.macro
     def load_chunk(X, raw, outer, column, tx, chunk_index, guarded):
@@ -1103,7 +1114,9 @@ def column_scan_program(
                 vals = T.alloc_local((items * vector,), ACCUM)
                 state = T.alloc_local((4, vector), ACCUM)
                 totals = T.alloc_shared((2, warps, tile * vector), ACCUM)
-                outer, column = column_of(bx, tx)
+                place = T.alloc_local((2,), "int32")
+                locate(place, bx, tx)
+                outer, column = place[0], place[1]
                 for v in T.unroll(vector):
                     state[0, v] = T.cast(identity, ACCUM)
                 walk(X, Y, raw, vals, state, totals, outer, column, tx, 0, total_chunks)
@@ -1121,8 +1134,12 @@ def column_scan_program(
         vals = T.alloc_local((items * vector,), ACCUM)
         state = T.alloc_local((1 if mode == "sums" else 4, vector), ACCUM)
         totals = T.alloc_shared((1 if mode == "sums" else 2, warps, tile * vector), ACCUM)
-        outer, column = column_of(bx, tx)
-        per_segment = T.ceildiv(total_chunks, S)
+        # [outer index, column, chunks a segment]: the symbolic division worked out once.
+        place = T.alloc_local((3,), "int32")
+        locate(place, bx, tx)
+        outer, column = place[0], place[1]
+        place[2] = T.ceildiv(total_chunks, S)
+        per_segment = place[2]
         for v in T.unroll(vector):
             state[0, v] = T.cast(identity, ACCUM)
         if mode == "split":
@@ -1176,6 +1193,8 @@ def _build_program(
         program = column_scan_program(N, dtype, column_tile=tile, column_vector=vector, mode=mode, **config, **operator)
     else:
         raise ValueError(f"scan kernel: unknown program {name!r}")
+    if "tilelang_pass_configs" not in program.attrs:
+        program = program.with_attr("tilelang_pass_configs", PASS_CONFIGS)
     return _named_for_operator(program, combine, reverse)
 
 

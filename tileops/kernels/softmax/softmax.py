@@ -1147,20 +1147,26 @@ def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unr
                   hints: int) -> Dict[str, Any]:
     """What both column programs share: the walk, the layout, the lane reduction and the state slots.
 
-    ``first_inner(bx, o, tx)`` is the first inner position of thread ``tx`` in
-    block ``bx`` of outer index ``o``; ``slot(name, k)`` is state ``name`` of
-    the thread's ``k``-th inner position.
+    ``locate(place, bx, tx, inner)`` sets the int32 locals ``place`` to the outer index of
+    column block ``bx`` and the first inner vector of its thread ``tx`` (``place[1] * cvec`` is
+    its first inner position); ``slot(name, k)`` is state ``name`` of the thread's ``k``-th
+    inner position.
     """
     lanes, tile = _column_layout(cvec, col_threads, threads)
 
     def slot(name, k):
         return name * cvec + k
 
-    def first_inner(bx, o, tx, inner):
-        return ((bx - o * T.ceildiv(inner, tile)) * col_threads + tx % col_threads) * cvec
+    @T.macro
+    def locate(place, bx, tx, inner):
+        # Worked out once into locals: as expressions, every access repeated the division by
+        # the symbolic column count, the stores in 64-bit arithmetic.
+        place[0] = T.truncdiv(bx, T.ceildiv(inner, tile))
+        # In vectors, so that positions ``place[1] * cvec + k`` stay provably aligned for 16-byte accesses.
+        place[1] = (bx - place[0] * T.ceildiv(inner, tile)) * col_threads + tx % col_threads
 
     return {**_column_walk(T, N, cvec, lanes, unroll, dtype, hints), "cvec": cvec, "lanes": lanes, "tile": tile,
-            "slot": slot, "unroll": unroll, "first_inner": first_inner, "reduce": _group_reduce(T, col_threads, lanes),
+            "slot": slot, "unroll": unroll, "locate": locate, "reduce": _group_reduce(T, col_threads, lanes),
             "scratch_shape": _scratch_shape(threads, col_threads, lanes, 2 * cvec)}
 
 
@@ -1259,7 +1265,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
     threads, unroll = column_threads, column_unroll
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
-    segment_bounds, tile, slot, first_inner = setup["segment_bounds"], setup["tile"], setup["slot"], setup["first_inner"]
+    segment_bounds, tile, slot, locate = setup["segment_bounds"], setup["tile"], setup["slot"], setup["locate"]
     scratch_shape = setup["scratch_shape"]
     reduce_walk = _column_passes(T, dtype, variant, setup)["reduce_walk"]
     O = T.dynamic("O")
@@ -1293,8 +1299,10 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
                 T.assume(SXO % cvec == 0)
                 T.assume(SXN % cvec == 0)
                 T.assume(I % cvec == 0)
-                o = T.truncdiv(bx, T.ceildiv(I, tile))
-                i0 = first_inner(bx, o, tx, I)
+                place = T.alloc_local((2,), "int32")
+                locate(place, bx, tx, I)
+                o, i0 = place[0], place[1] * cvec
+                T.assume(i0 % cvec == 0)
                 walk_segment(X, X, a, a, st, bounds, o, seg, tx // col_threads, i0)
                 combine_block(st, scratch, tx)
                 if tx < col_threads and i0 < I:
@@ -1329,8 +1337,10 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             T.assume(SYO % cvec == 0)
             T.assume(SYN % cvec == 0)
             T.assume(I % cvec == 0)
-            o = T.truncdiv(bx, T.ceildiv(I, tile))
-            i0 = first_inner(bx, o, tx, I)
+            place = T.alloc_local((2,), "int32")
+            locate(place, bx, tx, I)
+            o, i0 = place[0], place[1] * cvec
+            T.assume(i0 % cvec == 0)
             walk_segment(G, Yv, a, b, st, bounds, o, seg, tx // col_threads, i0)
             combine_block(st, scratch, tx)
             if tx < col_threads and i0 < I:
@@ -1348,7 +1358,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     threads, unroll = column_threads, column_unroll
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
     segment_bounds, lanes, tile = setup["segment_bounds"], setup["lanes"], setup["tile"]
-    slot, first_inner, scratch_shape = setup["slot"], setup["first_inner"], setup["scratch_shape"]
+    slot, locate, scratch_shape = setup["slot"], setup["locate"], setup["scratch_shape"]
     online = _online_macros(T)
     combine_lanes = _combine_lanes(T, variant, setup, _finalize_forward(T, variant, cvec))
     write_walk = _column_passes(T, dtype, variant, setup)["write_walk"]
@@ -1399,8 +1409,10 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
                 T.assume(SXO % cvec == 0)
                 T.assume(SXN % cvec == 0)
                 T.assume(I % cvec == 0)
-                o = T.truncdiv(bx, T.ceildiv(I, tile))
-                i0 = first_inner(bx, o, tx, I)
+                place = T.alloc_local((2,), "int32")
+                locate(place, bx, tx, I)
+                o, i0 = place[0], place[1] * cvec
+                T.assume(i0 % cvec == 0)
                 gather_partials(PM, PS, st, scratch, o, tx // col_threads, i0, tx)
                 write_segment(X, X, Y, a, a, st, bounds, o, seg, tx // col_threads, i0)
 
@@ -1431,8 +1443,10 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             T.assume(SYO % cvec == 0)
             T.assume(SYN % cvec == 0)
             T.assume(I % cvec == 0)
-            o = T.truncdiv(bx, T.ceildiv(I, tile))
-            i0 = first_inner(bx, o, tx, I)
+            place = T.alloc_local((2,), "int32")
+            locate(place, bx, tx, I)
+            o, i0 = place[0], place[1] * cvec
+            T.assume(i0 % cvec == 0)
             gather_partials(PS, PS, st, scratch, o, tx // col_threads, i0, tx)
             write_segment(G, Yv, DX, a, b, st, bounds, o, seg, tx // col_threads, i0)
 
@@ -1497,7 +1511,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     resident = per <= lanes * fused_column_unroll
     unroll = -(-per // lanes) if resident else fused_column_unroll
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
-    first_inner, scratch_shape, slot = setup["first_inner"], setup["scratch_shape"], setup["slot"]
+    locate, scratch_shape, slot = setup["locate"], setup["scratch_shape"], setup["slot"]
     passes = _column_passes(T, dtype, variant, setup)
     finalize = _finalize_forward(T, variant, cvec)
     combine_lanes = _combine_lanes(T, variant, setup, None if clustered else finalize)
@@ -1534,9 +1548,11 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
         column_block = T.truncdiv(bx, cluster)
         rank = bx % cluster
-        o = T.truncdiv(column_block, T.ceildiv(I, tile))
+        place = T.alloc_local((2,), "int32")
+        locate(place, column_block, tx, I)
+        o, i0 = place[0], place[1] * cvec
+        T.assume(i0 % cvec == 0)
         lane = tx // col_threads
-        i0 = first_inner(column_block, o, tx, I)
         first = rank * per
         last = T.min(first + per, N)
         passes["reduce_walk"](A, B, a, b, st, first, last, o, lane, i0, I)
