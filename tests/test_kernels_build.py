@@ -37,7 +37,7 @@ from tileops.kernels.scan.cumsum import (
 )
 from tileops.ops.norm.base import NormOp
 from tileops.ops.scan.base import ScanOp
-from tests.toolchain import needs_nvcc
+from tests.toolchain import divisions_at_accesses, needs_nvcc
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SIZES = (1, 2, 3, 7, 8, 127, 128, 1000, 4096, 4097, 8192, 32767, 32768, 32769, 65537, 131072, 262144)
@@ -87,6 +87,7 @@ def test_cumsum_builds_every_program_for_sm90() -> None:
     for name, compiled in built.items():
         source = compiled.get_kernel_source()
         assert "(int64_t)" in source
+        assert not divisions_at_accesses(source), name
         if COLUMN_SCAN not in name and COLUMN_SUMS not in name:  # row programs read rows at any stride
             assert "int64_t LDX" in source, name
     # The look-back scan stages rows at any stride through 16-byte asynchronous copies.

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tileops.kernels.reduction import reduce as programs
+from tests.toolchain import divisions_at_accesses
 
 # (reducer, program, shape parameters): every program kind, and every reducer at least once.
 CASES = [
@@ -44,6 +45,8 @@ def test_programs_compile_for_sm90() -> None:
     with ProcessPoolExecutor(max_workers=8) as pool:
         sources = list(pool.map(_compile, CASES))
     assert all("__global__" in source for source in sources)
+    for case, source in zip(CASES, sources):
+        assert not divisions_at_accesses(source), case
 
 
 def test_exact_rows_walk_without_a_loop_or_checks_and_the_shift_is_read_after_the_loads() -> None:

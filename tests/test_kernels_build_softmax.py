@@ -35,7 +35,7 @@ from tileops.kernels.softmax.softmax import (
 )
 from tileops.kernels.launch import int32_launch_ranges
 from tileops.ops.softmax.base import SoftmaxFamilyOp, kernel_view
-from tests.toolchain import needs_nvcc, ptxas_report
+from tests.toolchain import divisions_at_accesses, needs_nvcc, ptxas_report
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SIZES = (1, 2, 3, 7, 8, 127, 128, 1000, 4096, 4097, 8192, 32768, 32769, 65536, 65537, 262144)
@@ -73,6 +73,7 @@ def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, 
         assert "__global__" in source
         # Global offsets are 64-bit, so tensors over 2**31 elements are addressed correctly.
         assert "(int64_t)" in source
+        assert not divisions_at_accesses(source), name
         width = dict(params).get("vector", dict(params).get("cvec"))
         if width * dtype.itemsize == 16:
             # Aligned inputs get 16-byte accesses.

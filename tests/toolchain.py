@@ -42,3 +42,18 @@ def ptxas_report(source: str, tmp_dir: str) -> "dict[str, int]":
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert registers and spills, report
     return {"registers": int(registers.group(1)), "spill_bytes": int(spills.group(1)) + int(spills.group(2))}
+
+
+def divisions_at_accesses(source: str) -> "list[str]":
+    """Lines of TileLang's CUDA ``source`` that divide (or take a remainder) by a runtime value in
+    64-bit arithmetic anywhere but in a plain assignment to a local.
+
+    Such a division is a software routine of about a hundred instructions; inside an index
+    expression it runs at every access (a middle-axis scan lost half its speed to it).  Worked
+    out once into a local, it costs nothing that matters.
+    """
+    import re
+
+    division = re.compile(r"[/%] \(*\(int64_t\)\(*[A-Za-z_]")
+    local = re.compile(r"^\s*(?:int64_t \w+|\w+\[\d+\]) = ")
+    return [line.strip() for line in source.splitlines() if division.search(line) and not local.match(line)]

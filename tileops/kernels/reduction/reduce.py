@@ -486,10 +486,13 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
             prepare(st, sti, k, shift[k])
         tree(st, sti, ot, oti, sh, shi, tx)
 
-    def locals_and_position(bx, tx):
-        o = T.truncdiv(bx, T.ceildiv(I, tile))
-        i0 = ((bx - o * T.ceildiv(I, tile)) * col_threads + tx % col_threads) * cvec
-        return o, i0
+    @T.macro
+    def locate(place, bx, tx):
+        """``place`` = (outer index, first inner vector) of thread ``tx`` of block ``bx``, in int32
+        locals worked out once: as expressions, every access repeated the division by the
+        symbolic column count (the stores in 64-bit arithmetic)."""
+        place[0] = T.truncdiv(bx, T.ceildiv(I, tile))
+        place[1] = (bx - place[0] * T.ceildiv(I, tile)) * col_threads + tx % col_threads
 
     if fused:
 
@@ -511,7 +514,10 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
                 T.assume(SXO % cvec == 0)
                 T.assume(SXN % cvec == 0)
                 T.assume(I % cvec == 0)
-                o, i0 = locals_and_position(bx, tx)
+                place = T.alloc_local((2,), "int32")
+                locate(place, bx, tx)
+                o, i0 = place[0], place[1] * cvec
+                T.assume(i0 % cvec == 0)
                 reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, 0, 1, tx)
                 if T.And(tx < col_threads, i0 < I):
                     for k in T.unroll(W):
@@ -541,7 +547,10 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
             T.assume(SXO % cvec == 0)
             T.assume(SXN % cvec == 0)
             T.assume(I % cvec == 0)
-            o, i0 = locals_and_position(bx, tx)
+            place = T.alloc_local((2,), "int32")
+            locate(place, bx, tx)
+            o, i0 = place[0], place[1] * cvec
+            T.assume(i0 % cvec == 0)
             reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, seg, S, tx)
             if T.And(tx < col_threads, i0 < I):
                 for k in T.unroll(W):
@@ -582,15 +591,20 @@ def combine_program(reducer: str, dtype: str, out_dtype: str, correction: float,
             oti = T.alloc_local((1,), "int64")
             sh = T.alloc_shared((spec.slots, threads), ACCUM)
             shi = T.alloc_shared((1, threads), "int64")
-            g = bx * per_block + tx // group
+            # The output's (outer, inner) position, divided out once (64-bit: outputs may number
+            # 2^31 or more) rather than at every partial read.
+            place = T.alloc_local((2,), "int64")
+            g = T.cast(bx, "int64") * per_block + tx // group
+            place[0] = T.truncdiv(g, I)
+            place[1] = g - place[0] * I
             init(st, sti, 0)
             for step in T.serial(T.ceildiv(S, group)):
                 if T.And(g < O * I, step * group + tx % group < S):
-                    stores["load_partial"](P, ot, oti, T.truncdiv(g, I), step * group + tx % group, T.truncmod(g, I))
+                    stores["load_partial"](P, ot, oti, place[0], step * group + tx % group, place[1])
                     merge(st, sti, 0, ot, oti)
             tree(st, sti, ot, oti, sh, shi, tx)
             if T.And(tx % group == 0, g < O * I):
-                Y[T.truncdiv(g, I), T.truncmod(g, I)] = stores["final"](st, sti, 0)
+                Y[place[0], place[1]] = stores["final"](st, sti, 0)
 
     return combine_partials
 
