@@ -1162,7 +1162,8 @@ def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unr
         # Worked out once into locals: as expressions, every access repeated the division by
         # the symbolic column count, the stores in 64-bit arithmetic.
         place[0] = T.truncdiv(bx, T.ceildiv(inner, tile))
-        # In vectors, so that positions ``place[1] * cvec + k`` stay provably aligned for 16-byte accesses.
+        # In vectors: callers take ``i0 = place[1] * cvec`` and state ``T.assume(i0 % cvec == 0)``,
+        # which the vectorizer needs to keep 16-byte accesses (it does not look into a local).
         place[1] = (bx - place[0] * T.ceildiv(inner, tile)) * col_threads + tx % col_threads
 
     return {**_column_walk(T, N, cvec, lanes, unroll, dtype, hints), "cvec": cvec, "lanes": lanes, "tile": tile,
