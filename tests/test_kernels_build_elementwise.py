@@ -42,7 +42,7 @@ from tileops.ops.elementwise.base import (
     fold_broadcast,
     row_view,
 )
-from tests.toolchain import needs_nvcc, ptxas_report
+from tests.toolchain import divisions_at_accesses, needs_nvcc, ptxas_report
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 
@@ -90,6 +90,7 @@ def test_build_all_for_sm90_builds_the_typical_programs() -> None:
     assert list(built) == [(("flat", 8), 1), (("flat", 2), 1)]
     assert "uint4" in built[(("flat", 8), 1)].get_kernel_source()
     assert "512" in built[(("flat", 8), 1)].get_kernel_source()
+    assert not any(divisions_at_accesses(program.get_kernel_source()) for program in built.values())
 
 
 def test_small_calls_take_one_narrower_access_a_thread() -> None:

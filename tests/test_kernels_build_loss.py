@@ -14,7 +14,7 @@ import torch
 from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel
 from tileops.kernels.loss.soft_cross_entropy import SoftCrossEntropyBwdKernel, SoftCrossEntropyFwdKernel
 from tileops.kernels.sizes import row_vector
-from tests.toolchain import needs_nvcc
+from tests.toolchain import divisions_at_accesses, needs_nvcc
 
 
 @needs_nvcc
@@ -33,6 +33,7 @@ def test_builds_for_sm90(kernel_cls, V: int, dtype: torch.dtype, label_smoothing
     main = {f"main{dict(flags)}" if flags else "main" for flags in kernel_cls.main_flags}
     small = {f"small{ {'mean': mean} }" for mean in (False, True)} if kernel_cls is CrossEntropyFwdKernel else set()
     assert set(built) == main | {f"batch{dict(flags)}" for flags in kernel_cls.batch_flags} | small
+    assert not any(divisions_at_accesses(program.get_kernel_source()) for program in built.values())
     assert len(built) == {CrossEntropyFwdKernel: 5, CrossEntropyBwdKernel: 7}[kernel_cls]
 
 

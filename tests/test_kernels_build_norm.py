@@ -16,7 +16,7 @@ from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
 from tileops.kernels.norm.layer_norm import LayerNormBwdKernel, LayerNormFwdKernel
 from tileops.kernels.norm.rms_norm_bwd import FusedAddRMSNormBwdKernel, RMSNormBwdKernel
 from tileops.kernels.norm.rows import RowLayout, StreamLayout, resident_layout
-from tests.toolchain import needs_nvcc
+from tests.toolchain import divisions_at_accesses, needs_nvcc
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 
@@ -184,7 +184,9 @@ def test_unknown_config_keys_are_refused() -> None:
 
 
 def _source(kernel: Any, name: str, **shape: Any) -> str:
-    return kernel.compile_program(name, tuple(sorted(shape.items())), target=SM90).get_kernel_source()
+    source = kernel.compile_program(name, tuple(sorted(shape.items())), target=SM90).get_kernel_source()
+    assert not divisions_at_accesses(source), name
+    return source
 
 
 def assert_strided_reads_are_16_bytes(source: str, *strides: str) -> None:

@@ -30,7 +30,7 @@ from tileops.kernels.scan.cumsum import (
     cumsum_autotune_configs,
 )
 from tileops.ops.scan.base import ScanOp
-from tests.toolchain import needs_nvcc
+from tests.toolchain import divisions_at_accesses, needs_nvcc
 
 
 def _global_symbols(source: str) -> List[str]:
@@ -51,6 +51,7 @@ def test_reverse_scan_builds_every_program_for_sm90() -> None:
         source = compiled.get_kernel_source()
         # 64-bit offsets (tensors over 2**31 elements); a symbol that tells profiles it is the reverse scan.
         assert "(int64_t)" in source
+        assert not divisions_at_accesses(source), name
         assert all(symbol.startswith("cumsum_reverse_") for symbol in _global_symbols(source)), name
 
 
