@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST, vector_load
 from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
@@ -183,7 +184,10 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     # 183.8 (176.0), 256 x 512 x 64 14.7 (12.8), 4 x 32768 x 256 split 81.4
     # (44.6), 1 x 262144 x 64 fp32 split 83.9 (43.5).  Twice the column items
     # won 3-5% on the first and the last and lost 1-8% on the others; 512
-    # threads lost everywhere.
+    # threads lost everywhere.  The split scan's L2 hints (``column_scan_program``),
+    # the previous code and this one back to back: 4 x 32768 x 256 81.2 -> 79.4-79.7,
+    # 1 x 262144 x 64 fp32 85.0 -> 80.2, 16 x 8192 x 128 41.9 -> 37.5-37.7,
+    # 2 x 65536 x 64 23.1 -> 22.0-22.6, 64 x 4096 x 64 cut in two 39.9 -> 37.6-37.8.
     config["column_min_blocks"] = 128
     config["column_split_blocks"] = 256
     return config
@@ -970,21 +974,23 @@ def column_scan_program(
         place[0] = T.truncdiv(bx, T.ceildiv(I, tile))
         place[1] = (bx - place[0] * T.ceildiv(I, tile)) * tile + tx % tile
 
+    # The split scan reads its input twice: the sums keep the lines in L2 (``evict_last``) and
+    # the scan, their second read, lets them go first (see ``cache_hints``).
+    load_vector = vector_load(T, {"sums": EVICT_LAST, "split": EVICT_FIRST}.get(mode), vector, dtype)
+
     @T.macro
     def load_chunk(X, raw, outer, column, tx, chunk_index, guarded):
         first = chunk_index * chunk + (tx // tile) * items
         for k in T.unroll(items):
             if guarded:
                 if (column < I) and (first + k < N):
-                    for v in T.vectorized(vector):
-                        raw[k * vector + v] = X[outer, position(first + k), column, v]
+                    load_vector(raw, k * vector, X, outer, position(first + k), column, 0)
                 else:
                     for v in T.unroll(vector):
                         raw[k * vector + v] = T.cast(identity, dtype)
             else:
                 if column < I:
-                    for v in T.vectorized(vector):
-                        raw[k * vector + v] = X[outer, position(first + k), column, v]
+                    load_vector(raw, k * vector, X, outer, position(first + k), column, 0)
                 else:
                     for v in T.unroll(vector):
                         raw[k * vector + v] = T.cast(identity, dtype)
@@ -1155,7 +1161,7 @@ def column_scan_program(
 
         @T.prim_func
         def cumsum_column_sums(X: T.Tensor((O, N, I, vector), dtype), Partial: T.Tensor((O, S, I, vector), ACCUM)):
-            with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, segment):
+            with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, segment):
                 T.pdl_trigger()  # the next launch may start early (see kernel_base)
                 walk_segment(X, X, Partial, bx, segment, T.get_thread_binding())
 
@@ -1167,7 +1173,7 @@ def column_scan_program(
         Partial: T.Tensor((O, S, I, vector), ACCUM),
         Y: T.Tensor((O, N, I, vector), dtype),
     ):
-        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, segment):
+        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, segment):
             T.pdl_sync()  # wait for the launch before (see kernel_base)
             walk_segment(X, Y, Partial, bx, segment, T.get_thread_binding())
 
