@@ -22,7 +22,7 @@ from tileops import _params as param_types
 from . import rules
 from .errors import Location, ManifestError, ManifestErrors, RuleSyntaxError
 from .model import (
-    FLOATING_DTYPES, FORMULA_HELPERS, SHAPE_ONLY_ATTRIBUTES, Backward, DtypeSpec, FormulaBackward,
+    FORMULA_HELPERS, SHAPE_ONLY_ATTRIBUTES, Backward, DtypeSpec, FormulaBackward,
     KernelRef, Manifest, OpSpec, OutputRule, ParamSpec, ReferenceBackward,
     Roofline, ShapeRule, StaticDim, TensorSpec, Workload, snake_case,
 )
@@ -219,17 +219,15 @@ class _EntryBuilder:
         if op.formula_backward is None:
             return
         covered = {name for name, _ in op.formula_backward.gradients}
-        for tensor in op.inputs:
-            floating = any(d in FLOATING_DTYPES for d in op.resolved_dtype_names(tensor.name))
-            if floating and not tensor.constant and tensor.name not in covered:
-                raise self.fail(f"no gradient formula for the floating-point input {tensor.name!r}",
-                                "backward", "gradients")
+        for name in op.differentiated_inputs:
+            if name not in covered:
+                raise self.fail(f"no gradient formula for the floating-point input {name!r}", "backward", "gradients")
 
     def _check_differentiable(self, op: OpSpec) -> None:
         """A Fwd op with a floating-point output says how it is differentiated."""
         if op.direction != "Fwd" or op.differentiable:
             return
-        if any(dtype in FLOATING_DTYPES for output in op.outputs for dtype in op.resolved_dtype_names(output.name)):
+        if any(op.may_be_floating(output.name) for output in op.outputs):
             raise self.fail("a Fwd op with a floating-point output names its backward: `backward: {op: "
                             "...BwdOp, saves: [...]}`, `backward: {saves: [...], gradients: {<input>: "
                             "<formula>}}`, or `backward: reference` to differentiate its reference with "
@@ -580,14 +578,14 @@ def _resolve_backward(op: OpSpec, bwd: OpSpec) -> OpSpec:
                                 f"{name!r} takes grad_{source}, but {bwd.name} returns grad_{name} too")
     given = {name for name in op.input_names if f"grad_{dict(link.same_gradient).get(name, name)}" in bwd.output_names}
     for tensor in op.inputs:
-        floating = any(dtype in FLOATING_DTYPES for dtype in op.resolved_dtype_names(tensor.name))
         if tensor.constant and tensor.name in given:
             raise ManifestError(tensor.location.child("constant"), f"{tensor.name!r} is constant, but "
                                 f"{bwd.name} returns its gradient")
-        if floating and not tensor.constant and tensor.name not in given:
+    for name in op.differentiated_inputs:
+        if name not in given:
             raise ManifestError(bwd.location.child("signature.outputs"), f"{bwd.name} returns no gradient of "
-                                f"the floating-point input {tensor.name!r}: add grad_{tensor.name}, or mark "
-                                f"{tensor.name!r} `constant: true` if the op does not differentiate it")
+                                f"the floating-point input {name!r}: add grad_{name}, or mark "
+                                f"{name!r} `constant: true` if the op does not differentiate it")
     for dim in bwd.static_dim_names:
         if dim not in op.static_dim_names:
             raise ManifestError(bwd.location.child("static_dims"), f"static dim {dim} is not one of {op.name}'s")

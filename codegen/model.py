@@ -305,6 +305,15 @@ class OpSpec:
             spec = self.tensor(spec.same_as).dtype
         return spec.names
 
+    def may_be_floating(self, tensor: str) -> bool:
+        """Whether ``tensor`` may take a floating-point dtype."""
+        return any(name in FLOATING_DTYPES for name in self.resolved_dtype_names(tensor))
+
+    @property
+    def differentiated_inputs(self) -> Tuple[str, ...]:
+        """The inputs the op differentiates: those that may be floating-point and are not ``constant``."""
+        return tuple(t.name for t in self.inputs if not t.constant and self.may_be_floating(t.name))
+
 
 @dataclass(frozen=True)
 class Manifest:

@@ -15,7 +15,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tileops.functional as F
 from codegen import load_manifest
-from codegen.model import FLOATING_DTYPES
 from tests.op_checks import build_op, make_inputs, manifest_cases
 from tileops.ops.op_base import SHARED_INSTANCE
 
@@ -210,8 +209,7 @@ def test_functional_api_shares_instances_by_static_configuration() -> None:
 
 def test_every_fwd_op_with_a_floating_output_is_differentiable() -> None:
     for spec in FWD_OPS:
-        floating = any(dtype in FLOATING_DTYPES
-                       for output in spec.outputs for dtype in spec.resolved_dtype_names(output.name))
+        floating = any(spec.may_be_floating(output.name) for output in spec.outputs)
         assert spec.differentiable or not floating, spec.name
 
 
@@ -250,8 +248,7 @@ def test_backward_matches_autograd_of_the_reference(spec) -> None:
 
 def _differentiated(spec) -> List[int]:
     """Positions of the floating-point inputs the op differentiates (those not marked constant)."""
-    return [index for index, tensor in enumerate(spec.inputs)
-            if not tensor.constant and any(d in FLOATING_DTYPES for d in spec.resolved_dtype_names(tensor.name))]
+    return [index for index, tensor in enumerate(spec.inputs) if tensor.name in spec.differentiated_inputs]
 
 
 @pytest.mark.parametrize("spec", [op for op in FWD_OPS if op.backward is not None], ids=lambda s: s.name)
