@@ -7,6 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 import torch
 
+from tileops.kernels.kernel_base import with_pass_configs
 from tileops.kernels.reduction import reduce as programs
 from tests.toolchain import divisions_at_accesses
 
@@ -37,7 +38,7 @@ def _compile(case) -> str:
     reducer, name, params = case
     out_dtype = torch.int64 if reducer == "argmax" else torch.bfloat16
     program = programs.build_program(name, reducer, torch.bfloat16, out_dtype, 1.0, params)
-    compiled = tilelang.compile(program, target=programs.SM90_BUILD_TARGET)
+    compiled = tilelang.compile(with_pass_configs(program), target=programs.SM90_BUILD_TARGET)
     return compiled.get_kernel_source()
 
 

@@ -34,7 +34,8 @@ import torch
 
 from tileops.kernels.launch import LayoutMemo
 
-__all__ = ["Kernel", "UnsupportedArchError", "SM90_BUILD_TARGET", "PASS_CONFIGS", "strided_rows", "torch_dtype_to_tl"]
+__all__ = ["Kernel", "UnsupportedArchError", "SM90_BUILD_TARGET", "PASS_CONFIGS", "strided_rows", "torch_dtype_to_tl",
+           "with_pass_configs"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,14 @@ SM90_BUILD_TARGET: Dict[str, str] = {"kind": "cuda", "arch": "sm_90"}
 # Programs index arrays under conditions they check themselves; TileLang's extra
 # bounds checks would only block their 16-byte accesses.
 PASS_CONFIGS: Dict[str, bool] = {"tl.disable_safe_memory_legalize": True}
+
+
+def with_pass_configs(program: Any) -> Any:
+    """``program`` set to compile under ``PASS_CONFIGS``, unless it names pass configs of its own
+    (which then include them): every kernel compiles its programs through this."""
+    if "tilelang_pass_configs" in program.attrs:
+        return program
+    return program.with_attr("tilelang_pass_configs", PASS_CONFIGS)
 
 _TL_DTYPE_NAMES = {
     torch.float16: "float16",
@@ -241,7 +250,7 @@ class Kernel:
                     import tilelang  # deferred: importing tilelang costs seconds
 
                     logger.info("compiling %s %s target=%s", type(self).__name__, what, target)
-                    compiled = tilelang.compile(build(), target=target)
+                    compiled = tilelang.compile(with_pass_configs(build()), target=target)
                     self._compiled[key] = compiled
         return compiled
 

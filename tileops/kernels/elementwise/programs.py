@@ -38,7 +38,7 @@ tensors over 2**31 elements are addressed correctly.
 from typing import Any
 
 from tileops.kernels.elementwise.functions import PointwiseFn
-from tileops.kernels.kernel_base import PASS_CONFIGS, strided_rows
+from tileops.kernels.kernel_base import strided_rows
 from tileops.kernels.sizes import ACCUM
 
 __all__ = ["flat_program", "gated_program", "broadcast_program", "MAX_LAUNCH_ELEMENTS", "MAX_GRID_YZ"]
@@ -100,10 +100,6 @@ def _results_macro(T: Any, fn: PointwiseFn, dtype: str, vector: int, output: int
     return results
 
 
-def _finish(func: Any) -> Any:
-    return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
-
-
 # ---- flat ---------------------------------------------------------------------------------------
 
 
@@ -151,7 +147,7 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
                                 if start + u * step + k < L:
                                     Y[start + u * step + k] = _rounded(T, fn, dtype, 0, X[start + u * step + k])
 
-        return _finish(elementwise_flat_unary)
+        return elementwise_flat_unary
 
     @T.prim_func
     def elementwise_flat_binary(
@@ -182,7 +178,7 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
                                     T, fn, dtype, 0, A[start + u * step + k], B[start + u * step + k]
                                 )
 
-    return _finish(elementwise_flat_binary)
+    return elementwise_flat_binary
 
 
 # ---- gated --------------------------------------------------------------------------------------
@@ -247,7 +243,7 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
                         for k in T.vectorized(vector):
                             Y[(first + u * threads) // per_row, (first + u * threads) % per_row * vector + k] = y[k]
 
-        return _finish(elementwise_gated_fwd)
+        return elementwise_gated_fwd
 
     GT, LDG = strided_rows(T, R, H, dtype, "LDG")
     grad_up = _results_macro(T, fn, dtype, vector, output=1)
@@ -284,7 +280,7 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
                     for k in T.vectorized(vector):
                         DX[(first + u * threads) // per_row, H + (first + u * threads) % per_row * vector + k] = dx[k]
 
-    return _finish(elementwise_gated_bwd)
+    return elementwise_gated_bwd
 
 
 # ---- broadcast ----------------------------------------------------------------------------------
@@ -413,7 +409,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
             else:
                 last_tile(A, B, Y, a, b, y, bx, tx)
 
-    return _finish(elementwise_broadcast)
+    return elementwise_broadcast
 
 
 def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int, a_inner: bool,
@@ -462,4 +458,4 @@ def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads
                 for k in T.vectorized(vector):
                     Y[i0, i1, column(u, bx, tx) + k] = y[k]
 
-    return _finish(elementwise_broadcast_rows)
+    return elementwise_broadcast_rows

@@ -52,7 +52,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import ACCUM, MAX_THREADS, WARP, check_kernel_args, next_pow2, row_vector
 
@@ -540,9 +540,8 @@ class _CrossEntropyKernel(Kernel):
         builder's defaults, which ``Kernel.compile`` and the tuner take."""
         config = {**self.default_config, **config}
         _check_config(config)
-        func = self.builder(self.V, torch_dtype_to_tl(self.dtype), vector=self._vector,
+        return self.builder(self.V, torch_dtype_to_tl(self.dtype), vector=self._vector,
                             **self._program_constants(), **config, **dict(flags))
-        return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
 
     # Every flag combination of the main program a call may take (``()``: the builder's defaults).
     main_flags: Tuple[Flags, ...] = ((),)
@@ -579,8 +578,7 @@ class _CrossEntropyKernel(Kernel):
         """The batch program for ``flags`` (``((name, value), ...)``), compiled once."""
 
         def build() -> Any:
-            program = self.batch_builder(torch_dtype_to_tl(self.dtype), ignore_index=self.ignore_index, **dict(flags))
-            return program.with_attr("tilelang_pass_configs", PASS_CONFIGS)
+            return self.batch_builder(torch_dtype_to_tl(self.dtype), ignore_index=self.ignore_index, **dict(flags))
 
         return self.compile_once(("batch", flags, repr(target)), build, target, ("batch", flags))
 
@@ -626,10 +624,9 @@ class CrossEntropyFwdKernel(_CrossEntropyKernel):
 
     def _compile_small(self, mean: bool, target: Any = "auto") -> Any:
         def build() -> Any:
-            program = cross_entropy_small_total_program(
+            return cross_entropy_small_total_program(
                 self.V, torch_dtype_to_tl(self.dtype), mean=mean, ignore_index=self.ignore_index,
                 label_smoothing=self.label_smoothing)
-            return program.with_attr("tilelang_pass_configs", PASS_CONFIGS)
 
         return self.compile_once(("small", mean, repr(target)), build, target, ("small", mean))
 

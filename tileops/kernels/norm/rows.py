@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tupl
 import torch
 
 from tileops.kernels.cache_hints import vector_load
-from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     ACCUM,
@@ -427,7 +427,7 @@ class RowNormKernel(Kernel):
 
     # ---- compilation and launch ----------------------------------------------------------
     def _checked_program(self, name: str, config: Dict[str, Any], shape: Tuple[Tuple[str, Any], ...]) -> Any:
-        return self.build_program(name, config, **dict(shape)).with_attr("tilelang_pass_configs", PASS_CONFIGS)
+        return self.build_program(name, config, **dict(shape))
 
     def compile_program(self, name: str, shape: Tuple[Tuple[str, Any], ...] = (),
                         config: Optional[Dict[str, Any]] = None, target: Any = "auto") -> Any:

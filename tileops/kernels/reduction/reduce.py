@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import ALIGNMENT, direct_launcher, widest_access
 from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
 from tileops.kernels.sizes import (
@@ -617,9 +617,8 @@ def build_program(name: str, reducer: str, dtype: torch.dtype, out_dtype: torch.
     """The TileLang ``prim_func`` of program ``name`` for one reducer, dtype pair and shape parameters."""
     if name not in _BUILDERS:
         raise ValueError(f"reduction kernels: unknown program {name!r}; expected one of {list(_BUILDERS)}")
-    func = _BUILDERS[name](reducer, torch_dtype_to_tl(dtype), torch_dtype_to_tl(out_dtype), float(correction),
+    return _BUILDERS[name](reducer, torch_dtype_to_tl(dtype), torch_dtype_to_tl(out_dtype), float(correction),
                            **dict(params))
-    return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
 
 
 # ---- kernel ---------------------------------------------------------------------------------------

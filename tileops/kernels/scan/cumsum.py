@@ -1199,8 +1199,6 @@ def _build_program(
         program = column_scan_program(N, dtype, column_tile=tile, column_vector=vector, mode=mode, **config, **operator)
     else:
         raise ValueError(f"scan kernel: unknown program {name!r}")
-    if "tilelang_pass_configs" not in program.attrs:
-        program = program.with_attr("tilelang_pass_configs", PASS_CONFIGS)
     return _named_for_operator(program, combine, reverse)
 
 

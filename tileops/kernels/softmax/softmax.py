@@ -62,7 +62,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST, takes_hint, vector_load
-from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import access_alignment, direct_launcher, widest_access
 from tileops.kernels.sizes import (
     ACCUM,
@@ -1642,8 +1642,7 @@ def build_program(name: str, N: int, dtype: torch.dtype, variant: SoftmaxVariant
     if name not in _BUILDERS:
         raise ValueError(f"softmax kernels: unknown program {name!r}; expected one of {list(_BUILDERS)}")
     _check_config(config)
-    func = _BUILDERS[name](N, torch_dtype_to_tl(dtype), variant, **config, **dict(params))
-    return func.with_attr("tilelang_pass_configs", PASS_CONFIGS)
+    return _BUILDERS[name](N, torch_dtype_to_tl(dtype), variant, **config, **dict(params))
 
 
 class SoftmaxFamilyKernel(Kernel):
