@@ -29,7 +29,13 @@ from tileops.kernels.elementwise.base import (
     small_call_vector,
 )
 from tileops.kernels.elementwise.binary import AddFwdKernel, MulFwdKernel, launch_boxes
-from tileops.kernels.elementwise.gated import GeluAndMulBwdKernel, SiluAndMulFwdKernel, gated_vector
+from tileops.kernels.elementwise.gated import (
+    GeluAndMulBwdKernel,
+    GeluAndMulFwdKernel,
+    SiluAndMulBwdKernel,
+    SiluAndMulFwdKernel,
+    gated_vector,
+)
 from tileops.kernels.elementwise.programs import broadcast_program, flat_program, gated_program
 from tileops.kernels.elementwise.unary import GeluBwdKernel, GeluFwdKernel, SiluFwdKernel
 from tileops.kernels.kernel_base import Kernel
@@ -98,7 +104,10 @@ def test_small_calls_take_one_narrower_access_a_thread() -> None:
     # Up to a block of one access a thread per SM: one access a thread.
     assert is_small_call(config, 132 * 256, 132) and is_small_call(config, 1, 132)
     assert is_small_call({"threads": 128, "unroll": 1}, 1, 132)
-    assert one_access_config(config) == {"threads": 256, "unroll": 1}
+    # In blocks of 128 threads where the configured ones are a multiple of that.
+    assert one_access_config(config) == {"threads": 128, "unroll": 1}
+    assert one_access_config({"threads": 64, "unroll": 4}) == {"threads": 64, "unroll": 1}
+    assert one_access_config({"threads": 160, "unroll": 2}) == {"threads": 160, "unroll": 1}
     assert not is_small_call(config, 132 * 256 + 1, 132)
     # Accesses narrow while the call still fits a block per SM, down to 4 bytes.
     assert small_call_vector(8, 4096, 132 * 256, 2) == 2
@@ -181,14 +190,18 @@ def test_configs_and_widths() -> None:
 
 
 def test_light_kernels_take_wide_blocks_in_half_precision() -> None:
-    """Light math in half precision: 512 threads of one 16-byte access; heavier math, and float32,
-    keep 128-thread blocks (see ``elementwise_default_config``)."""
-    for kernel in (SiluFwdKernel(torch.bfloat16), AddFwdKernel(torch.float16), MulFwdKernel(torch.bfloat16)):
+    """Light math in half precision: 512 threads of one 16-byte access; heavier math (the erf
+    gated GELU forward, the backwards), and float32, keep 128-thread blocks (see
+    ``elementwise_default_config``)."""
+    for kernel in (SiluFwdKernel(torch.bfloat16), AddFwdKernel(torch.float16), MulFwdKernel(torch.bfloat16),
+                   SiluAndMulFwdKernel(8192, torch.bfloat16),
+                   GeluAndMulFwdKernel(8192, torch.float16, approximate="tanh")):
         assert (kernel.config["threads"], kernel.config["unroll"]) == (512, 1), type(kernel).__name__
-    for kernel in (SiluFwdKernel(torch.float32), AddFwdKernel(torch.float32)):
+    for kernel in (SiluFwdKernel(torch.float32), AddFwdKernel(torch.float32), SiluAndMulFwdKernel(8192, torch.float32)):
         assert (kernel.config["threads"], kernel.config["unroll"]) == (128, 1), type(kernel).__name__
     for kernel in (GeluFwdKernel(torch.bfloat16), GeluBwdKernel(torch.bfloat16),
-                   SiluAndMulFwdKernel(8192, torch.bfloat16)):
+                   GeluAndMulFwdKernel(8192, torch.bfloat16), SiluAndMulBwdKernel(8192, torch.bfloat16),
+                   GeluAndMulBwdKernel(8192, torch.bfloat16, approximate="tanh")):
         assert (kernel.config["threads"], kernel.config["unroll"]) == (128, 2), type(kernel).__name__
 
 
