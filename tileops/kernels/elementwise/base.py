@@ -6,10 +6,10 @@ An elementwise kernel wraps one ``PointwiseFn`` and the program layouts of
 each call: the widest power of two (up to 16 bytes) that the call's
 addresses, strides and extents keep aligned.  A call that one access a thread
 covers with at most a block per SM runs so, whatever the config's ``unroll``, in
-blocks of at most ``SMALL_CALL_THREADS``, and with narrower accesses while it
-still does (``is_small_call``, ``small_call_vector``).  Compiled programs are
-cached per (layout, width, config), so a kernel compiles each program it
-actually launches once.
+``SMALL_CALL_THREADS``-thread blocks where the configured size is a multiple of
+that, and with narrower accesses while it still does (``is_small_call``,
+``small_call_vector``).  Compiled programs are cached per (layout, width,
+config), so a kernel compiles each program it actually launches once.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ FLAT = "flat"
 SMALL_CALL_ACCESS_BYTES = 4
 # Threads of a wide block (``elementwise_default_config``).
 WIDE_BLOCK_THREADS = 512
-# Most threads of a small call's blocks (``one_access_config``).
+# Threads of a small call's blocks, where the configured size is a multiple (``one_access_config``).
 SMALL_CALL_THREADS = 128
 
 
