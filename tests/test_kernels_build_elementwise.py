@@ -189,6 +189,19 @@ def test_configs_and_widths() -> None:
     assert widest_access(base, 12, 8) == 4
 
 
+def test_small_call_tiles_divide_the_configured_tiles() -> None:
+    """``BroadcastKernel._whole_tile_rows`` checks rows against the configured block tile and
+    relies on a small call's tile (its blocks, one access a thread, a narrower access) dividing it."""
+    kernel = AddFwdKernel(torch.bfloat16)
+    for config in kernel.autotune_configs + [{"threads": 96, "unroll": 2, "sm_threads": 0}]:
+        small = one_access_config(config)
+        for vector in (8, 4, 2, 1):
+            tile = config["threads"] * config["unroll"] * vector
+            for accesses in (1, 4096, 132 * config["threads"]):
+                small_vector = small_call_vector(vector, accesses, 132 * config["threads"], 2)
+                assert tile % (small["threads"] * small["unroll"] * small_vector) == 0, (config, vector, accesses)
+
+
 def test_light_kernels_take_wide_blocks_in_half_precision() -> None:
     """Light math in half precision: 512 threads of one 16-byte access; heavier math (the erf
     gated GELU forward, the backwards), and float32, keep 128-thread blocks (see
