@@ -24,7 +24,7 @@ from .runner import CaseResult
 
 __all__ = [
     "CSV_COLUMNS", "RunInfo", "gpu_slug", "result_rows", "append_csv", "read_csv", "latest_run", "latest_by_case",
-    "render_table", "render_markdown", "VARIANTS",
+    "render_table", "render_markdown", "render_compile_standing", "VARIANTS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -231,6 +231,37 @@ def render_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def render_compile_standing(rows: Sequence[Row]) -> str:
+    """How many cases run at least as fast as torch.compile, and a table of the others.
+
+    A case counts when both its timings are ``ok`` in one run (``rows`` hold each case's
+    rows of a single run, as ``latest_by_case`` gives them); the ratio is compile's median
+    over ours, so below 1 means slower than torch.compile.
+    """
+    timed, behind = 0, []
+    for (op, workload, dtype), variants in _cases(rows).items():
+        ours, compiled = variants.get("tileops"), variants.get("compile")
+        if not (ours and compiled and ours.get("status") == compiled.get("status") == "ok"):
+            continue
+        timed += 1
+        ratio = float(compiled["median_us"]) / float(ours["median_us"])
+        if ratio < 1.0:
+            behind.append((ratio, op, workload, dtype, ours["median_us"], compiled["median_us"]))
+    untimed = len(_cases(rows)) - timed
+    text = (f"Against torch.compile: {timed - len(behind)} of the {timed} cases timed both ways are at least "
+            "as fast (the median of ours at most compile's, in one run).")
+    if untimed:
+        text += f" Cases not timed both ways: {untimed}."
+    if not behind:
+        return text
+    lines = [f"{text} Slower, {len(behind)}:", "",
+             "| op | workload | dtype | µs | compile µs | vs compile |", "|---|---|---|---|---|---|"]
+    for ratio, op, workload, dtype, ours_us, compiled_us in sorted(behind):
+        lines.append(f"| {op} | {workload} | {dtype} | {float(ours_us):.2f} | {float(compiled_us):.2f} "
+                     f"| {ratio:.3f}× |")
+    return "\n".join(lines)
+
+
 AUTOGRAD_NOTE = "baseline: autograd of "
 BASELINES_TEXT = ("Bwd ops are compared with autograd through their Fwd op's reference "
                   "(eager and compiled), timing the backward alone.")
@@ -271,7 +302,8 @@ def render_markdown(rows: Sequence[Row], source: str = "") -> str:
              "for a tiny call). SOL % is the "
              "roofline floor (max of bytes / copy bandwidth and flops / matmul rate, from the op's "
              "`eval_roofline`) over the time; speedups are baseline time over ours; peak memory is "
-             f"what one call allocates above its inputs. {BASELINES_TEXT}", "", render_table(rows), ""]
+             f"what one call allocates above its inputs. {BASELINES_TEXT}", "", render_table(rows), "",
+             render_compile_standing(rows), ""]
     notes = _notes(rows)
     if notes:
         parts += ["Notes:", "", *notes, ""]

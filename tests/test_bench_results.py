@@ -10,8 +10,8 @@ from benchmarks import readme
 from benchmarks.ceilings import Ceilings
 from benchmarks.readme import BEGIN, END, MarkersMissing, render_block, rewrite_block
 from benchmarks.results import (
-    CSV_COLUMNS, RunInfo, append_csv, gpu_slug, latest_by_case, latest_run, read_csv, render_markdown, render_table,
-    result_rows,
+    CSV_COLUMNS, RunInfo, append_csv, gpu_slug, latest_by_case, latest_run, read_csv, render_compile_standing,
+    render_markdown, render_table, result_rows,
 )
 from benchmarks.runner import CaseResult, Outcome
 from benchmarks.workloads import Case
@@ -117,6 +117,22 @@ def test_markdown_reports_wrong_results_and_notes(manifest):
 def test_gpu_names_become_file_names():
     assert gpu_slug("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
     assert gpu_slug("  ") == "unknown-gpu"
+
+
+def test_compile_standing_counts_the_cases_and_lists_the_slower_ones(manifest):
+    faster = result_rows(llama_result(manifest), info())  # 100 us against compile's 125
+    slower = [dict(row, workload="slow") for row in result_rows(
+        llama_result(manifest, ours=ok("tileops", 130.0, 2, 1e-3)), info())]
+    failed = [dict(row, workload="failed") for row in result_rows(
+        llama_result(manifest, compiled=Outcome("compile", "error", note="boom")), info())]
+    text = render_compile_standing(faster + slower + failed)
+    assert text.startswith("Against torch.compile: 1 of the 2 cases timed both ways are at least as fast")
+    assert "Cases not timed both ways: 1. Slower, 1:" in text
+    assert "| RMSNormFwdOp | slow | bfloat16 | 130.00 | 125.00 | 0.962× |" in text
+    assert "llama-4k" not in text and "| failed |" not in text
+    assert render_compile_standing(faster) == ("Against torch.compile: 1 of the 1 cases timed both ways are at "
+                                               "least as fast (the median of ours at most compile's, in one run).")
+    assert render_compile_standing(slower) in render_markdown(slower)
 
 
 # ---- README block ----------------------------------------------------------------------------
