@@ -238,8 +238,9 @@ def render_compile_standing(rows: Sequence[Row]) -> str:
     rows of a single run, as ``latest_by_case`` gives them); the ratio is compile's median
     over ours, so below 1 means slower than torch.compile.
     """
+    cases = _cases(rows)
     timed, behind = 0, []
-    for (op, workload, dtype), variants in _cases(rows).items():
+    for (op, workload, dtype), variants in cases.items():
         ours, compiled = variants.get("tileops"), variants.get("compile")
         if not (ours and compiled and ours.get("status") == compiled.get("status") == "ok"):
             continue
@@ -247,7 +248,7 @@ def render_compile_standing(rows: Sequence[Row]) -> str:
         ratio = float(compiled["median_us"]) / float(ours["median_us"])
         if ratio < 1.0:
             behind.append((ratio, op, workload, dtype, ours["median_us"], compiled["median_us"]))
-    untimed = len(_cases(rows)) - timed
+    untimed = len(cases) - timed
     text = (f"Against torch.compile: {timed - len(behind)} of the {timed} cases timed both ways are at least "
             "as fast (the median of ours at most compile's, in one run).")
     if untimed:
