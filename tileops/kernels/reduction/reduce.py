@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, column_locator, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import ALIGNMENT, direct_launcher, widest_access
 from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
 from tileops.kernels.sizes import (
@@ -486,13 +486,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
             prepare(st, sti, k, shift[k])
         tree(st, sti, ot, oti, sh, shi, tx)
 
-    @T.macro
-    def locate(place, bx, tx):
-        """``place`` = (outer index, first inner vector) of thread ``tx`` of block ``bx``, in int32
-        locals worked out once: as expressions, every access repeated the division by the
-        symbolic column count (the stores in 64-bit arithmetic)."""
-        place[0] = T.truncdiv(bx, T.ceildiv(I, tile))
-        place[1] = (bx - place[0] * T.ceildiv(I, tile)) * col_threads + tx % col_threads
+    locate = column_locator(T, tile, col_threads)  # columns in vectors
 
     if fused:
 
@@ -515,7 +509,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
                 T.assume(SXN % cvec == 0)
                 T.assume(I % cvec == 0)
                 place = T.alloc_local((2,), "int32")
-                locate(place, bx, tx)
+                locate(place, bx, tx, I)
                 o, i0 = place[0], place[1] * cvec
                 T.assume(i0 % cvec == 0)
                 reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, 0, 1, tx)
@@ -548,7 +542,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
             T.assume(SXN % cvec == 0)
             T.assume(I % cvec == 0)
             place = T.alloc_local((2,), "int32")
-            locate(place, bx, tx)
+            locate(place, bx, tx, I)
             o, i0 = place[0], place[1] * cvec
             T.assume(i0 % cvec == 0)
             reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, seg, S, tx)

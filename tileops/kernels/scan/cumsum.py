@@ -45,7 +45,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST, vector_load
-from tileops.kernels.kernel_base import PASS_CONFIGS, SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
+from tileops.kernels.kernel_base import (
+    PASS_CONFIGS,
+    SM90_BUILD_TARGET,
+    Kernel,
+    column_locator,
+    strided_rows,
+    torch_dtype_to_tl,
+)
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     ACCUM,
@@ -963,16 +970,8 @@ def column_scan_program(
             return max(min(chunks, full_chunks - first_chunk), 0)
         return T.max(T.min(chunks, full_chunks - first_chunk), 0)
 
-    @T.macro
-    def locate(place, bx, tx):
-        """``place`` = (outer index, column in vectors) of thread ``tx`` of block ``bx``, in int32
-        locals worked out once: left as expressions, every access repeated the division in 64-bit
-        arithmetic (H100, 64 x 4096 x 64 bf16: the scan took 44 us, twice a copy of the same
-        access pattern, each of its loads behind a software division)."""
-        # Truncating division: block indices are non-negative, and it spares
-        # the sign fix-ups of floor division.
-        place[0] = T.truncdiv(bx, T.ceildiv(I, tile))
-        place[1] = (bx - place[0] * T.ceildiv(I, tile)) * tile + tx % tile
+    # (outer index, column in vectors): a block's ``tile`` columns take a thread each.
+    locate = column_locator(T, tile, tile)
 
     # The split scan reads its input twice: the sums keep the lines in L2 (``evict_last``) and
     # the scan, their second read, lets them go first (see ``cache_hints``).
@@ -1121,7 +1120,7 @@ def column_scan_program(
                 state = T.alloc_local((4, vector), ACCUM)
                 totals = T.alloc_shared((2, warps, tile * vector), ACCUM)
                 place = T.alloc_local((2,), "int32")
-                locate(place, bx, tx)
+                locate(place, bx, tx, I)
                 outer, column = place[0], place[1]
                 for v in T.unroll(vector):
                     state[0, v] = T.cast(identity, ACCUM)
@@ -1142,7 +1141,7 @@ def column_scan_program(
         totals = T.alloc_shared((1 if mode == "sums" else 2, warps, tile * vector), ACCUM)
         # [outer index, column, chunks a segment]: the symbolic division worked out once.
         place = T.alloc_local((3,), "int32")
-        locate(place, bx, tx)
+        locate(place, bx, tx, I)
         outer, column = place[0], place[1]
         place[2] = T.ceildiv(total_chunks, S)
         per_segment = place[2]

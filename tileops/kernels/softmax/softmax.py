@@ -62,7 +62,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST, takes_hint, vector_load
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, column_locator, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import access_alignment, direct_launcher, widest_access
 from tileops.kernels.sizes import (
     ACCUM,
@@ -1147,7 +1147,7 @@ def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unr
                   hints: int) -> Dict[str, Any]:
     """What both column programs share: the walk, the layout, the lane reduction and the state slots.
 
-    ``locate(place, bx, tx, inner)`` sets the int32 locals ``place`` to the outer index of
+    ``locate(place, bx, tx, I)`` sets the int32 locals ``place`` to the outer index of
     column block ``bx`` and the first inner vector of its thread ``tx`` (``place[1] * cvec`` is
     its first inner position); ``slot(name, k)`` is state ``name`` of the thread's ``k``-th
     inner position.
@@ -1157,14 +1157,9 @@ def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unr
     def slot(name, k):
         return name * cvec + k
 
-    @T.macro
-    def locate(place, bx, tx, inner):
-        # Worked out once into locals: as expressions, every access repeated the division by
-        # the symbolic column count, the stores in 64-bit arithmetic.
-        place[0] = T.truncdiv(bx, T.ceildiv(inner, tile))
-        # In vectors: callers take ``i0 = place[1] * cvec`` and state ``T.assume(i0 % cvec == 0)``,
-        # which the vectorizer needs to keep 16-byte accesses (it does not look into a local).
-        place[1] = (bx - place[0] * T.ceildiv(inner, tile)) * col_threads + tx % col_threads
+    # Columns in vectors: callers take ``i0 = place[1] * cvec`` and state ``T.assume(i0 % cvec == 0)``,
+    # which the vectorizer needs to keep 16-byte accesses (it does not look into a local).
+    locate = column_locator(T, tile, col_threads)
 
     return {**_column_walk(T, N, cvec, lanes, unroll, dtype, hints), "cvec": cvec, "lanes": lanes, "tile": tile,
             "slot": slot, "unroll": unroll, "locate": locate, "reduce": _group_reduce(T, col_threads, lanes),
