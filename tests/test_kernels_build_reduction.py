@@ -103,24 +103,49 @@ def test_launch_plans_split_rows_and_columns_to_fill_the_sms() -> None:
     assert segments == -(-programs.COLUMN_BLOCKS_PER_SM * sms // tiles)
 
 
-@pytest.mark.parametrize("rows, N, segments, unroll, exact", [
-    (16384, 16384, 1, 8, 0),   # a block per row, eight vectors a thread to take
-    (16384, 12288, 1, 4, 0),   # four vectors cover the row in two steps
-    (16384, 8192, 1, 4, 1),    # exactly four chunks: straight-line, unchecked
-    (8, 4096, 1, 2, 1),        # exactly two chunks
-    (8, 2048, 1, 1, 1),        # exactly one chunk
-    (8, 6144, 1, 4, 0),        # three chunks: one checked step
-    (16384, 4100, 1, 4, 0),    # 8-byte aligned rows: 4-element vectors, two checked steps
-    (1, 1 << 24, programs.ROW_BLOCKS_PER_SM * 132, 4, 0),  # row segments: eight lost up to 18%
+@pytest.mark.parametrize("rows, N, segments, threads, unroll, exact", [
+    (16384, 32768, 1, 512, 8, 0),   # long rows: 512 threads a row, eight vectors a thread to take
+    (16384, 16384, 1, 512, 4, 1),   # long rows of exactly four 512-thread chunks: straight-line
+    (16384, 20480, 1, 512, 4, 0),   # long rows of five 512-thread chunks: two checked steps
+    (16384, 12288, 1, 256, 4, 0),   # four vectors cover the row in two steps
+    (16384, 8192, 1, 256, 4, 1),    # exactly four chunks: straight-line, unchecked
+    (8, 4096, 1, 256, 2, 1),        # exactly two chunks
+    (8, 2048, 1, 256, 1, 1),        # exactly one chunk
+    (8, 6144, 1, 256, 4, 0),        # three chunks: one checked step
+    (16384, 4100, 1, 256, 4, 0),    # 8-byte aligned rows: 4-element vectors, two checked steps
+    (1, 1 << 24, programs.ROW_BLOCKS_PER_SM * 132, 256, 4, 0),  # row segments: eight lost up to 18%
 ])
-def test_fused_rows_take_straight_line_or_long_row_programs(rows: int, N: int, segments: int, unroll: int,
-                                                            exact: int) -> None:
+def test_fused_rows_take_straight_line_or_long_row_programs(rows: int, N: int, segments: int, threads: int,
+                                                            unroll: int, exact: int) -> None:
     kernel = programs.SumKernel(torch.bfloat16, config={})
     name, params, planned = kernel.launch_plan(torch.empty(rows, N, dtype=torch.bfloat16), 132)
-    assert (name, planned, dict(params)["unroll"]) == (programs.ROW, segments, unroll)
+    assert (name, planned, dict(params)["threads"], dict(params)["unroll"]) == (programs.ROW, segments, threads,
+                                                                                 unroll)
     assert dict(params).get("exact", 0) == exact
     if dict(params)["vector"] == 8:
         assert (name, params) in kernel.program_specs()
+
+
+@pytest.mark.parametrize("kernel_cls, threads", [(programs.SumKernel, 512), (programs.VarKernel, 512),
+                                                 (programs.ArgmaxKernel, 256), (programs.LogSumExpKernel, 256)])
+def test_long_rows_take_wide_blocks_but_for_argmax_and_log_sum_exp(kernel_cls, threads: int) -> None:
+    kernel = kernel_cls(torch.bfloat16, config={})
+    name, params, segments = kernel.launch_plan(torch.empty(1, 16384, dtype=torch.bfloat16).expand(16384, 16384), 132)
+    assert dict(params)["threads"] == threads and segments == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("config", [{}, {"long_row_threads": 256}, {"long_row_threads": 1024, "row_unroll": 2},
+                                    {"row_threads": 128, "long_row_unroll": 4}])
+def test_program_specs_hold_every_fused_row_program(dtype: torch.dtype, config) -> None:
+    """Every row length, aligned or not, launches a program the sm_90 build (and the GPU warm-up) compiled."""
+    kernel = programs.SumKernel(dtype, config=config)
+    specs = kernel.program_specs()
+    vector = kernel._max_vector
+    for N in range(vector, 1 << 17, vector):
+        rows = torch.empty(1, N, dtype=dtype).expand(16384, N)  # a stride-0 view stands in for the data
+        name, params, segments = kernel.launch_plan(rows, 132)
+        assert (name, params) in specs, (N, dict(params))
 
 
 @pytest.mark.parametrize("shape, why", [

@@ -45,6 +45,11 @@ for _op in OPS:
     EXTRA.append((_op, (5, 2048), torch.bfloat16, _last, "sliced"))
     EXTRA.append((_op, (3, 1024), torch.float32, _last, "sliced"))
     EXTRA.append((_op, (2, 8192), torch.float16, _last, "contiguous"))
+    # Enough rows for a block each, long enough for long_row_threads: exactly four 512-thread
+    # chunks, then eight vectors in flight with a partial last step (4-element and 1-element accesses).
+    EXTRA.append((_op, (600, 16384), torch.bfloat16, _last, "contiguous"))
+    EXTRA.append((_op, (560, 20000), torch.float32, _last, "sliced"))
+    EXTRA.append((_op, (540, 33000), torch.float16, _last, "offset"))
 EXTRA.append(("VarFwdOp", (64, 1000), torch.float32, {"dim": (1,), "correction": 0}, "contiguous"))
 EXTRA.append(("VarFwdOp", (64, 1), torch.float32, {"dim": (1,)}, "contiguous"))  # 1 element: NaN, as torch
 EXTRA.append(("SumFwdOp", (4, 0, 5), torch.float32, {"dim": (1,)}, "contiguous"))

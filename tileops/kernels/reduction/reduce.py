@@ -618,7 +618,8 @@ def build_program(name: str, reducer: str, dtype: torch.dtype, out_dtype: torch.
 # ---- kernel ---------------------------------------------------------------------------------------
 
 
-def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] = (0, 0, 0)) -> Dict[str, int]:
+def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] = (0, 0, 0),
+                             long_row_threads: int = 512) -> Dict[str, int]:
     """Heuristic config: 256-thread blocks, four 16-byte vectors in flight per thread; eight
     (``long_row_unroll``) over rows a block reduces alone that take that many.
 
@@ -628,11 +629,22 @@ def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] 
     step either way, 2-7% (sum bf16 4.80 -> 4.90 us, variance 5.28 -> 5.54), and the row
     segments of a whole-tensor reduction up to 18% (argmax of 2^28 bf16 180 -> 213 us).
 
+    Rows of eight 256-thread chunks or more take ``long_row_threads``-thread blocks: 512, which
+    keep more loads in flight an SM, but for argmax and log-sum-exp (below).  H100, µs with
+    256 / 512 / 1024 threads (torch.compile), bf16 sum: 16384 x 16384 172.2 / 171.9 / 171.8 (171.7), 8192 x 32768
+    173.5 / 172.3 / 172.0 (173.2), 16384 x 24576 256.7 / 256.6 / 255.1 (256.5); amax 16384 x
+    16384 172.7 / 172.1 / 172.1 (172.1), 8192 x 32768 174.3 / 172.8 / 171.9 (174.2); fp32 sum
+    16384 x 12288 256.5 / 255.2 / 257.5 (256.5); variance 16384 x 16384 173.4 / 172.7 / 173.6
+    (172.9).  1024 gained on some and lost on the variance and the fp32 sum.  In the bench
+    (bf16 16384 x 16384, µs with 256 / 512 threads): argmax 173.9 / 296.3 and log-sum-exp
+    173.8 / 174.6, so those two keep 256.
+
     ``one_pass`` is the one-pass column program's (col_threads, threads,
     unroll); col_threads 0 never takes it.
     """
     col_threads, threads, unroll = one_pass
-    return {"row_threads": 256, "row_unroll": 4, "long_row_unroll": 8, "column_threads": 256, "column_unroll": 4,
+    return {"row_threads": 256, "row_unroll": 4, "long_row_unroll": 8, "long_row_threads": long_row_threads,
+            "column_threads": 256, "column_unroll": 4,
             "combine_threads": 256, "one_pass_col_threads": col_threads, "one_pass_threads": threads,
             "one_pass_unroll": unroll}
 
@@ -666,8 +678,10 @@ class ReductionKernel(Kernel):
     # several steps' worth (64 x 4096 x 64 bf16 over the middle axis: variance 51 -> 31 us,
     # argmax 54 -> 38), while the sums measured fastest with single-step blocks.
     min_column_steps: int = 1
-    # "3": the long_row_unroll config key.
-    version = "3"
+    # Threads a block over rows of long_row_unroll chunks or more (reduction_default_config).
+    long_row_threads: int = 512
+    # "4": the long_row_threads config key.
+    version = "4"
 
     def __init__(self, dtype: torch.dtype, *, correction: float = 0.0, config: Optional[Dict[str, Any]] = None,
                  tune: bool = False) -> None:
@@ -682,7 +696,7 @@ class ReductionKernel(Kernel):
 
     @property
     def default_config(self) -> Dict[str, Any]:
-        return reduction_default_config(self.dtype, self.one_pass)
+        return reduction_default_config(self.dtype, self.one_pass, self.long_row_threads)
 
     # ---- programs ----------------------------------------------------------------------------
     def program(self, **config: Any) -> Any:
@@ -692,21 +706,48 @@ class ReductionKernel(Kernel):
                              self._row_params(self._max_vector, True, config))
 
     def _row_params(self, vector: int, fused: bool, config: Optional[Dict[str, Any]] = None,
-                    long_rows: bool = False, exact_unroll: int = 0) -> ProgramParams:
+                    long_rows: bool = False, exact_unroll: int = 0, threads: int = 0) -> ProgramParams:
         config = self.config if config is None else config
         unroll = exact_unroll or (config["long_row_unroll"] if long_rows else config["row_unroll"])
-        params = (("vector", vector), ("threads", config["row_threads"]), ("unroll", unroll), ("fused", int(fused)))
+        params = (("vector", vector), ("threads", threads or config["row_threads"]), ("unroll", unroll),
+                  ("fused", int(fused)))
         return params + ((("exact", 1),) if exact_unroll else ())
 
-    def _fused_row_params(self, N: int, vector: int) -> ProgramParams:
-        """The fused row program for rows of ``N``: straight-line when a row is exactly 1, 2 or 4
-        chunks (up to ``row_unroll``), more vectors in flight when it takes ``long_row_unroll`` or more."""
+    def _fused_row_threads(self, N: int, vector: int) -> int:
+        """``long_row_threads`` for rows of ``long_row_unroll`` chunks of ``row_threads`` or more, else ``row_threads``."""
         config = self.config
-        chunk = config["row_threads"] * vector
+        long_rows = N >= config["row_threads"] * vector * config["long_row_unroll"]
+        return config["long_row_threads"] if long_rows else config["row_threads"]
+
+    def _fused_row_params(self, N: int, vector: int) -> ProgramParams:
+        """The fused row program for rows of ``N`` (``_fused_row_threads`` threads a row): straight-line
+        when a row is exactly 1, 2 or 4 chunks (up to ``row_unroll``), more vectors in flight when it
+        takes ``long_row_unroll`` or more."""
+        config = self.config
+        threads = self._fused_row_threads(N, vector)
+        chunk = threads * vector
         chunks = N // chunk
         if N % chunk == 0 and chunks in EXACT_ROW_CHUNKS and chunks <= config["row_unroll"]:
-            return self._row_params(vector, True, exact_unroll=chunks)
-        return self._row_params(vector, True, long_rows=N >= chunk * config["long_row_unroll"])
+            return self._row_params(vector, True, exact_unroll=chunks, threads=threads)
+        return self._row_params(vector, True, long_rows=N >= chunk * config["long_row_unroll"], threads=threads)
+
+    def _fused_row_variants(self, vector: int) -> List[ProgramParams]:
+        """Every fused row program some row length takes, in the order first reached.
+
+        The choice changes only at whole chunks of either thread count, so
+        lengths of whole chunks, and a vector past each, up to twice the last
+        threshold (``long_row_unroll`` chunks of the larger count) meet them all.
+        """
+        config = self.config
+        small, large = sorted((config["row_threads"], config["long_row_threads"]))
+        unit = small * vector
+        last = 2 * config["long_row_unroll"] * large * vector
+        variants: List[ProgramParams] = []
+        for N in sorted({length for k in range(1, last // unit + 1) for length in (k * unit, k * unit + vector)}):
+            params = self._fused_row_params(N, vector)
+            if params not in variants:
+                variants.append(params)
+        return variants
 
     def _column_params(self, inner: int, cvec: int, fused: bool) -> ProgramParams:
         # Two tile widths only (each is a separate program): 8 threads for narrow inner extents, else 32.
@@ -754,10 +795,7 @@ class ReductionKernel(Kernel):
         """Every program a call may launch on aligned tensors (rows, and columns of ``inner`` positions)."""
         cvec = largest_pow2_divisor(inner, self._max_vector)
         specs = [(ROW, self._row_params(self._max_vector, fused)) for fused in (True, False)]
-        fused_variants = [self._row_params(self._max_vector, True, long_rows=True)]
-        fused_variants += [self._row_params(self._max_vector, True, exact_unroll=chunks) for chunks in EXACT_ROW_CHUNKS
-                           if chunks <= self.config["row_unroll"]]
-        specs += [(ROW, params) for params in fused_variants if (ROW, params) not in specs]
+        specs += [(ROW, params) for params in self._fused_row_variants(self._max_vector) if (ROW, params) not in specs]
         specs += [(COLUMN, self._column_params(inner, cvec, fused)) for fused in (True, False)]
         one_pass = self._one_pass_params()
         if one_pass is not None:
@@ -864,6 +902,7 @@ class LogSumExpKernel(ReductionKernel):
 
     reducer = "logsumexp"
     min_column_steps = 8
+    long_row_threads = 256
 
 
 class ArgmaxKernel(ReductionKernel):
@@ -871,6 +910,7 @@ class ArgmaxKernel(ReductionKernel):
 
     reducer = "argmax"
     min_column_steps = 8
+    long_row_threads = 256
     out_dtype = torch.int64
 
 
