@@ -1,7 +1,8 @@
 """Time one op's kernel under several configs against torch.compile, all taking turns.
 
     python -m benchmarks.config_sweep --op SoftmaxBwdOp --workload rows-32k-4k --dtype bfloat16 \
-        [--config '{"row_threads": 512, "block_threads": 512}' ...] [--candidates] [--rounds 5]
+        [--config '{"row_threads": 512, "block_threads": 512}' ...] [--candidates] [--rounds 5] \
+        [--shape x=8192x32768 ...] [--param '{"dim": -1}']
 
 Between configs of a memory-bound kernel the differences worth having are a
 percent or less, about what moves from one card to the next or between two
@@ -12,16 +13,22 @@ its rounds.  A config is its kernel's current one with the given keys replaced
 against the float64 reference before it is timed, and a wrong one is never
 timed.  The table goes to stdout, to choose a kernel's heuristic; nothing is
 written to the results CSV.
+
+A heuristic should hold beyond the manifest's workloads: ``--shape x=8192x32768``
+gives the workload's tensor ``x`` that shape and ``--param`` replaces its params,
+so the same sweep runs on shapes the bench does not list (the op's own checks
+still apply to them).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .runner import (
     OK, CheckedVariant, Outcome, RunContext, build_input_sets, check_variant, float64_oracle, time_in_turns,
@@ -30,7 +37,7 @@ from .runner import (
 from .variants import COMPILE, OURS, InputSet, Variant
 from .workloads import Case, constructor_kwargs
 
-__all__ = ["ConfigResult", "sweep_configs", "main"]
+__all__ = ["ConfigResult", "parse_shape", "reshaped_case", "sweep_configs", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +49,35 @@ class ConfigResult:
     config: Dict[str, Any]
     changed: Dict[str, Any]
     outcome: Outcome
+
+
+def parse_shape(text: str) -> Tuple[str, Tuple[int, ...]]:
+    """``"x=8192x32768"`` -> ``("x", (8192, 32768))``; ``"x="``: a 0-d tensor."""
+    name, sep, dims = text.partition("=")
+    try:
+        shape = tuple(int(dim) for dim in dims.split("x")) if dims else ()
+    except ValueError:
+        shape = None
+    if not sep or not name or shape is None or any(dim < 0 for dim in shape):
+        raise argparse.ArgumentTypeError(f"--shape wants NAME=D0xD1x..., e.g. x=8192x32768; got {text!r}")
+    return name, shape
+
+
+def reshaped_case(case: Case, shapes: Mapping[str, Tuple[int, ...]], params: Mapping[str, Any]) -> Case:
+    """``case`` with some of its tensors' shapes and params replaced (its label says which)."""
+    known = [name for name, _ in case.workload.shapes]
+    unknown = sorted(set(shapes) - set(known))
+    if unknown:
+        raise ValueError(f"{case.label}: no tensor {unknown} in the workload (its tensors: {known})")
+    if not shapes and not params:
+        return case
+    changes = [f"{name}={'x'.join(map(str, shape))}" for name, shape in shapes.items()]
+    changes += [f"{name}={json.dumps(value)}" for name, value in params.items()]
+    workload = dataclasses.replace(
+        case.workload, label=f"{case.workload.label} with {' '.join(changes)}",
+        shapes=tuple((name, tuple(shapes.get(name, shape))) for name, shape in case.workload.shapes),
+        params=tuple({**dict(case.workload.params), **params}.items()))
+    return dataclasses.replace(case, workload=workload)
 
 
 def _with_config(variant: Variant, kernel: Any, config: Dict[str, Any], name: str) -> Variant:
@@ -135,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kernel", help="which of the op's kernels (its kernel key), when it builds several")
     parser.add_argument("--rounds", type=int, default=5, help="timings per config, in turns")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shape", action="append", default=[], type=parse_shape, metavar="NAME=D0xD1...",
+                        help="time the workload with this tensor's shape replaced (repeatable)")
+    parser.add_argument("--param", type=json.loads, default={}, metavar="JSON",
+                        help="params of the workload to replace, e.g. '{\"dim\": [0]}'")
     return parser
 
 
@@ -158,10 +198,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if len(cases) != 1:
         print(f"no single case {args.op}/{args.workload}/{args.dtype} in the manifest", file=sys.stderr)
         return 2
+    if not isinstance(args.param, dict):
+        print(f"--param wants a JSON object, got {args.param!r}", file=sys.stderr)
+        return 2
+    try:
+        case = reshaped_case(cases[0], dict(args.shape), args.param)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     ctx = RunContext(manifest, CudaBackend("cuda"), "cuda", compiler=default_compiler,
                      generator=torch.Generator("cuda").manual_seed(args.seed), rounds=args.rounds)
-    results = sweep_configs(cases[0], ctx, args.config, args.candidates, args.kernel)
-    print(f"\n{cases[0].label} on {torch.cuda.get_device_name()}, median of {args.rounds} rounds in turns\n")
+    results = sweep_configs(case, ctx, args.config, args.candidates, args.kernel)
+    print(f"\n{case.label} on {torch.cuda.get_device_name()}, median of {args.rounds} rounds in turns\n")
     print(render(results))
     return 0 if all(r.outcome.status == OK for r in results) else 1
 

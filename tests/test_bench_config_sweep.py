@@ -6,12 +6,14 @@ kernel's config, so a config can be made wrong.
 
 from __future__ import annotations
 
+import argparse
 import threading
 
+import pytest
 import torch
 
 from bench_fakes import FakeBackend, FakeRMSNorm, fake_resolver, identity_compiler, make_class
-from benchmarks.config_sweep import render, sweep_configs
+from benchmarks.config_sweep import parse_shape, render, reshaped_case, sweep_configs
 from benchmarks.runner import RunContext
 from benchmarks.workloads import Case
 from codegen.loader import load_manifest
@@ -37,17 +39,21 @@ class KernelRMSNorm(FakeRMSNorm):
     def __call__(self, x, weight):
         kernel = self._kernel_cache.setdefault(("rms_norm", ()), FakeKernel())
         kernel.seen.append(dict(kernel.config))
+        type(self).shapes.append((tuple(x.shape), self.N))
         return super().__call__(x, weight) * kernel.config["scale"]
 
 
-def sweep(backend, rounds=1, **kwargs):
+def decode_case():
+    spec = load_manifest().op("RMSNormFwdOp")
+    return Case(spec, next(w for w in spec.workloads if w.label == "decode-1x4k"), "float32")
+
+
+def sweep(backend, rounds=1, case=None, op_class=None, **kwargs):
     manifest = load_manifest()
-    spec = manifest.op("RMSNormFwdOp")
-    case = Case(spec, next(w for w in spec.workloads if w.label == "decode-1x4k"), "float32")
-    op_class = make_class(KernelRMSNorm)
+    op_class = op_class or make_class(KernelRMSNorm, shapes=[])
     ctx = RunContext(manifest, backend, "cpu", compiler=identity_compiler, resolve=fake_resolver(RMSNormFwdOp=op_class),
                      generator=torch.Generator().manual_seed(0), rounds=rounds)
-    return sweep_configs(case, ctx, **kwargs)
+    return sweep_configs(case or decode_case(), ctx, **kwargs)
 
 
 def test_each_config_runs_under_its_own_settings_and_a_wrong_one_is_never_timed():
@@ -68,3 +74,39 @@ def test_rounds_take_turns_and_the_table_compares_with_compile():
     table = render(results)
     assert "| current | ok | 9.500 |" in table and "| torch.compile | ok | 12.500 |" in table
     assert '| {"threads": 128} | ok | 8.500 | 8.000-9.000 us | 1.4706x |' in table
+
+
+def test_a_shape_off_the_manifest_is_swept_with_the_op_built_for_it():
+    case = reshaped_case(decode_case(), {"x": (3, 2048), "weight": (2048,)}, {})
+    assert case.workload.label == "decode-1x4k with x=3x2048 weight=2048"
+    assert dict(case.workload.shapes) == {"x": (3, 2048), "weight": (2048,)}
+    op_class = make_class(KernelRMSNorm, shapes=[])
+    results = sweep(FakeBackend(), case=case, op_class=op_class, partial=[{"threads": 128}])
+    assert [r.outcome.status for r in results] == ["ok", "ok", "ok"]
+    # Every call, checked or timed, had the new x, on an op built for rows of 2048.
+    assert op_class.shapes and set(op_class.shapes) == {((3, 2048), 2048)}
+
+
+def test_reshaping_keeps_the_other_tensors_and_merges_params():
+    case = reshaped_case(decode_case(), {"x": (5, 4096)}, {"eps": 1e-5})
+    assert dict(case.workload.shapes) == {"x": (5, 4096), "weight": (4096,)}
+    assert dict(case.workload.params)["eps"] == 1e-5
+    assert "x=5x4096" in case.label and 'eps=1e-05' in case.label
+    assert reshaped_case(decode_case(), {}, {}) == decode_case()
+
+
+def test_reshaping_an_unknown_tensor_names_the_workload_tensors():
+    with pytest.raises(ValueError, match=r"no tensor \['y'\].*\['x', 'weight'\]"):
+        reshaped_case(decode_case(), {"y": (3,)}, {})
+
+
+@pytest.mark.parametrize("text, expected", [("x=8192x32768", ("x", (8192, 32768))), ("weight=4096", ("weight", (4096,))),
+                                            ("x=", ("x", ())), ("grad_y=0x7", ("grad_y", (0, 7)))])
+def test_parse_shape(text, expected):
+    assert parse_shape(text) == expected
+
+
+@pytest.mark.parametrize("text", ["x", "=4", "x=4xb", "x=4x-1", "x=4,5"])
+def test_parse_shape_refuses_what_is_not_name_and_dims(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="NAME=D0xD1"):
+        parse_shape(text)
