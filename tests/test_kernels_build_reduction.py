@@ -136,7 +136,8 @@ def test_long_rows_take_wide_blocks_but_for_argmax_and_log_sum_exp(kernel_cls, t
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("config", [{}, {"long_row_threads": 256}, {"long_row_threads": 1024, "row_unroll": 2},
-                                    {"row_threads": 128, "long_row_unroll": 4}])
+                                    {"row_threads": 128, "long_row_unroll": 4},
+                                    {"long_row_threads": 128, "long_row_unroll": 1}, {"long_row_unroll": 1}])
 def test_program_specs_hold_every_fused_row_program(dtype: torch.dtype, config) -> None:
     """Every row length, aligned or not, launches a program the sm_90 build (and the GPU warm-up) compiled."""
     kernel = programs.SumKernel(dtype, config=config)

@@ -631,13 +631,13 @@ def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] 
 
     Rows of eight 256-thread chunks or more take ``long_row_threads``-thread blocks: 512, which
     keep more loads in flight an SM, but for argmax and log-sum-exp (below).  H100, µs with
-    256 / 512 / 1024 threads (torch.compile), bf16 sum: 16384 x 16384 172.2 / 171.9 / 171.8 (171.7), 8192 x 32768
-    173.5 / 172.3 / 172.0 (173.2), 16384 x 24576 256.7 / 256.6 / 255.1 (256.5); amax 16384 x
-    16384 172.7 / 172.1 / 172.1 (172.1), 8192 x 32768 174.3 / 172.8 / 171.9 (174.2); fp32 sum
-    16384 x 12288 256.5 / 255.2 / 257.5 (256.5); variance 16384 x 16384 173.4 / 172.7 / 173.6
-    (172.9).  1024 gained on some and lost on the variance and the fp32 sum.  In the bench
-    (bf16 16384 x 16384, µs with 256 / 512 threads): argmax 173.9 / 296.3 and log-sum-exp
-    173.8 / 174.6, so those two keep 256.
+    256 / 512 / 1024 threads (torch.compile), bf16 sum: 16384 x 16384 172.2 / 171.9 / 171.8
+    (171.7), 8192 x 32768 173.5 / 172.3 / 172.0 (173.2), 16384 x 24576 256.7 / 256.6 / 255.1
+    (256.5); amax 16384 x 16384 172.7 / 172.1 / 172.1 (172.1), 8192 x 32768 174.3 / 172.8 /
+    171.9 (174.2); fp32 sum 16384 x 12288 256.5 / 255.2 / 257.5 (256.5); variance 16384 x 16384
+    173.4 / 172.7 / 173.6 (172.9).  1024 gained on some and lost on the variance and the fp32
+    sum.  In the bench (bf16 16384 x 16384, µs with 256 / 512 threads): argmax 173.9 / 296.3
+    and log-sum-exp 173.8 / 174.6, so those two keep 256.
 
     ``one_pass`` is the one-pass column program's (col_threads, threads,
     unroll); col_threads 0 never takes it.
@@ -714,7 +714,8 @@ class ReductionKernel(Kernel):
         return params + ((("exact", 1),) if exact_unroll else ())
 
     def _fused_row_threads(self, N: int, vector: int) -> int:
-        """``long_row_threads`` for rows of ``long_row_unroll`` chunks of ``row_threads`` or more, else ``row_threads``."""
+        """``long_row_threads`` for rows of ``long_row_unroll`` chunks of ``row_threads`` or more,
+        else ``row_threads``."""
         config = self.config
         long_rows = N >= config["row_threads"] * vector * config["long_row_unroll"]
         return config["long_row_threads"] if long_rows else config["row_threads"]
@@ -736,12 +737,12 @@ class ReductionKernel(Kernel):
 
         The choice changes only at whole chunks of either thread count, so
         lengths of whole chunks, and a vector past each, up to twice the last
-        threshold (``long_row_unroll`` chunks of the larger count) meet them all.
+        threshold (the most chunks of the larger count a choice counts) meet them all.
         """
         config = self.config
         small, large = sorted((config["row_threads"], config["long_row_threads"]))
         unit = small * vector
-        last = 2 * config["long_row_unroll"] * large * vector
+        last = 2 * max(config["long_row_unroll"], *EXACT_ROW_CHUNKS) * large * vector
         variants: List[ProgramParams] = []
         for N in sorted({length for k in range(1, last // unit + 1) for length in (k * unit, k * unit + vector)}):
             params = self._fused_row_params(N, vector)
