@@ -12,9 +12,12 @@ give too few blocks to fill the GPU):
 * **row**: block ``(row, seg)`` walks its segment of a row (every ``S``-th
   group of ``unroll`` chunks, from group ``seg`` on) with 16-byte loads,
   ``unroll`` vectors in flight per thread, then merges its threads'
-  states with warp shuffles (one shared-memory exchange between warps).  With one segment it writes the output
-  (fused), else a float64 partial state ``P[row, seg, 0, :]``.  Rows of exactly 1, 2 or 4
-  chunks (``exact``) are walked in straight-line code with no bounds checks.
+  states with warp shuffles (one shared-memory exchange between warps).
+  With one segment it writes the output (fused), else a float64 partial
+  state ``P[row, seg, 0, :]``.  Rows of exactly 1, 2 or 4 chunks
+  (``exact``) are walked in straight-line code with no bounds checks; fused
+  rows of ``long_row_unroll`` chunks or more take ``long_row_threads``
+  threads a block.
 * **column**: block ``(outer, inner tile, seg)``: ``col_threads`` threads
   cover ``col_threads * cvec`` neighbouring inner positions, the other
   ``lanes`` walk the axis; states merge across lanes.  Fused or partial, as
@@ -221,7 +224,8 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     spec = REDUCERS[reducer]
     macros = reducer_macros(T, reducer, 1, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
-    tally, chunk_init, chunk_fold, rebase = (macros.get(hook) for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
+    tally, chunk_init, chunk_fold, rebase = (macros.get(hook)
+                                             for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
     exact_init, needs_exact, exact_fold = (macros.get(hook) for hook in ("exact_init", "needs_exact", "exact_fold"))
     # A block's threads fold its segment about one shift: a shifted reducer's raw sums merge
     # as they are, and the block prepares once, with no division at each of the merge levels.
@@ -244,7 +248,8 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
         return True if exact else position(bounds, step, u, tx) < N
 
     def segment_walk(fold_element: Any) -> Any:
-        """Macro: fold every element of the segment ``bounds`` (first group, stride) of ``row`` with ``fold_element``."""
+        """Macro: fold every element of the segment ``bounds`` (first group, stride) of ``row``
+        with ``fold_element``."""
 
         @T.macro
         def walk_step(X, st, sti, buf, cm, nv, bounds, shift, row, tx, step):
@@ -383,7 +388,8 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     W = cvec
     macros = reducer_macros(T, reducer, W, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
-    tally, chunk_init, chunk_fold, rebase = (macros.get(hook) for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
+    tally, chunk_init, chunk_fold, rebase = (macros.get(hook)
+                                             for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
     exact_init, needs_exact, exact_fold = (macros.get(hook) for hook in ("exact_init", "needs_exact", "exact_fold"))
     lanes = threads // col_threads
     tile = col_threads * cvec
