@@ -53,6 +53,7 @@ def with_pass_configs(program: Any) -> Any:
         return program
     return program.with_attr("tilelang_pass_configs", PASS_CONFIGS)
 
+
 _TL_DTYPE_NAMES = {
     torch.float16: "float16",
     torch.bfloat16: "bfloat16",

@@ -407,7 +407,7 @@ class RowNormKernel(Kernel):
 
     def program(self, **config: Any) -> Any:
         name, shape = self.program_keys()[0]
-        return self._checked_program(name, {**self.default_config, **config}, shape)
+        return self.build_program(name, {**self.default_config, **config}, **dict(shape))
 
     def _autotune_candidates(self, per_thread: Tuple[int, ...], streams: Tuple[Dict[str, int], ...]) -> List[Dict[str, Any]]:
         """The default config, then one layout change each, without repeats.
@@ -426,15 +426,12 @@ class RowNormKernel(Kernel):
         return unique
 
     # ---- compilation and launch ----------------------------------------------------------
-    def _checked_program(self, name: str, config: Dict[str, Any], shape: Tuple[Tuple[str, Any], ...]) -> Any:
-        return self.build_program(name, config, **dict(shape))
-
     def compile_program(self, name: str, shape: Tuple[Tuple[str, Any], ...] = (),
                         config: Optional[Dict[str, Any]] = None, target: Any = "auto") -> Any:
         """Program ``name`` with shape parameters ``shape``, compiled for ``config`` (default: current), cached."""
         config = dict(self.config if config is None else config)
         key: Tuple[Hashable, ...] = (name, shape, repr(target)) + tuple(sorted(config.items()))
-        return self.compile_once(key, lambda: self._checked_program(name, config, shape), target,
+        return self.compile_once(key, lambda: self.build_program(name, config, **dict(shape)), target,
                                  (name, shape, config))
 
     def build_all_for_sm90(self) -> Dict[str, Any]:
