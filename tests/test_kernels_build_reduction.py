@@ -160,6 +160,16 @@ def test_one_pass_columns_need_enough_tiles_and_rows(shape, why) -> None:
     assert dict(params)["col_threads"] == programs.MAX_COL_THREADS, why
 
 
+def test_variance_one_pass_columns_walk_four_rows_a_lane() -> None:
+    # The variance's one-pass step is 32 lanes x 4 rows, so 200 rows (too few for the sums' step
+    # of 32 x 8) still take one fused pass.
+    for rows in (16384, 200):
+        columns = torch.empty(1, 1, 16384, dtype=torch.bfloat16).expand(1, rows, 16384)
+        name, params, segments = programs.VarKernel(torch.bfloat16, config={}).launch_plan(columns, 132)
+        assert (name, segments, dict(params)["unroll"], dict(params)["fused"]) == (programs.COLUMN, 1, 4, 1)
+    assert programs.SumKernel(torch.bfloat16, config={}).launch_plan(columns, 132)[2] > 1
+
+
 def test_one_pass_columns_need_16_byte_accesses() -> None:
     kernel = programs.SumKernel(torch.bfloat16, config={})
     storage = torch.empty(16385, dtype=torch.bfloat16)
