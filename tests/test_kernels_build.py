@@ -114,6 +114,19 @@ def test_every_rms_norm_candidate_builds_a_program(N: int) -> None:
         assert kernel.program(**config) is not None
 
 
+@pytest.mark.parametrize("N, dtype, hinted", [
+    (8, torch.float32, True), (4096, torch.bfloat16, True), (5120, torch.float16, True),
+    (32768, torch.float32, True), (4097, torch.float32, False), (65537, torch.bfloat16, False),
+], ids=["8-fp32", "4096-bf16", "5120-fp16-tail", "32768-fp32", "4097-fp32-narrow", "65537-bf16-chunked"])
+def test_rms_norm_builds_a_hinted_program_where_its_loads_take_the_hint(N: int, dtype: torch.dtype,
+                                                                       hinted: bool) -> None:
+    programs = RMSNormFwdKernel(N, dtype).build_all_for_sm90()
+    assert ("hinted" in programs) == hinted
+    if hinted:
+        source = programs["hinted"].get_kernel_source()
+        assert "tileops_load_evict_last(" in source.split("__global__", 1)[1]
+
+
 @pytest.mark.parametrize("N", [3, 65537])
 def test_every_cumsum_candidate_builds_its_programs(N: int) -> None:
     pytest.importorskip("tilelang")
@@ -150,7 +163,7 @@ def test_rms_norm_default_config_is_valid(N: int, dtype: torch.dtype) -> None:
 
 def test_rms_norm_default_config_uses_full_vectors_for_aligned_rows() -> None:
     config = rms_norm_default_config(4096, torch.bfloat16)
-    assert config == {"block_rows": 1, "threads": 256, "chunk": 4096}
+    assert config == {"block_rows": 1, "threads": 256, "chunk": 4096, "hinted_min_mib": 160}
     # Short rows share a block instead of idling most of its threads.
     assert rms_norm_default_config(127, torch.float16)["block_rows"] > 1
     # Rows past the register budget take the chunked program.

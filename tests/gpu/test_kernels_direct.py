@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from tileops.kernels.norm.rms_norm import RMSNormFwdKernel
+from tileops.kernels.norm.rms_norm import RMSNormFwdKernel, hinted_layout
 from tileops.kernels.scan.cumprod import CumprodFwdKernel
 from tileops.kernels.scan.cumsum import (
     COLUMN_SCAN,
@@ -142,6 +142,38 @@ def test_rms_norm(dtype: torch.dtype, N: int, rows: int) -> None:
     kernel(x, weight, out)
     torch.cuda.synchronize()
     _assert_matches(out, _rms_norm_reference(x, weight))
+
+
+@pytest.mark.parametrize("padding", [0, 8], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("N", (8, 24, 4096, 5120, 8192, 32768))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rms_norm_hinted_program(dtype: torch.dtype, N: int, rows: int, padding: int) -> None:
+    # hinted_min_mib 0: every call takes the hinted resident program, as large ones do by default.
+    kernel = _kernel(RMSNormFwdKernel, N, dtype, eps=EPS, config={"hinted_min_mib": 0})
+    assert hinted_layout(N, dtype, kernel.config) is not None
+    x = torch.randn(rows, N + padding, device="cuda", dtype=dtype)[:, :N]
+    weight = torch.randn(N, device="cuda", dtype=dtype)
+    out = _poisoned_like(x)
+    kernel(x, weight, out)
+    torch.cuda.synchronize()
+    _assert_matches(out, _rms_norm_reference(x, weight))
+    assert any(key[0] == "hinted" for key in kernel._compiled)
+
+
+def test_rms_norm_takes_the_hinted_program_from_hinted_min_mib_on() -> None:
+    kernel = RMSNormFwdKernel(4096, torch.bfloat16, eps=EPS)
+    weight = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    threshold_rows = (kernel.config["hinted_min_mib"] << 20) // (4096 * 2)
+    for rows, hinted in ((threshold_rows - 1, False), (threshold_rows, True)):
+        x = torch.randn(rows, 4096, device="cuda", dtype=torch.bfloat16)
+        out = _poisoned_like(x)
+        kernel(x, weight, out)
+        torch.cuda.synchronize()
+        assert any(key[0] == "hinted" for key in kernel._compiled) == hinted
+        for row in (0, rows - 1):
+            _assert_matches(out[row : row + 1], _rms_norm_reference(x[row : row + 1], weight))
+        del x, out
 
 
 @pytest.mark.parametrize("N", [4096, 65537])

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_LAST
+from tileops.kernels.cache_hints import EVICT_LAST
 from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
     MAX_EXTENT,
@@ -23,13 +23,13 @@ from tileops.kernels.norm.rows import (
     RowNormKernel,
     StreamLayout,
     resident_layout,
-    resident_macros,
     row_slices,
     row_sum_macro,
     scratch_shape,
     stream_layout,
     stream_macros,
 )
+from tileops.kernels.norm.rms_norm import resident_rms_program
 from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector
 
 __all__ = ["FusedAddRMSNormFwdKernel", "fused_add_rms_norm_default_config"]
@@ -55,78 +55,6 @@ def fused_add_rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, i
     vector_elems = max_vector(dtype)
     return {"per_thread": max(2 * vector_elems, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 2,
             "row_cache_hints": 1}
-
-
-def _resident_program(N: int, dtype: str, eps: float, layout: RowLayout, row_cache_hints: int) -> Any:
-    import tilelang.language as T  # deferred: importing tilelang costs seconds
-
-    M = T.dynamic("M")
-    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
-    RT, LDR = strided_rows(T, M, N, dtype, "LDR")
-    per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
-    full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
-    loads = resident_macros(T, layout, M, EVICT_LAST if row_cache_hints else None, dtype)
-    prelude = CACHE_HINT_PRELUDE if row_cache_hints else None
-    column = loads["column"]
-    row_sum = row_sum_macro(T, row_threads, 1)
-    inv_n = 1.0 / N
-
-    @T.macro
-    def store_sum(RO, zb, row, lane, j):
-        for k in T.vectorized(vector):
-            RO[row, column(j, lane) + k] = T.cast(zb[j * vector + k], dtype)
-
-    @T.macro
-    def store_normalized(Y, W, zb, st, row, lane, j):
-        # The weight is read at the store (an L1 hit after the first row), not held in registers.
-        for k in T.vectorized(vector):
-            Y[row, column(j, lane) + k] = T.cast(
-                zb[j * vector + k] * st[0] * T.cast(W[column(j, lane) + k], ACCUM), dtype)
-
-    @T.prim_func
-    def fused_add_rms_norm_fwd(
-        X: XT,
-        R: RT,
-        W: T.Tensor((N,), dtype),
-        Y: T.Tensor((M, N), dtype),
-        RO: T.Tensor((M, N), dtype),
-    ):
-        with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads,
-                      prelude=prelude) as bx:
-            T.assume(LDX % vector == 0)
-            T.assume(LDR % vector == 0)
-            tx = T.get_thread_binding()
-            xb = T.alloc_local((per_thread,), dtype)
-            rb = T.alloc_local((per_thread,), dtype)
-            zb = T.alloc_local((per_thread,), ACCUM)
-            st = T.alloc_local((1,), ACCUM)
-            scratch = T.alloc_shared(scratch_shape(layout.block_threads, 1), ACCUM)
-            row = bx * rows_per_block + tx // row_threads
-            lane = tx % row_threads
-            loads["load_row"](X, xb, row, lane)
-            loads["load_row"](R, rb, row, lane)
-            st[0] = T.cast(0, ACCUM)
-            for i in T.unroll(per_thread):  # missing elements are zeros and add nothing
-                zb[i] = T.cast(xb[i], ACCUM) + T.cast(rb[i], ACCUM)
-                st[0] = st[0] + zb[i] * zb[i]
-            # The sum is stored before the row's reduction: its writes drain while the block waits
-            # at the reduction's barrier instead of after it.
-            if row < M:
-                for j in T.unroll(full_vecs):
-                    store_sum(RO, zb, row, lane, j)
-                if has_tail:
-                    if column(full_vecs, lane) < N:
-                        store_sum(RO, zb, row, lane, full_vecs)
-            row_sum(st, 0, scratch, 0, tx)
-            st[0] = T.rsqrt(st[0] * inv_n + eps)
-            if row < M:
-                for j in T.unroll(full_vecs):
-                    store_normalized(Y, W, zb, st, row, lane, j)
-                if has_tail:
-                    if column(full_vecs, lane) < N:
-                        store_normalized(Y, W, zb, st, row, lane, full_vecs)
-
-    return fused_add_rms_norm_fwd
 
 
 def _streamed_program(N: int, dtype: str, eps: float, layout: StreamLayout) -> Any:
@@ -219,7 +147,8 @@ class FusedAddRMSNormFwdKernel(RowNormKernel):
         layout = self.layout(config)
         dtype = torch_dtype_to_tl(self.dtype)
         if isinstance(layout, RowLayout):
-            return _resident_program(self.N, dtype, self.eps, layout, config["row_cache_hints"])
+            return resident_rms_program(self.N, dtype, self.eps, layout,
+                                        EVICT_LAST if config["row_cache_hints"] else None, residual=True)
         return _streamed_program(self.N, dtype, self.eps, layout)
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
