@@ -245,6 +245,7 @@ def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, poli
 
     M = T.dynamic("M")
     XT, LDX = strided_rows(T, M, N, dtype, "LDX")
+    RT, LDR = strided_rows(T, M, N, dtype, "LDR") if residual else (None, None)
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
     loads = resident_macros(T, layout, M, policy, dtype)
@@ -266,74 +267,62 @@ def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, poli
                 T.cast(zb[j * vector + k], ACCUM) * st[0] * T.cast(W[column(j, lane) + k], ACCUM), dtype)
 
     @T.macro
-    def normalize(Y, W, zb, st, scratch, row, lane, tx):
-        """Scale the row in ``zb`` (whose squares ``st`` holds per thread) into ``Y``."""
-        row_sum(st, 0, scratch, 0, tx)
-        st[0] = T.rsqrt(st[0] * inv_n + eps)
-        if row < M:
-            for j in T.unroll(full_vecs):
-                store_normalized(Y, W, zb, st, row, lane, j)
-            if has_tail:
-                if column(full_vecs, lane) < N:
-                    store_normalized(Y, W, zb, st, row, lane, full_vecs)
-
-    if not residual:
-
-        @T.prim_func
-        def rms_norm_fwd_resident(X: XT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
-            with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads, prelude=prelude) as bx:
-                T.assume(LDX % vector == 0)
-                tx = T.get_thread_binding()
-                xb = T.alloc_local((per_thread,), dtype)
-                st = T.alloc_local((1,), ACCUM)
-                scratch = T.alloc_shared(scratch_shape(layout.block_threads, 1), ACCUM)
-                row = bx * rows_per_block + tx // row_threads
-                lane = tx % row_threads
-                loads["load_row"](X, xb, row, lane)
-                st[0] = T.cast(0, ACCUM)
-                for i in T.unroll(per_thread):  # missing elements are zeros and add nothing
-                    st[0] = st[0] + T.cast(xb[i], ACCUM) * T.cast(xb[i], ACCUM)
-                normalize(Y, W, xb, st, scratch, row, lane, tx)
-
-        return rms_norm_fwd_resident
-
-    RT, LDR = strided_rows(T, M, N, dtype, "LDR")
-
-    @T.prim_func
-    def fused_add_rms_norm_fwd(
-        X: XT,
-        R: RT,
-        W: T.Tensor((N,), dtype),
-        Y: T.Tensor((M, N), dtype),
-        RO: T.Tensor((M, N), dtype),
-    ):
-        with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads,
-                      prelude=prelude) as bx:
+    def body(X, R, W, Y, RO):
+        with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads, prelude=prelude) as bx:
             T.assume(LDX % vector == 0)
-            T.assume(LDR % vector == 0)
+            if residual:
+                T.assume(LDR % vector == 0)
             tx = T.get_thread_binding()
             xb = T.alloc_local((per_thread,), dtype)
-            rb = T.alloc_local((per_thread,), dtype)
-            zb = T.alloc_local((per_thread,), ACCUM)
+            if residual:
+                rb = T.alloc_local((per_thread,), dtype)
+                zb = T.alloc_local((per_thread,), ACCUM)
+            else:
+                zb = xb  # the row itself is normalised (cast to float32 at the store)
             st = T.alloc_local((1,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(layout.block_threads, 1), ACCUM)
             row = bx * rows_per_block + tx // row_threads
             lane = tx % row_threads
             loads["load_row"](X, xb, row, lane)
-            loads["load_row"](R, rb, row, lane)
+            if residual:
+                loads["load_row"](R, rb, row, lane)
             st[0] = T.cast(0, ACCUM)
-            for i in T.unroll(per_thread):  # missing elements are zeros and add nothing
-                zb[i] = T.cast(xb[i], ACCUM) + T.cast(rb[i], ACCUM)
-                st[0] = st[0] + zb[i] * zb[i]
-            # The sum is stored before the row's reduction: its writes drain while the block waits
-            # at the reduction's barrier instead of after it.
+            if residual:
+                for i in T.unroll(per_thread):  # missing elements are zeros and add nothing
+                    zb[i] = T.cast(xb[i], ACCUM) + T.cast(rb[i], ACCUM)
+                    st[0] = st[0] + zb[i] * zb[i]
+                # The sum is stored before the row's reduction: its writes drain while the block
+                # waits at the reduction's barrier instead of after it.
+                if row < M:
+                    for j in T.unroll(full_vecs):
+                        store_sum(RO, zb, row, lane, j)
+                    if has_tail:
+                        if column(full_vecs, lane) < N:
+                            store_sum(RO, zb, row, lane, full_vecs)
+            else:
+                for i in T.unroll(per_thread):
+                    st[0] = st[0] + T.cast(xb[i], ACCUM) * T.cast(xb[i], ACCUM)
+            row_sum(st, 0, scratch, 0, tx)
+            st[0] = T.rsqrt(st[0] * inv_n + eps)
             if row < M:
                 for j in T.unroll(full_vecs):
-                    store_sum(RO, zb, row, lane, j)
+                    store_normalized(Y, W, zb, st, row, lane, j)
                 if has_tail:
                     if column(full_vecs, lane) < N:
-                        store_sum(RO, zb, row, lane, full_vecs)
-            normalize(Y, W, zb, st, scratch, row, lane, tx)
+                        store_normalized(Y, W, zb, st, row, lane, full_vecs)
+
+    if not residual:
+
+        @T.prim_func
+        def rms_norm_fwd_resident(X: XT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
+            body(X, None, W, Y, None)
+
+        return rms_norm_fwd_resident
+
+    @T.prim_func
+    def fused_add_rms_norm_fwd(X: XT, R: RT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype),
+                               RO: T.Tensor((M, N), dtype)):
+        body(X, R, W, Y, RO)
 
     return fused_add_rms_norm_fwd
 
