@@ -353,7 +353,6 @@ class RMSNormFwdKernel(Kernel):
         check_kernel_args(type(self).__name__, dtype, N=N)
         self.N = int(N)
         self.eps = float(eps)
-        self._row_bytes = self.N * dtype.itemsize
         super().__init__(dtype, config=config, tune=tune)
 
     @property
@@ -368,13 +367,13 @@ class RMSNormFwdKernel(Kernel):
         return rms_norm_fwd_program(self.N, torch_dtype_to_tl(self.dtype), self.eps,
                                     row_access=row_vector(self.N, self.dtype), **config)
 
-    def hinted_kernel(self, target: Any = "auto") -> Any:
-        """The compiled ``resident_rms_program`` of the current config, its loads hinted ``evict_last``
-        (only for a config ``hinted_layout`` lays out)."""
+    def hinted_kernel(self, target: Any = "auto") -> Optional[Any]:
+        """The compiled ``resident_rms_program`` of the current config, its loads hinted ``evict_last``;
+        None for a config that ``hinted_layout`` does not lay out."""
         config = dict(self.config)
         layout = hinted_layout(self.N, self.dtype, config)
         if layout is None:
-            raise ValueError(f"RMSNormFwdKernel: config {config} has no hinted program")
+            return None
         key = ("hinted", repr(target)) + tuple(sorted(config.items()))
         return self.compile_once(key, lambda: resident_rms_program(
             self.N, torch_dtype_to_tl(self.dtype), self.eps, layout, EVICT_LAST, residual=False),
@@ -382,15 +381,15 @@ class RMSNormFwdKernel(Kernel):
 
     def build_all_for_sm90(self) -> Dict[str, Any]:
         programs = {"main": self.build_for_sm90()}
-        if hinted_layout(self.N, self.dtype, self.config) is not None:
-            programs["hinted"] = self.hinted_kernel(SM90_BUILD_TARGET)
+        hinted = self.hinted_kernel(SM90_BUILD_TARGET)
+        if hinted is not None:
+            programs["hinted"] = hinted
         return programs
 
     def _launcher(self, large: bool) -> Any:
         """The launcher of calls at least ``hinted_min_mib`` large (``large``) or smaller."""
-        if large and hinted_layout(self.N, self.dtype, self.config) is not None:
-            return direct_launcher(self.hinted_kernel())
-        return direct_launcher(self.kernel)
+        hinted = self.hinted_kernel() if large else None
+        return direct_launcher(self.kernel if hinted is None else hinted)
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         """Random ``(x, weight, out)`` on the current GPU to time a candidate on."""
@@ -403,6 +402,6 @@ class RMSNormFwdKernel(Kernel):
         multiple of ``row_vector(N)`` elements apart; all 16-byte aligned, on one GPU."""
         # The launchers of the current config, kept in the per-config plans: looking one up
         # through ``compile`` builds a key per call, which costs microseconds.
-        large = x.shape[0] * self._row_bytes >= self.config["hinted_min_mib"] << 20
+        large = x.nbytes >= self.config["hinted_min_mib"] << 20
         self._launch_plans.get(("launcher", large), lambda: self._launcher(large))(x, weight, out)
         return out
