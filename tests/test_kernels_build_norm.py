@@ -212,9 +212,14 @@ def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
     assert "int64_t" in source  # 64-bit offsets: tensors over 2**31 elements are addressed correctly
     if kernel.N % 8 == 0 and kernel.dtype == torch.bfloat16:
         assert_strided_reads_are_16_bytes(source, "LDX", *(("LDR",) if cls is FusedAddRMSNormFwdKernel else ()))
-    if cls is FusedAddRMSNormFwdKernel and kernel.main_program() == "fused_add_rms_norm_resident":
-        # Resident rows load their inputs with evict_last (see fused_add_rms_norm_default_config).
-        assert "tileops_load_evict_last((&(xb[" in source and "tileops_load_evict_last((&(rb[" in source
+    hinted = kernel.hinted_program()
+    assert (hinted is not None) == isinstance(kernel.layout(), RowLayout)
+    assert "tileops_load_evict_" not in source  # calls under hinted_min_mib load plainly
+    if hinted is not None:
+        # Larger calls' resident rows load every input with evict_last (see cache_hints.HINTED_MIN_MIB).
+        hinted_source = _source(kernel, hinted, **shape)
+        assert "tileops_load_evict_last((&(xb[" in hinted_source
+        assert ("tileops_load_evict_last((&(rb[" in hinted_source) == (cls is FusedAddRMSNormFwdKernel)
 
 
 @needs_nvcc
@@ -464,3 +469,24 @@ def test_tuning_weighs_the_split_of_many_rows_against_streaming() -> None:
         (512, 2), (512, 4), (1024, 1), (1024, 4)}
     # Float32 rows are streamed by default: no split candidates to add.
     assert all(config["many_rows_ctas"] == 0 for config in RMSNormBwdKernel(32768, torch.float32).autotune_configs)
+
+
+@pytest.mark.parametrize("N, dtype, hinted", [
+    (8, torch.float32, True), (4096, torch.bfloat16, True), (5120, torch.float16, True),
+    (4097, torch.float32, False), (32768, torch.bfloat16, True),
+], ids=["8-fp32", "4096-bf16", "5120-fp16-tail", "4097-fp32-narrow", "32768-bf16"])
+@pytest.mark.parametrize("cls", [LayerNormFwdKernel, FusedAddRMSNormFwdKernel], ids=["layer", "fused-add"])
+def test_forward_builds_a_hinted_program_where_its_loads_take_the_hint(cls, N: int, dtype: torch.dtype,
+                                                                      hinted: bool) -> None:
+    kernel = cls(N, dtype)
+    hinted = hinted and not (cls is LayerNormFwdKernel and N == 32768)  # LayerNorm streams such rows
+    programs = kernel.build_all_for_sm90()
+    assert len(programs) == 1 + hinted
+    assert (kernel.hinted_program() is not None) == hinted
+    for name, program in programs.items():
+        body = program.get_kernel_source().split("__global__", 1)[1]
+        assert ("tileops_load_evict_last(" in body) == name.startswith(str(kernel.hinted_program()))
+    # The call's input size picks the program: hinted_min_mib MiB and more take the hinted one.
+    threshold = kernel.config["hinted_min_mib"] << 20
+    assert kernel.row_program(threshold - 1) == kernel.main_program()
+    assert kernel.row_program(threshold) == (kernel.hinted_program() if hinted else kernel.main_program())

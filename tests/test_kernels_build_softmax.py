@@ -129,18 +129,19 @@ def test_backward_columns_keep_the_axis_in_l2_for_the_second_read(outer: int, N:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("kernel_cls, N, outer, program, key, default", [
-    (SoftmaxBwdKernel, 4096, 1 << 15, ROW_FUSED, "row_cache_hints", 1),
-    (SoftmaxFwdKernel, 32768, 1 << 13, ROW_FUSED, "row_cache_hints", 1),  # 1024 threads
-    (LogSoftmaxBwdKernel, 65536, 1 << 10, ROW_CLUSTER, "cluster_cache_hints", 0),
+@pytest.mark.parametrize("kernel_cls, N, outer, program, key, on, off, by_default", [
+    (SoftmaxBwdKernel, 4096, 1 << 15, ROW_FUSED, "row_hinted_min_mib", 0, 1 << 20, True),
+    (SoftmaxFwdKernel, 32768, 1 << 13, ROW_FUSED, "row_hinted_min_mib", 0, 1 << 20, True),  # 1024 threads, 512 MiB
+    (SoftmaxFwdKernel, 4096, 1 << 13, ROW_FUSED, "row_hinted_min_mib", 0, 1 << 20, False),  # 64 MiB
+    (LogSoftmaxBwdKernel, 65536, 1 << 10, ROW_CLUSTER, "cluster_cache_hints", 1, 0, False),
 ], ids=str)
-def test_row_hints_mark_every_16_byte_row_load(kernel_cls, N: int, outer: int, program: str, key: str,
-                                                default: int, tmp_path) -> None:
+def test_row_hints_mark_every_16_byte_row_load(kernel_cls, N: int, outer: int, program: str, key: str, on: int,
+                                                off: int, by_default: bool, tmp_path) -> None:
     # With the hint, every whole 16-byte vector of each input carries evict_last and a row's
-    # registers still hold it without spilling; without it, the programs load plainly.
-    assert softmax_default_config(N, torch.bfloat16, kernel_cls.variant.backward)[key] == default
-    for hints in (0, 1):
-        kernel = kernel_cls(N, torch.bfloat16, config={key: hints})
+    # registers still hold it without spilling; without it, the programs load plainly.  The
+    # forward's fused rows take it from HINTED_MIN_MIB of input on, the backward's on every call.
+    for config, hints in (({key: on}, True), ({key: off}, False), ({}, by_default)):
+        kernel = kernel_cls(N, torch.bfloat16, config=config)
         (spec,) = kernel.program_specs(1, outer=outer)
         assert spec[0] == program
         source = kernel.compile_program(*spec, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
@@ -277,9 +278,9 @@ def test_candidates_start_with_the_heuristic_and_are_unique(N: int, dtype: torch
         # Each row hint is tried only where the heuristic runs the programs it changes.
         default = candidates[0]
         fused = -(-N // default["row_threads"]) <= fused_elements_cap(dtype, backward)
-        flipped = {key for c in candidates for key in ("row_cache_hints", "cluster_cache_hints")
+        flipped = {key for c in candidates for key in ("row_hinted_min_mib", "cluster_cache_hints")
                    if c[key] != default[key]}
-        assert flipped == ({"row_cache_hints"} if fused else {"cluster_cache_hints"})
+        assert flipped == ({"row_hinted_min_mib"} if fused else {"cluster_cache_hints"})
 
 
 def test_column_tile_follows_inner_extent() -> None:
@@ -568,6 +569,23 @@ def _recorded_plans(kernel: SoftmaxFwdKernel, monkeypatch: pytest.MonkeyPatch) -
     return launched
 
 
+def test_fused_rows_take_the_hint_from_row_hinted_min_mib_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = SoftmaxFwdKernel(64, torch.bfloat16, config={"row_hinted_min_mib": 1})
+    launched = _recorded_plans(kernel, monkeypatch)
+    rows = kernel.least_hinted_rows()
+    assert rows == (1 << 20) // (64 * 2)
+    for count in (rows - 1, rows, rows - 1, 2 * rows):
+        x = torch.empty(count, 64, dtype=torch.bfloat16)
+        kernel(x, torch.empty_like(x))
+    assert launched == [(ROW_FUSED, (("vector", 8), ("hinted", hinted))) for hinted in (0, 1, 0, 1)]
+    # Narrower accesses load without a hint, however many rows.
+    shifted = torch.empty(rows * 64 + 8, dtype=torch.bfloat16)[1:rows * 64 + 1].view(rows, 64)
+    kernel(shifted, torch.empty(rows, 64, dtype=torch.bfloat16))
+    assert launched[-1] == (ROW_FUSED, (("vector", 1), ("hinted", 0)))
+    # The backward's rows take it on every call.
+    assert SoftmaxBwdKernel(64, torch.bfloat16).least_hinted_rows() == 0
+
+
 def test_launch_plans_follow_each_calls_alignment(monkeypatch: pytest.MonkeyPatch) -> None:
     kernel = SoftmaxFwdKernel(64, torch.bfloat16)
     launched = _recorded_plans(kernel, monkeypatch)
@@ -576,8 +594,8 @@ def test_launch_plans_follow_each_calls_alignment(monkeypatch: pytest.MonkeyPatc
     assert aligned.data_ptr() % 16 == 0
     for x in (aligned, shifted, aligned, flat[4:196].view(3, 64)):
         kernel(x, torch.empty(3, 64, dtype=torch.bfloat16))
-    assert launched == [(ROW_FUSED, (("vector", vector),)) for vector in (8, 1, 8, 4)]
-    assert len(kernel._launch_plans) == 3 + 1  # three alignments, and whether rows fuse
+    assert launched == [(ROW_FUSED, (("vector", vector), ("hinted", 0))) for vector in (8, 1, 8, 4)]
+    assert len(kernel._launch_plans) == 3 + 2  # three alignments, whether rows fuse, the fewest hinted rows
     columns = torch.empty(4, 64, 16, dtype=torch.bfloat16)
     kernel(columns, torch.empty_like(columns))
     kernel(columns[:2], torch.empty(2, 64, 16, dtype=torch.bfloat16))  # another outer extent: its own plan

@@ -87,6 +87,12 @@ def inventory() -> List[Task]:
     for weight, bias in ((False, False), (False, True), (True, False)):
         add(kernel_tasks(_op_kernel("LayerNormFwdOp", 4097, torch.bfloat16, 1e-5),
                          {"has_weight": weight, "has_bias": bias}))
+    for N in t.HINTED_SIZES:
+        for dtype in t.HINTED_DTYPES:
+            layer, fused = t.hinted_kernels(N, dtype)
+            add(kernel_tasks(layer))
+            add(kernel_tasks(layer, {"has_weight": False, "has_bias": False}))
+            add(kernel_tasks(fused))
     add(kernel_tasks(_op_kernel("LayerNormFwdOp", t.BIG_N, torch.bfloat16, 1e-5), {"has_bias": False}))
     add(kernel_tasks(_op_kernel("RMSNormBwdOp", t.BIG_N, torch.bfloat16, 1e-6)))
     add(kernel_tasks(_op_kernel("LayerNormFwdOp", 1024, torch.bfloat16, 1e-5)))

@@ -71,6 +71,12 @@ def inventory() -> List[Task]:
         for N, dtype in t.LONG_ROWS:
             x = torch.randn(1, N, dtype=dtype)
             tasks.update(_op_programs(t._op(name, N, dtype, -1), [x] * (2 if name.endswith("BwdOp") else 1)))
+        for N in t.HINT_SIZES:
+            for dtype in (torch.float16, torch.bfloat16, torch.float32):
+                for threshold in t.HINT_THRESHOLDS:
+                    _, kernel, inputs = t.hint_case(name, N, dtype, threshold, 3, device="cpu")
+                    out = torch.empty(3, N, dtype=dtype)
+                    tasks.update(_task(kernel, n, p) for n, p in kernel.programs_for(*inputs, out))
         op, kernel = t._two_step_kernel(name, 4096, torch.bfloat16)
         tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1))
         for N, dtype, rows, threads in t.CLUSTER_ROWS:

@@ -227,6 +227,69 @@ def test_fused_add_rms_norm_gradients_match_autograd(rows, N, dtype):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
 
 
+# ---- the hinted resident programs of large calls ---------------------------------------------------
+
+
+HINTED_SIZES = (8, 24, 4096, 5120, 8192)
+HINTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def hinted_kernels(N: int, dtype: torch.dtype) -> Tuple[Any, Any]:
+    """LayerNorm and the fused add with ``hinted_min_mib`` 0: every call takes the hinted resident
+    program, as calls of that many MiB and more do by default."""
+    from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
+    from tileops.kernels.norm.layer_norm import LayerNormFwdKernel
+
+    return (LayerNormFwdKernel(N, dtype, eps=1e-5, config={"hinted_min_mib": 0}),
+            FusedAddRMSNormFwdKernel(N, dtype, eps=1e-6, config={"hinted_min_mib": 0}))
+
+
+@pytest.mark.parametrize("padding", [0, 8], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("N", HINTED_SIZES)
+@pytest.mark.parametrize("dtype", HINTED_DTYPES, ids=str)
+def test_forward_hinted_programs(dtype, N, padding):
+    layer, fused = hinted_kernels(N, dtype)
+    generator = torch.Generator().manual_seed(N + padding)
+    weight, bias = (_randn(N, dtype=dtype, generator=generator) for _ in range(2))
+    for rows in (1, 3, 1000):
+        x, residual = (_randn(rows, N + padding, dtype=dtype, generator=generator)[:, :N] for _ in range(2))
+        y = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
+        for affine in ((weight, bias), (None, None)):
+            layer(x, *affine, y)
+            expected = torch.nn.functional.layer_norm(x.double(), (N,), *(_double(t) for t in affine), 1e-5)
+            assert_close(y, expected, dtype)
+        residual_out = torch.full_like(y, float("nan"))
+        fused(x, residual, weight, y, residual_out)
+        total = x.double() + residual.double()
+        assert_close(residual_out, total, dtype)
+        assert_close(y, torch.nn.functional.rms_norm(total, (N,), weight.double(), 1e-6), dtype)
+    for kernel in (layer, fused):
+        assert {key[0] for key in kernel._compiled} == {kernel.hinted_program()}
+
+
+@pytest.mark.parametrize("op_name, inputs", [("LayerNormFwdOp", 1), ("FusedAddRMSNormFwdOp", 2)])
+def test_forward_takes_the_hinted_program_from_hinted_min_mib_on(op_name, inputs):
+    N, dtype = 4096, torch.bfloat16
+    op = _op(op_name, N, dtype, eps=1e-6)
+    kernel = op._kernel(op.kernel_key, (torch.cuda.current_device(),))
+    threshold_rows = (kernel.config["hinted_min_mib"] << 20) // (inputs * N * dtype.itemsize)
+    generator = torch.Generator().manual_seed(inputs)
+    weight = _randn(N, dtype=dtype, generator=generator)
+    for rows, hinted in ((threshold_rows - 1, False), (threshold_rows, True)):
+        tensors = [torch.randn(rows, N, device="cuda", dtype=dtype) for _ in range(inputs)]
+        out = op(*tensors, weight)
+        assert (kernel.hinted_program() in {key[0] for key in kernel._compiled}) == hinted
+        first = out[0] if inputs == 2 else out
+        for row in (0, rows - 1):
+            rows_in = [t[row : row + 1].double() for t in tensors]
+            if inputs == 2:
+                expected = torch.nn.functional.rms_norm(rows_in[0] + rows_in[1], (N,), weight.double(), 1e-6)
+            else:
+                expected = torch.nn.functional.layer_norm(rows_in[0], (N,), weight.double(), None, 1e-6)
+            assert_close(first[row : row + 1], expected, dtype)
+        del tensors, out, first
+
+
 def test_layer_norm_fwd_without_affine_in_inference():
     N, dtype = 4097, torch.bfloat16
     generator = torch.Generator().manual_seed(1)

@@ -145,6 +145,40 @@ def test_two_step_programs_on_short_rows(name):
         assert_close(out, _reference(name, op, inputs), dtype)
 
 
+# Fused rows with the hint on every call (``row_hinted_min_mib`` 0) and on none (2**20 MiB).
+HINT_SIZES = [8, 127, 4096, 4097, 16384]
+HINT_THRESHOLDS = (0, 1 << 20)
+
+
+def hint_case(name: str, N: int, dtype: torch.dtype, threshold: int, rows: int, device: str = "cuda"):
+    """The op, its kernel with ``row_hinted_min_mib`` at ``threshold``, and inputs of ``rows`` rows
+    lying ``N + 8`` elements apart (aligned to 16 bytes where ``N`` is a multiple of 8)."""
+    op = _op(name, N, dtype, -1)
+    kernel = op.kernel_map[op.kernel_key](N, dtype, config={"row_hinted_min_mib": threshold})
+    x = torch.randn(rows, N + 8, device=device, dtype=dtype)[:, :N]
+    if not name.endswith("BwdOp"):
+        x[0, ::2] = float("-inf")
+    return op, kernel, _inputs_like(name, x)
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("N", HINT_SIZES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_fused_rows_with_and_without_the_hint(name, N, dtype):
+    from tileops.kernels.softmax.softmax import ROW_FUSED
+
+    for threshold in HINT_THRESHOLDS:
+        for rows in (1, 3, 700):
+            op, kernel, inputs = hint_case(name, N, dtype, threshold, rows)
+            assert kernel.fused()
+            out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
+            ((program, params),) = kernel.programs_for(*inputs, out)
+            assert program == ROW_FUSED
+            assert dict(params)["hinted"] == int(threshold == 0 and dict(params)["vector"] * dtype.itemsize == 16)
+            kernel(*inputs, out)
+            assert_close(out, _reference(name, op, inputs), dtype)
+
+
 def _cluster_kernel(name: str, N: int, dtype: torch.dtype, threads: int):
     op = _op(name, N, dtype, -1)
     config = {"max_cluster": 8, "cluster_threads": threads, "cluster_min_blocks": 1024 // threads}

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_LAST, takes_hint
+from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_LAST, HINTED_MIN_MIB, takes_hint
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.norm.rows import RowLayout, resident_macros, row_sum_macro, scratch_shape
@@ -49,8 +49,6 @@ logger = logging.getLogger(__name__)
 # A thread keeps at most this many row elements in registers in the single
 # pass; longer rows switch to the chunked program (1024 threads x 32).
 MAX_ELEMENTS_PER_THREAD = 32
-# Inputs of this many MiB or more load with L2's evict_last (see ``rms_norm_default_config``).
-HINTED_MIN_MIB = 160
 
 
 def _round_up(n: int, multiple: int) -> int:

@@ -34,8 +34,8 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tupl
 
 import torch
 
-from tileops.kernels.cache_hints import vector_load
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
+from tileops.kernels.cache_hints import EVICT_LAST, takes_hint, vector_load
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
     ACCUM,
@@ -396,6 +396,10 @@ class RowNormKernel(Kernel):
         self.eps = float(eps)
         super().__init__(dtype, config=config, tune=tune)
 
+    # The resident program whose row loads carry L2's evict_last, taken by calls whose inputs
+    # take ``hinted_min_mib`` or more (a config key of the kernels that name one).
+    hinted_name: Optional[str] = None
+
     # ---- what subclasses supply ----------------------------------------------------------
     def build_program(self, name: str, config: Dict[str, Any], **shape: Any) -> Any:
         """The TileLang ``prim_func`` of program ``name``."""
@@ -424,6 +428,31 @@ class RowNormKernel(Kernel):
             if config not in unique:
                 unique.append(config)
         return unique
+
+    def hinted_program(self) -> Optional[str]:
+        """``hinted_name`` where the current config's rows are resident (``layout``) and their 16-byte
+        loads can carry the hint; else None (streamed rows, narrower accesses)."""
+        def hinted() -> Optional[str]:
+            layout = self.layout()
+            if (self.hinted_name is not None and isinstance(layout, RowLayout)
+                    and takes_hint(EVICT_LAST, layout.vector, torch_dtype_to_tl(self.dtype))):
+                return self.hinted_name
+            return None
+
+        return self.cached("hinted", hinted)
+
+    def row_program(self, input_bytes: int) -> str:
+        """The program of a call whose inputs take ``input_bytes``: the hinted one from
+        ``hinted_min_mib`` on, else ``main_program``."""
+        hinted = self.hinted_program()
+        if hinted is not None and input_bytes >= self.config["hinted_min_mib"] << 20:
+            return hinted
+        return self.main_program()
+
+    def row_program_names(self) -> List[str]:
+        """Every program ``row_program`` may name under the current config."""
+        hinted = self.hinted_program()
+        return [self.main_program()] + ([hinted] if hinted is not None else [])
 
     # ---- compilation and launch ----------------------------------------------------------
     def compile_program(self, name: str, shape: Tuple[Tuple[str, Any], ...] = (),

@@ -61,7 +61,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST, takes_hint, vector_load
+from tileops.kernels.cache_hints import (
+    CACHE_HINT_PRELUDE,
+    EVICT_FIRST,
+    EVICT_LAST,
+    HINTED_MIN_MIB,
+    takes_hint,
+    vector_load,
+)
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, column_locator, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import access_alignment, direct_launcher, widest_access
 from tileops.kernels.sizes import (
@@ -238,8 +245,12 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     48.0; 256 x 512 x 64, one block a column group, 23.2 against 31.9;
     8 x 8192 x 256 in clusters of four 69.3 against 68.7, log-softmax 69.7
     against 72.3; 1 x 4096 x 1024 23.2 against 23.4).
-    ``row_cache_hints`` (fused rows: ``evict_last`` on the row's loads) is on:
-    H100, in turns, off against on against torch.compile, µs: backward bf16
+    ``row_hinted_min_mib``: fused rows load with ``evict_last`` on calls whose inputs take at
+    least this many MiB (0: every call).  The forward hints from ``HINTED_MIN_MIB`` on: H100,
+    bf16 rows of 4096, median of 7 rounds in turns, µs without / with the hint, 4096 rows
+    21.70 / 21.54, 8192 rows 39.84 / 43.26, 16384 rows 84.38 / 87.39, 32768 rows 176.35 /
+    174.91.  The backward hints every call: it was measured on large calls only, off against
+    on against torch.compile, µs: backward bf16
     32768 x 4096 258.4 / 256.4 / 256.7, 8192 x 32768 526.0 / 520.8 / 520.7;
     fp32 32768 x 4096 521.6 / 517.6 / 518.8; log-softmax backward fp32 521.8
     / 517.5 / 519.8, bf16 8192 x 32768 524.8 / 519.4 / 523.1; forward fp32
@@ -255,7 +266,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     return {
         **_fused_row_config(N, per_thread),
         "cache_exp": 1,
-        "row_cache_hints": 1,
+        "row_hinted_min_mib": 0 if backward else HINTED_MIN_MIB,
         "cluster_cache_hints": 0,
         "min_blocks": 1,
         "max_cluster": MAX_CLUSTER,
@@ -282,7 +293,7 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
     for per_thread in (vector, 2 * vector, 4 * vector, cap):
         candidates.append({**default, **_fused_row_config(N, max(per_thread, -(-N // MAX_THREADS)))})
     if -(-N // default["row_threads"]) <= cap:  # the default holds a row in one block
-        candidates.append({**default, "row_cache_hints": 1 - default["row_cache_hints"]})
+        candidates.append({**default, "row_hinted_min_mib": HINTED_MIN_MIB if default["row_hinted_min_mib"] == 0 else 0})
     else:  # rows take a row cluster or the two-step programs
         for threads in (256, 512, 1024):
             for unroll in (2, 4, 8):
@@ -316,9 +327,11 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks", "cluster_min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
-    for key in ("cache_exp", "row_cache_hints", "cluster_cache_hints", "split_cache_hints", "column_cache_hints"):
+    for key in ("cache_exp", "cluster_cache_hints", "split_cache_hints", "column_cache_hints"):
         if config[key] not in (0, 1):
             raise ValueError(f"softmax kernels: {key} must be 0 or 1, got {config[key]}")
+    if config["row_hinted_min_mib"] < 0:
+        raise ValueError(f"softmax kernels: row_hinted_min_mib must be at least 0, got {config['row_hinted_min_mib']}")
     for key, what in (("max_cluster", "row"), ("column_cluster", "column")):
         if not (is_pow2(config[key]) and config[key] <= MAX_CLUSTER):
             raise ValueError(f"softmax kernels: {key} must be a power of two <= {MAX_CLUSTER} (1: no {what} "
@@ -606,11 +619,11 @@ def _cluster_share(T: Any, cluster: int) -> Callable[..., Any]:
 
 def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, row_threads: int,
                       block_threads: int, cache_exp: int = 0, min_blocks: int = 1, cluster: int = 1,
-                      row_cache_hints: int = 0, **_: Any) -> Any:
+                      hinted: int = 0, **_: Any) -> Any:
     """Rows of ``(R, N)`` held in registers: one read, one write.
 
-    ``row_cache_hints``: the row's 16-byte loads carry L2's ``evict_last`` hint (see
-    ``cache_hints``; the fused add RMSNorm's inputs, read once too, gained from it).
+    ``hinted``: the row's 16-byte loads carry L2's ``evict_last`` hint (see ``cache_hints``;
+    ``SoftmaxFamilyKernel.row_programs`` sets it from ``row_hinted_min_mib``).
 
     ``cache_exp`` (softmax forward, at most ``CACHED_EXP_ELEMENTS`` per thread)
     keeps each ``exp(x - max)`` in float32 registers between the sum and the
@@ -643,7 +656,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     output = _output_value(T, variant, dtype)
     term = _backward_term(T, variant)
     R = T.dynamic("R")
-    row_policy = EVICT_LAST if row_cache_hints else None
+    row_policy = EVICT_LAST if hinted else None
     hinted = takes_hint(row_policy, vector, dtype)
     load = vector_load(T, row_policy, vector, dtype)
 
@@ -1614,10 +1627,10 @@ def row_cluster_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: 
                         cluster_threads: int, cluster_min_blocks: int = 1, cache_exp: int = 0,
                         cluster_cache_hints: int = 0, **_: Any) -> Any:
     """A row held by a cluster of ``cluster`` blocks of ``cluster_threads`` threads (see ``row_fused_program``),
-    built for ``cluster_min_blocks`` blocks an SM; ``cluster_cache_hints`` is its ``row_cache_hints``."""
+    built for ``cluster_min_blocks`` blocks an SM; ``cluster_cache_hints`` is its ``hinted``."""
     return row_fused_program(N, dtype, variant, vector=vector, row_threads=cluster_threads,
                              block_threads=cluster_threads, cache_exp=cache_exp, min_blocks=cluster_min_blocks,
-                             cluster=cluster, row_cache_hints=cluster_cache_hints)
+                             cluster=cluster, hinted=cluster_cache_hints)
 
 
 _BUILDERS: Dict[str, Callable[..., Any]] = {
@@ -1657,6 +1670,8 @@ class SoftmaxFamilyKernel(Kernel):
     """
 
     variant: SoftmaxVariant = SoftmaxVariant(backward=False, log=False)
+    # "2": fused rows take the hint per call from ``row_hinted_min_mib`` on (was ``row_cache_hints``).
+    version = "2"
 
     def __init__(
         self,
@@ -1705,7 +1720,7 @@ class SoftmaxFamilyKernel(Kernel):
     def row_programs(self, rows: int, vector: int, sm_count: int) -> Tuple[Tuple[str, ...], ProgramParams]:
         """The programs ``rows`` rows launch, with their shape parameters."""
         if self.fused():
-            return (ROW_FUSED,), self.row_params(vector)
+            return (ROW_FUSED,), self.row_params(vector) + (("hinted", int(self.hints_rows(rows, vector))),)
         if rows >= self.least_cluster_rows(sm_count):
             return (ROW_CLUSTER,), self.row_params(vector) + (("cluster", self.row_cluster()),)
         return (ROW_STATS, ROW_APPLY), self.row_params(vector)
@@ -1716,6 +1731,15 @@ class SoftmaxFamilyKernel(Kernel):
         config = {**self.default_config, **config}
         name = ROW_FUSED if self.fused(config) else ROW_STATS
         return build_program(name, self.N, self.dtype, self.variant, config, self.row_params(row_vector(self.N, self.dtype)))
+
+    def least_hinted_rows(self) -> int:
+        """The fewest rows whose inputs take ``row_hinted_min_mib`` MiB."""
+        return -(-(self.config["row_hinted_min_mib"] << 20) // (self.N * self.dtype.itemsize * self.variant.inputs))
+
+    def hints_rows(self, rows: int, vector: int) -> bool:
+        """Whether a call of ``rows`` fused rows, read ``vector`` elements at a time, loads them with
+        ``evict_last``: its inputs take ``row_hinted_min_mib`` or more and its loads move 16 bytes."""
+        return rows >= self.least_hinted_rows() and takes_hint(EVICT_LAST, vector, torch_dtype_to_tl(self.dtype))
 
     def row_params(self, vector: int) -> ProgramParams:
         return (("vector", vector),)
@@ -1815,12 +1839,15 @@ class SoftmaxFamilyKernel(Kernel):
 
         A plan depends on the tensors' addresses and strides only through the access
         width they allow (at most 16 bytes), so it is derived once per alignment,
-        rank and, for columns, extents and device: a small call then costs a lookup.
+        rank and, for rows, whether they are enough to take the hint (fused rows) or a
+        row cluster; for columns, per extents and device: a small call then costs a lookup.
         """
         out = tensors[-1]
         if out.dim() == 2:
             key: Tuple[Any, ...] = (access_alignment(tensors, (0,)),)
-            if not self._fuses_rows():
+            if self._fuses_rows():
+                key += (out.shape[0] >= self._launch_plans.get("hinted rows", self.least_hinted_rows),)
+            else:
                 key += (self._clusters_rows(out.shape[0], out.device),)
         else:
             key = (access_alignment(tensors, (0, 1)), out.shape[0], out.shape[2], out.device)
