@@ -11,6 +11,7 @@ from typing import Dict, List, Tuple
 import pytest
 import torch
 
+from tileops.kernels.cache_hints import HINTED_MIN_MIB
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.softmax.log_softmax import LogSoftmaxBwdKernel, LogSoftmaxFwdKernel
 from tileops.kernels.softmax.softmax import (
@@ -138,8 +139,8 @@ def test_backward_columns_keep_the_axis_in_l2_for_the_second_read(outer: int, N:
 def test_row_hints_mark_every_16_byte_row_load(kernel_cls, N: int, outer: int, program: str, key: str, on: int,
                                                 off: int, by_default: bool, tmp_path) -> None:
     # With the hint, every whole 16-byte vector of each input carries evict_last and a row's
-    # registers still hold it without spilling; without it, the programs load plainly.  The
-    # forward's fused rows take it from HINTED_MIN_MIB of input on, the backward's on every call.
+    # registers still hold it without spilling; without it, the programs load plainly.  Fused
+    # rows take it by default from HINTED_MIN_MIB of input on.
     for config, hints in (({key: on}, True), ({key: off}, False), ({}, by_default)):
         kernel = kernel_cls(N, torch.bfloat16, config=config)
         (spec,) = kernel.program_specs(1, outer=outer)
@@ -582,8 +583,8 @@ def test_fused_rows_take_the_hint_from_row_hinted_min_mib_on(monkeypatch: pytest
     shifted = torch.empty(rows * 64 + 8, dtype=torch.bfloat16)[1:rows * 64 + 1].view(rows, 64)
     kernel(shifted, torch.empty(rows, 64, dtype=torch.bfloat16))
     assert launched[-1] == (ROW_FUSED, (("vector", 1), ("hinted", 0)))
-    # The backward's rows take it on every call.
-    assert SoftmaxBwdKernel(64, torch.bfloat16).least_hinted_rows() == 0
+    # The backward's rows count both inputs.
+    assert SoftmaxBwdKernel(64, torch.bfloat16).least_hinted_rows() == (HINTED_MIN_MIB << 20) // (64 * 2 * 2)
 
 
 def test_launch_plans_follow_each_calls_alignment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -246,11 +246,12 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     8 x 8192 x 256 in clusters of four 69.3 against 68.7, log-softmax 69.7
     against 72.3; 1 x 4096 x 1024 23.2 against 23.4).
     ``row_hinted_min_mib``: fused rows load with ``evict_last`` on calls whose inputs take at
-    least this many MiB (0: every call).  The forward hints from ``HINTED_MIN_MIB`` on: H100,
-    bf16 rows of 4096, median of 7 rounds in turns, µs without / with the hint, 4096 rows
-    21.70 / 21.54, 8192 rows 39.84 / 43.26, 16384 rows 84.38 / 87.39, 32768 rows 176.35 /
-    174.91.  The backward hints every call: it was measured on large calls only, off against
-    on against torch.compile, µs: backward bf16
+    least this many MiB (0: every call), ``HINTED_MIN_MIB``.  H100, bf16 rows of 4096, median
+    of 7 rounds in turns, µs without / with the hint: forward 4096 rows 21.70 / 21.54, 8192
+    rows 39.84 / 43.26, 16384 rows 84.38 / 87.39, 32768 rows 176.35 / 174.91; backward (two
+    inputs) 2048 rows 17.22 / 17.18, 4096 rows 30.40 / 31.58, 8192 rows 61.15 / 62.21, 16384
+    rows 127.74 / 126.53 (torch.compile 126.53), fp32 8192 rows 128.16 / 127.01 (127.65).
+    Earlier figures of large calls, off against on against torch.compile, µs: backward bf16
     32768 x 4096 258.4 / 256.4 / 256.7, 8192 x 32768 526.0 / 520.8 / 520.7;
     fp32 32768 x 4096 521.6 / 517.6 / 518.8; log-softmax backward fp32 521.8
     / 517.5 / 519.8, bf16 8192 x 32768 524.8 / 519.4 / 523.1; forward fp32
@@ -266,7 +267,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     return {
         **_fused_row_config(N, per_thread),
         "cache_exp": 1,
-        "row_hinted_min_mib": 0 if backward else HINTED_MIN_MIB,
+        "row_hinted_min_mib": HINTED_MIN_MIB,
         "cluster_cache_hints": 0,
         "min_blocks": 1,
         "max_cluster": MAX_CLUSTER,
@@ -293,7 +294,7 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
     for per_thread in (vector, 2 * vector, 4 * vector, cap):
         candidates.append({**default, **_fused_row_config(N, max(per_thread, -(-N // MAX_THREADS)))})
     if -(-N // default["row_threads"]) <= cap:  # the default holds a row in one block
-        candidates.append({**default, "row_hinted_min_mib": HINTED_MIN_MIB if default["row_hinted_min_mib"] == 0 else 0})
+        candidates.append({**default, "row_hinted_min_mib": 0})
     else:  # rows take a row cluster or the two-step programs
         for threads in (256, 512, 1024):
             for unroll in (2, 4, 8):
@@ -657,7 +658,6 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     term = _backward_term(T, variant)
     R = T.dynamic("R")
     row_policy = EVICT_LAST if hinted else None
-    hinted = takes_hint(row_policy, vector, dtype)
     load = vector_load(T, row_policy, vector, dtype)
 
     @T.macro
@@ -752,7 +752,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     def launch(rows):
         """The grid: blocks of ``rows_per_block`` rows, or one cluster a row.  Either way one
         dimension, whose extent may pass 65535 (the limit of the other two)."""
-        hints = CACHE_HINT_PRELUDE if hinted else ""
+        hints = CACHE_HINT_PRELUDE if takes_hint(row_policy, vector, dtype) else ""
         if clustered:
             return T.Kernel(rows * cluster, threads=block_threads, cluster_dims=(cluster, 1, 1),
                             prelude=PEER_STORE + hints)
@@ -1670,7 +1670,7 @@ class SoftmaxFamilyKernel(Kernel):
     """
 
     variant: SoftmaxVariant = SoftmaxVariant(backward=False, log=False)
-    # "2": fused rows take the hint per call from ``row_hinted_min_mib`` on (was ``row_cache_hints``).
+    # "2": fused rows take the hint per call, from ``row_hinted_min_mib`` on (was ``row_cache_hints``).
     version = "2"
 
     def __init__(
@@ -1839,8 +1839,8 @@ class SoftmaxFamilyKernel(Kernel):
 
         A plan depends on the tensors' addresses and strides only through the access
         width they allow (at most 16 bytes), so it is derived once per alignment,
-        rank and, for rows, whether they are enough to take the hint (fused rows) or a
-        row cluster; for columns, per extents and device: a small call then costs a lookup.
+        rank and, for rows, whether there are enough of them for the hint (fused rows) or
+        a row cluster; for columns, per extents and device: a small call then costs a lookup.
         """
         out = tensors[-1]
         if out.dim() == 2:
