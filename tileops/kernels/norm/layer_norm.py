@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_LAST, HINTED_MIN_MIB
+from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB
 from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
 from tileops.kernels.norm.backward import NormBwdKernel
 from tileops.kernels.norm.rows import (
@@ -76,7 +76,7 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
     full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
     loads = resident_macros(T, layout, M, policy, dtype)
-    prelude = CACHE_HINT_PRELUDE if policy else None
+    prelude = loads["prelude"]
     column = loads["column"]
     row_sum = row_sum_macro(T, row_threads, 1)
     inv_n = 1.0 / N

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tupl
 
 import torch
 
-from tileops.kernels.cache_hints import EVICT_LAST, takes_hint, vector_load
+from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_LAST, takes_hint, vector_load
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
@@ -191,7 +191,7 @@ def resident_macros(T: Any, layout: RowLayout, M: Any, policy: Optional[str] = N
                     dtype: str = "float32") -> Dict[str, Callable[..., Any]]:
     """Loads of a resident row (``per_thread`` elements per lane), zero where there is no data;
     ``policy``: the L2 eviction hint of a row's whole 16-byte vectors of ``dtype`` (TileLang's name; see
-    ``cache_hints``).
+    ``cache_hints``); ``prelude`` is what the program's kernel needs for those loads (None: nothing).
 
     Element ``j * vector + k`` of a lane's buffer is column ``column(j, lane) + k``.
     """
@@ -231,7 +231,8 @@ def resident_macros(T: Any, layout: RowLayout, M: Any, policy: Optional[str] = N
                 for k in T.vectorized(vector):
                     buf[full_vecs * vector + k] = src[base + column(full_vecs, lane) + k]
 
-    return {"zero": zero, "load_row": load_row, "load_vector": load_vector, "column": column}
+    prelude = CACHE_HINT_PRELUDE if policy else None
+    return {"zero": zero, "load_row": load_row, "load_vector": load_vector, "column": column, "prelude": prelude}
 
 
 def stream_macros(T: Any, layout: StreamLayout) -> Dict[str, Any]:
