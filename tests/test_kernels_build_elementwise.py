@@ -17,11 +17,13 @@ from typing import Dict, List, Tuple
 import pytest
 import torch
 
+from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, HINTED_MIN_MIB
 from tileops.kernels.elementwise import functions
 from tileops.kernels.elementwise.base import (
     ElementwiseKernel,
     elementwise_autotune_configs,
     elementwise_default_config,
+    hinted_config,
     is_small_call,
     launch_slices,
     one_access_config,
@@ -56,8 +58,7 @@ SM90 = {"kind": "cuda", "arch": "sm_90"}
 # ---- builds for sm_90: every layout at least once ------------------------------------------
 
 
-@needs_nvcc
-@pytest.mark.parametrize(
+LAYOUTS = pytest.mark.parametrize(
     "kernel, spec",
     [
         (SiluFwdKernel(torch.bfloat16), ("flat", 8)),
@@ -75,6 +76,10 @@ SM90 = {"kind": "cuda", "arch": "sm_90"}
          "gelu-and-mul-bwd-odd-h-fp32", "gelu-and-mul-bwd-fp32",
          "add-broadcast-bf16", "mul-row-scale-fp32", "add-broadcast-rows-bf16", "mul-row-scale-rows-fp32"],
 )
+
+
+@needs_nvcc
+@LAYOUTS
 def test_elementwise_programs_build_for_sm90(kernel: ElementwiseKernel, spec) -> None:
     source = kernel.compile_program(spec, target=SM90).get_kernel_source()
     assert "__global__" in source
@@ -89,13 +94,58 @@ def test_elementwise_programs_build_for_sm90(kernel: ElementwiseKernel, spec) ->
 
 
 @needs_nvcc
+@LAYOUTS
+def test_hinted_programs_load_their_16_byte_vectors_with_evict_last(kernel: ElementwiseKernel, spec) -> None:
+    """Every streamed input vector of a hinted program carries the hint; narrower loads take none,
+    so there the hinted program is the plain one."""
+    plain = kernel.compile_program(spec, target=SM90).get_kernel_source()
+    hinted = kernel.compile_program(spec, hinted_config(kernel.config), target=SM90).get_kernel_source()
+    assert "tileops_load_evict_last(" not in plain
+    if spec[1] * kernel.dtype.itemsize < 16:
+        assert hinted.replace(CACHE_HINT_PRELUDE, "") == plain.replace(CACHE_HINT_PRELUDE, "")
+        return
+    calls = len(re.findall(r"\btileops_load_evict_last\(", hinted))
+    assert calls >= kernel.streamed_inputs(spec)
+    output = "DX" if spec[0] == "gated" and kernel.backward else "Y"
+    assert re.search(rf"\*\((uint4|float4)\*\)\({output} \+", hinted), "the results are stored 16 bytes at a time"
+
+
+@pytest.mark.parametrize("kernel, spec, inputs", [
+    (SiluFwdKernel(torch.bfloat16), ("flat", 8), 1),
+    (SiluAndMulBwdKernel(8192, torch.bfloat16), ("gated", 8), 3),
+    (AddFwdKernel(torch.bfloat16), ("broadcast", 8, True, True, True), 2),
+    (MulFwdKernel(torch.bfloat16), ("broadcast", 8, True, False, True), 1),
+], ids=["flat", "gated-bwd", "broadcast", "row-scale"])
+def test_calls_take_the_hint_from_hinted_min_mib_of_streamed_input_on(kernel, spec, inputs) -> None:
+    """The threshold counts every input vector an access loads, never an operand read once a vector."""
+    per_access = spec[1] * kernel.dtype.itemsize * inputs
+    least = -(-(kernel.config["hinted_min_mib"] << 20) // per_access)
+    assert kernel.streamed_inputs(spec) == inputs
+    assert kernel.hints_call(spec, least) and not kernel.hints_call(spec, least - 1)
+    assert kernel.call_programs(spec, least, 132)[0] == (spec, hinted_config(kernel.config))
+    assert kernel.call_programs(spec, least - 1, 132)[0] == (spec, kernel.config)
+    # 8-byte accesses take no hint, however large the call.
+    assert not kernel.hints_call((spec[0], 4, *spec[2:]), 1 << 40)
+
+
+def test_erf_gated_gelu_backward_takes_no_hint() -> None:
+    """Under its register cap the hinted loads would spill; its tanh form has no cap and takes the hint."""
+    erf, tanh = (GeluAndMulBwdKernel(8192, torch.bfloat16, approximate=form) for form in ("none", "tanh"))
+    assert not erf.hints_call(("gated", 8), 1 << 40) and tanh.hints_call(("gated", 8), 1 << 40)
+    assert all(not config.get("hinted") for _, config in erf.typical_programs())
+    assert any(config.get("hinted") for _, config in tanh.typical_programs())
+
+
+@needs_nvcc
 def test_build_all_for_sm90_builds_the_typical_programs() -> None:
     built = SiluFwdKernel(torch.bfloat16).build_all_for_sm90()
-    # The default config (wide blocks: one 16-byte access a thread), and the smallest calls'
-    # program (one 4-byte access a thread).
-    assert list(built) == [(("flat", 8), 1), (("flat", 2), 1)]
-    assert "uint4" in built[(("flat", 8), 1)].get_kernel_source()
-    assert "512" in built[(("flat", 8), 1)].get_kernel_source()
+    # The default config (wide blocks: one 16-byte access a thread), the smallest calls'
+    # program (one 4-byte access a thread) and the largest calls' (hinted loads).
+    assert list(built) == [(("flat", 8), 1, False), (("flat", 2), 1, False), (("flat", 8), 1, True)]
+    assert "uint4" in built[(("flat", 8), 1, False)].get_kernel_source()
+    assert "512" in built[(("flat", 8), 1, False)].get_kernel_source()
+    assert "tileops_load_evict_last(" not in built[(("flat", 8), 1, False)].get_kernel_source()
+    assert "tileops_load_evict_last(" in built[(("flat", 8), 1, True)].get_kernel_source()
     assert not any(divisions_at_accesses(program.get_kernel_source()) for program in built.values())
 
 
@@ -118,8 +168,8 @@ def test_small_calls_take_one_narrower_access_a_thread() -> None:
     kernel = GeluAndMulBwdKernel(8192, torch.bfloat16)
     assert kernel.small_call_spec(("gated", 8), 8 * 512, 132) == ("gated", 2)
     assert kernel.call_programs(("gated", 8), 8 * 512, 132) == [
-        (("gated", 8), {"threads": 128, "unroll": 2, "sm_threads": 1024}),
-        (("gated", 2), {"threads": 128, "unroll": 1, "sm_threads": 1024})]
+        (("gated", 8), {"threads": 128, "unroll": 2, "sm_threads": 1024, "hinted_min_mib": HINTED_MIN_MIB}),
+        (("gated", 2), {"threads": 128, "unroll": 1, "sm_threads": 1024, "hinted_min_mib": HINTED_MIN_MIB})]
 
 
 @needs_nvcc
@@ -602,12 +652,18 @@ def test_launchers_are_remembered_per_config_and_a_new_config_forgets_them() -> 
     kernel.compile_program = compile_program
     kernel.sm_count = lambda device: 132
     device = torch.device("cpu")
-    large = 1 << 24  # accesses enough for the configured program, not the small-call one
+    large = 1 << 20  # accesses enough for the configured program, not the small-call one (16 MiB)
     first = kernel.launcher(("flat", 8), large, device)
     assert kernel.launcher(("flat", 8), large, device) is first and len(compiled) == 1
     kernel.config = {**kernel.config, "unroll": 1 if kernel.config["unroll"] != 1 else 2}
     assert kernel.launcher(("flat", 8), large, device) is not first
     assert len(compiled) == 2 and compiled[1][1] == kernel.config
+    # A call past hinted_min_mib launches (and remembers) the hinted program beside the plain one.
+    largest = (kernel.config["hinted_min_mib"] << 20) // 16
+    hinted = kernel.launcher(("flat", 8), largest, device)
+    assert kernel.launcher(("flat", 8), largest, device) is hinted
+    assert kernel.launcher(("flat", 8), large, device) is not hinted
+    assert len(compiled) == 3 and compiled[2][1] == hinted_config(kernel.config)
 
 
 def test_emulated_remembered_launchers_follow_each_calls_alignment(emulated: None) -> None:

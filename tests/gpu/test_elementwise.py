@@ -183,6 +183,58 @@ def test_views_match_reference(label, name, params, make):
     assert_close(out, op.reference(*(t.double() for t in inputs)), dtype)
 
 
+# ---- hinted loads ----------------------------------------------------------------------------------
+
+# (label, op name, params, inputs builder): each program layout past the small-call size, at odd
+# lengths, row slices and 8-byte aligned starts (which load unhinted).
+HINTED_CASES: List[ViewCase] = [
+    ("silu-flat-odd", "SiluFwdOp", {}, lambda d: [_randn(d, 1_000_003)]),
+    ("gelu-flat-fp32", "GeluFwdOp", {"approximate": "none"}, lambda d: [_randn(d, 3, 333_333, dtype=torch.float32)]),
+    ("exp-flat-fp16", "ExpFwdOp", {}, lambda d: [_randn(d, 700, 1501, dtype=torch.float16)]),
+    ("silu-bwd-flat", "SiluBwdOp", {}, lambda d: [_randn(d, 999_999), _randn(d, 999_999)]),
+    ("gelu-bwd-misaligned", "GeluBwdOp", {"approximate": "tanh"},
+     lambda d: [_randn(d, 1_000_001)[1:], _randn(d, 1_000_000)]),
+    ("silu-and-mul-rows", "SiluAndMulFwdOp", {"N": 8192}, lambda d: [_randn(d, 301, 8192)]),
+    ("silu-and-mul-slice-fp32", "SiluAndMulFwdOp", {"N": 4096},
+     lambda d: [_randn(d, 517, 4200, dtype=torch.float32)[:, 8:4104]]),
+    ("gelu-and-mul-tanh-bwd", "GeluAndMulBwdOp", {"N": 8192, "approximate": "tanh"},
+     lambda d: [_randn(d, 301, 4096), _randn(d, 301, 8192)]),
+    ("silu-and-mul-bwd-fp16", "SiluAndMulBwdOp", {"N": 2048},
+     lambda d: [_randn(d, 999, 1024, dtype=torch.float16), _randn(d, 999, 2048, dtype=torch.float16)]),
+    ("add-same-shape", "AddFwdOp", {}, lambda d: [_randn(d, 1003, 1001), _randn(d, 1003, 1001)]),
+    ("add-bias-rows", "AddFwdOp", {}, lambda d: [_randn(d, 300, 8192), _randn(d, 8192)]),
+    ("mul-row-scale", "MulFwdOp", {}, lambda d: [_randn(d, 1000, 4104), _randn(d, 1000, 1)]),
+    ("mul-bias-slices", "MulFwdOp", {}, lambda d: [_randn(d, 999, 4200)[:, :4104], _randn(d, 4104)]),
+]
+
+
+@pytest.mark.parametrize("label, name, params, make", HINTED_CASES, ids=[c[0] for c in HINTED_CASES])
+def test_hinted_programs_match_reference(label, name, params, make):
+    """With ``hinted_min_mib`` 0 every call past the small-call size loads with the L2 hint, as
+    calls of that many MiB do by default."""
+    inputs = make("cuda")
+    dtype = inputs[0].dtype
+    op = build(name, dtype, **params)
+    kernel = op._kernel(op.kernel_key, (torch.cuda.current_device(),))
+    kernel.config = {**kernel.config, "hinted_min_mib": 0}
+    out = op(*inputs)
+    assert_close(out, op.reference(*(t.double() for t in inputs)), dtype)
+    hinted = [key for key in kernel._compiled if ("hinted", True) in key]
+    assert hinted if "misaligned" not in label else not hinted
+
+
+def test_calls_take_the_hint_from_hinted_min_mib_on():
+    op = build("SiluFwdOp", torch.bfloat16)
+    kernel = op._kernel(op.kernel_key, (torch.cuda.current_device(),))
+    least = (kernel.config["hinted_min_mib"] << 20) // 2  # elements
+    for length, hinted in ((least - 8, False), (least, True)):
+        x = torch.randn(length, device="cuda", dtype=torch.bfloat16)
+        out = op(x)
+        assert any(("hinted", True) in key for key in kernel._compiled) == hinted
+        assert_close(out[-5:], op.reference(x[-5:].double()), torch.bfloat16)
+        del x, out
+
+
 # ---- more than 2**31 elements --------------------------------------------------------------------
 
 

@@ -10,8 +10,8 @@ kernel's prelude (``CACHE_HINT_PRELUDE``), called with ``T.call_extern`` on the
 addresses of a local buffer's vector and of the global vector it copies.
 
 Programs that read their input once (RMSNorm, LayerNorm, the fused residual add, softmax
-rows) load it with ``evict_last`` too, but only on calls whose inputs take
-``HINTED_MIN_MIB`` or more.  There the hint let them match or pass torch.compile,
+rows, the elementwise kernels) load it with ``evict_last`` too, but only on calls whose inputs
+take ``HINTED_MIN_MIB`` or more.  There the hint let them match or pass torch.compile,
 presumably because the lines they write leave L2 first; on calls of 64 and 128 MiB it cost
 1.7-8.6 % (H100 figures in each kernel's default config).
 """

@@ -2,13 +2,14 @@
 
 An elementwise kernel wraps one ``PointwiseFn`` and the program layouts of
 ``tileops.kernels.elementwise.programs`` that apply it.  Its config is
-``{"threads", "unroll", "sm_threads"}``; the access width is not part of the config but of
-each call: the widest power of two (up to 16 bytes) that the call's
+``{"threads", "unroll", "sm_threads", "hinted_min_mib"}``; the access width is not part of the
+config but of each call: the widest power of two (up to 16 bytes) that the call's
 addresses, strides and extents keep aligned.  A call that one access a thread
 covers with at most a block per SM runs so, whatever the config's ``unroll``, in
 ``SMALL_CALL_THREADS``-thread blocks where the configured size is a multiple of
 that, and with narrower accesses while it still does (``is_small_call``,
-``small_call_vector``).  Compiled programs are cached per (layout, width,
+``small_call_vector``).  A call whose inputs take ``hinted_min_mib`` MiB or more loads them with
+L2's ``evict_last`` hint (``hinted_config``).  Compiled programs are cached per (layout, width,
 config), so a kernel compiles each program it actually launches once.
 """
 
@@ -18,16 +19,17 @@ from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
+from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB, takes_hint
 from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import access_alignment, direct_launcher, widest_access
 from tileops.kernels.sizes import SUPPORTED_DTYPES, THREADS_PER_SM, check_kernel_args, max_vector
 
 __all__ = [
     "ElementwiseKernel", "ProgramSpec", "SUPPORTED_DTYPES", "elementwise_default_config",
     "elementwise_autotune_configs", "is_small_call", "one_access_config", "small_call_vector", "max_vector",
-    "launch_slices", "SMALL_CALL_ACCESS_BYTES", "FLAT", "program_shape",
+    "launch_slices", "SMALL_CALL_ACCESS_BYTES", "FLAT", "program_shape", "hinted_config",
 ]
 
 # The program over 1-D contiguous tensors (``programs.flat_program``): its spec is ``(FLAT, vector)``.
@@ -82,16 +84,25 @@ def elementwise_default_config(dtype: torch.dtype, sm_threads: int = 0, wide_blo
     4.58 / 4.54 / 4.58 / 4.58).
     """
     if wide_blocks and dtype.itemsize == 2:
-        return {"threads": WIDE_BLOCK_THREADS, "unroll": 1, "sm_threads": sm_threads}
-    return {"threads": 128, "unroll": 1 if dtype.itemsize == 4 else 2, "sm_threads": sm_threads}
+        return {"threads": WIDE_BLOCK_THREADS, "unroll": 1, "sm_threads": sm_threads, "hinted_min_mib": HINTED_MIN_MIB}
+    return {"threads": 128, "unroll": 1 if dtype.itemsize == 4 else 2, "sm_threads": sm_threads,
+            "hinted_min_mib": HINTED_MIN_MIB}
 
 
-def program_shape(config: Dict[str, Any]) -> Dict[str, int]:
-    """The program builders' keywords for ``config``: threads, unroll, and the blocks per SM the
-    compiler must fit (``sm_threads`` over ``threads``, at least one)."""
+def program_shape(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The program builders' keywords for ``config``: threads, unroll, the blocks per SM the
+    compiler must fit (``sm_threads`` over ``threads``, at least one) and whether the loads are
+    hinted (``hinted_config``)."""
     threads = config["threads"]
     return {"threads": threads, "unroll": config["unroll"],
-            "min_blocks": max(1, min(config.get("sm_threads", 0), THREADS_PER_SM) // threads)}
+            "min_blocks": max(1, min(config.get("sm_threads", 0), THREADS_PER_SM) // threads),
+            "hinted": bool(config.get("hinted", False))}
+
+
+def hinted_config(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The config a call whose inputs take ``hinted_min_mib`` MiB or more runs under: its
+    16-byte loads carry L2's ``evict_last`` hint (see ``cache_hints``)."""
+    return {**config, "hinted": True}
 
 
 def is_small_call(config: Dict[str, Any], accesses: int, sm_count: int) -> bool:
@@ -144,7 +155,7 @@ def elementwise_autotune_configs(dtype: torch.dtype, sm_threads: int = 0,
     candidates = [elementwise_default_config(dtype, sm_threads, wide_blocks)]
     for threads in (128, 256, 512):
         for unroll in (1, 2, 4, 8):
-            config = {"threads": threads, "unroll": unroll, "sm_threads": sm_threads}
+            config = {"threads": threads, "unroll": unroll, "sm_threads": sm_threads, "hinted_min_mib": HINTED_MIN_MIB}
             if config not in candidates:
                 candidates.append(config)
     return candidates
@@ -169,6 +180,11 @@ class ElementwiseKernel(Kernel):
     # Kernels whose math per element is light enough that half-precision calls take wide blocks of
     # one load a thread (see ``elementwise_default_config``).
     wide_blocks: bool = False
+    # "2": the hinted_min_mib config key.
+    version = "2"
+    # Whether large calls load with the L2 hint (``hints_call``); False where the hint's registers
+    # would spill under the kernel's ``sm_threads`` cap.
+    hinted_loads: bool = True
 
     def __init__(self, dtype: torch.dtype, *, config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
         check_kernel_args(type(self).__name__, dtype)
@@ -218,20 +234,40 @@ class ElementwiseKernel(Kernel):
 
     def call_programs(self, spec: ProgramSpec, accesses: int,
                       sm_count: int) -> List[Tuple[ProgramSpec, Dict[str, Any]]]:
-        """The (program, config) pairs a call of program ``spec`` may run: the current config, and
-        the small-call program of ``accesses`` accesses on ``sm_count`` SMs."""
-        return [(spec, dict(self.config)),
-                (self.small_call_spec(spec, accesses, sm_count), one_access_config(self.config))]
+        """The (program, config) pairs a call of program ``spec`` may run: the current config
+        (hinted where the call's inputs reach ``hinted_min_mib``), and the small-call program of
+        ``accesses`` accesses on ``sm_count`` SMs."""
+        config = hinted_config(self.config) if self.hints_call(spec, accesses) else dict(self.config)
+        return [(spec, config), (self.small_call_spec(spec, accesses, sm_count), one_access_config(self.config))]
 
     def typical_programs(self) -> List[Tuple[ProgramSpec, Dict[str, Any]]]:
-        """The typical programs under the current config, and as the smallest calls run them (one
-        access a thread, the narrowest width)."""
-        return [program for spec in self.typical_specs() for program in self.call_programs(spec, 1, 1 << 20)]
+        """The typical programs under the current config, as the smallest calls run them (one
+        access a thread, the narrowest width) and, where their loads take the hint, as the largest
+        calls run them."""
+        programs = [program for spec in self.typical_specs() for program in self.call_programs(spec, 1, 1 << 20)]
+        return programs + [(spec, hinted_config(self.config)) for spec in self.typical_specs()
+                           if self.hints_vector(spec[1])]
 
-    def build_all_for_sm90(self) -> Dict[Tuple[ProgramSpec, int], Any]:
-        """Compile ``typical_programs`` for sm_90, without a GPU; keyed by (spec, unroll)."""
-        return {(spec, config["unroll"]): self.compile_program(spec, config, target=SM90_BUILD_TARGET)
+    def build_all_for_sm90(self) -> Dict[Tuple[ProgramSpec, int, bool], Any]:
+        """Compile ``typical_programs`` for sm_90, without a GPU; keyed by (spec, unroll, hinted)."""
+        return {(spec, config["unroll"], config.get("hinted", False)):
+                self.compile_program(spec, config, target=SM90_BUILD_TARGET)
                 for spec, config in self.typical_programs()}
+
+    def streamed_inputs(self, spec: ProgramSpec) -> int:
+        """How many input vectors one access of program ``spec`` loads."""
+        return self.pointwise.arity
+
+    def hints_call(self, spec: ProgramSpec, accesses: int) -> bool:
+        """Whether a call of ``accesses`` accesses of program ``spec`` loads with ``evict_last``:
+        its inputs take ``hinted_min_mib`` MiB or more and its loads move 16 bytes."""
+        vector = spec[1]
+        input_bytes = accesses * vector * self.dtype.itemsize * self.streamed_inputs(spec)
+        return input_bytes >= self.config["hinted_min_mib"] << 20 and self.hints_vector(vector)
+
+    def hints_vector(self, vector: int) -> bool:
+        """Whether accesses of ``vector`` elements may carry the hint (16 bytes, and ``hinted_loads``)."""
+        return self.hinted_loads and takes_hint(EVICT_LAST, vector, torch_dtype_to_tl(self.dtype))
 
     def launcher(self, spec: ProgramSpec, accesses: int, device: torch.device) -> Any:
         """The fastest callable of program ``spec`` for a call of ``accesses`` vector accesses
@@ -240,9 +276,12 @@ class ElementwiseKernel(Kernel):
         small = is_small_call(self.config, accesses, sm_count)
         if small:
             spec = self.small_call_spec(spec, accesses, sm_count)
+            config = one_access_config(self.config)
+        else:
+            config = hinted_config(self.config) if self.hints_call(spec, accesses) else self.config
         # Remembered per config (assigning one forgets them): a compile key per call costs microseconds.
-        return self._launch_plans.get((spec, small), lambda: direct_launcher(
-            self.compile_program(spec, one_access_config(self.config) if small else self.config)))
+        return self._launch_plans.get((spec, small, config.get("hinted", False)),
+                                      lambda: direct_launcher(self.compile_program(spec, config)))
 
     def flat_vector(self, tensors: Sequence[torch.Tensor]) -> int:
         """The access width that every (1-D, contiguous) tensor's address allows."""

@@ -83,6 +83,12 @@ class BroadcastKernel(ElementwiseKernel):
                                      rows=rows, **program_shape(config))
         raise ValueError(f"{type(self).__name__}: unknown program {spec!r}")
 
+    def streamed_inputs(self, spec: ProgramSpec) -> int:
+        """Operands constant along the innermost axis are read once a vector, not streamed."""
+        if spec[0] == BROADCAST:
+            return int(spec[2]) + int(spec[3])
+        return super().streamed_inputs(spec)
+
     def typical_specs(self) -> List[ProgramSpec]:
         """Operands of one shape, and a row broadcast against a matrix (a bias), with rows of any
         width and of whole tiles."""

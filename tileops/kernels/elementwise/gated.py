@@ -141,6 +141,8 @@ class _GeluAndMulKernel(GatedKernel):
     erf_sm_threads = 0
     # Whether the tanh form takes ``ElementwiseKernel.wide_blocks``.
     tanh_wide_blocks = False
+    # Whether the erf form takes ``ElementwiseKernel.hinted_loads``.
+    erf_hinted_loads = True
 
     def __init__(self, N: int, dtype: torch.dtype, *, approximate: str = "none",
                  config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
@@ -148,6 +150,7 @@ class _GeluAndMulKernel(GatedKernel):
         self._function = self._function_for(approximate)
         self.sm_threads = self.erf_sm_threads if approximate == "none" else 0
         self.wide_blocks = self.tanh_wide_blocks and approximate == "tanh"
+        self.hinted_loads = self.erf_hinted_loads or approximate != "none"
         super().__init__(N, dtype, config=config, tune=tune)
 
     @staticmethod
@@ -179,6 +182,8 @@ class GeluAndMulBwdKernel(_GeluAndMulKernel):
     # H100, bf16 16384 x 11008, µs (median of 5 rounds in turns; torch.compile 1216.5): no cap (96
     # registers) 629.4, 1024 threads an SM 591.1 (64 registers), 1536 654.0 and 2048 824.5 (spills).
     erf_sm_threads = 1024
+    # Under that cap the hinted loads' registers spill (16 bytes in bf16, 8 in fp16; sm_90 ptxas).
+    erf_hinted_loads = False
 
     @staticmethod
     def _function_for(approximate: str) -> PointwiseFn:

@@ -27,6 +27,9 @@ Layouts:
   when every row is a whole number of block tiles (``rows``), from the grid:
   ``(tiles per row, D1, D0)`` blocks, no divisions and no bounds checks.
 
+``hinted``: the inputs' 16-byte loads carry L2's ``evict_last`` hint (see ``cache_hints``); the
+kernels take it on large calls only (``ElementwiseKernel``).
+
 Extents are int32: the kernels launch at most ``MAX_LAUNCH_ELEMENTS``
 elements at a time (the launching code splits larger tensors), while
 addresses are computed in 64-bit by TileLang and strides are int64, so
@@ -37,6 +40,7 @@ tensors over 2**31 elements are addressed correctly.
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
 from typing import Any
 
+from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_LAST, vector_load
 from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.kernel_base import strided_rows
 from tileops.kernels.sizes import ACCUM
@@ -56,6 +60,12 @@ def _check_shape_params(vector: int, threads: int, unroll: int) -> None:
         raise ValueError(f"elementwise programs: threads must be a multiple of 32 in [32, 1024], got {threads}")
     if unroll < 1:
         raise ValueError(f"elementwise programs: unroll must be positive, got {unroll}")
+
+
+def _input_loads(T: Any, hinted: bool, vector: int, dtype: str) -> Any:
+    """The load macro of the inputs' vectors (``cache_hints.vector_load``) and the prelude their
+    program's kernel needs (None: nothing)."""
+    return vector_load(T, EVICT_LAST if hinted else None, vector, dtype), CACHE_HINT_PRELUDE if hinted else None
 
 
 def _rounded(T: Any, fn: PointwiseFn, dtype: str, output: int, *loaded: Any) -> Any:
@@ -104,7 +114,7 @@ def _results_macro(T: Any, fn: PointwiseFn, dtype: str, vector: int, output: int
 
 
 def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int,
-                 min_blocks: int = 1) -> Any:
+                 min_blocks: int = 1, hinted: bool = False) -> Any:
     """``Y[i] = fn(X[i])`` or ``fn(A[i], B[i])`` over a symbolic length ``L``."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -116,19 +126,19 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
     tile = step * unroll  # elements of one block
     partial_vectors = vector > 1  # a last vector may be cut by the end of the tensor
     results = _results_macro(T, fn, dtype, vector)
+    load_vector, prelude = _input_loads(T, hinted, vector, dtype)
 
     @T.macro
     def load(src, buf, start):
         for u in T.unroll(unroll):
             if start + u * step + vector <= L:
-                for k in T.vectorized(vector):
-                    buf[u * vector + k] = src[start + u * step + k]
+                load_vector(buf, u * vector, src, start + u * step)
 
     if fn.arity == 1:
 
         @T.prim_func
         def elementwise_flat_unary(X: T.Tensor((L,), dtype), Y: T.Tensor((L,), dtype)):
-            with T.Kernel(T.ceildiv(L, tile), threads=threads) as bx:
+            with T.Kernel(T.ceildiv(L, tile), threads=threads, prelude=prelude) as bx:
                 if min_blocks > 1:
                     T.annotate_min_blocks_per_sm(min_blocks)
                 tx = T.get_thread_binding()
@@ -155,7 +165,7 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
         B: T.Tensor((L,), dtype),
         Y: T.Tensor((L,), dtype),
     ):
-        with T.Kernel(T.ceildiv(L, tile), threads=threads) as bx:
+        with T.Kernel(T.ceildiv(L, tile), threads=threads, prelude=prelude) as bx:
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
@@ -185,7 +195,7 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
 
 
 def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: int, unroll: int,
-                  min_blocks: int = 1) -> Any:
+                  min_blocks: int = 1, hinted: bool = False) -> Any:
     """Rows of ``x (R, N)`` split into gate ``x[:, :H]`` and up ``x[:, H:]`` halves.
 
     ``fn`` with two inputs is a forward, ``(gate, up) -> y``; with three a
@@ -208,17 +218,16 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
     R = T.dynamic("R")
     XT, LDX = strided_rows(T, R, N, dtype, "LDX")
     results = _results_macro(T, fn, dtype, vector)  # a forward's y; a backward's grad_gate
+    load_vector, prelude = _input_loads(T, hinted, vector, dtype)
 
     @T.macro
     def load_halves(X, gate, up, first):
         for u in T.unroll(unroll):
             if first + u * threads < R * per_row:
-                for k in T.vectorized(vector):
-                    gate[u * vector + k] = X[(first + u * threads) // per_row,
-                                             (first + u * threads) % per_row * vector + k]
-                for k in T.vectorized(vector):
-                    up[u * vector + k] = X[(first + u * threads) // per_row,
-                                           H + (first + u * threads) % per_row * vector + k]
+                load_vector(gate, u * vector, X, (first + u * threads) // per_row,
+                            (first + u * threads) % per_row * vector)
+                load_vector(up, u * vector, X, (first + u * threads) // per_row,
+                            H + (first + u * threads) % per_row * vector)
 
     if not backward:
 
@@ -227,7 +236,7 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
             X: XT,
             Y: T.Tensor((R, H), dtype),
         ):
-            with T.Kernel(T.ceildiv(R * per_row, tile), threads=threads) as bx:
+            with T.Kernel(T.ceildiv(R * per_row, tile), threads=threads, prelude=prelude) as bx:
                 if min_blocks > 1:
                     T.annotate_min_blocks_per_sm(min_blocks)
                 tx = T.get_thread_binding()
@@ -254,7 +263,7 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
         X: XT,
         DX: T.Tensor((R, N), dtype),
     ):
-        with T.Kernel(T.ceildiv(R * per_row, tile), threads=threads) as bx:
+        with T.Kernel(T.ceildiv(R * per_row, tile), threads=threads, prelude=prelude) as bx:
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
@@ -267,9 +276,8 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
             first = bx * tile + tx
             for u in T.unroll(unroll):
                 if first + u * threads < R * per_row:
-                    for k in T.vectorized(vector):
-                        g[u * vector + k] = G[(first + u * threads) // per_row,
-                                              (first + u * threads) % per_row * vector + k]
+                    load_vector(g, u * vector, G, (first + u * threads) // per_row,
+                                (first + u * threads) % per_row * vector)
             load_halves(X, gate, up, first)
             for u in T.unroll(unroll):
                 if first + u * threads < R * per_row:
@@ -319,7 +327,8 @@ def _broadcast_operands(T: Any, vector: int, a_inner: bool, b_inner: bool) -> An
 
 
 def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int,
-                      a_inner: bool, b_inner: bool, rows: bool = False, min_blocks: int = 1) -> Any:
+                      a_inner: bool, b_inner: bool, rows: bool = False, min_blocks: int = 1,
+                      hinted: bool = False) -> Any:
     """``Y[i, j, k] = fn(A[i, j, k], B[i, j, k])`` over strided ``(D0, D1, D2)`` views.
 
     ``a_inner``/``b_inner``: whether the operand varies along the innermost
@@ -333,7 +342,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
     """
     if rows:
         return _broadcast_rows_program(fn, dtype, vector=vector, threads=threads, unroll=unroll, a_inner=a_inner,
-                                       b_inner=b_inner, min_blocks=min_blocks)
+                                       b_inner=b_inner, min_blocks=min_blocks, hinted=hinted)
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     _check_broadcast_params(fn, vector, threads, unroll, a_inner, b_inner)
@@ -341,6 +350,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
         _broadcast_operands(T, vector, a_inner, b_inner))
     tile = threads * unroll  # vectors of one block
     results = _results_macro(T, fn, dtype, vector)
+    load_vector, prelude = _input_loads(T, hinted, vector, dtype)
 
     def position(u, bx, tx):
         """(i0, i1, first column) of vector ``u`` of this thread; columns are a multiple of ``vector``."""
@@ -368,9 +378,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
             for u in T.unroll(unroll):
                 if in_range(u, bx, tx):
                     if inner:
-                        for k in T.vectorized(vector):
-                            buf[u * vector + k] = src[position(u, bx, tx)[0], position(u, bx, tx)[1],
-                                                      position(u, bx, tx)[2] + k]
+                        load_vector(buf, u * vector, src, *position(u, bx, tx))
                     else:
                         for k in T.vectorized(vector):
                             buf[u * vector + k] = src[position(u, bx, tx)[0], position(u, bx, tx)[1]]
@@ -395,7 +403,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
         B: T.StridedTensor(b_shape, b_strides, dtype),
         Y: T.StridedTensor(y_shape, y_strides, dtype),
     ):
-        with T.Kernel(T.ceildiv(D0 * D1 * T.truncdiv(D2, vector), tile), threads=threads) as bx:
+        with T.Kernel(T.ceildiv(D0 * D1 * T.truncdiv(D2, vector), tile), threads=threads, prelude=prelude) as bx:
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
@@ -413,7 +421,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
 
 
 def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unroll: int, a_inner: bool,
-                            b_inner: bool, min_blocks: int = 1) -> Any:
+                            b_inner: bool, min_blocks: int = 1, hinted: bool = False) -> Any:
     """``broadcast_program`` with ``rows``: block ``(tile, i1, i0)`` covers one tile of row ``(i0, i1)``."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -422,6 +430,7 @@ def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads
         _broadcast_operands(T, vector, a_inner, b_inner))
     tile = threads * unroll  # vectors of one block
     results = _results_macro(T, fn, dtype, vector)
+    load_vector, prelude = _input_loads(T, hinted, vector, dtype)
 
     def column(u, bx, tx):
         return (bx * tile + u * threads + tx) * vector
@@ -430,8 +439,7 @@ def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads
     def load(src, buf, inner, i0, i1, bx, tx):
         for u in T.unroll(unroll):
             if inner:
-                for k in T.vectorized(vector):
-                    buf[u * vector + k] = src[i0, i1, column(u, bx, tx) + k]
+                load_vector(buf, u * vector, src, i0, i1, column(u, bx, tx))
             else:
                 for k in T.vectorized(vector):
                     buf[u * vector + k] = src[i0, i1]
@@ -442,7 +450,7 @@ def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads
         B: T.StridedTensor(b_shape, b_strides, dtype),
         Y: T.StridedTensor(y_shape, y_strides, dtype),
     ):
-        with T.Kernel(T.truncdiv(D2, tile * vector), D1, D0, threads=threads) as (bx, i1, i0):
+        with T.Kernel(T.truncdiv(D2, tile * vector), D1, D0, threads=threads, prelude=prelude) as (bx, i1, i0):
             if min_blocks > 1:
                 T.annotate_min_blocks_per_sm(min_blocks)
             tx = T.get_thread_binding()
