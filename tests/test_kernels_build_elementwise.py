@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 import types
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 import torch
@@ -39,7 +39,7 @@ from tileops.kernels.elementwise.gated import (
     gated_vector,
 )
 from tileops.kernels.elementwise.programs import broadcast_program, flat_program, gated_program
-from tileops.kernels.elementwise.unary import GeluBwdKernel, GeluFwdKernel, SiluFwdKernel
+from tileops.kernels.elementwise.unary import GeluBwdKernel, GeluFwdKernel, SiluBwdKernel, SiluFwdKernel
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import widest_access
 from tileops.ops.elementwise.base import (
@@ -105,27 +105,44 @@ def test_hinted_programs_load_their_16_byte_vectors_with_evict_last(kernel: Elem
         assert hinted.replace(CACHE_HINT_PRELUDE, "") == plain.replace(CACHE_HINT_PRELUDE, "")
         return
     calls = len(re.findall(r"\btileops_load_evict_last\(", hinted))
-    assert calls >= kernel.streamed_inputs(spec)
+    assert calls >= (1 if spec[0] == "broadcast" and not all(spec[2:4]) else kernel.pointwise.arity)
     output = "DX" if spec[0] == "gated" and kernel.backward else "Y"
     assert re.search(rf"\*\((uint4|float4)\*\)\({output} \+", hinted), "the results are stored 16 bytes at a time"
 
 
 @pytest.mark.parametrize("kernel, spec, inputs", [
     (SiluFwdKernel(torch.bfloat16), ("flat", 8), 1),
+    (SiluBwdKernel(torch.float32), ("flat", 4), 2),
     (SiluAndMulBwdKernel(8192, torch.bfloat16), ("gated", 8), 3),
-    (AddFwdKernel(torch.bfloat16), ("broadcast", 8, True, True, True), 2),
-    (MulFwdKernel(torch.bfloat16), ("broadcast", 8, True, False, True), 1),
-], ids=["flat", "gated-bwd", "broadcast", "row-scale"])
-def test_calls_take_the_hint_from_hinted_min_mib_of_streamed_input_on(kernel, spec, inputs) -> None:
-    """The threshold counts every input vector an access loads, never an operand read once a vector."""
+], ids=["flat", "flat-bwd-fp32", "gated-bwd"])
+def test_calls_take_the_hint_from_hinted_min_mib_of_input_on(kernel, spec, inputs) -> None:
+    """Every access of the flat and gated programs loads a vector of each input."""
     per_access = spec[1] * kernel.dtype.itemsize * inputs
     least = -(-(kernel.config["hinted_min_mib"] << 20) // per_access)
-    assert kernel.streamed_inputs(spec) == inputs
-    assert kernel.hints_call(spec, least) and not kernel.hints_call(spec, least - 1)
+    assert kernel.streamed_bytes(spec, least) >= kernel.config["hinted_min_mib"] << 20
+    assert kernel.streamed_bytes(spec, least - 1) < kernel.config["hinted_min_mib"] << 20
     assert kernel.call_programs(spec, least, 132)[0] == (spec, hinted_config(kernel.config))
     assert kernel.call_programs(spec, least - 1, 132)[0] == (spec, kernel.config)
     # 8-byte accesses take no hint, however large the call.
-    assert not kernel.hints_call((spec[0], 4, *spec[2:]), 1 << 40)
+    assert not kernel.hints_call((spec[0], spec[1] // 2, *spec[2:]), 1 << 40)
+
+
+@pytest.mark.parametrize("operand, hinted", [("row-scale", False), ("bias-row", False), ("same-shape", True)])
+def test_broadcast_calls_count_each_operands_memory_once(operand: str, hinted: bool) -> None:
+    """A bias row or a per-row scale adds its own few bytes to the call's input, not the output's
+    size: a bias added to 96 MiB stays under the threshold, as the 96 MiB alone would."""
+    kernel = AddFwdKernel(torch.bfloat16, config={})
+    chosen: List[Dict[str, int]] = []
+    kernel.compile_program = lambda spec, config=None, target="auto": chosen.append(dict(config)) or object()
+    kernel.sm_count = lambda device: 132
+    rows, width = 6144, 8192  # bf16: 96 MiB
+    # Operands as the op folds them into (D0, D1, D2) views.
+    a = torch.empty(rows, width, dtype=torch.bfloat16).view(1, rows, width)
+    b = {"row-scale": lambda: torch.empty(rows, 1, dtype=torch.bfloat16).view(1, rows, 1).expand(1, rows, width),
+         "bias-row": lambda: torch.empty(width, dtype=torch.bfloat16).view(1, 1, width).expand(1, rows, width),
+         "same-shape": lambda: torch.empty(rows, width, dtype=torch.bfloat16).view(1, rows, width)}[operand]()
+    kernel._broadcast_plan(a, b, torch.empty(1, rows, width, dtype=torch.bfloat16))
+    assert chosen[-1].get("hinted", False) == hinted
 
 
 def test_erf_gated_gelu_backward_takes_no_hint() -> None:
@@ -518,7 +535,8 @@ def _aligned(tensor: torch.Tensor, vector: int, strides: Tuple[int, ...] = ()) -
     return tensor.data_ptr() % (vector * tensor.element_size()) == 0 and all(s % vector == 0 for s in strides)
 
 
-def _emulated_launcher(kernel: ElementwiseKernel, spec, accesses: int, device: torch.device) -> object:
+def _emulated_launcher(kernel: ElementwiseKernel, spec, accesses: int, device: torch.device,
+                       input_bytes: Optional[int] = None) -> object:
     from tileops.kernels.elementwise import programs
 
     fn, language = kernel.pointwise, _torch_language()

@@ -46,9 +46,10 @@ def recording(tasks: Set[Task]) -> Iterator[None]:
     original = ElementwiseKernel.launcher
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
 
-    def record(kernel: Any, spec: Tuple[Any, ...], accesses: int, device: torch.device) -> Any:
+    def record(kernel: Any, spec: Tuple[Any, ...], accesses: int, device: torch.device,
+               input_bytes: Optional[int] = None) -> Any:
         tasks.update(kernel_task(kernel, program, config)
-                     for program, config in kernel.call_programs(spec, accesses, sm_count))
+                     for program, config in kernel.call_programs(spec, accesses, sm_count, input_bytes))
         return lambda *tensors: None
 
     ElementwiseKernel.launcher = record  # type: ignore[method-assign]

@@ -232,12 +232,13 @@ class ElementwiseKernel(Kernel):
         vector = small_call_vector(spec[1], accesses, sm_count * self.config["threads"], self.dtype.itemsize)
         return (spec[0], vector, *spec[2:])
 
-    def call_programs(self, spec: ProgramSpec, accesses: int,
-                      sm_count: int) -> List[Tuple[ProgramSpec, Dict[str, Any]]]:
+    def call_programs(self, spec: ProgramSpec, accesses: int, sm_count: int,
+                      input_bytes: Optional[int] = None) -> List[Tuple[ProgramSpec, Dict[str, Any]]]:
         """The (program, config) pairs a call of program ``spec`` may run: the current config
-        (hinted where the call's inputs reach ``hinted_min_mib``), and the small-call program of
-        ``accesses`` accesses on ``sm_count`` SMs."""
-        config = hinted_config(self.config) if self.hints_call(spec, accesses) else dict(self.config)
+        (hinted where the call's ``input_bytes``, by default ``streamed_bytes``, reach
+        ``hinted_min_mib``), and the small-call program of ``accesses`` accesses on ``sm_count`` SMs."""
+        input_bytes = self.streamed_bytes(spec, accesses) if input_bytes is None else input_bytes
+        config = hinted_config(self.config) if self.hints_call(spec, input_bytes) else dict(self.config)
         return [(spec, config), (self.small_call_spec(spec, accesses, sm_count), one_access_config(self.config))]
 
     def typical_programs(self) -> List[Tuple[ProgramSpec, Dict[str, Any]]]:
@@ -254,31 +255,33 @@ class ElementwiseKernel(Kernel):
                 self.compile_program(spec, config, target=SM90_BUILD_TARGET)
                 for spec, config in self.typical_programs()}
 
-    def streamed_inputs(self, spec: ProgramSpec) -> int:
-        """How many input vectors one access of program ``spec`` loads."""
-        return self.pointwise.arity
+    def streamed_bytes(self, spec: ProgramSpec, accesses: int) -> int:
+        """The input bytes a call of ``accesses`` accesses of program ``spec`` reads when every
+        access loads one vector of each input (the flat and gated programs)."""
+        return accesses * spec[1] * self.dtype.itemsize * self.pointwise.arity
 
-    def hints_call(self, spec: ProgramSpec, accesses: int) -> bool:
-        """Whether a call of ``accesses`` accesses of program ``spec`` loads with ``evict_last``:
-        its inputs take ``hinted_min_mib`` MiB or more and its loads move 16 bytes."""
-        vector = spec[1]
-        input_bytes = accesses * vector * self.dtype.itemsize * self.streamed_inputs(spec)
-        return input_bytes >= self.config["hinted_min_mib"] << 20 and self.hints_vector(vector)
+    def hints_call(self, spec: ProgramSpec, input_bytes: int) -> bool:
+        """Whether a call of program ``spec`` whose inputs take ``input_bytes`` loads with
+        ``evict_last``: they take ``hinted_min_mib`` MiB or more and its loads move 16 bytes."""
+        return input_bytes >= self.config["hinted_min_mib"] << 20 and self.hints_vector(spec[1])
 
     def hints_vector(self, vector: int) -> bool:
         """Whether accesses of ``vector`` elements may carry the hint (16 bytes, and ``hinted_loads``)."""
         return self.hinted_loads and takes_hint(EVICT_LAST, vector, torch_dtype_to_tl(self.dtype))
 
-    def launcher(self, spec: ProgramSpec, accesses: int, device: torch.device) -> Any:
+    def launcher(self, spec: ProgramSpec, accesses: int, device: torch.device,
+                 input_bytes: Optional[int] = None) -> Any:
         """The fastest callable of program ``spec`` for a call of ``accesses`` vector accesses
-        (the program's work items) on ``device``, under the current config."""
+        (the program's work items) whose inputs take ``input_bytes`` (default ``streamed_bytes``)
+        on ``device``, under the current config."""
         sm_count = self.sm_count(device)
         small = is_small_call(self.config, accesses, sm_count)
         if small:
             spec = self.small_call_spec(spec, accesses, sm_count)
             config = one_access_config(self.config)
         else:
-            config = hinted_config(self.config) if self.hints_call(spec, accesses) else self.config
+            input_bytes = self.streamed_bytes(spec, accesses) if input_bytes is None else input_bytes
+            config = hinted_config(self.config) if self.hints_call(spec, input_bytes) else self.config
         # Remembered per config (assigning one forgets them): a compile key per call costs microseconds.
         return self._launch_plans.get((spec, small, config.get("hinted", False)),
                                       lambda: direct_launcher(self.compile_program(spec, config)))

@@ -17,6 +17,7 @@ Extents and strides are TileLang symbolic values: one compiled program per
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -61,6 +62,11 @@ def launch_boxes(D0: int, D1: int, D2: int, limit: int = MAX_LAUNCH_ELEMENTS) ->
                     yield (i0, i0 + 1), (i1, i1 + 1), (piece.start, piece.stop)
 
 
+def _stored_bytes(operand: torch.Tensor) -> int:
+    """The bytes of memory a broadcast view reads: a bias row repeated over every row counts once."""
+    return math.prod(n for n, stride in zip(operand.shape, operand.stride()) if stride != 0) * operand.element_size()
+
+
 def _varies_inner(operand: torch.Tensor) -> bool:
     stride = operand.stride(2)
     if stride not in (0, 1):
@@ -82,12 +88,6 @@ class BroadcastKernel(ElementwiseKernel):
             return broadcast_program(self.pointwise, dtype, vector=vector, a_inner=a_inner, b_inner=b_inner,
                                      rows=rows, **program_shape(config))
         raise ValueError(f"{type(self).__name__}: unknown program {spec!r}")
-
-    def streamed_inputs(self, spec: ProgramSpec) -> int:
-        """Operands constant along the innermost axis are read once a vector, not streamed."""
-        if spec[0] == BROADCAST:
-            return int(spec[2]) + int(spec[3])
-        return super().streamed_inputs(spec)
 
     def typical_specs(self) -> List[ProgramSpec]:
         """Operands of one shape, and a row broadcast against a matrix (a bias), with rows of any
@@ -154,7 +154,9 @@ class BroadcastKernel(ElementwiseKernel):
         """(launcher, whether a and b vary along the innermost axis) of every call with this geometry."""
         spec = self.program_for(a, b, out)
         _, vector, a_inner, b_inner, _ = spec
-        return self.launcher(spec, out.shape[0] * out.shape[1] * (out.shape[2] // vector), out.device), a_inner, b_inner
+        accesses = out.shape[0] * out.shape[1] * (out.shape[2] // vector)
+        input_bytes = sum(_stored_bytes(operand) for operand, inner in ((a, a_inner), (b, b_inner)) if inner)
+        return self.launcher(spec, accesses, out.device, input_bytes), a_inner, b_inner
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         """Random flat operands of ``rows * 4096`` elements and a preallocated output."""
