@@ -682,6 +682,9 @@ def test_launchers_are_remembered_per_config_and_a_new_config_forgets_them() -> 
     assert kernel.launcher(("flat", 8), largest, device) is hinted
     assert kernel.launcher(("flat", 8), large, device) is not hinted
     assert len(compiled) == 3 and compiled[2][1] == hinted_config(kernel.config)
+    # A small call: one narrow access a thread, never hinted.
+    kernel.launcher(("flat", 8), 1, device)
+    assert compiled[3] == (("flat", 2), one_access_config(kernel.config))
 
 
 def test_emulated_remembered_launchers_follow_each_calls_alignment(emulated: None) -> None:
