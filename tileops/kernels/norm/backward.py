@@ -469,9 +469,9 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     row_types, assume_aligned = _row_inputs(T, M, N, dtype, strided, residual)
     added = _added_gradient(residual)
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
-    full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
+    rows_per_block = layout.rows_per_block
     loads = resident_macros(T, layout, M)
-    column = loads["column"]
+    column, each_vector = loads["column"], loads["each_vector"]
     sum2 = row_sum_macro(T, row_threads, 2)
     sum4 = row_sum_macro(T, row_threads, 4)
     in_registers = smem_slots is None
@@ -493,21 +493,22 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     one_pass = _one_pass_sums(T, element, layer, N, eps, vector)
 
     @T.macro
-    def store_row(DX, row, lane, value, gb, xb, wb, rb, st):
-        if row < M:
-            for j in T.unroll(full_vecs):
-                for k in T.vectorized(vector):
-                    DX[row, column(j, lane) + k] = value(gb[j * vector + k], xb[j * vector + k], wb[j * vector + k],
-                                                         st, added(rb, j * vector + k))
-            if has_tail:
-                if column(full_vecs, lane) < N:
-                    for k in T.vectorized(vector):
-                        DX[row, column(full_vecs, lane) + k] = value(
-                            gb[full_vecs * vector + k], xb[full_vecs * vector + k], wb[full_vecs * vector + k], st,
-                            added(rb, full_vecs * vector + k))
+    def add_shifted_vector(gb, xb, wb, st, j):
+        one_pass["add_shifted"](gb, xb, wb, st, j * vector)
 
     @T.macro
-    def add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, j, tmp):
+    def store_dx(DX, row, lane, value, gb, xb, wb, rb, st, j):
+        for k in T.vectorized(vector):
+            DX[row, column(j, lane) + k] = value(gb[j * vector + k], xb[j * vector + k], wb[j * vector + k],
+                                                 st, added(rb, j * vector + k))
+
+    @T.macro
+    def store_row(DX, row, lane, value, gb, xb, wb, rb, st):
+        if row < M:
+            each_vector(lane, store_dx, DX, row, lane, value, gb, xb, wb, rb, st)
+
+    @T.macro
+    def add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, tmp, j):
         """Add the terms of column group ``j`` to partial sums kept in memory."""
         if layer:
             acc_add_group(acc_smem, accr, PW, PB, 0, group, j, lane, layer_weight_term, gb, xb, st, j * vector, tmp)
@@ -528,11 +529,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     def store_terms(PW, PB, row, lane, gb, xb, st):
         """The only row's terms of the weight (and bias) gradients: the gradients themselves."""
         if row < M:
-            for j in T.unroll(full_vecs):
-                store_group_terms(PW, PB, lane, gb, xb, st, j)
-            if has_tail:
-                if column(full_vecs, lane) < N:
-                    store_group_terms(PW, PB, lane, gb, xb, st, full_vecs)
+            each_vector(lane, store_group_terms, PW, PB, lane, gb, xb, st)
 
     @T.macro
     def add_terms(accw, accb, acc_smem, PW, PB, gb, xb, st, group, lane, tmp):
@@ -545,11 +542,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                 else:
                     accw[i] = accw[i] + rms_weight_term(gb, xb, st, i)
         else:
-            for j in T.unroll(full_vecs):
-                add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, j, tmp)
-            if has_tail:
-                if column(full_vecs, lane) < N:
-                    add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, full_vecs, tmp)
+            each_vector(lane, add_group_terms, acc_smem, PW, PB, gb, xb, st, group, lane, tmp)
 
     @T.macro
     def rms_row(gb, xb, wb, rb, accw, accb, acc_smem, PW, PB, st, scratch, slot, row, group, lane, tx, DX, tmp):
@@ -574,11 +567,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         st[4] = f32(first[0])
         for v in T.unroll(4):
             st[v] = T.cast(0, ACCUM)
-        for j in T.unroll(full_vecs):
-            one_pass["add_shifted"](gb, xb, wb, st, j * vector)
-        if has_tail:
-            if column(full_vecs, lane) < N:
-                one_pass["add_shifted"](gb, xb, wb, st, full_vecs * vector)
+        each_vector(lane, add_shifted_vector, gb, xb, wb, st)
         sum4(st, 0, scratch, slot, tx)
         one_pass["row_state"](st)
         store_row(DX, row, lane, layer_grad, gb, xb, wb, None, st)
@@ -596,28 +585,20 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
 
     @T.macro
     def reset_memory_partials(acc_smem, PW, PB, group, lane):
-        for j in T.unroll(full_vecs):
-            reset_group(acc_smem, PW, PB, group, lane, j)
-        if has_tail:
-            if column(full_vecs, lane) < N:
-                reset_group(acc_smem, PW, PB, group, lane, full_vecs)
+        each_vector(lane, reset_group, acc_smem, PW, PB, group, lane)
+
+    @T.macro
+    def store_partial_vector(P, acc, acc_smem, PW, PB, index, group, lane, j):
+        for k in T.unroll(vector):
+            if in_registers:
+                P[group, column(j, lane) + k] = out(acc[j * vector + k])
+            else:
+                acc_flush(acc_smem, accr, PW, PB, index, group, j, lane, k)
 
     @T.macro
     def store_partials(P, acc, acc_smem, PW, PB, index, group, lane):
         """Partial sums ``index`` to row ``group`` of ``P``: from registers, or from shared memory."""
-        for j in T.unroll(full_vecs):
-            for k in T.unroll(vector):
-                if in_registers:
-                    P[group, column(j, lane) + k] = out(acc[j * vector + k])
-                else:
-                    acc_flush(acc_smem, accr, PW, PB, index, group, j, lane, k)
-        if has_tail:
-            if column(full_vecs, lane) < N:
-                for k in T.unroll(vector):
-                    if in_registers:
-                        P[group, column(full_vecs, lane) + k] = out(acc[full_vecs * vector + k])
-                    else:
-                        acc_flush(acc_smem, accr, PW, PB, index, group, full_vecs, lane, k)
+        each_vector(lane, store_partial_vector, P, acc, acc_smem, PW, PB, index, group, lane)
 
     @T.macro
     def fold_partials(P, acc_smem, index, bx, tx, tmp):

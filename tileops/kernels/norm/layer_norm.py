@@ -74,10 +74,10 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
     M = T.dynamic("M")
     XT, LDX = strided_rows(T, M, N, dtype, "LDX")
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
-    full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
+    rows_per_block = layout.rows_per_block
     loads = resident_macros(T, layout, M, policy, dtype)
     prelude = loads["prelude"]
-    column = loads["column"]
+    column, each_vector = loads["column"], loads["each_vector"]
     row_sum = row_sum_macro(T, row_threads, 1)
     inv_n = 1.0 / N
 
@@ -96,6 +96,11 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
             st[1] = st[1] + (T.cast(xb[j * vector + k], ACCUM) - st[0]) * (T.cast(xb[j * vector + k], ACCUM) - st[0])
 
     @T.macro
+    def store_output(Y, W, B, xb, st, row, lane, j):
+        for k in T.vectorized(vector):
+            Y[row, column(j, lane) + k] = output(xb[j * vector + k], W, B, column(j, lane) + k, st)
+
+    @T.macro
     def body(X, W, B, Y):
         with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads, prelude=prelude) as bx:
             T.assume(LDX % vector == 0)
@@ -112,22 +117,11 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
             row_sum(st, 0, scratch, 0, tx)
             st[0] = st[0] * inv_n
             st[1] = T.cast(0, ACCUM)
-            for j in T.unroll(full_vecs):
-                add_squares(st, xb, j)
-            if has_tail:
-                if column(full_vecs, lane) < N:
-                    add_squares(st, xb, full_vecs)
+            each_vector(lane, add_squares, st, xb)
             row_sum(st, 1, scratch, 1, tx)
             st[1] = T.rsqrt(st[1] * inv_n + eps)
             if row < M:
-                for j in T.unroll(full_vecs):
-                    for k in T.vectorized(vector):
-                        Y[row, column(j, lane) + k] = output(xb[j * vector + k], W, B, column(j, lane) + k, st)
-                if has_tail:
-                    if column(full_vecs, lane) < N:
-                        for k in T.vectorized(vector):
-                            Y[row, column(full_vecs, lane) + k] = output(
-                                xb[full_vecs * vector + k], W, B, column(full_vecs, lane) + k, st)
+                each_vector(lane, store_output, Y, W, B, xb, st, row, lane)
 
     return _affine_variants(T, M, N, dtype, XT, has_weight, has_bias, body)
 

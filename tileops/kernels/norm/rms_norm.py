@@ -245,10 +245,10 @@ def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, poli
     XT, LDX = strided_rows(T, M, N, dtype, "LDX")
     RT, LDR = strided_rows(T, M, N, dtype, "LDR") if residual else (None, None)
     per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
-    full_vecs, has_tail, rows_per_block = layout.full_vecs, layout.has_tail, layout.rows_per_block
+    rows_per_block = layout.rows_per_block
     loads = resident_macros(T, layout, M, policy, dtype)
     prelude = loads["prelude"]
-    column = loads["column"]
+    column, each_vector = loads["column"], loads["each_vector"]
     row_sum = row_sum_macro(T, row_threads, 1)
     inv_n = 1.0 / N
 
@@ -292,22 +292,14 @@ def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, poli
                 # The sum is stored before the row's reduction: its writes drain while the block
                 # waits at the reduction's barrier instead of after it.
                 if row < M:
-                    for j in T.unroll(full_vecs):
-                        store_sum(RO, zb, row, lane, j)
-                    if has_tail:
-                        if column(full_vecs, lane) < N:
-                            store_sum(RO, zb, row, lane, full_vecs)
+                    each_vector(lane, store_sum, RO, zb, row, lane)
             else:
                 for i in T.unroll(per_thread):
                     st[0] = st[0] + T.cast(xb[i], ACCUM) * T.cast(xb[i], ACCUM)
             row_sum(st, 0, scratch, 0, tx)
             st[0] = T.rsqrt(st[0] * inv_n + eps)
             if row < M:
-                for j in T.unroll(full_vecs):
-                    store_normalized(Y, W, zb, st, row, lane, j)
-                if has_tail:
-                    if column(full_vecs, lane) < N:
-                        store_normalized(Y, W, zb, st, row, lane, full_vecs)
+                each_vector(lane, store_normalized, Y, W, zb, st, row, lane)
 
     if not residual:
 

@@ -231,8 +231,19 @@ def resident_macros(T: Any, layout: RowLayout, M: Any, policy: Optional[str] = N
                 for k in T.vectorized(vector):
                     buf[full_vecs * vector + k] = src[base + column(full_vecs, lane) + k]
 
+    @T.macro
+    def each_vector(lane, step, *args):
+        """``step(*args, j)`` for each vector ``j`` of the lane's share of a row: the tail vector
+        only where it lies inside the row."""
+        for j in T.unroll(full_vecs):
+            step(*args, j)
+        if has_tail:
+            if column(full_vecs, lane) < N:
+                step(*args, full_vecs)
+
     prelude = CACHE_HINT_PRELUDE if policy else None
-    return {"zero": zero, "load_row": load_row, "load_vector": load_vector, "column": column, "prelude": prelude}
+    return {"zero": zero, "load_row": load_row, "load_vector": load_vector, "column": column,
+            "each_vector": each_vector, "prelude": prelude}
 
 
 def stream_macros(T: Any, layout: StreamLayout) -> Dict[str, Any]:
