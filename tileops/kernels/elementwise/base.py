@@ -237,9 +237,14 @@ class ElementwiseKernel(Kernel):
         """The (program, config) pairs a call of program ``spec`` may run: the current config
         (hinted where the call's ``input_bytes``, by default ``streamed_bytes``, reach
         ``hinted_min_mib``), and the small-call program of ``accesses`` accesses on ``sm_count`` SMs."""
+        return [(spec, self.large_call_config(spec, accesses, input_bytes)),
+                (self.small_call_spec(spec, accesses, sm_count), one_access_config(self.config))]
+
+    def large_call_config(self, spec: ProgramSpec, accesses: int, input_bytes: Optional[int] = None) -> Dict[str, Any]:
+        """The config a call of program ``spec`` runs under when it is not small: the current one,
+        hinted where the call's ``input_bytes`` (default ``streamed_bytes``) reach ``hinted_min_mib``."""
         input_bytes = self.streamed_bytes(spec, accesses) if input_bytes is None else input_bytes
-        config = hinted_config(self.config) if self.hints_call(spec, input_bytes) else dict(self.config)
-        return [(spec, config), (self.small_call_spec(spec, accesses, sm_count), one_access_config(self.config))]
+        return hinted_config(self.config) if self.hints_call(spec, input_bytes) else dict(self.config)
 
     def typical_programs(self) -> List[Tuple[ProgramSpec, Dict[str, Any]]]:
         """The typical programs under the current config, as the smallest calls run them (one
@@ -280,8 +285,7 @@ class ElementwiseKernel(Kernel):
             spec = self.small_call_spec(spec, accesses, sm_count)
             config = one_access_config(self.config)
         else:
-            input_bytes = self.streamed_bytes(spec, accesses) if input_bytes is None else input_bytes
-            config = hinted_config(self.config) if self.hints_call(spec, input_bytes) else self.config
+            config = self.large_call_config(spec, accesses, input_bytes)
         # Remembered per config (assigning one forgets them): a compile key per call costs microseconds.
         return self._launch_plans.get((spec, small, config.get("hinted", False)),
                                       lambda: direct_launcher(self.compile_program(spec, config)))
