@@ -241,10 +241,11 @@ class ElementwiseKernel(Kernel):
                 (self.small_call_spec(spec, accesses, sm_count), one_access_config(self.config))]
 
     def large_call_config(self, spec: ProgramSpec, accesses: int, input_bytes: Optional[int] = None) -> Dict[str, Any]:
-        """The config a call of program ``spec`` runs under when it is not small: the current one,
-        hinted where the call's ``input_bytes`` (default ``streamed_bytes``) reach ``hinted_min_mib``."""
+        """The config a call of program ``spec`` runs under when it is not small: the current one
+        (not a copy: the launcher asks on every plan lookup), or ``hinted_config`` of it where the
+        call's ``input_bytes`` (default ``streamed_bytes``) reach ``hinted_min_mib``."""
         input_bytes = self.streamed_bytes(spec, accesses) if input_bytes is None else input_bytes
-        return hinted_config(self.config) if self.hints_call(spec, input_bytes) else dict(self.config)
+        return hinted_config(self.config) if self.hints_call(spec, input_bytes) else self.config
 
     def typical_programs(self) -> List[Tuple[ProgramSpec, Dict[str, Any]]]:
         """The typical programs under the current config, as the smallest calls run them (one
