@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 
 __all__ = ["CACHE_HINT_PRELUDE", "EVICT_FIRST", "EVICT_LAST", "HINTED_BYTES", "HINTED_MIN_MIB", "hinted_load",
-           "takes_hint", "vector_load"]
+           "hinted_min_bytes", "takes_hint", "vector_load"]
 
 EVICT_FIRST = "evict_first"
 EVICT_LAST = "evict_last"
@@ -54,6 +54,13 @@ def takes_hint(policy: Optional[str], vector: int, dtype: str) -> bool:
     if policy not in (None, EVICT_FIRST, EVICT_LAST):
         raise ValueError(f"cache hints: unknown policy {policy!r}; expected {EVICT_FIRST!r} or {EVICT_LAST!r}")
     return policy is not None and vector * getattr(torch, dtype).itemsize == HINTED_BYTES
+
+
+def hinted_min_bytes(min_mib: int) -> int:
+    """The input bytes from which a single-read program's call is hinted, for a config's
+    ``hinted_min_mib`` (the one rule every such kernel applies: a call whose inputs, all together,
+    take this many bytes or more)."""
+    return min_mib << 20
 
 
 def hinted_load(T: Any, policy: str, dst: Any, src: Any) -> Any:

@@ -19,7 +19,7 @@ from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
-from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB, takes_hint
+from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB, hinted_min_bytes, takes_hint
 from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
@@ -269,7 +269,7 @@ class ElementwiseKernel(Kernel):
     def hints_call(self, spec: ProgramSpec, input_bytes: int) -> bool:
         """Whether a call of program ``spec`` whose inputs take ``input_bytes`` loads with
         ``evict_last``: they take ``hinted_min_mib`` MiB or more and its loads move 16 bytes."""
-        return input_bytes >= self.config["hinted_min_mib"] << 20 and self.hints_vector(spec[1])
+        return input_bytes >= hinted_min_bytes(self.config["hinted_min_mib"]) and self.hints_vector(spec[1])
 
     def hints_vector(self, vector: int) -> bool:
         """Whether accesses of ``vector`` elements may carry the hint (16 bytes, and ``hinted_loads``)."""

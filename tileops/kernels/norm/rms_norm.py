@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB, takes_hint
+from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB, hinted_min_bytes, takes_hint
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.norm.rows import RowLayout, resident_macros, row_sum_macro, scratch_shape
@@ -392,6 +392,6 @@ class RMSNormFwdKernel(Kernel):
         multiple of ``row_vector(N)`` elements apart; all 16-byte aligned, on one GPU."""
         # The launchers of the current config, kept in the per-config plans: looking one up
         # through ``compile`` builds a key per call, which costs microseconds.
-        large = x.nbytes >= self.config["hinted_min_mib"] << 20
+        large = x.nbytes >= hinted_min_bytes(self.config["hinted_min_mib"])
         self._launch_plans.get(("launcher", large), lambda: self._launcher(large))(x, weight, out)
         return out

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Hashable, Iterator, List, Optional, Tupl
 
 import torch
 
-from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_LAST, takes_hint, vector_load
+from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_LAST, hinted_min_bytes, takes_hint, vector_load
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import (
@@ -457,7 +457,7 @@ class RowNormKernel(Kernel):
         """The program of a call whose inputs take ``input_bytes``: the hinted one from
         ``hinted_min_mib`` on, else ``main_program``."""
         hinted = self.hinted_program()
-        if hinted is not None and input_bytes >= self.config["hinted_min_mib"] << 20:
+        if hinted is not None and input_bytes >= hinted_min_bytes(self.config["hinted_min_mib"]):
             return hinted
         return self.main_program()
 

@@ -66,6 +66,7 @@ from tileops.kernels.cache_hints import (
     EVICT_FIRST,
     EVICT_LAST,
     HINTED_MIN_MIB,
+    hinted_min_bytes,
     takes_hint,
     vector_load,
 )
@@ -1734,7 +1735,7 @@ class SoftmaxFamilyKernel(Kernel):
 
     def least_hinted_rows(self) -> int:
         """The fewest rows whose inputs take ``row_hinted_min_mib`` MiB."""
-        return -(-(self.config["row_hinted_min_mib"] << 20) // (self.N * self.dtype.itemsize * self.variant.inputs))
+        return -(-hinted_min_bytes(self.config["row_hinted_min_mib"]) // (self.N * self.dtype.itemsize * self.variant.inputs))
 
     def hints_rows(self, rows: int, vector: int) -> bool:
         """Whether a call of ``rows`` fused rows, read ``vector`` elements at a time, loads them with
