@@ -181,7 +181,16 @@ def _shuffle_merge(T: Any, spec: ReducerSpec, macros: Dict[str, Any], count: int
     return tree
 
 
-def _store_macros(T: Any, spec: ReducerSpec, macros: Dict[str, Any], out_dtype: str) -> Dict[str, Any]:
+def _fold_reducer(reducer: str, fused: int) -> str:
+    """The reducer a program folds with.  A fused mean's count is the extent ``N``, which every
+    thread knows, so it folds as a sum (one state slot, half the merge traffic) and its final
+    store divides by ``N`` (``_store_macros``)."""
+    return "sum" if fused and reducer == "mean" else reducer
+
+
+def _store_macros(T: Any, spec: ReducerSpec, macros: Dict[str, Any], out_dtype: str,
+                  divisor: Any = None) -> Dict[str, Any]:
+    """Partial stores and loads, and ``final``: the finished state (over ``divisor`` if given) in ``out_dtype``."""
     finish = macros["finish"]
 
     @T.macro
@@ -199,6 +208,8 @@ def _store_macros(T: Any, spec: ReducerSpec, macros: Dict[str, Any], out_dtype: 
             oti[0] = T.cast(P[o, seg, i, spec.slots], "int64")
 
     def final(st, sti, k):
+        if divisor is not None:
+            return T.cast(finish(st, sti, k) / T.cast(divisor, ACCUM), out_dtype)
         return T.cast(finish(st, sti, k), out_dtype)
 
     return {"store_partial": store_partial, "load_partial": load_partial, "final": final}
@@ -221,8 +232,9 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
 
     if exact and not fused:
         raise ValueError("reduction row program: exact rows need the fused program (a segment per row)")
-    spec = REDUCERS[reducer]
-    macros = reducer_macros(T, reducer, 1, correction)
+    folded = _fold_reducer(reducer, fused)
+    spec = REDUCERS[folded]
+    macros = reducer_macros(T, folded, 1, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
     tally, chunk_init, chunk_fold, rebase = (macros.get(hook)
                                              for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
@@ -232,10 +244,10 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     # (H100, Var of 8 x 4096 rows: bf16 5.89 -> 5.31 us, float32 5.79 -> 5.31.)
     same_shift = "merge_same_shift" in macros
     tree = _shuffle_merge(T, spec, macros, threads, "merge_same_shift" if same_shift else "merge")
-    stores = _store_macros(T, spec, macros, out_dtype)
     chunk = threads * vector
     G = T.dynamic("G")
     N = T.dynamic("N", "int64")
+    stores = _store_macros(T, spec, macros, out_dtype, N if folded != reducer else None)
     XT, LDX = strided_rows(T, G, N, dtype, "LDX")
     S = T.dynamic("S")
 
@@ -384,9 +396,10 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
 
     if not (is_pow2(cvec) and is_pow2(col_threads) and col_threads <= MAX_COL_THREADS and threads % col_threads == 0):
         raise ValueError(f"reduction column program: bad tile cvec={cvec} col_threads={col_threads}")
-    spec = REDUCERS[reducer]
+    folded = _fold_reducer(reducer, fused)
+    spec = REDUCERS[folded]
     W = cvec
-    macros = reducer_macros(T, reducer, W, correction)
+    macros = reducer_macros(T, folded, W, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
     tally, chunk_init, chunk_fold, rebase = (macros.get(hook)
                                              for hook in ("tally", "chunk_init", "chunk_fold", "rebase"))
@@ -398,10 +411,10 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     # columns: 187 us, against 200 with the 94 registers it takes uncapped and one block an SM).
     min_blocks = 2 if threads <= MAX_THREADS // 2 else 1
     tree = _tree_merge(T, spec, macros, W, lanes, col_threads)
-    stores = _store_macros(T, spec, macros, out_dtype)
     O = T.dynamic("O")
     I = T.dynamic("I")
     N = T.dynamic("N", "int64")
+    stores = _store_macros(T, spec, macros, out_dtype, N if folded != reducer else None)
     SXO = T.dynamic("SXO", "int64")
     SXN = T.dynamic("SXN", "int64")
     S = T.dynamic("S")
