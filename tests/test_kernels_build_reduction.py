@@ -21,11 +21,11 @@ CASES = [
     ("amin", programs.COMBINE, (("threads", 256), ("group", 1))),
     ("mean", programs.ROW, (("vector", 1), ("threads", 256), ("unroll", 4), ("fused", 1))),
     ("l2_norm", programs.COMBINE, (("threads", 256), ("group", 32))),
-    # The chunk pass: log-sum-exp's rescale per chunk, and the counts of mean and variance.
+    # The chunk pass: log-sum-exp's rescale per chunk, and the counts of a split mean and variance.
     ("logsumexp", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 1))),
     ("var", programs.COLUMN, (("cvec", 8), ("col_threads", 32), ("threads", 256), ("unroll", 4), ("fused", 0))),
     ("amax", programs.COLUMN, (("cvec", 8), ("col_threads", 8), ("threads", 512), ("unroll", 8), ("fused", 1))),
-    ("mean", programs.COLUMN, (("cvec", 4), ("col_threads", 8), ("threads", 256), ("unroll", 4), ("fused", 1))),
+    ("mean", programs.COLUMN, (("cvec", 4), ("col_threads", 8), ("threads", 256), ("unroll", 4), ("fused", 0))),
     # Rows of exactly `unroll` chunks: straight-line walks.
     ("var", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 2), ("fused", 1), ("exact", 1))),
     ("argmax", programs.ROW, (("vector", 2), ("threads", 256), ("unroll", 4), ("fused", 1), ("exact", 1))),
@@ -64,6 +64,17 @@ def test_exact_rows_walk_without_a_loop_or_checks_and_the_shift_is_read_after_th
     with pytest.raises(ValueError, match="exact rows need the fused program"):
         programs.build_program(programs.ROW, "sum", torch.float32, torch.float32, 0.0,
                                params[:-1] + (("fused", 0), ("exact", 1)))
+
+
+def test_a_fused_mean_folds_a_sum_and_divides_by_the_extent_at_its_store() -> None:
+    """Every thread of a fused program knows the count (N), so it keeps one float a column, not a
+    sum and a count; a split program's partials still carry the count for the combine."""
+    params = (("cvec", 8), ("col_threads", 8), ("threads", 256), ("unroll", 8))
+    fused, split = (_compile(("mean", programs.COLUMN, params + (("fused", fused),))) for fused in (1, 0))
+    assert "float st[8];" in fused and "/ ((float)N))" in fused
+    assert "float st[16];" in split and "(float)N" not in split
+    row = _compile(("mean", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 1))))
+    assert "float st[1];" in row and "Y[((int64_t)((int)blockIdx.x))] = ((bfloat16_t)(st[0] / ((float)N)));" in row
 
 
 def test_kernel_class_builds_its_fused_row_program() -> None:
