@@ -221,17 +221,6 @@ def resident_macros(T: Any, layout: RowLayout, M: Any, policy: Optional[str] = N
                         buf[full_vecs * vector + k] = src[row, base + column(full_vecs, lane) + k]
 
     @T.macro
-    def load_vector(src, buf, lane, base=0):
-        zero(buf)
-        for j in T.unroll(full_vecs):
-            for k in T.vectorized(vector):
-                buf[j * vector + k] = src[base + column(j, lane) + k]
-        if has_tail:
-            if column(full_vecs, lane) < N:
-                for k in T.vectorized(vector):
-                    buf[full_vecs * vector + k] = src[base + column(full_vecs, lane) + k]
-
-    @T.macro
     def each_vector(lane, step, *args):
         """``step(*args, j)`` for each vector ``j`` of the lane's share of a row: the tail vector
         only where it lies inside the row."""
@@ -240,6 +229,17 @@ def resident_macros(T: Any, layout: RowLayout, M: Any, policy: Optional[str] = N
         if has_tail:
             if column(full_vecs, lane) < N:
                 step(*args, full_vecs)
+
+    @T.macro
+    def copy_vector(src, buf, lane, base, j):
+        for k in T.vectorized(vector):
+            buf[j * vector + k] = src[base + column(j, lane) + k]
+
+    @T.macro
+    def load_vector(src, buf, lane, base=0):
+        """The lane's share of the 1-D ``src`` from element ``base`` on (a weight, or its slice)."""
+        zero(buf)
+        each_vector(lane, copy_vector, src, buf, lane, base)
 
     prelude = CACHE_HINT_PRELUDE if policy else None
     return {"zero": zero, "load_row": load_row, "load_vector": load_vector, "column": column,
