@@ -99,12 +99,19 @@ def test_launch_plans_split_rows_and_columns_to_fill_the_sms() -> None:
     # One long row: split into ROW_BLOCKS_PER_SM blocks per SM, then combined.
     name, params, segments = kernel.launch_plan(torch.empty(1, 1 << 24, dtype=torch.bfloat16), sms)
     assert (name, segments, dict(params)["fused"]) == (programs.ROW, programs.ROW_BLOCKS_PER_SM * sms, 0)
-    # 16384 x 16384 reduced over the first axis (a stride-0 view stands in for the data):
-    # 256 tiles of 64 columns fill the SMs, so one fused pass walks the whole axis.
+    # 16384 x 16384 reduced over the first axis (a stride-0 view stands in for the data): 64
+    # tiles of 256 columns are too few for one pass, so the axis is split into four segments of
+    # 4096 rows (2 MiB strips), two blocks an SM, in the one-pass program's shape.
     columns = torch.empty(1, 1, 16384, dtype=torch.bfloat16).expand(1, 16384, 16384)
     name, params, segments = kernel.launch_plan(columns, sms)
+    assert (name, segments) == (programs.COLUMN, 4)
+    assert dict(params) == {"cvec": 8, "col_threads": 32, "threads": 256, "unroll": 8, "fused": 0}
+    assert (name, params) in kernel.program_specs()
+    # 4096 x 65536: 256 tiles of 256 columns fill the SMs, so one fused pass walks the whole axis.
+    wider = torch.empty(1, 1, 65536, dtype=torch.bfloat16).expand(1, 4096, 65536)
+    name, params, segments = kernel.launch_plan(wider, sms)
     assert (name, segments) == (programs.COLUMN, 1)
-    assert dict(params) == {"cvec": 8, "col_threads": 8, "threads": 256, "unroll": 8, "fused": 1}
+    assert dict(params) == {"cvec": 8, "col_threads": 32, "threads": 256, "unroll": 8, "fused": 1}
     # Without the one-pass program (col_threads 0): 64 tiles of 256 columns, each split so
     # that the blocks reach COLUMN_BLOCKS_PER_SM per SM.
     split_only = programs.ArgmaxKernel(torch.bfloat16, config={"one_pass_col_threads": 0})
@@ -161,24 +168,57 @@ def test_program_specs_hold_every_fused_row_program(dtype: torch.dtype, config) 
 
 
 @pytest.mark.parametrize("shape, why", [
-    ((1, 32768, 8192), "128 tiles of 64 columns are too few blocks, and narrower ones walk too long a strip"),
-    ((1, 200, 16384), "200 rows are less than one step of 32 lanes x 8"),
+    ((1, 16384, 8192), "128 tiles of 64 columns are too few blocks, narrower ones walk too long a strip, "
+                       "and eight segments of 512-byte tiles hold 1 MiB strips"),
+    ((1, 200, 16384), "200 rows are less than one step of 32 lanes x 8 in 128-byte tiles"),
 ])
 def test_one_pass_columns_need_enough_tiles_and_rows(shape, why) -> None:
     kernel = programs.SumKernel(torch.bfloat16, config={})
     columns = torch.empty(1, 1, shape[2], dtype=torch.bfloat16).expand(*shape)
     name, params, segments = kernel.launch_plan(columns, 132)
-    assert dict(params)["col_threads"] == programs.MAX_COL_THREADS, why
+    assert (dict(params)["col_threads"], dict(params)["unroll"]) == (programs.MAX_COL_THREADS, 4), why
+    assert segments > 1, why
+
+
+@pytest.mark.parametrize("shape, col_threads, segments", [
+    ((1, 8192, 32768), 16, 1),      # 256 tiles of 128 columns (256 bytes): one pass
+    ((8, 2048, 16384), 32, 1),      # 8 x 32 tiles of 256 columns over the middle axis: one pass
+    ((1, 32768, 8192), 32, 8),      # 32 tiles of 256 columns, 8 segments of 4096 rows
+    ((1, 2048, 16384), 8, 1),       # four segments would walk 256 KiB strips: 128-byte tiles instead
+    ((1, 4096, 4096), 2, 1),        # 32-byte tiles over a 128 KiB strip
+])
+def test_one_pass_columns_prefer_wide_tiles_then_long_segments(shape, col_threads: int, segments: int) -> None:
+    columns = torch.empty(shape[0], 1, shape[2], dtype=torch.bfloat16).expand(*shape)
+    for kernel_class in (programs.SumKernel, programs.VarKernel, programs.ArgmaxKernel):
+        kernel = kernel_class(torch.bfloat16, config={})
+        name, params, planned = kernel.launch_plan(columns, 132)
+        assert (name, dict(params)["col_threads"], planned) == (programs.COLUMN, col_threads, segments)
+        assert (dict(params)["fused"], dict(params)["unroll"]) == (int(segments == 1), kernel.one_pass[2])
+
+
+def test_one_pass_columns_with_the_earlier_config_keep_their_earlier_plans() -> None:
+    # 128-byte tiles and no few-segment split: 16384 x 16384 takes one pass, 32768 x 8192 the split
+    # program at COLUMN_BLOCKS_PER_SM.
+    earlier = programs.SumKernel(torch.bfloat16, config={"one_pass_col_threads": 8, "one_pass_split_blocks_per_sm": 0})
+    square = torch.empty(1, 1, 16384, dtype=torch.bfloat16).expand(1, 16384, 16384)
+    assert dict(earlier.launch_plan(square, 132)[1])["col_threads"] == 8
+    assert earlier.launch_plan(square, 132)[2] == 1
+    tall = torch.empty(1, 1, 8192, dtype=torch.bfloat16).expand(1, 32768, 8192)
+    name, params, segments = earlier.launch_plan(tall, 132)
+    assert (dict(params)["unroll"], segments) == (4, -(-programs.COLUMN_BLOCKS_PER_SM * 132 // 32))
 
 
 def test_variance_one_pass_columns_walk_four_rows_a_lane() -> None:
-    # The variance's one-pass step is 32 lanes x 4 rows, so 200 rows (too few for the sums' step
-    # of 32 x 8) still take one fused pass.
-    for rows in (16384, 200):
-        columns = torch.empty(1, 1, 16384, dtype=torch.bfloat16).expand(1, rows, 16384)
-        name, params, segments = programs.VarKernel(torch.bfloat16, config={}).launch_plan(columns, 132)
-        assert (name, segments, dict(params)["unroll"], dict(params)["fused"]) == (programs.COLUMN, 1, 4, 1)
+    # The variance's one-pass step in 128-byte tiles is 32 lanes x 4 rows, so 200 rows (too few for
+    # the sums' step of 32 x 8) still take one fused pass.
+    columns = torch.empty(1, 1, 16384, dtype=torch.bfloat16).expand(1, 200, 16384)
+    name, params, segments = programs.VarKernel(torch.bfloat16, config={}).launch_plan(columns, 132)
+    assert (name, segments, dict(params)["unroll"], dict(params)["fused"]) == (programs.COLUMN, 1, 4, 1)
     assert programs.SumKernel(torch.bfloat16, config={}).launch_plan(columns, 132)[2] > 1
+    # Over 16384 rows its segments walk four rows a lane too.
+    columns = torch.empty(1, 1, 16384, dtype=torch.bfloat16).expand(1, 16384, 16384)
+    name, params, segments = programs.VarKernel(torch.bfloat16, config={}).launch_plan(columns, 132)
+    assert (name, segments, dict(params)["unroll"], dict(params)["fused"]) == (programs.COLUMN, 4, 4, 0)
 
 
 def test_one_pass_columns_need_16_byte_accesses() -> None:

@@ -57,6 +57,13 @@ def inventory() -> List[Task]:
     for name, shape, dtype, params, layout in t.EXTRA:
         x = t.make_extra_input(shape, dtype, layout, "cpu", torch.Generator().manual_seed(0))
         tasks.update(_tasks_for(t.build_extra_op(name, dtype, params), x))
+    from tileops.tuning import overlay
+
+    for name in t.OPS:
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for shape, _ in t.WIDE_COLUMNS:
+                with overlay({name.replace("FwdOp", "Kernel"): t.WIDE_SPLIT_CONFIG}):
+                    tasks.update(_tasks_for(t.wide_column_op(name, dtype), torch.empty(shape, dtype=dtype)))
     for op_name in t.OPS:  # the timed workloads
         for workload in manifest.op(op_name).workloads:
             params = {k: tuple(v) if isinstance(v, list) else v for k, v in workload.params}

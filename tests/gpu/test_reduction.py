@@ -57,6 +57,19 @@ EXTRA.append(("MeanFwdOp", (4, 0, 5), torch.float32, {"dim": (1,), "keepdim": Tr
 EXTRA.append(("LogSumExpFwdOp", (4, 0, 5), torch.float32, {"dim": (1,)}, "contiguous"))
 
 
+# The one-pass column program's wide tiles over the middle axis, each with a partial last tile:
+# (8, 100, 7000) has enough 512-byte tiles for one pass, ending mid-step; (3, 5000, 3000) has too
+# few and is split into segments (its strips are short, so the cases lower the strip minimum,
+# ``WIDE_SPLIT_CONFIG``), which end mid-step.  (shape, segments > 1)
+WIDE_COLUMNS = [((8, 100, 7000), False), ((3, 5000, 3000), True)]
+WIDE_SPLIT_CONFIG = {"one_pass_split_min_strip_kib": 0}
+
+
+def wide_column_op(name: str, dtype: torch.dtype):
+    """The op of a ``WIDE_COLUMNS`` case, reducing the middle axis."""
+    return build_extra_op(name, dtype, {"dim": 1 if name == "ArgmaxFwdOp" else (1,)})
+
+
 def make_extra_input(shape: Tuple[int, ...], dtype: torch.dtype, layout: str, device: str,
                      generator: torch.Generator) -> torch.Tensor:
     """A random tensor of ``shape`` in ``layout`` (the same on every device for one generator)."""
@@ -96,6 +109,29 @@ def test_dims_keepdim_and_layouts(entry) -> None:
     expected = op.reference(x.double())
     assert y.shape == expected.shape and y.device.type == "cuda"
     assert y.dtype == (torch.int64 if name == "ArgmaxFwdOp" else dtype)
+    if name == "ArgmaxFwdOp":
+        torch.testing.assert_close(y.cpu(), expected.cpu())
+    else:
+        assert_close(y, expected, dtype)
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape, split", WIDE_COLUMNS, ids=str)
+def test_wide_column_tiles_in_one_pass_and_over_segments(name: str, dtype: torch.dtype, shape, split: bool) -> None:
+    from tileops.kernels.reduction.reduce import COLUMN
+    from tileops.ops.reduction.base import reduction_view
+    from tileops.tuning import overlay
+
+    x = make_extra_input(shape, dtype, "contiguous", "cuda", torch.Generator().manual_seed(0))
+    with overlay({name.replace("FwdOp", "Kernel"): WIDE_SPLIT_CONFIG}):
+        op = wide_column_op(name, dtype)
+        kernel = op._build_kernel(op.kernel_key, shape)
+        plan, params, segments = kernel.launch_plan(reduction_view(x, (1,)), kernel.sm_count(x.device))
+        y = op(x)
+    assert (plan, dict(params)["col_threads"] * dict(params)["cvec"] * dtype.itemsize) == (COLUMN, 512)
+    assert (segments > 1, dict(params)["fused"]) == (split, int(not split))
+    expected = op.reference(x.double())
     if name == "ArgmaxFwdOp":
         torch.testing.assert_close(y.cpu(), expected.cpu())
     else:

@@ -21,10 +21,12 @@ give too few blocks to fill the GPU):
 * **column**: block ``(outer, inner tile, seg)``: ``col_threads`` threads
   cover ``col_threads * cvec`` neighbouring inner positions, the other
   ``lanes`` walk the axis; states merge across lanes.  Fused or partial, as
-  rows.  When narrow tiles alone give the GPU enough blocks, one fused pass
+  rows.  When the tiles alone give the GPU enough blocks, one fused pass
   walks the whole axis instead, with the kernel's ``one_pass_*`` config
-  (128-byte-wide tiles), or tiles halved down to one 32-byte sector until
-  they are enough: no partials and no combine launch.
+  (512-byte-wide tiles, halved while they are too few: down to 256 bytes
+  over long axes, down to one 32-byte sector over short ones): no partials
+  and no combine launch.  Long axes whose wide tiles are too few take the
+  same shape split into a few long segments, about two blocks an SM.
 * **combine**: ``P[o, :, i, :]`` merged into ``out[o, i]``; ``group`` threads
   share one output (many segments) or one thread serves one (few).
 """
@@ -85,6 +87,8 @@ COLUMN_BLOCKS_PER_SM = 16
 # walk's single bounds check; with it, 64 x 4096 x 64 takes sum 17.5, variance 22.5 and
 # log-sum-exp 20.4 us in the H100 benchmark.)
 NARROW_ONE_PASS_BYTES = 128 * 1024
+# One-pass tiles narrower than an L2 line (four sectors) take short strips only (above).
+LINE_BYTES = 128
 # Chunk counts (``row_threads * vector`` elements) of rows the fused row program walks
 # straight through, unchecked: a program each, for the common power-of-two widths.
 EXACT_ROW_CHUNKS = (1, 2, 4)
@@ -659,13 +663,39 @@ def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] 
     and log-sum-exp 173.8 / 174.6, so those two keep 256.
 
     ``one_pass`` is the one-pass column program's (col_threads, threads,
-    unroll); col_threads 0 never takes it.
+    unroll); col_threads 0 never takes it.  Its tiles are halved while too few
+    to fill the SMs, down to ``one_pass_min_tile_bytes`` over long axes (or to
+    one sector over short ones, ``NARROW_ONE_PASS_BYTES``).  Where even those
+    are too few, the axis is split into segments of that shape, enough for
+    ``one_pass_split_blocks_per_sm`` blocks an SM (0: the split program's own
+    ``column_*`` shape at ``COLUMN_BLOCKS_PER_SM``), if each block's strip of the axis holds
+    ``one_pass_split_min_strip_kib`` or more: below that, the partials and the combine launch
+    cost more than wide tiles gain (bf16 column sums, 512-byte tiles split against 128-byte
+    tiles in one pass, µs: 16384 x 16384, 2 MiB strips, 177.4 against 179.5; 32768 x 8192, 2 MiB,
+    176.9 against 183.3 for the split program; 2048 x 16384, 256 KiB, 28.9 against 26.7; 4096
+    x 4096, 128 KiB, 18.2 against 17.8 in 32-byte tiles).
+
+    Tile width and segments, H100, bf16 column sums, median of 7 rounds in turns, µs as
+    (col_threads, segments) (torch.compile in brackets): 16384 x 16384 128-byte tiles in one
+    pass (8, 1) 180.0-180.7, (16, 2) 177.2, (32, 4) 177.2-177.8, (64, 8) 177.4-178.2, (128,
+    16) 179.3, (256, 32) 181.3, (32, 2) and (64, 4), half the blocks, 182.2 (178.8-179.2);
+    8192 x 32768 (8, 1) 181.4-181.5, (16, 1) 175.9, (32, 2) 178.8, (64, 4) 178.2 (184.5);
+    4096 x 65536 (8, 1) 179.5, (32, 1) 176.0, (32, 2) 179.4, (64, 2) 178.5 (178.0).  Four rows
+    a lane instead of eight, (32, 4): 180.9; 512 threads, (32, 4): 179.5.  Against the 128-byte
+    one-pass tiles (the split program's shape where those are too few), these plans gained on
+    every reducer (16384 x 16384 bf16 columns, µs, new / old (torch.compile)): sum 177.4 / 179.5
+    (178.7), mean 179.1 / 180.6 (179.1), 2-norm 177.5 / 180.4 (178.9), amax 178.0 / 180.4
+    (180.4), variance 186.0 / 187.7 (223.0), argmax 185.1 / 188.0 (314.4), log-sum-exp 185.5 /
+    186.8 (380.0); sums over 32768 x 8192 176.9 / 183.3 (183.6), 8192 x 32768 176.1 / 180.6
+    (184.5), the middle axis of 8 x 2048 x 16384 175.0 / 177.7 (181.0), and its variance 180.4 /
+    187.9 (194.5).
     """
     col_threads, threads, unroll = one_pass
     return {"row_threads": 256, "row_unroll": 4, "long_row_unroll": 8, "long_row_threads": long_row_threads,
             "column_threads": 256, "column_unroll": 4,
             "combine_threads": 256, "one_pass_col_threads": col_threads, "one_pass_threads": threads,
-            "one_pass_unroll": unroll}
+            "one_pass_unroll": unroll, "one_pass_min_tile_bytes": 256, "one_pass_split_blocks_per_sm": 2,
+            "one_pass_split_min_strip_kib": 2048}
 
 
 class ReductionKernel(Kernel):
@@ -686,12 +716,10 @@ class ReductionKernel(Kernel):
     reducer: str = "sum"
     # Output dtype; None: the input's.
     out_dtype: Optional[torch.dtype] = None
-    # The one-pass column program's (col_threads, threads, unroll): 128-byte tiles, 256 threads,
-    # 8 rows in flight a lane, the fastest or within 3% of it for every reducer on 16384 x 16384,
-    # 4096 x 65536, 8192 x 32768 and 8 x 2048 x 16384 bf16 column reductions (H100; 16384 x
-    # 16384: sum 181, amax 179, variance 183, log-sum-exp 187, argmax 188 us); col_threads 0:
-    # always the split program.
-    one_pass: Tuple[int, int, int] = (8, 256, 8)
+    # The one-pass column program's (col_threads, threads, unroll): tiles of up to 512 bytes,
+    # 256 threads, 8 rows in flight a lane (reduction_default_config); col_threads 0: always the
+    # split program.
+    one_pass: Tuple[int, int, int] = (32, 256, 8)
     # The fewest load steps a split column block takes.  Reducers with wide states (the
     # variance, log-sum-exp, argmax) take 8: each block's merge and stored partials cost
     # several steps' worth (64 x 4096 x 64 bf16 over the middle axis: variance 51 -> 31 us,
@@ -699,8 +727,8 @@ class ReductionKernel(Kernel):
     min_column_steps: int = 1
     # Threads a block over rows of long_row_unroll chunks or more (reduction_default_config).
     long_row_threads: int = 512
-    # "4": the long_row_threads config key.
-    version = "4"
+    # "5": wide one-pass column tiles and their few-segment split.
+    version = "5"
 
     def __init__(self, dtype: torch.dtype, *, correction: float = 0.0, config: Optional[Dict[str, Any]] = None,
                  tune: bool = False) -> None:
@@ -783,28 +811,59 @@ class ReductionKernel(Kernel):
                 ("threads", self.config["one_pass_threads"]), ("unroll", self.config["one_pass_unroll"]),
                 ("fused", 1))
 
-    def _one_pass_plan(self, x: torch.Tensor, cvec: int, sm_count: int) -> Optional[ProgramParams]:
-        """The one-pass column program if ``(O, N, I)`` takes it (16-byte accesses, a full step, enough tiles).
+    def _one_pass_plan(self, x: torch.Tensor, cvec: int, sm_count: int) -> Optional[Tuple[ProgramParams, int]]:
+        """(shape parameters, segments) of the one-pass column program for ``(O, N, I)``, or None
+        (accesses narrower than 16 bytes, or too few tiles and rows for any of the three below).
 
-        The configured tile width is halved, down to one memory sector a row,
-        until the tiles are enough (``ONE_PASS_EIGHTHS_PER_SM``), while a narrower
-        block's strip of the axis holds at most ``NARROW_ONE_PASS_BYTES``.
+        Tiles start at the configured width, or the narrowest that spans ``I``.  In turn:
+        * one pass, the tiles halved until they are enough (``ONE_PASS_EIGHTHS_PER_SM``) while at
+          least ``one_pass_min_tile_bytes`` wide (or spanning ``I``);
+        * the widest tile, if that wide, over segments of the axis: one pass of
+          ``one_pass_split_blocks_per_sm`` blocks an SM in all, then the combine, when each
+          block's strip holds ``one_pass_split_min_strip_kib`` or more.  Narrower tiles over a
+          long axis cost more than the partials do; over a short one, less
+          (``reduction_default_config``);
+        * one pass, the tiles halved further down to one cache line (``LINE_BYTES``), or down to
+          one sector while a block's strip holds at most ``NARROW_ONE_PASS_BYTES``.
         """
         params = self._one_pass_params()
         if params is None or cvec != self._max_vector:
             return None
-        shape = dict(params)
+        config, shape, itemsize = self.config, dict(params), self.dtype.itemsize
         outer, N, inner = x.shape
-        col_threads = shape["col_threads"]
-        while col_threads * cvec * self.dtype.itemsize >= SECTOR_BYTES:
-            tiles = outer * -(-inner // (col_threads * cvec))
-            full_step = shape["threads"] // col_threads * shape["unroll"]
-            strip_bytes = N * col_threads * cvec * self.dtype.itemsize
-            short = col_threads == shape["col_threads"] or strip_bytes <= NARROW_ONE_PASS_BYTES
-            if short and N >= full_step and 8 * tiles >= ONE_PASS_EIGHTHS_PER_SM * sm_count:
-                return tuple((key, col_threads if key == "col_threads" else value) for key, value in params)
-            col_threads //= 2
+        widest = min(shape["col_threads"], 1 << max(0, (-(-inner // cvec) - 1).bit_length()))
+
+        def tiles(col_threads: int) -> int:
+            return outer * -(-inner // (col_threads * cvec))
+
+        def full_step(col_threads: int) -> int:
+            return shape["threads"] // col_threads * shape["unroll"]
+
+        def wide(col_threads: int) -> bool:
+            return col_threads * cvec * itemsize >= config["one_pass_min_tile_bytes"]
+
+        def fills(col_threads: int) -> bool:
+            return N >= full_step(col_threads) and 8 * tiles(col_threads) >= ONE_PASS_EIGHTHS_PER_SM * sm_count
+
+        widths = [widest >> k for k in range(widest.bit_length()) if (widest >> k) * cvec * itemsize >= SECTOR_BYTES]
+        for col_threads in widths:
+            if (col_threads == widest or wide(col_threads)) and fills(col_threads):
+                return self._with_col_threads(params, col_threads), 1
+        segments = config["one_pass_split_blocks_per_sm"] * sm_count // tiles(widest)
+        strip_bytes = N // max(segments, 1) * widest * cvec * itemsize
+        if (wide(widest) and segments >= 2 and strip_bytes >= config["one_pass_split_min_strip_kib"] << 10
+                and N >= segments * full_step(widest) * self.min_column_steps):
+            return self._with_col_threads(params, widest, fused=0), segments
+        for col_threads in widths:
+            narrow_bytes = col_threads * cvec * itemsize
+            if (narrow_bytes >= LINE_BYTES or N * narrow_bytes <= NARROW_ONE_PASS_BYTES) and fills(col_threads):
+                return self._with_col_threads(params, col_threads), 1
         return None
+
+    @staticmethod
+    def _with_col_threads(params: ProgramParams, col_threads: int, fused: int = 1) -> ProgramParams:
+        changed = {"col_threads": col_threads, "fused": fused}
+        return tuple((key, changed.get(key, value)) for key, value in params)
 
     def _combine_params(self, segments: int) -> ProgramParams:
         # Many segments: a block's threads share one output; few: a thread per output.
@@ -819,7 +878,7 @@ class ReductionKernel(Kernel):
         specs += [(COLUMN, self._column_params(inner, cvec, fused)) for fused in (True, False)]
         one_pass = self._one_pass_params()
         if one_pass is not None:
-            specs.append((COLUMN, one_pass))
+            specs += [(COLUMN, one_pass), (COLUMN, self._with_col_threads(one_pass, dict(one_pass)["col_threads"], 0))]
         specs += [(COMBINE, self._combine_params(s)) for s in (1, 64, 1024)]
         return specs
 
@@ -854,7 +913,7 @@ class ReductionKernel(Kernel):
         cvec = widest_access(x, x.stride(0) | x.stride(1), largest_pow2_divisor(inner, self._max_vector))
         one_pass = self._one_pass_plan(x, cvec, sm_count)
         if one_pass is not None:
-            return COLUMN, one_pass, 1
+            return (COLUMN, *one_pass)
         params = self._column_params(inner, cvec, True)
         shape = dict(params)
         lanes = shape["threads"] // shape["col_threads"]
@@ -922,7 +981,7 @@ class VarKernel(ReductionKernel):
     # 195.0 / 191.0 / 187.0 (213.2), 8 x 2048 x 16384 over the middle axis 198.6 / 192.6 / 188.4
     # (195.0), 2048 x 16384 31.0 / 31.2 / 31.5 (30.2).  Log-sum-exp measured fastest at eight on
     # all five.
-    one_pass = (8, 256, 4)
+    one_pass = (32, 256, 4)
 
 
 class LogSumExpKernel(ReductionKernel):
