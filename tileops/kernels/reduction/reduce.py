@@ -22,11 +22,12 @@ give too few blocks to fill the GPU):
   cover ``col_threads * cvec`` neighbouring inner positions, the other
   ``lanes`` walk the axis; states merge across lanes.  Fused or partial, as
   rows.  When the tiles alone give the GPU enough blocks, one fused pass
-  walks the whole axis instead, with the kernel's ``one_pass_*`` config
-  (512-byte-wide tiles, halved while they are too few: down to 256 bytes
-  over long axes, down to one 32-byte sector over short ones): no partials
-  and no combine launch.  Long axes whose wide tiles are too few take the
-  same shape split into a few long segments, about two blocks an SM.
+  walks the whole axis instead, with the kernel's ``one_pass_*`` config:
+  no partials and no combine launch.  Its tiles are 512 bytes wide, halved
+  while too few down to 256; failing that, long axes take the 512-byte
+  tiles over a few long segments (about two blocks an SM), and the rest
+  narrower tiles in one pass, down to a 128-byte line, or to a 32-byte
+  sector over short axes (``_one_pass_plan``).
 * **combine**: ``P[o, :, i, :]`` merged into ``out[o, i]``; ``group`` threads
   share one output (many segments) or one thread serves one (few).
 """
