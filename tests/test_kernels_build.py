@@ -13,11 +13,12 @@ import torch
 
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel
 from tileops.kernels.norm.rms_norm import (
-    MAX_ELEMENTS_PER_THREAD,
+    RESIDENT_CAP,
+    RESIDENT_HINTED,
     RMSNormFwdKernel,
-    rms_norm_autotune_configs,
     rms_norm_default_config,
 )
+from tileops.kernels.norm.rows import RowLayout, StreamLayout
 from tileops.kernels.scan.cumsum import (
     COLUMN_SCAN,
     COLUMN_SUMS,
@@ -56,7 +57,7 @@ def _pow2(n: int) -> bool:
 @pytest.mark.parametrize(
     "N, dtype",
     [(4096, torch.bfloat16), (127, torch.float16), (65537, torch.float32)],
-    ids=["4096-bf16-single-pass", "127-fp16-odd", "65537-fp32-chunked"],
+    ids=["4096-bf16-resident", "127-fp16-odd", "65537-fp32-streamed"],
 )
 def test_rms_norm_builds_for_sm90(N: int, dtype: torch.dtype) -> None:
     kernel = RMSNormFwdKernel(N, dtype)
@@ -117,14 +118,14 @@ def test_every_rms_norm_candidate_builds_a_program(N: int) -> None:
 @pytest.mark.parametrize("N, dtype, hinted", [
     (8, torch.float32, True), (4096, torch.bfloat16, True), (5120, torch.float16, True),
     (32768, torch.float32, True), (4097, torch.float32, False), (65537, torch.bfloat16, False),
-], ids=["8-fp32", "4096-bf16", "5120-fp16-tail", "32768-fp32", "4097-fp32-narrow", "65537-bf16-chunked"])
+], ids=["8-fp32", "4096-bf16", "5120-fp16-tail", "32768-fp32", "4097-fp32-narrow", "65537-bf16-streamed"])
 def test_rms_norm_builds_a_hinted_program_where_its_loads_take_the_hint(N: int, dtype: torch.dtype,
                                                                        hinted: bool) -> None:
     programs = RMSNormFwdKernel(N, dtype).build_all_for_sm90()
-    assert ("hinted" in programs) == hinted
-    if hinted:
-        source = programs["hinted"].get_kernel_source()
-        assert "tileops_load_evict_last(" in source.split("__global__", 1)[1]
+    hinted_programs = [program for name, program in programs.items() if name.startswith(RESIDENT_HINTED)]
+    assert len(hinted_programs) == int(hinted)
+    for program in hinted_programs:
+        assert "tileops_load_evict_last(" in program.get_kernel_source().split("__global__", 1)[1]
 
 
 @pytest.mark.parametrize("N", [3, 65537])
@@ -145,40 +146,38 @@ def test_every_cumsum_candidate_builds_its_programs(N: int) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("N", SIZES)
-def test_rms_norm_default_config_is_valid(N: int, dtype: torch.dtype) -> None:
-    config = rms_norm_default_config(N, dtype)
-    threads, block_rows, chunk = config["threads"], config["block_rows"], config["chunk"]
-    assert _pow2(threads) and 32 <= threads <= 1024
-    assert block_rows >= 1 and threads % block_rows == 0
-    if N <= 1024 * MAX_ELEMENTS_PER_THREAD:
-        # Single pass: the padded row covers N, each thread holds few elements.
-        assert chunk >= N
-        row_threads = threads // block_rows
-        assert chunk % row_threads == 0
-        assert chunk // row_threads <= MAX_ELEMENTS_PER_THREAD
-        assert threads >= 128
+def test_rms_norm_default_layout_is_valid(N: int, dtype: torch.dtype) -> None:
+    layout = RMSNormFwdKernel(N, dtype).layout()
+    if N <= 1024 * RESIDENT_CAP:
+        # Resident: the lanes of a row cover it, each holding few elements, in blocks of 128+ threads.
+        assert isinstance(layout, RowLayout)
+        assert _pow2(layout.row_threads) and layout.row_threads <= 1024
+        assert layout.row_threads * layout.per_thread >= N and layout.per_thread <= RESIDENT_CAP
+        assert layout.block_threads >= 128 and layout.block_threads % layout.row_threads == 0
     else:
-        assert chunk < N and block_rows == 1
+        assert layout == StreamLayout(N, layout.vector, 512, 2)
 
 
 def test_rms_norm_default_config_uses_full_vectors_for_aligned_rows() -> None:
     config = rms_norm_default_config(4096, torch.bfloat16)
-    assert config == {"block_rows": 1, "threads": 256, "chunk": 4096, "hinted_min_mib": 160}
+    assert config == {"per_thread": 16, "stream_threads": 512, "stream_unroll": 2, "hinted_min_mib": 160}
+    assert RMSNormFwdKernel(4096, torch.bfloat16).layout() == RowLayout(4096, 8, 256, 256)
     # Short rows share a block instead of idling most of its threads.
-    assert rms_norm_default_config(127, torch.float16)["block_rows"] > 1
-    # Rows past the register budget take the chunked program.
-    assert rms_norm_default_config(262144, torch.bfloat16)["chunk"] < 262144
+    assert RMSNormFwdKernel(127, torch.float16).layout().rows_per_block > 1
+    # Rows past the register budget are streamed.
+    assert isinstance(RMSNormFwdKernel(262144, torch.bfloat16).layout(), StreamLayout)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("N", [1, 127, 4096, 32768, 65537, 262144])
 def test_rms_norm_candidates_start_with_the_heuristic_and_are_unique(N: int, dtype: torch.dtype) -> None:
-    candidates = rms_norm_autotune_configs(N, dtype)
+    kernel = RMSNormFwdKernel(N, dtype)
+    candidates = kernel.autotune_configs
     assert candidates[0] == rms_norm_default_config(N, dtype)
     assert len(candidates) == len({tuple(sorted(c.items())) for c in candidates})
     for config in candidates:
-        assert config["threads"] <= 1024
-        assert config["chunk"] >= N or config["block_rows"] == 1
+        layout = kernel.layout(config)
+        assert layout.row_threads <= 1024 if isinstance(layout, RowLayout) else layout.threads <= 1024
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

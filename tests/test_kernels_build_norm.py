@@ -14,6 +14,7 @@ import torch
 from tileops.kernels.norm.backward import CLUSTER, COLUMN_SUM, RESIDENT, STREAMED, ClusterLayout, NormBwdKernel
 from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
 from tileops.kernels.norm.layer_norm import LayerNormBwdKernel, LayerNormFwdKernel
+from tileops.kernels.norm.rms_norm import RMSNormFwdKernel
 from tileops.kernels.norm.rms_norm_bwd import FusedAddRMSNormBwdKernel, RMSNormBwdKernel
 from tileops.kernels.norm.rows import RowLayout, StreamLayout, resident_layout
 from tests.toolchain import divisions_at_accesses, needs_nvcc
@@ -25,11 +26,11 @@ SM90 = {"kind": "cuda", "arch": "sm_90"}
 
 
 @pytest.mark.parametrize("classes, N, dtype, threads, per_thread", [
-    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel), 4096, torch.bfloat16, 256, 16),
-    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel), 16384, torch.bfloat16, 1024, 16),
-    ((FusedAddRMSNormFwdKernel,), 32768, torch.bfloat16, 1024, 32),
-    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel), 4097, torch.float32, 1024, 5),
-    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel), 1, torch.float16, 1, 1),
+    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel, RMSNormFwdKernel), 4096, torch.bfloat16, 256, 16),
+    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel, RMSNormFwdKernel), 16384, torch.bfloat16, 1024, 16),
+    ((FusedAddRMSNormFwdKernel, RMSNormFwdKernel), 32768, torch.bfloat16, 1024, 32),
+    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel, RMSNormFwdKernel), 4097, torch.float32, 1024, 5),
+    ((LayerNormFwdKernel, FusedAddRMSNormFwdKernel, RMSNormFwdKernel), 1, torch.float16, 1, 1),
 ])
 def test_forward_rows_fit_in_registers(classes, N, dtype, threads, per_thread) -> None:
     for cls in classes:
@@ -40,7 +41,7 @@ def test_forward_rows_fit_in_registers(classes, N, dtype, threads, per_thread) -
 
 
 def test_longer_forward_rows_are_streamed() -> None:
-    for cls in (LayerNormFwdKernel, FusedAddRMSNormFwdKernel):
+    for cls in (LayerNormFwdKernel, FusedAddRMSNormFwdKernel, RMSNormFwdKernel):
         assert isinstance(cls(65536, torch.bfloat16).layout(), StreamLayout)
         assert isinstance(cls(65537, torch.float32).layout(), StreamLayout)
     # LayerNorm holds at most two 16-byte vectors of a row per thread.

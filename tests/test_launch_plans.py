@@ -34,7 +34,7 @@ def _launched_by(forward: Callable[..., Any], *tensors: torch.Tensor) -> Any:
 CASES: List[Tuple[str, Callable[[], Kernel], str, Callable[[Any], Any]]] = [
     ("softmax", lambda: SoftmaxFwdKernel(4096, torch.bfloat16), "compile_program",
      lambda k: k._launcher(ROW_FUSED, (("vector", 8),))),
-    ("rms_norm_fwd", lambda: RMSNormFwdKernel(4096, torch.bfloat16), "compile", lambda k: _launched_by(
+    ("rms_norm_fwd", lambda: RMSNormFwdKernel(4096, torch.bfloat16), "compile_program", lambda k: _launched_by(
         k.forward, torch.empty(2, 4096), torch.empty(4096), torch.empty(2, 4096))),
     ("rms_norm_bwd", lambda: RMSNormBwdKernel(4096, torch.bfloat16), "compile_program",
      lambda k: k.launcher(k.main_program())),

@@ -13,7 +13,7 @@ OP = "RMSNormFwdOp"
 BROKEN_PROGRAM = '''
 
 
-def _program_that_does_not_compile(self, **config):
+def _program_that_does_not_compile(self, *names, **config):
     import tilelang.language as T
 
     @T.prim_func
@@ -24,7 +24,10 @@ def _program_that_does_not_compile(self, **config):
     return broken
 
 
+# Every program of the kernel: ``program`` of a one-program kernel, ``build_program`` of a
+# kernel of named programs.
 {kernel}.program = _program_that_does_not_compile
+{kernel}.build_program = _program_that_does_not_compile
 '''
 
 

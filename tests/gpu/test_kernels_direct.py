@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from tileops.kernels.norm.rms_norm import RMSNormFwdKernel, hinted_layout
+from tileops.kernels.norm.rms_norm import RESIDENT_HINTED, RMSNormFwdKernel
 from tileops.kernels.scan.cumprod import CumprodFwdKernel
 from tileops.kernels.scan.cumsum import (
     COLUMN_SCAN,
@@ -151,14 +151,14 @@ def test_rms_norm(dtype: torch.dtype, N: int, rows: int) -> None:
 def test_rms_norm_hinted_program(dtype: torch.dtype, N: int, rows: int, padding: int) -> None:
     # hinted_min_mib 0: every call takes the hinted resident program, as large ones do by default.
     kernel = _kernel(RMSNormFwdKernel, N, dtype, eps=EPS, config={"hinted_min_mib": 0})
-    assert hinted_layout(N, dtype, kernel.config) is not None
+    assert kernel.hinted_program() == RESIDENT_HINTED
     x = torch.randn(rows, N + padding, device="cuda", dtype=dtype)[:, :N]
     weight = torch.randn(N, device="cuda", dtype=dtype)
     out = _poisoned_like(x)
     kernel(x, weight, out)
     torch.cuda.synchronize()
     _assert_matches(out, _rms_norm_reference(x, weight))
-    assert any(key[0] == "hinted" for key in kernel._compiled)
+    assert any(key[0] == RESIDENT_HINTED for key in kernel._compiled)
 
 
 def test_rms_norm_takes_the_hinted_program_from_hinted_min_mib_on() -> None:
@@ -170,7 +170,7 @@ def test_rms_norm_takes_the_hinted_program_from_hinted_min_mib_on() -> None:
         out = _poisoned_like(x)
         kernel(x, weight, out)
         torch.cuda.synchronize()
-        assert any(key[0] == "hinted" for key in kernel._compiled) == hinted
+        assert any(key[0] == RESIDENT_HINTED for key in kernel._compiled) == hinted
         for row in (0, rows - 1):
             _assert_matches(out[row : row + 1], _rms_norm_reference(x[row : row + 1], weight))
         del x, out

@@ -10,7 +10,7 @@ Everyday use::
 
     with policy_override(autotune=True):      # tune on a cache miss, in this context
         op = RMSNormFwdOp(...)
-    with overlay({RMSNormFwdKernel: {"threads": 256}}):   # pin a config, in this context
+    with overlay({RMSNormFwdKernel: {"per_thread": 8}}):   # pin a config, in this context
         op = RMSNormFwdOp(...)
 
 ``TILEOPS_AUTOTUNE=1`` turns tuning on for the process; ``TILEOPS_CACHE_DIR``

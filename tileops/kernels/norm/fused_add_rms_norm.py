@@ -11,31 +11,17 @@ read once); longer rows are walked twice (*streamed*): the first pass writes
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB
-from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
-from tileops.kernels.norm.rows import (
-    MAX_EXTENT,
-    RowLayout,
-    RowNormKernel,
-    StreamLayout,
-    resident_layout,
-    row_slices,
-    row_sum_macro,
-    scratch_shape,
-    stream_layout,
-    stream_macros,
-)
-from tileops.kernels.norm.rms_norm import resident_rms_program
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector
+from tileops.kernels.kernel_base import torch_dtype_to_tl
+from tileops.kernels.norm.rms_norm import RESIDENT_CAP, resident_rms_program, streamed_rms_program
+from tileops.kernels.norm.rows import MAX_EXTENT, RowLayout, RowNormFwdKernel, row_slices
+from tileops.kernels.sizes import MAX_THREADS, max_vector
 
 __all__ = ["FusedAddRMSNormFwdKernel", "fused_add_rms_norm_default_config"]
-
-# float32 sums a thread may hold in registers in the resident program.
-RESIDENT_CAP = 32
 
 RESIDENT = "fused_add_rms_norm_resident"
 RESIDENT_HINTED = "fused_add_rms_norm_resident_hinted"
@@ -61,95 +47,20 @@ def fused_add_rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, i
             "hinted_min_mib": HINTED_MIN_MIB}
 
 
-def _streamed_program(N: int, dtype: str, eps: float, layout: StreamLayout) -> Any:
-    import tilelang.language as T  # deferred: importing tilelang costs seconds
-
-    M = T.dynamic("M")
-    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
-    RT, LDR = strided_rows(T, M, N, dtype, "LDR")
-    vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
-    walk = stream_macros(T, layout)
-    column, valid = walk["column"], walk["valid"]
-    row_sum = row_sum_macro(T, threads, 1)
-    inv_n = 1.0 / N
-
-    def total(x, r):
-        return T.cast(x, ACCUM) + T.cast(r, ACCUM)
-
-    @T.prim_func
-    def fused_add_rms_norm_fwd_streamed(
-        X: XT,
-        R: RT,
-        W: T.Tensor((N,), dtype),
-        Y: T.Tensor((M, N), dtype),
-        RO: T.Tensor((M, N), dtype),
-    ):
-        with T.Kernel(M, threads=threads) as row:
-            T.assume(LDX % vector == 0)
-            T.assume(LDR % vector == 0)
-            tx = T.get_thread_binding()
-            xb = T.alloc_local((unroll * vector,), dtype)
-            rb = T.alloc_local((unroll * vector,), dtype)
-            wb = T.alloc_local((unroll * vector,), dtype)
-            st = T.alloc_local((1,), ACCUM)
-            scratch = T.alloc_shared(scratch_shape(threads, 1), ACCUM)
-            st[0] = T.cast(0, ACCUM)
-            for step in T.serial(steps):
-                walk["load_step"](X, xb, row, step, tx)
-                walk["load_step"](R, rb, row, step, tx)
-                for u in T.unroll(unroll):
-                    if valid(step, u, tx):
-                        for k in T.vectorized(vector):
-                            RO[row, column(step, u, tx) + k] = T.cast(
-                                total(xb[u * vector + k], rb[u * vector + k]), dtype)
-                for i in T.unroll(unroll * vector):  # missing elements are zeros and add nothing
-                    st[0] = st[0] + total(xb[i], rb[i]) * total(xb[i], rb[i])
-            row_sum(st, 0, scratch, 0, tx)
-            st[0] = T.rsqrt(st[0] * inv_n + eps)
-            # Reverse order: the chunks read last are the likeliest L2 hits.
-            for back in T.serial(steps):
-                walk["load_step"](X, xb, row, steps - 1 - back, tx)
-                walk["load_step"](R, rb, row, steps - 1 - back, tx)
-                walk["load_step_vector"](W, wb, steps - 1 - back, tx)
-                for u in T.unroll(unroll):
-                    if valid(steps - 1 - back, u, tx):
-                        for k in T.vectorized(vector):
-                            Y[row, column(steps - 1 - back, u, tx) + k] = T.cast(
-                                total(xb[u * vector + k], rb[u * vector + k]) * st[0]
-                                * T.cast(wb[u * vector + k], ACCUM), dtype)
-
-    return fused_add_rms_norm_fwd_streamed
-
-
-class FusedAddRMSNormFwdKernel(RowNormKernel):
+class FusedAddRMSNormFwdKernel(RowNormFwdKernel):
     """``forward(x, residual, weight, y, residual_out)``: 16-byte aligned tensors on one GPU; the outputs
     contiguous, the inputs' rows of unit stride and a multiple of ``row_vector(N)`` elements apart."""
 
     # "2": the hint is taken per call from ``hinted_min_mib`` on, not by every call (``row_cache_hints``).
     version = "2"
-    hinted_name = RESIDENT_HINTED
+    resident_name, streamed_name, hinted_name = RESIDENT, STREAMED, RESIDENT_HINTED
 
     @property
     def default_config(self) -> Dict[str, Any]:
         return fused_add_rms_norm_default_config(self.N, self.dtype)
 
-    @property
-    def autotune_configs(self) -> List[Dict[str, Any]]:
-        vector_elems = max_vector(self.dtype)
-        return self._autotune_candidates((vector_elems, 2 * vector_elems, 4 * vector_elems),
-                                         tuple({"stream_threads": threads} for threads in (256, 512, 1024)))
-
-    def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
-        """The resident layout when a row fits in registers under ``config``, else the streamed one."""
-        if config is None:
-            return self.cached("layout", lambda: self.layout(self.config))
-        resident = resident_layout(self.N, self.dtype, config["per_thread"])
-        if resident.per_thread <= RESIDENT_CAP:
-            return resident
-        return stream_layout(self.N, self.dtype, config["stream_threads"], config["stream_unroll"])
-
-    def main_program(self) -> str:
-        return self.cached("program", lambda: RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED)
+    def resident_fits(self, layout: RowLayout) -> bool:
+        return layout.per_thread <= RESIDENT_CAP
 
     def build_program(self, name: str, config: Dict[str, Any]) -> Any:
         layout = self.layout(config)
@@ -157,10 +68,7 @@ class FusedAddRMSNormFwdKernel(RowNormKernel):
         if isinstance(layout, RowLayout):
             return resident_rms_program(self.N, dtype, self.eps, layout,
                                         EVICT_LAST if name == RESIDENT_HINTED else None, residual=True)
-        return _streamed_program(self.N, dtype, self.eps, layout)
-
-    def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
-        return [(name, ()) for name in self.row_program_names()]
+        return streamed_rms_program(self.N, dtype, self.eps, layout, residual=True)
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         rows = self.tuning_rows if rows is None else rows

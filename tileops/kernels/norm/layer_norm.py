@@ -25,14 +25,12 @@ from tileops.kernels.norm.backward import NormBwdKernel
 from tileops.kernels.norm.rows import (
     MAX_EXTENT,
     RowLayout,
-    RowNormKernel,
+    RowNormFwdKernel,
     StreamLayout,
-    resident_layout,
     resident_macros,
     row_sum_macro,
     row_slices,
     scratch_shape,
-    stream_layout,
     stream_macros,
 )
 from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector
@@ -225,7 +223,7 @@ def _affine_variants(T: Any, M: Any, N: int, dtype: str, XT: Any, has_weight: bo
     return layer_norm_fwd_plain
 
 
-class LayerNormFwdKernel(RowNormKernel):
+class LayerNormFwdKernel(RowNormFwdKernel):
     """LayerNorm forward; ``forward(x, weight, bias, y)`` with ``weight``/``bias`` possibly ``None``.
 
     ``x`` and ``y`` are ``(rows, N)`` with unit-stride rows, ``y`` contiguous and ``x``'s rows a
@@ -235,29 +233,14 @@ class LayerNormFwdKernel(RowNormKernel):
 
     # "2": large resident calls take the hinted program (``hinted_min_mib``).
     version = "2"
-    hinted_name = RESIDENT_HINTED
+    resident_name, streamed_name, hinted_name = RESIDENT, STREAMED, RESIDENT_HINTED
 
     @property
     def default_config(self) -> Dict[str, Any]:
         return layer_norm_fwd_default_config(self.N, self.dtype)
 
-    @property
-    def autotune_configs(self) -> List[Dict[str, Any]]:
-        vector_elems = max_vector(self.dtype)
-        return self._autotune_candidates((vector_elems, 2 * vector_elems, 4 * vector_elems),
-                                         tuple({"stream_threads": threads} for threads in (256, 512, 1024)))
-
-    def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
-        """The resident layout when a row fits in registers under ``config``, else the streamed one."""
-        if config is None:
-            return self.cached("layout", lambda: self.layout(self.config))
-        resident = resident_layout(self.N, self.dtype, config["per_thread"])
-        if resident.per_thread * self.dtype.itemsize <= RESIDENT_BYTES:
-            return resident
-        return stream_layout(self.N, self.dtype, config["stream_threads"], config["stream_unroll"])
-
-    def main_program(self) -> str:
-        return self.cached("program", lambda: RESIDENT if isinstance(self.layout(), RowLayout) else STREAMED)
+    def resident_fits(self, layout: RowLayout) -> bool:
+        return layout.per_thread * self.dtype.itemsize <= RESIDENT_BYTES
 
     def build_program(self, name: str, config: Dict[str, Any], *, has_weight: bool = True,
                       has_bias: bool = True) -> Any:

@@ -1,20 +1,21 @@
-"""RMSNorm forward: ``y = x * rsqrt(mean(x**2, -1) + eps) * weight``.
+"""RMSNorm forward: ``y = x * rsqrt(mean(x**2, -1) + eps) * weight``, and the fused residual add's programs.
 
 ``x`` and ``y`` are ``(M, N)`` with unit-stride rows and ``M`` a TileLang symbolic
 dimension (one compiled program serves every row count) and ``N`` fixed at
 construction; ``x``'s rows may lie any multiple of ``row_vector(N)`` elements
-apart (``strided_rows``), ``y`` is contiguous.  Sums of squares accumulate in float32 whatever the input
-dtype.  Two program shapes, chosen by ``config["chunk"]``:
+apart (``strided_rows``), ``y`` is contiguous.  Sums of squares accumulate in
+float32 whatever the input dtype.  The programs are the norm family's two row
+walks (``rows``):
 
-* single pass (``chunk >= N``): a block loads ``block_rows`` whole rows into
-  registers once, reduces, scales and stores; the input is read exactly once.
-* chunked (``chunk < N``): rows too long for registers are walked twice in
-  ``chunk``-wide column tiles, first to accumulate the sum of squares, then
-  (in reverse, so the tiles read last are still in L2) to write the output.
+* resident (``resident_rms_program``): rows of up to ``RESIDENT_CAP`` elements a
+  thread sit in registers, read once and written once;
+* streamed (``streamed_rms_program``): longer rows are walked twice in chunks,
+  first to sum squares, then (in reverse, so the chunks read last are still in
+  L2) to write the output.
 
-Single-pass calls with inputs of ``hinted_min_mib`` or more launch the same rows as
-``resident_rms_program`` lays them out (shared with the fused residual add), their
-loads carrying L2's ``evict_last`` hint.
+Resident calls with inputs of ``hinted_min_mib`` or more load them with L2's
+``evict_last`` hint.  Both programs also serve the fused residual add
+(``residual=True``), which normalises ``x + residual`` and stores that sum too.
 
 Global indices are computed in 64-bit by TileLang, so tensors over 2**31
 elements are addressed correctly.
@@ -22,213 +23,53 @@ elements are addressed correctly.
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
-import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB, hinted_min_bytes, takes_hint
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
-from tileops.kernels.launch import direct_launcher
-from tileops.kernels.norm.rows import RowLayout, resident_macros, row_sum_macro, scratch_shape
-from tileops.kernels.sizes import (
-    ACCUM,
-    MAX_THREADS,
-    MIN_BLOCK_THREADS,
-    check_kernel_args,
-    max_vector,
-    next_pow2,
-    row_vector,
+from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB
+from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
+from tileops.kernels.norm.rows import (
+    MAX_EXTENT,
+    RowLayout,
+    RowNormFwdKernel,
+    StreamLayout,
+    resident_macros,
+    row_slices,
+    row_sum_macro,
+    scratch_shape,
+    stream_macros,
 )
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector
 
-__all__ = ["RMSNormFwdKernel", "rms_norm_default_config", "rms_norm_autotune_configs"]
+__all__ = ["RMSNormFwdKernel", "rms_norm_default_config", "resident_rms_program", "streamed_rms_program"]
 
-logger = logging.getLogger(__name__)
+# Row elements a thread of the resident program holds in registers (32 float32 sums for the
+# fused residual add); longer rows are streamed (1024 threads x 32: rows of up to 32768).
+RESIDENT_CAP = 32
 
-
-# A thread keeps at most this many row elements in registers in the single
-# pass; longer rows switch to the chunked program (1024 threads x 32).
-MAX_ELEMENTS_PER_THREAD = 32
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
-def _single_pass_config(N: int, dtype: torch.dtype, elements_per_thread: int) -> Dict[str, int]:
-    vector = row_vector(N, dtype)
-    row_threads = min(MAX_THREADS, next_pow2(-(-N // elements_per_thread)))
-    threads = max(row_threads, MIN_BLOCK_THREADS)
-    return {
-        "block_rows": threads // row_threads,
-        "threads": threads,
-        # Padded so each thread of the row owns whole vectors.
-        "chunk": _round_up(N, row_threads * vector),
-    }
+RESIDENT = "rms_norm_fwd_resident"
+RESIDENT_HINTED = "rms_norm_fwd_resident_hinted"
+STREAMED = "rms_norm_fwd_streamed"
 
 
 def rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
-    """Heuristic config for hidden size ``N`` and ``dtype``.
+    """Two 16-byte vectors per thread (more for long rows, at most 1024 threads a row); streamed
+    rows: 512 threads with two vectors in flight each, which leaves room for several blocks an
+    SM to overlap their reduce and write passes.
 
-    Rows that fit in registers at two 16-byte vectors per thread (more for
-    long rows, up to ``MAX_ELEMENTS_PER_THREAD``) take the single pass; longer
-    rows take the chunked program with 512 threads, which leaves room for
-    several blocks per SM to overlap their load and reduce phases.
-
-    ``hinted_min_mib``: single-pass calls whose input takes at least this many MiB load it with
-    L2's ``evict_last`` (``resident_rms_program``; 0: every call that can).  The input is read
-    once, yet on large calls the hint let the kernel pass torch.compile, as in the fused residual
-    add; on smaller ones it cost up to 8 %.  H100, rows of 4096, median of 7 rounds in turns, µs
-    without / with the hint (the single pass before the hint): bf16 8192 rows 40.19 / 43.33
-    (40.78), 16384 rows 84.61 / 87.26 (84.93, torch.compile 89.47), 24576 rows 131.73 / 131.01
-    (131.81), 32768 rows 176.48 / 175.07 (176.05), 65536 rows 352.96 / 351.02 (352.67); fp32
-    8192 rows 84.48 / 87.17 (84.90), 16384 rows 176.51 / 174.94 (176.35, torch.compile 175.26),
-    32768 rows 353.31 / 351.33 (352.99); bf16 16384 x 8192 176.13 / 175.04 (175.68).
+    ``hinted_min_mib``: resident calls whose input takes at least this many MiB load it with L2's
+    ``evict_last`` (the ``RESIDENT_HINTED`` program; 0: every call whose loads can take it).  The
+    input is read once, yet on large calls the hint let the kernel pass torch.compile, as in the
+    fused residual add; on smaller ones it cost up to 8 %.  H100, rows of 4096, median of 7 rounds
+    in turns, µs without / with the hint: bf16 8192 rows 40.19 / 43.33, 16384 rows 84.61 / 87.26
+    (torch.compile 89.47), 24576 rows 131.73 / 131.01, 32768 rows 176.48 / 175.07, 65536 rows
+    352.96 / 351.02; fp32 8192 rows 84.48 / 87.17, 16384 rows 176.51 / 174.94 (torch.compile
+    175.26), 32768 rows 353.31 / 351.33; bf16 16384 x 8192 176.13 / 175.04.
     """
     vector_elems = max_vector(dtype)
-    if N <= MAX_THREADS * MAX_ELEMENTS_PER_THREAD:
-        per_thread = max(2 * vector_elems, -(-N // MAX_THREADS))
-        return {**_single_pass_config(N, dtype, per_thread), "hinted_min_mib": HINTED_MIN_MIB}
-    threads = 512
-    return {"block_rows": 1, "threads": threads, "chunk": threads * 2 * vector_elems, "hinted_min_mib": HINTED_MIN_MIB}
-
-
-def rms_norm_autotune_configs(N: int, dtype: torch.dtype) -> List[Dict[str, int]]:
-    """Valid candidate configs around the heuristic (the heuristic first)."""
-    vector_elems = max_vector(dtype)
-    candidates = [rms_norm_default_config(N, dtype)]
-    # Registers allow 64 half-precision (32 packed registers) or 32 fp32 elements per thread.
-    register_cap = 64 if dtype.itemsize == 2 else MAX_ELEMENTS_PER_THREAD
-    if N <= MAX_THREADS * register_cap:
-        for per_thread in (vector_elems, 2 * vector_elems, 4 * vector_elems, MAX_ELEMENTS_PER_THREAD, register_cap):
-            if -(-N // per_thread) <= MAX_THREADS:
-                candidates.append(_single_pass_config(N, dtype, per_thread))
-    for threads in (256, 512, 1024):
-        for vectors in (1, 2, 4):
-            chunk = threads * vectors * vector_elems
-            if chunk < N:
-                candidates.append({"block_rows": 1, "threads": threads, "chunk": chunk})
-    unique: List[Dict[str, int]] = []
-    for config in candidates:
-        config = {**config, "hinted_min_mib": HINTED_MIN_MIB}
-        if config not in unique:
-            unique.append(config)
-    return unique
-
-
-def _validate_config(N: int, block_rows: int, threads: int, chunk: int, hinted_min_mib: int = 0) -> None:
-    if not (32 <= threads <= MAX_THREADS and threads % 32 == 0):
-        raise ValueError(f"RMSNormFwdKernel: threads must be a multiple of 32 in [32, 1024], got {threads}")
-    if block_rows < 1 or chunk < 1:
-        raise ValueError(f"RMSNormFwdKernel: block_rows and chunk must be positive, got {block_rows}, {chunk}")
-    if chunk < N and block_rows != 1:
-        raise ValueError("RMSNormFwdKernel: the chunked program (chunk < N) takes block_rows=1")
-    if hinted_min_mib < 0:
-        raise ValueError(f"RMSNormFwdKernel: hinted_min_mib must be at least 0, got {hinted_min_mib}")
-
-
-def rms_norm_fwd_program(N: int, dtype: str, eps: float, *, block_rows: int, threads: int, chunk: int,
-                         hinted_min_mib: int = 0, row_access: int = 1) -> Any:
-    """The TileLang program for one config (see the module docstring); ``x``'s row stride is a
-    multiple of ``row_access`` elements.  (``hinted_min_mib`` chooses between this program and
-    ``resident_rms_program`` per call.)"""
-    import tilelang.language as T  # deferred: importing tilelang costs seconds
-
-    _validate_config(N, block_rows, threads, chunk, hinted_min_mib)
-    accum = "float32"
-    inv_n = 1.0 / N
-    M = T.dynamic("M")
-    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
-
-    if chunk >= N:
-
-        @T.prim_func
-        def rms_norm_fwd_single_pass(
-            X: XT,
-            W: T.Tensor((N,), dtype),
-            Y: T.Tensor((M, N), dtype),
-        ):
-            with T.Kernel(T.ceildiv(M, block_rows), threads=threads) as bx:
-                T.assume(LDX % row_access == 0)
-                x_tile = T.alloc_fragment((block_rows, chunk), dtype)
-                squares = T.alloc_fragment((block_rows, chunk), accum)
-                scale = T.alloc_fragment((block_rows,), accum)
-                for i, j in T.Parallel(block_rows, chunk):
-                    x_tile[i, j] = T.if_then_else(
-                        (bx * block_rows + i < M) and (j < N), X[bx * block_rows + i, j], T.cast(0, dtype)
-                    )
-                for i, j in T.Parallel(block_rows, chunk):
-                    squares[i, j] = T.cast(x_tile[i, j], accum) * T.cast(x_tile[i, j], accum)
-                T.reduce_sum(squares, scale, dim=1)
-                for i in T.Parallel(block_rows):
-                    scale[i] = T.rsqrt(scale[i] * inv_n + eps)
-                for i, j in T.Parallel(block_rows, chunk):
-                    if (bx * block_rows + i < M) and (j < N):
-                        Y[bx * block_rows + i, j] = T.cast(
-                            T.cast(x_tile[i, j], accum) * scale[i] * T.cast(W[j], accum), dtype
-                        )
-
-        return rms_norm_fwd_single_pass
-
-    full_chunks = N // chunk
-    tail = N - full_chunks * chunk
-
-    @T.prim_func
-    def rms_norm_fwd_chunked(
-        X: XT,
-        W: T.Tensor((N,), dtype),
-        Y: T.Tensor((M, N), dtype),
-    ):
-        with T.Kernel(M, threads=threads) as row:
-            T.assume(LDX % row_access == 0)
-            squares = T.alloc_fragment((1, chunk), accum)
-            scale = T.alloc_fragment((1,), accum)
-            T.clear(squares)
-            # Full tiles need no column guard, which keeps their accesses vectorized.
-            for k in T.serial(full_chunks):
-                for i, j in T.Parallel(1, chunk):
-                    squares[i, j] += T.cast(X[row, k * chunk + j], accum) * T.cast(X[row, k * chunk + j], accum)
-            if tail > 0:
-                for i, j in T.Parallel(1, chunk):
-                    if j < tail:
-                        squares[i, j] += T.cast(X[row, full_chunks * chunk + j], accum) * T.cast(
-                            X[row, full_chunks * chunk + j], accum
-                        )
-            T.reduce_sum(squares, scale, dim=1)
-            for i in T.Parallel(1):
-                scale[i] = T.rsqrt(scale[i] * inv_n + eps)
-            # Second pass in reverse: the tiles read last in the first pass are the likeliest L2 hits.
-            if tail > 0:
-                for i, j in T.Parallel(1, chunk):
-                    if j < tail:
-                        Y[row, full_chunks * chunk + j] = T.cast(
-                            T.cast(X[row, full_chunks * chunk + j], accum)
-                            * scale[i]
-                            * T.cast(W[full_chunks * chunk + j], accum),
-                            dtype,
-                        )
-            for kk in T.serial(full_chunks):
-                for i, j in T.Parallel(1, chunk):
-                    Y[row, (full_chunks - 1 - kk) * chunk + j] = T.cast(
-                        T.cast(X[row, (full_chunks - 1 - kk) * chunk + j], accum)
-                        * scale[i]
-                        * T.cast(W[(full_chunks - 1 - kk) * chunk + j], accum),
-                        dtype,
-                    )
-
-    return rms_norm_fwd_chunked
-
-
-def hinted_layout(N: int, dtype: torch.dtype, config: Dict[str, Any]) -> Optional[RowLayout]:
-    """The rows of ``config``'s single pass as ``resident_rms_program`` lays them out, when their
-    16-byte loads can carry an L2 hint; else None (chunked rows, narrower accesses)."""
-    threads, block_rows = config["threads"], config["block_rows"]
-    vector = row_vector(N, dtype)
-    row_threads = threads // block_rows
-    if (config["chunk"] < N or threads % block_rows or row_threads & (row_threads - 1)
-            or not takes_hint(EVICT_LAST, vector, torch_dtype_to_tl(dtype))):
-        return None
-    return RowLayout(N, vector, row_threads, threads)
+    return {"per_thread": max(2 * vector_elems, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 2,
+            "hinted_min_mib": HINTED_MIN_MIB}
 
 
 def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, policy: Optional[str],
@@ -317,69 +158,108 @@ def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, poli
     return fused_add_rms_norm_fwd
 
 
-class RMSNormFwdKernel(Kernel):
-    """RMSNorm forward over the last axis of an ``(M, N)`` tensor.
+def streamed_rms_program(N: int, dtype: str, eps: float, layout: StreamLayout, residual: bool) -> Any:
+    """RMSNorm of rows walked in chunks (``layout``): one pass sums squares, a second (in reverse)
+    writes.  ``residual``: the fused residual add's program, ``(X, R, W, Y, RO)``, whose first pass
+    also stores ``RO = X + R`` and whose second re-reads both inputs; else ``(X, W, Y)``."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
 
-    Args:
-        N: hidden size (length of the normalised axis), fixed at construction.
-        dtype: dtype of ``x``, ``weight`` and ``y`` (float16, bfloat16, float32).
-        eps: added to the mean of squares before the reciprocal square root.
-        config: explicit ``{"block_rows", "threads", "chunk", "hinted_min_mib"}`` (keys may be partial).
-        tune: pick the fastest of ``autotune_configs`` on the current GPU.
+    M = T.dynamic("M")
+    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
+    RT, LDR = strided_rows(T, M, N, dtype, "LDR") if residual else (None, None)
+    vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
+    walk = stream_macros(T, layout)
+    column, valid = walk["column"], walk["valid"]
+    row_sum = row_sum_macro(T, threads, 1)
+    inv_n = 1.0 / N
+
+    def value(xb, rb, i):
+        # The row element: x, or the float32 sum x + residual.
+        if residual:
+            return T.cast(xb[i], ACCUM) + T.cast(rb[i], ACCUM)
+        return T.cast(xb[i], ACCUM)
+
+    @T.macro
+    def load_step(X, R, xb, rb, row, step, tx):
+        walk["load_step"](X, xb, row, step, tx)
+        if residual:
+            walk["load_step"](R, rb, row, step, tx)
+
+    @T.macro
+    def body(X, R, W, Y, RO):
+        with T.Kernel(M, threads=threads) as row:
+            T.assume(LDX % vector == 0)
+            if residual:
+                T.assume(LDR % vector == 0)
+            tx = T.get_thread_binding()
+            xb = T.alloc_local((unroll * vector,), dtype)
+            rb = T.alloc_local((unroll * vector,), dtype) if residual else None
+            wb = T.alloc_local((unroll * vector,), dtype)
+            st = T.alloc_local((1,), ACCUM)
+            scratch = T.alloc_shared(scratch_shape(threads, 1), ACCUM)
+            st[0] = T.cast(0, ACCUM)
+            for step in T.serial(steps):
+                load_step(X, R, xb, rb, row, step, tx)
+                if residual:
+                    for u in T.unroll(unroll):
+                        if valid(step, u, tx):
+                            for k in T.vectorized(vector):
+                                RO[row, column(step, u, tx) + k] = T.cast(value(xb, rb, u * vector + k), dtype)
+                for i in T.unroll(unroll * vector):  # missing elements are zeros and add nothing
+                    st[0] = st[0] + value(xb, rb, i) * value(xb, rb, i)
+            row_sum(st, 0, scratch, 0, tx)
+            st[0] = T.rsqrt(st[0] * inv_n + eps)
+            # Reverse order: the chunks read last are the likeliest L2 hits.
+            for back in T.serial(steps):
+                load_step(X, R, xb, rb, row, steps - 1 - back, tx)
+                walk["load_step_vector"](W, wb, steps - 1 - back, tx)
+                for u in T.unroll(unroll):
+                    if valid(steps - 1 - back, u, tx):
+                        for k in T.vectorized(vector):
+                            Y[row, column(steps - 1 - back, u, tx) + k] = T.cast(
+                                value(xb, rb, u * vector + k) * st[0] * T.cast(wb[u * vector + k], ACCUM), dtype)
+
+    if not residual:
+
+        @T.prim_func
+        def rms_norm_fwd_streamed(X: XT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
+            body(X, None, W, Y, None)
+
+        return rms_norm_fwd_streamed
+
+    @T.prim_func
+    def fused_add_rms_norm_fwd_streamed(X: XT, R: RT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype),
+                                        RO: T.Tensor((M, N), dtype)):
+        body(X, R, W, Y, RO)
+
+    return fused_add_rms_norm_fwd_streamed
+
+
+class RMSNormFwdKernel(RowNormFwdKernel):
+    """RMSNorm forward over the last axis of an ``(M, N)`` tensor; ``forward(x, weight, out)``.
+
+    ``x`` has rows of unit stride lying a multiple of ``row_vector(N)`` elements apart, ``out``
+    is contiguous, ``weight`` contiguous ``(N,)``; all 16-byte aligned, on one GPU.
     """
 
-    # "2": large single-pass calls take the hinted resident program (``hinted_min_mib``).
-    version = "2"
-
-    def __init__(
-        self,
-        N: int,
-        dtype: torch.dtype,
-        *,
-        eps: float = 1e-6,
-        config: Optional[Dict[str, Any]] = None,
-        tune: bool = False,
-    ) -> None:
-        check_kernel_args(type(self).__name__, dtype, N=N)
-        self.N = int(N)
-        self.eps = float(eps)
-        super().__init__(dtype, config=config, tune=tune)
+    # "3": the norm family's resident and streamed row programs (``per_thread`` and ``stream_*`` keys).
+    version = "3"
+    resident_name, streamed_name, hinted_name = RESIDENT, STREAMED, RESIDENT_HINTED
 
     @property
     def default_config(self) -> Dict[str, Any]:
         return rms_norm_default_config(self.N, self.dtype)
 
-    @property
-    def autotune_configs(self) -> List[Dict[str, Any]]:
-        return rms_norm_autotune_configs(self.N, self.dtype)
+    def resident_fits(self, layout: RowLayout) -> bool:
+        return layout.per_thread <= RESIDENT_CAP
 
-    def program(self, **config: Any) -> Any:
-        return rms_norm_fwd_program(self.N, torch_dtype_to_tl(self.dtype), self.eps,
-                                    row_access=row_vector(self.N, self.dtype), **config)
-
-    def hinted_kernel(self, target: Any = "auto") -> Optional[Any]:
-        """The compiled ``resident_rms_program`` of the current config, its loads hinted ``evict_last``;
-        None for a config that ``hinted_layout`` does not lay out."""
-        config = dict(self.config)
-        layout = hinted_layout(self.N, self.dtype, config)
-        if layout is None:
-            return None
-        key = ("hinted", repr(target)) + tuple(sorted(config.items()))
-        return self.compile_once(key, lambda: resident_rms_program(
-            self.N, torch_dtype_to_tl(self.dtype), self.eps, layout, EVICT_LAST, residual=False),
-            target, ("hinted", config))
-
-    def build_all_for_sm90(self) -> Dict[str, Any]:
-        programs = {"main": self.build_for_sm90()}
-        hinted = self.hinted_kernel(SM90_BUILD_TARGET)
-        if hinted is not None:
-            programs["hinted"] = hinted
-        return programs
-
-    def _launcher(self, large: bool) -> Any:
-        """The launcher of calls at least ``hinted_min_mib`` large (``large``) or smaller."""
-        hinted = self.hinted_kernel() if large else None
-        return direct_launcher(self.kernel if hinted is None else hinted)
+    def build_program(self, name: str, config: Dict[str, Any]) -> Any:
+        layout = self.layout(config)
+        dtype = torch_dtype_to_tl(self.dtype)
+        if isinstance(layout, RowLayout):
+            policy: Optional[str] = EVICT_LAST if name == RESIDENT_HINTED else None
+            return resident_rms_program(self.N, dtype, self.eps, layout, policy, residual=False)
+        return streamed_rms_program(self.N, dtype, self.eps, layout, residual=False)
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         """Random ``(x, weight, out)`` on the current GPU to time a candidate on."""
@@ -388,10 +268,11 @@ class RMSNormFwdKernel(Kernel):
         return x, weight, torch.empty_like(x)
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """Write ``rms_norm(x) * weight`` into ``out`` (contiguous); ``x`` has rows of unit stride lying a
-        multiple of ``row_vector(N)`` elements apart; all 16-byte aligned, on one GPU."""
-        # The launchers of the current config, kept in the per-config plans: looking one up
-        # through ``compile`` builds a key per call, which costs microseconds.
-        large = x.nbytes >= hinted_min_bytes(self.config["hinted_min_mib"])
-        self._launch_plans.get(("launcher", large), lambda: self._launcher(large))(x, weight, out)
+        """Write ``rms_norm(x) * weight`` into ``out`` and return it."""
+        launch = self.launcher(self.row_program(x.nbytes))
+        if x.shape[0] <= MAX_EXTENT:
+            launch(x, weight, out)
+            return out
+        for start, stop in row_slices(x.shape[0]):
+            launch(x[start:stop], weight, out[start:stop])
         return out

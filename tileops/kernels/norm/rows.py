@@ -46,6 +46,7 @@ from tileops.kernels.sizes import (
     WARP,
     check_kernel_args,
     largest_pow2_divisor,
+    max_vector,
     next_pow2,
     row_vector,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "RowLayout",
     "StreamLayout",
     "RowNormKernel",
+    "RowNormFwdKernel",
     "resident_layout",
     "stream_layout",
     "row_sum_macro",
@@ -489,4 +491,40 @@ class RowNormKernel(Kernel):
         """``compute()`` once per config (layouts and launchers are asked for on every launch,
         and recomputing them would cost microseconds)."""
         return self._launch_plans.get(name, compute)
+
+
+class RowNormFwdKernel(RowNormKernel):
+    """Base of the forward norm kernels: rows resident in registers where ``resident_fits``
+    (``resident_name``, or ``hinted_name`` for calls of ``hinted_min_mib`` or more), else
+    streamed (``streamed_name``).  Config keys ``per_thread``, ``stream_threads``,
+    ``stream_unroll`` and ``hinted_min_mib``."""
+
+    resident_name: str = ""
+    streamed_name: str = ""
+
+    def resident_fits(self, layout: RowLayout) -> bool:
+        """Whether a thread holds its share of ``layout``'s rows in registers."""
+        raise NotImplementedError(f"{type(self).__name__}.resident_fits")
+
+    @property
+    def autotune_configs(self) -> List[Dict[str, Any]]:
+        vector_elems = max_vector(self.dtype)
+        return self._autotune_candidates((vector_elems, 2 * vector_elems, 4 * vector_elems),
+                                         tuple({"stream_threads": threads} for threads in (256, 512, 1024)))
+
+    def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
+        """The resident layout when a row fits in registers under ``config``, else the streamed one."""
+        if config is None:
+            return self.cached("layout", lambda: self.layout(self.config))
+        resident = resident_layout(self.N, self.dtype, config["per_thread"])
+        if self.resident_fits(resident):
+            return resident
+        return stream_layout(self.N, self.dtype, config["stream_threads"], config["stream_unroll"])
+
+    def main_program(self) -> str:
+        return self.cached("program", lambda: self.resident_name if isinstance(self.layout(), RowLayout)
+                           else self.streamed_name)
+
+    def program_keys(self) -> List[ProgramKey]:
+        return [(name, ()) for name in self.row_program_names()]
 
