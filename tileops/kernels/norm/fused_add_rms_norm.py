@@ -15,11 +15,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB
-from tileops.kernels.kernel_base import torch_dtype_to_tl
-from tileops.kernels.norm.rms_norm import RESIDENT_CAP, resident_rms_program, streamed_rms_program
-from tileops.kernels.norm.rows import MAX_EXTENT, RowLayout, RowNormFwdKernel, row_slices
-from tileops.kernels.sizes import MAX_THREADS, max_vector
+from tileops.kernels.norm.rms_norm import RMSNormFwdKernel, rms_norm_default_config
+from tileops.kernels.norm.rows import MAX_EXTENT, row_slices
 
 __all__ = ["FusedAddRMSNormFwdKernel", "fused_add_rms_norm_default_config"]
 
@@ -29,8 +26,9 @@ STREAMED = "fused_add_rms_norm_streamed"
 
 
 def fused_add_rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
-    """Two 16-byte vectors of each input per thread (more for long rows, at most 1024 threads a row);
-    streamed rows: 512 threads with two vectors of each input in flight.
+    """RMSNorm's (``rms_norm_default_config``): two 16-byte vectors of each input per thread (more for
+    long rows, at most 1024 threads a row); streamed rows: 512 threads with two vectors of each input
+    in flight.
 
     ``hinted_min_mib``: resident calls whose inputs (``x`` and ``residual`` together) take at least
     this many MiB load them with L2's ``evict_last`` (the ``RESIDENT_HINTED`` program; 0: every
@@ -42,33 +40,21 @@ def fused_add_rms_norm_default_config(N: int, dtype: torch.dtype) -> Dict[str, i
     4096, without / with / torch.compile: 4096 rows 40.38 / 43.36 / 43.94, 8192 rows 84.70 /
     87.62 / 88.00, 16384 rows 177.10 / 175.49 / 175.66; fp32 8192 rows 177.38 / 175.58 /
     178.37).  Elements per thread changed nothing (8, 16 or 32: 353.5-353.6 µs)."""
-    vector_elems = max_vector(dtype)
-    return {"per_thread": max(2 * vector_elems, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 2,
-            "hinted_min_mib": HINTED_MIN_MIB}
+    return rms_norm_default_config(N, dtype)
 
 
-class FusedAddRMSNormFwdKernel(RowNormFwdKernel):
+class FusedAddRMSNormFwdKernel(RMSNormFwdKernel):
     """``forward(x, residual, weight, y, residual_out)``: 16-byte aligned tensors on one GPU; the outputs
     contiguous, the inputs' rows of unit stride and a multiple of ``row_vector(N)`` elements apart."""
 
     # "2": the hint is taken per call from ``hinted_min_mib`` on, not by every call (``row_cache_hints``).
     version = "2"
     resident_name, streamed_name, hinted_name = RESIDENT, STREAMED, RESIDENT_HINTED
+    residual = True
 
     @property
     def default_config(self) -> Dict[str, Any]:
         return fused_add_rms_norm_default_config(self.N, self.dtype)
-
-    def resident_fits(self, layout: RowLayout) -> bool:
-        return layout.per_thread <= RESIDENT_CAP
-
-    def build_program(self, name: str, config: Dict[str, Any]) -> Any:
-        layout = self.layout(config)
-        dtype = torch_dtype_to_tl(self.dtype)
-        if isinstance(layout, RowLayout):
-            return resident_rms_program(self.N, dtype, self.eps, layout,
-                                        EVICT_LAST if name == RESIDENT_HINTED else None, residual=True)
-        return streamed_rms_program(self.N, dtype, self.eps, layout, residual=True)
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         rows = self.tuning_rows if rows is None else rows

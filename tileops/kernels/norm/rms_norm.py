@@ -142,20 +142,7 @@ def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, poli
             if row < M:
                 each_vector(lane, store_normalized, Y, W, zb, st, row, lane)
 
-    if not residual:
-
-        @T.prim_func
-        def rms_norm_fwd_resident(X: XT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
-            body(X, None, W, Y, None)
-
-        return rms_norm_fwd_resident
-
-    @T.prim_func
-    def fused_add_rms_norm_fwd(X: XT, R: RT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype),
-                               RO: T.Tensor((M, N), dtype)):
-        body(X, R, W, Y, RO)
-
-    return fused_add_rms_norm_fwd
+    return _rms_signature(T, M, N, dtype, XT, RT, body, "fused_add_rms_norm_fwd" if residual else "rms_norm_fwd_resident")
 
 
 def streamed_rms_program(N: int, dtype: str, eps: float, layout: StreamLayout, residual: bool) -> Any:
@@ -219,20 +206,29 @@ def streamed_rms_program(N: int, dtype: str, eps: float, layout: StreamLayout, r
                             Y[row, column(steps - 1 - back, u, tx) + k] = T.cast(
                                 value(xb, rb, u * vector + k) * st[0] * T.cast(wb[u * vector + k], ACCUM), dtype)
 
-    if not residual:
+    return _rms_signature(T, M, N, dtype, XT, RT, body,
+                          "fused_add_rms_norm_fwd_streamed" if residual else "rms_norm_fwd_streamed")
+
+
+def _rms_signature(T: Any, M: Any, N: int, dtype: str, XT: Any, RT: Any, body: Any, name: str) -> Any:
+    """``body`` as a program named ``name``: RMSNorm's ``(X, W, Y)``, or with ``RT`` (the residual's
+    type) the fused residual add's ``(X, R, W, Y, RO)``."""
+    if RT is None:
 
         @T.prim_func
-        def rms_norm_fwd_streamed(X: XT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
+        def rms_norm_fwd(X: XT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
             body(X, None, W, Y, None)
 
-        return rms_norm_fwd_streamed
+        program = rms_norm_fwd
+    else:
 
-    @T.prim_func
-    def fused_add_rms_norm_fwd_streamed(X: XT, R: RT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype),
-                                        RO: T.Tensor((M, N), dtype)):
-        body(X, R, W, Y, RO)
+        @T.prim_func
+        def fused_add_rms_norm_fwd(X: XT, R: RT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype),
+                                   RO: T.Tensor((M, N), dtype)):
+            body(X, R, W, Y, RO)
 
-    return fused_add_rms_norm_fwd_streamed
+        program = fused_add_rms_norm_fwd
+    return program.with_attr("global_symbol", name)
 
 
 class RMSNormFwdKernel(RowNormFwdKernel):
@@ -245,6 +241,8 @@ class RMSNormFwdKernel(RowNormFwdKernel):
     # "3": the norm family's resident and streamed row programs (``per_thread`` and ``stream_*`` keys).
     version = "3"
     resident_name, streamed_name, hinted_name = RESIDENT, STREAMED, RESIDENT_HINTED
+    # Whether the rows are ``x + residual`` (the fused residual add's programs).
+    residual = False
 
     @property
     def default_config(self) -> Dict[str, Any]:
@@ -257,9 +255,9 @@ class RMSNormFwdKernel(RowNormFwdKernel):
         layout = self.layout(config)
         dtype = torch_dtype_to_tl(self.dtype)
         if isinstance(layout, RowLayout):
-            policy: Optional[str] = EVICT_LAST if name == RESIDENT_HINTED else None
-            return resident_rms_program(self.N, dtype, self.eps, layout, policy, residual=False)
-        return streamed_rms_program(self.N, dtype, self.eps, layout, residual=False)
+            policy: Optional[str] = EVICT_LAST if name == self.hinted_name else None
+            return resident_rms_program(self.N, dtype, self.eps, layout, policy, self.residual)
+        return streamed_rms_program(self.N, dtype, self.eps, layout, self.residual)
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         """Random ``(x, weight, out)`` on the current GPU to time a candidate on."""
