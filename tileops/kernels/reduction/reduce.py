@@ -50,6 +50,7 @@ from tileops.kernels.sizes import (
     is_pow2,
     largest_pow2_divisor,
     max_vector,
+    next_pow2,
 )
 
 __all__ = [
@@ -664,17 +665,16 @@ def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] 
     and log-sum-exp 173.8 / 174.6, so those two keep 256.
 
     ``one_pass`` is the one-pass column program's (col_threads, threads,
-    unroll); col_threads 0 never takes it.  Its tiles are halved while too few
-    to fill the SMs, down to ``one_pass_min_tile_bytes`` over long axes (or to
-    one sector over short ones, ``NARROW_ONE_PASS_BYTES``).  Where even those
-    are too few, the axis is split into segments of that shape, enough for
-    ``one_pass_split_blocks_per_sm`` blocks an SM (0: the split program's own
-    ``column_*`` shape at ``COLUMN_BLOCKS_PER_SM``), if each block's strip of the axis holds
-    ``one_pass_split_min_strip_kib`` or more: below that, the partials and the combine launch
-    cost more than wide tiles gain (bf16 column sums, 512-byte tiles split against 128-byte
-    tiles in one pass, µs: 16384 x 16384, 2 MiB strips, 177.4 against 179.5; 32768 x 8192, 2 MiB,
-    176.9 against 183.3 for the split program; 2048 x 16384, 256 KiB, 28.9 against 26.7; 4096
-    x 4096, 128 KiB, 18.2 against 17.8 in 32-byte tiles).
+    unroll); col_threads 0 never takes it.  ``one_pass_min_tile_bytes`` (the
+    narrowest tile a long axis takes in one pass), ``one_pass_split_blocks_per_sm``
+    (the blocks an SM of its split over segments; 0: no such split) and
+    ``one_pass_split_min_strip_kib`` (the shortest strip a block of that split
+    walks) steer it (``ReductionKernel._one_pass_plan``).  Below that strip, the
+    partials and the combine launch cost more than wide tiles gain (bf16 column
+    sums, 512-byte tiles split against 128-byte tiles in one pass, µs: 16384 x
+    16384, 2 MiB strips, 177.4 against 179.5; 32768 x 8192, 2 MiB, 176.9 against
+    183.3 for the split program; 2048 x 16384, 256 KiB, 28.9 against 26.7; 4096 x
+    4096, 128 KiB, 18.2 against 17.8 in 32-byte tiles).
 
     Tile width and segments, H100, bf16 column sums, median of 7 rounds in turns, µs as
     (col_threads, segments) (torch.compile in brackets): 16384 x 16384 128-byte tiles in one
@@ -832,7 +832,7 @@ class ReductionKernel(Kernel):
             return None
         config, shape, itemsize = self.config, dict(params), self.dtype.itemsize
         outer, N, inner = x.shape
-        widest = min(shape["col_threads"], 1 << max(0, (-(-inner // cvec) - 1).bit_length()))
+        widest = min(shape["col_threads"], next_pow2(-(-inner // cvec)))
 
         def tiles(col_threads: int) -> int:
             return outer * -(-inner // (col_threads * cvec))
