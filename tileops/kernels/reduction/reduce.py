@@ -338,56 +338,47 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
             prepare(st, sti, 0, shift[0])
             tree(st, sti, ot, oti, sh, shi, tx)
 
+    width = spec.partial_width
+
+    @T.macro
+    def row_block(X, out, row, seg, segments):
+        """Block ``(row, seg)``: fold its segment of the row, then store the output (fused) or a partial."""
+        tx = T.get_thread_binding()
+        buf = T.alloc_local((unroll * vector,), dtype)
+        cm = T.alloc_local((spec.chunk_locals(1),), ACCUM)
+        nv = T.alloc_local((1,), "int32")
+        st = T.alloc_local((spec.slots,), ACCUM)
+        sti = T.alloc_local((1,), "int64")
+        ot = T.alloc_local((spec.slots,), ACCUM)
+        oti = T.alloc_local((1,), "int64")
+        shift = T.alloc_local((1,), ACCUM)
+        bounds = T.alloc_local((2,), "int64")
+        sh = T.alloc_shared((spec.slots, threads), ACCUM)
+        shi = T.alloc_shared((1, threads), "int64")
+        T.assume(LDX % vector == 0)
+        T.assume(N % vector == 0)
+        shift[0] = T.cast(0, ACCUM)
+        reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, row, seg, segments, tx)
+        if tx == 0:
+            if fused:
+                out[row] = stores["final"](st, sti, 0)
+            else:
+                stores["store_partial"](out, st, sti, 0, 1, row, seg, 0)
+
     if fused:
 
         @T.prim_func
         def reduce_rows(X: XT, Y: T.Tensor((G,), out_dtype)):
             with T.Kernel(G, threads=threads) as row:
-                tx = T.get_thread_binding()
-                buf = T.alloc_local((unroll * vector,), dtype)
-                cm = T.alloc_local((spec.chunk_locals(1),), ACCUM)
-                nv = T.alloc_local((1,), "int32")
-                st = T.alloc_local((spec.slots,), ACCUM)
-                sti = T.alloc_local((1,), "int64")
-                ot = T.alloc_local((spec.slots,), ACCUM)
-                oti = T.alloc_local((1,), "int64")
-                shift = T.alloc_local((1,), ACCUM)
-                bounds = T.alloc_local((2,), "int64")
-                sh = T.alloc_shared((spec.slots, threads), ACCUM)
-                shi = T.alloc_shared((1, threads), "int64")
-                T.assume(LDX % vector == 0)
-                T.assume(N % vector == 0)
-                shift[0] = T.cast(0, ACCUM)
-                reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, row, 0, 1, tx)
-                if tx == 0:
-                    Y[row] = stores["final"](st, sti, 0)
+                row_block(X, Y, row, 0, 1)
 
         return reduce_rows
-
-    width = spec.partial_width
 
     @T.prim_func
     def reduce_row_segments(X: XT, P: T.Tensor((G, S, 1, width), PARTIAL)):
         with T.Kernel(G, S, threads=threads) as (row, seg):
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
-            tx = T.get_thread_binding()
-            buf = T.alloc_local((unroll * vector,), dtype)
-            cm = T.alloc_local((spec.chunk_locals(1),), ACCUM)
-            nv = T.alloc_local((1,), "int32")
-            st = T.alloc_local((spec.slots,), ACCUM)
-            sti = T.alloc_local((1,), "int64")
-            ot = T.alloc_local((spec.slots,), ACCUM)
-            oti = T.alloc_local((1,), "int64")
-            shift = T.alloc_local((1,), ACCUM)
-            bounds = T.alloc_local((2,), "int64")
-            sh = T.alloc_shared((spec.slots, threads), ACCUM)
-            shi = T.alloc_shared((1, threads), "int64")
-            T.assume(LDX % vector == 0)
-            T.assume(N % vector == 0)
-            shift[0] = T.cast(0, ACCUM)
-            reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, row, seg, S, tx)
-            if tx == 0:
-                stores["store_partial"](P, st, sti, 0, 1, row, seg, 0)
+            row_block(X, P, row, seg, S)
 
     return reduce_row_segments
 
@@ -513,67 +504,53 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
 
     locate = column_locator(T, tile, col_threads)  # columns in vectors
 
+    width = spec.partial_width
+
+    @T.macro
+    def column_block(X, out, bx, seg, segments):
+        """Block ``(bx, seg)``: fold its columns' segment, then store the outputs (fused) or partials."""
+        T.annotate_min_blocks_per_sm(min_blocks)
+        tx = T.get_thread_binding()
+        buf = T.alloc_local((unroll * cvec,), dtype)
+        cm = T.alloc_local((spec.chunk_locals(W),), ACCUM)
+        st = T.alloc_local((spec.slots * W,), ACCUM)
+        sti = T.alloc_local((W,), "int64")
+        ot = T.alloc_local((spec.slots,), ACCUM)
+        oti = T.alloc_local((1,), "int64")
+        shift = T.alloc_local((W,), ACCUM)
+        bounds = T.alloc_local((2,), "int64")
+        sh = T.alloc_shared((spec.slots * W, threads), ACCUM)
+        shi = T.alloc_shared((W, threads), "int64")
+        T.assume(SXO % cvec == 0)
+        T.assume(SXN % cvec == 0)
+        T.assume(I % cvec == 0)
+        place = T.alloc_local((2,), "int32")
+        locate(place, bx, tx, I)
+        o, i0 = place[0], place[1] * cvec
+        T.assume(i0 % cvec == 0)
+        reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, seg, segments, tx)
+        if T.And(tx < col_threads, i0 < I):
+            for k in T.unroll(W):
+                if fused:
+                    out[o, i0 + k] = stores["final"](st, sti, k)
+                else:
+                    stores["store_partial"](out, st, sti, k, W, o, seg, i0 + k)
+
     if fused:
 
         @T.prim_func
         def reduce_columns(X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype), Y: T.Tensor((O, I), out_dtype)):
             with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
-                T.annotate_min_blocks_per_sm(min_blocks)
-                tx = T.get_thread_binding()
-                buf = T.alloc_local((unroll * cvec,), dtype)
-                cm = T.alloc_local((spec.chunk_locals(W),), ACCUM)
-                st = T.alloc_local((spec.slots * W,), ACCUM)
-                sti = T.alloc_local((W,), "int64")
-                ot = T.alloc_local((spec.slots,), ACCUM)
-                oti = T.alloc_local((1,), "int64")
-                shift = T.alloc_local((W,), ACCUM)
-                bounds = T.alloc_local((2,), "int64")
-                sh = T.alloc_shared((spec.slots * W, threads), ACCUM)
-                shi = T.alloc_shared((W, threads), "int64")
-                T.assume(SXO % cvec == 0)
-                T.assume(SXN % cvec == 0)
-                T.assume(I % cvec == 0)
-                place = T.alloc_local((2,), "int32")
-                locate(place, bx, tx, I)
-                o, i0 = place[0], place[1] * cvec
-                T.assume(i0 % cvec == 0)
-                reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, 0, 1, tx)
-                if T.And(tx < col_threads, i0 < I):
-                    for k in T.unroll(W):
-                        Y[o, i0 + k] = stores["final"](st, sti, k)
+                column_block(X, Y, bx, 0, 1)
 
         return reduce_columns
-
-    width = spec.partial_width
 
     @T.prim_func
     def reduce_column_segments(X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
                                P: T.Tensor((O, S, I, width), PARTIAL)):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
-            T.annotate_min_blocks_per_sm(min_blocks)
-            tx = T.get_thread_binding()
-            buf = T.alloc_local((unroll * cvec,), dtype)
-            cm = T.alloc_local((spec.chunk_locals(W),), ACCUM)
-            st = T.alloc_local((spec.slots * W,), ACCUM)
-            sti = T.alloc_local((W,), "int64")
-            ot = T.alloc_local((spec.slots,), ACCUM)
-            oti = T.alloc_local((1,), "int64")
-            shift = T.alloc_local((W,), ACCUM)
-            bounds = T.alloc_local((2,), "int64")
-            sh = T.alloc_shared((spec.slots * W, threads), ACCUM)
-            shi = T.alloc_shared((W, threads), "int64")
-            T.assume(SXO % cvec == 0)
-            T.assume(SXN % cvec == 0)
-            T.assume(I % cvec == 0)
-            place = T.alloc_local((2,), "int32")
-            locate(place, bx, tx, I)
-            o, i0 = place[0], place[1] * cvec
-            T.assume(i0 % cvec == 0)
-            reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, seg, S, tx)
-            if T.And(tx < col_threads, i0 < I):
-                for k in T.unroll(W):
-                    stores["store_partial"](P, st, sti, k, W, o, seg, i0 + k)
+            column_block(X, P, bx, seg, S)
 
     return reduce_column_segments
 
