@@ -950,54 +950,53 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             online["rescale"](st, _MAX, _SUM, _T2, _OFFSET)
             reduce(st, _SUM, scratch, 1, tx, False)
 
+    # The inputs' types and row strides: x, or grad_y and y.
+    if variant.backward:
+        AT, LDA = strided_rows(T, R, N, dtype, "LDG")
+        BT, LDB = strided_rows(T, R, N, dtype, "LDY")
+    else:
+        AT, LDA = strided_rows(T, R, N, dtype, "LDX")
+
+    @T.macro
+    def stats_block(A, B, PM, PS, row, seg):
+        T.pdl_trigger()  # the next launch may start early (see kernel_base)
+        tx = T.get_thread_binding()
+        a = T.alloc_local((unroll * vector,), dtype)
+        b = T.alloc_local((unroll * vector,), dtype) if variant.backward else None
+        st = T.alloc_local((_STATE,), ACCUM)
+        bounds = T.alloc_local((2,), "int32")
+        scratch = T.alloc_shared(scratch_shape, ACCUM)
+        T.assume(LDA % vector == 0)
+        if variant.backward:
+            T.assume(LDB % vector == 0)
+        walk_segment(A, B, a, b, st, bounds, row, seg, tx)
+        combine_block(st, scratch, tx)
+        if tx == 0:
+            if not variant.backward:
+                PM[row, seg] = st[_MAX]
+            PS[row, seg] = st[_SUM]
+
     if not variant.backward:
-        XT, LDX = strided_rows(T, R, N, dtype, "LDX")
 
         @T.prim_func
         def softmax_row_stats(
-            X: XT,
+            X: AT,
             PM: T.Tensor((R, S), ACCUM),
             PS: T.Tensor((R, S), ACCUM),
         ):
             with T.Kernel(R, S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (row, seg):
-                T.pdl_trigger()  # the next launch may start early (see kernel_base)
-                tx = T.get_thread_binding()
-                a = T.alloc_local((unroll * vector,), dtype)
-                st = T.alloc_local((_STATE,), ACCUM)
-                bounds = T.alloc_local((2,), "int32")
-                scratch = T.alloc_shared(scratch_shape, ACCUM)
-                T.assume(LDX % vector == 0)
-                walk_segment(X, X, a, a, st, bounds, row, seg, tx)
-                combine_block(st, scratch, tx)
-                if tx == 0:
-                    PM[row, seg] = st[_MAX]
-                    PS[row, seg] = st[_SUM]
+                stats_block(X, None, PM, PS, row, seg)
 
         return softmax_row_stats
 
-    GT, LDG = strided_rows(T, R, N, dtype, "LDG")
-    YT, LDY = strided_rows(T, R, N, dtype, "LDY")
-
     @T.prim_func
     def softmax_bwd_row_stats(
-        G: GT,
-        Yv: YT,
+        G: AT,
+        Yv: BT,
         PS: T.Tensor((R, S), ACCUM),
     ):
         with T.Kernel(R, S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (row, seg):
-            T.pdl_trigger()  # the next launch may start early (see kernel_base)
-            tx = T.get_thread_binding()
-            a = T.alloc_local((unroll * vector,), dtype)
-            b = T.alloc_local((unroll * vector,), dtype)
-            st = T.alloc_local((_STATE,), ACCUM)
-            bounds = T.alloc_local((2,), "int32")
-            scratch = T.alloc_shared(scratch_shape, ACCUM)
-            T.assume(LDG % vector == 0)
-            T.assume(LDY % vector == 0)
-            walk_segment(G, Yv, a, b, st, bounds, row, seg, tx)
-            combine_block(st, scratch, tx)
-            if tx == 0:
-                PS[row, seg] = st[_SUM]
+            stats_block(G, Yv, None, PS, row, seg)
 
     return softmax_bwd_row_stats
 
@@ -1063,51 +1062,55 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                             a[u * vector + k], b[u * vector + k], st, 0
                         )
 
+    # The inputs' types and row strides: x, or grad_y and y.
+    if variant.backward:
+        AT, LDA = strided_rows(T, R, N, dtype, "LDG")
+        BT, LDB = strided_rows(T, R, N, dtype, "LDY")
+    else:
+        AT, LDA = strided_rows(T, R, N, dtype, "LDX")
+
+    @T.macro
+    def apply_block(A, B, PM, PS, D, row, seg):
+        T.pdl_sync()  # wait for the launch before (see kernel_base)
+        tx = T.get_thread_binding()
+        a = T.alloc_local((unroll * vector,), dtype)
+        if variant.backward:
+            b = T.alloc_local((unroll * vector,), dtype)
+        st = T.alloc_local((_STATE,), ACCUM)
+        bounds = T.alloc_local((2,), "int32")
+        scratch = T.alloc_shared(scratch_shape, ACCUM)
+        T.assume(LDA % vector == 0)
+        if variant.backward:
+            T.assume(LDB % vector == 0)
+        gather_partials(PM, PS, st, scratch, row, tx)
+        if variant.backward:
+            write_segment(A, B, D, a, b, st, bounds, row, seg, tx)
+        else:
+            write_segment(A, A, D, a, a, st, bounds, row, seg, tx)
+
     if not variant.backward:
-        XT, LDX = strided_rows(T, R, N, dtype, "LDX")
 
         @T.prim_func
         def softmax_row_apply(
-            X: XT,
+            X: AT,
             PM: T.Tensor((R, S), ACCUM),
             PS: T.Tensor((R, S), ACCUM),
             Y: T.Tensor((R, N), dtype),
         ):
             with T.Kernel(R, S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (row, seg):
-                T.pdl_sync()  # wait for the launch before (see kernel_base)
-                tx = T.get_thread_binding()
-                a = T.alloc_local((unroll * vector,), dtype)
-                st = T.alloc_local((_STATE,), ACCUM)
-                bounds = T.alloc_local((2,), "int32")
-                scratch = T.alloc_shared(scratch_shape, ACCUM)
-                T.assume(LDX % vector == 0)
-                gather_partials(PM, PS, st, scratch, row, tx)
-                write_segment(X, X, Y, a, a, st, bounds, row, seg, tx)
+                apply_block(X, None, PM, PS, Y, row, seg)
 
         return softmax_row_apply
 
-    GT, LDG = strided_rows(T, R, N, dtype, "LDG")
-    YT, LDY = strided_rows(T, R, N, dtype, "LDY")
-
     @T.prim_func
     def softmax_bwd_row_apply(
-        G: GT,
-        Yv: YT,
+        G: AT,
+        Yv: BT,
         PS: T.Tensor((R, S), ACCUM),
         DX: T.Tensor((R, N), dtype),
     ):
         with T.Kernel(R, S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (row, seg):
-            T.pdl_sync()  # wait for the launch before (see kernel_base)
-            tx = T.get_thread_binding()
-            a = T.alloc_local((unroll * vector,), dtype)
-            b = T.alloc_local((unroll * vector,), dtype)
-            st = T.alloc_local((_STATE,), ACCUM)
-            bounds = T.alloc_local((2,), "int32")
-            scratch = T.alloc_shared(scratch_shape, ACCUM)
-            T.assume(LDG % vector == 0)
-            T.assume(LDY % vector == 0)
-            gather_partials(PS, PS, st, scratch, row, tx)
-            write_segment(G, Yv, DX, a, b, st, bounds, row, seg, tx)
+            apply_block(G, Yv, PS, PS, DX, row, seg)
 
     return softmax_bwd_row_apply
 
@@ -1268,6 +1271,15 @@ def _combine_lanes(T: Any, variant: SoftmaxVariant, setup: Dict[str, Any],
     return combine_lanes
 
 
+def _column_strides(T: Any, variant: SoftmaxVariant) -> Tuple[Tuple[Any, Any], Tuple[Any, Any]]:
+    """The symbolic (outer, axis) strides of a column program's inputs: grad_y's and y's, or x's
+    and ``(None, None)``."""
+    if variant.backward:
+        return (T.dynamic("SGO", "int64"), T.dynamic("SGN", "int64")), (T.dynamic("SYO", "int64"),
+                                                                           T.dynamic("SYN", "int64"))
+    return (T.dynamic("SXO", "int64"), T.dynamic("SXN", "int64")), (None, None)
+
+
 def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
                          column_threads: int, column_unroll: int, column_cache_hints: int = 0, **_: Any) -> Any:
     """Partial reductions of the ``S`` axis segments of every column: ``P*[o, seg, i]`` (float32)."""
@@ -1289,73 +1301,57 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
     combine_block = _combine_lanes(T, variant, setup)
 
+    (SAO, SAN), (SBO, SBN) = _column_strides(T, variant)
+
+    @T.macro
+    def stats_block(A, B, PM, PS, bx, seg):
+        T.pdl_trigger()  # the next launch may start early (see kernel_base)
+        tx = T.get_thread_binding()
+        a = T.alloc_local((unroll * cvec,), dtype)
+        b = T.alloc_local((unroll * cvec,), dtype) if variant.backward else None
+        st = T.alloc_local((_STATE * cvec,), ACCUM)
+        bounds = T.alloc_local((2,), "int32")
+        scratch = T.alloc_shared(scratch_shape, ACCUM)
+        T.assume(SAO % cvec == 0)
+        T.assume(SAN % cvec == 0)
+        if variant.backward:
+            T.assume(SBO % cvec == 0)
+            T.assume(SBN % cvec == 0)
+        T.assume(I % cvec == 0)
+        place = T.alloc_local((2,), "int32")
+        locate(place, bx, tx, I)
+        o, i0 = place[0], place[1] * cvec
+        T.assume(i0 % cvec == 0)
+        walk_segment(A, B, a, b, st, bounds, o, seg, tx // col_threads, i0)
+        combine_block(st, scratch, tx)
+        if tx < col_threads and i0 < I:
+            if not variant.backward:
+                for k in T.vectorized(cvec):
+                    PM[o, seg, i0 + k] = st[slot(_MAX, k)]
+            for k in T.vectorized(cvec):
+                PS[o, seg, i0 + k] = st[slot(_SUM, k)]
+
     if not variant.backward:
-        SXO = T.dynamic("SXO", "int64")
-        SXN = T.dynamic("SXN", "int64")
 
         @T.prim_func
         def softmax_column_stats(
-            X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
+            X: T.StridedTensor((O, N, I), (SAO, SAN, 1), dtype),
             PM: T.Tensor((O, S, I), ACCUM),
             PS: T.Tensor((O, S, I), ACCUM),
         ):
             with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, seg):
-                T.pdl_trigger()  # the next launch may start early (see kernel_base)
-                tx = T.get_thread_binding()
-                a = T.alloc_local((unroll * cvec,), dtype)
-                st = T.alloc_local((_STATE * cvec,), ACCUM)
-                bounds = T.alloc_local((2,), "int32")
-                scratch = T.alloc_shared(scratch_shape, ACCUM)
-                T.assume(SXO % cvec == 0)
-                T.assume(SXN % cvec == 0)
-                T.assume(I % cvec == 0)
-                place = T.alloc_local((2,), "int32")
-                locate(place, bx, tx, I)
-                o, i0 = place[0], place[1] * cvec
-                T.assume(i0 % cvec == 0)
-                walk_segment(X, X, a, a, st, bounds, o, seg, tx // col_threads, i0)
-                combine_block(st, scratch, tx)
-                if tx < col_threads and i0 < I:
-                    for k in T.vectorized(cvec):
-                        PM[o, seg, i0 + k] = st[slot(_MAX, k)]
-                    for k in T.vectorized(cvec):
-                        PS[o, seg, i0 + k] = st[slot(_SUM, k)]
+                stats_block(X, None, PM, PS, bx, seg)
 
         return softmax_column_stats
 
-    SGO = T.dynamic("SGO", "int64")
-    SGN = T.dynamic("SGN", "int64")
-    SYO = T.dynamic("SYO", "int64")
-    SYN = T.dynamic("SYN", "int64")
-
     @T.prim_func
     def softmax_bwd_column_stats(
-        G: T.StridedTensor((O, N, I), (SGO, SGN, 1), dtype),
-        Yv: T.StridedTensor((O, N, I), (SYO, SYN, 1), dtype),
+        G: T.StridedTensor((O, N, I), (SAO, SAN, 1), dtype),
+        Yv: T.StridedTensor((O, N, I), (SBO, SBN, 1), dtype),
         PS: T.Tensor((O, S, I), ACCUM),
     ):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, seg):
-            T.pdl_trigger()  # the next launch may start early (see kernel_base)
-            tx = T.get_thread_binding()
-            a = T.alloc_local((unroll * cvec,), dtype)
-            b = T.alloc_local((unroll * cvec,), dtype)
-            st = T.alloc_local((_STATE * cvec,), ACCUM)
-            bounds = T.alloc_local((2,), "int32")
-            scratch = T.alloc_shared(scratch_shape, ACCUM)
-            T.assume(SGO % cvec == 0)
-            T.assume(SGN % cvec == 0)
-            T.assume(SYO % cvec == 0)
-            T.assume(SYN % cvec == 0)
-            T.assume(I % cvec == 0)
-            place = T.alloc_local((2,), "int32")
-            locate(place, bx, tx, I)
-            o, i0 = place[0], place[1] * cvec
-            T.assume(i0 % cvec == 0)
-            walk_segment(G, Yv, a, b, st, bounds, o, seg, tx // col_threads, i0)
-            combine_block(st, scratch, tx)
-            if tx < col_threads and i0 < I:
-                for k in T.vectorized(cvec):
-                    PS[o, seg, i0 + k] = st[slot(_SUM, k)]
+            stats_block(G, Yv, None, PS, bx, seg)
 
     return softmax_bwd_column_stats
 
@@ -1398,67 +1394,57 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         segment_bounds(bounds, seg, S)
         write_walk(A, B, D, a, b, st, bounds[0], bounds[1], o, lane, i0, I)
 
+    (SAO, SAN), (SBO, SBN) = _column_strides(T, variant)
+
+    @T.macro
+    def apply_block(A, B, PM, PS, D, bx, seg):
+        T.pdl_sync()  # wait for the launch before (see kernel_base)
+        tx = T.get_thread_binding()
+        a = T.alloc_local((unroll * cvec,), dtype)
+        if variant.backward:
+            b = T.alloc_local((unroll * cvec,), dtype)
+        st = T.alloc_local((_STATE * cvec,), ACCUM)
+        bounds = T.alloc_local((2,), "int32")
+        scratch = T.alloc_shared(scratch_shape, ACCUM)
+        T.assume(SAO % cvec == 0)
+        T.assume(SAN % cvec == 0)
+        if variant.backward:
+            T.assume(SBO % cvec == 0)
+            T.assume(SBN % cvec == 0)
+        T.assume(I % cvec == 0)
+        place = T.alloc_local((2,), "int32")
+        locate(place, bx, tx, I)
+        o, i0 = place[0], place[1] * cvec
+        T.assume(i0 % cvec == 0)
+        gather_partials(PM, PS, st, scratch, o, tx // col_threads, i0, tx)
+        if variant.backward:
+            write_segment(A, B, D, a, b, st, bounds, o, seg, tx // col_threads, i0)
+        else:
+            write_segment(A, A, D, a, a, st, bounds, o, seg, tx // col_threads, i0)
+
     if not variant.backward:
-        SXO = T.dynamic("SXO", "int64")
-        SXN = T.dynamic("SXN", "int64")
 
         @T.prim_func
         def softmax_column_apply(
-            X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
+            X: T.StridedTensor((O, N, I), (SAO, SAN, 1), dtype),
             PM: T.Tensor((O, S, I), ACCUM),
             PS: T.Tensor((O, S, I), ACCUM),
             Y: T.Tensor((O, N, I), dtype),
         ):
             with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, seg):
-                T.pdl_sync()  # wait for the launch before (see kernel_base)
-                tx = T.get_thread_binding()
-                a = T.alloc_local((unroll * cvec,), dtype)
-                st = T.alloc_local((_STATE * cvec,), ACCUM)
-                bounds = T.alloc_local((2,), "int32")
-                scratch = T.alloc_shared(scratch_shape, ACCUM)
-                T.assume(SXO % cvec == 0)
-                T.assume(SXN % cvec == 0)
-                T.assume(I % cvec == 0)
-                place = T.alloc_local((2,), "int32")
-                locate(place, bx, tx, I)
-                o, i0 = place[0], place[1] * cvec
-                T.assume(i0 % cvec == 0)
-                gather_partials(PM, PS, st, scratch, o, tx // col_threads, i0, tx)
-                write_segment(X, X, Y, a, a, st, bounds, o, seg, tx // col_threads, i0)
+                apply_block(X, None, PM, PS, Y, bx, seg)
 
         return softmax_column_apply
 
-    SGO = T.dynamic("SGO", "int64")
-    SGN = T.dynamic("SGN", "int64")
-    SYO = T.dynamic("SYO", "int64")
-    SYN = T.dynamic("SYN", "int64")
-
     @T.prim_func
     def softmax_bwd_column_apply(
-        G: T.StridedTensor((O, N, I), (SGO, SGN, 1), dtype),
-        Yv: T.StridedTensor((O, N, I), (SYO, SYN, 1), dtype),
+        G: T.StridedTensor((O, N, I), (SAO, SAN, 1), dtype),
+        Yv: T.StridedTensor((O, N, I), (SBO, SBN, 1), dtype),
         PS: T.Tensor((O, S, I), ACCUM),
         DX: T.Tensor((O, N, I), dtype),
     ):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, seg):
-            T.pdl_sync()  # wait for the launch before (see kernel_base)
-            tx = T.get_thread_binding()
-            a = T.alloc_local((unroll * cvec,), dtype)
-            b = T.alloc_local((unroll * cvec,), dtype)
-            st = T.alloc_local((_STATE * cvec,), ACCUM)
-            bounds = T.alloc_local((2,), "int32")
-            scratch = T.alloc_shared(scratch_shape, ACCUM)
-            T.assume(SGO % cvec == 0)
-            T.assume(SGN % cvec == 0)
-            T.assume(SYO % cvec == 0)
-            T.assume(SYN % cvec == 0)
-            T.assume(I % cvec == 0)
-            place = T.alloc_local((2,), "int32")
-            locate(place, bx, tx, I)
-            o, i0 = place[0], place[1] * cvec
-            T.assume(i0 % cvec == 0)
-            gather_partials(PS, PS, st, scratch, o, tx // col_threads, i0, tx)
-            write_segment(G, Yv, DX, a, b, st, bounds, o, seg, tx // col_threads, i0)
+            apply_block(G, Yv, PS, PS, DX, bx, seg)
 
     return softmax_bwd_column_apply
 
@@ -1582,41 +1568,38 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
                             prelude=CACHE_HINT_PRELUDE + PEER_STORE)
         return T.Kernel(blocks, threads=threads, prelude=CACHE_HINT_PRELUDE)
 
+    (SAO, SAN), (SBO, SBN) = _column_strides(T, variant)
+
+    @T.macro
+    def fused_block(A, B, D, bx):
+        T.assume(SAO % cvec == 0)
+        T.assume(SAN % cvec == 0)
+        if variant.backward:
+            T.assume(SBO % cvec == 0)
+            T.assume(SBN % cvec == 0)
+        T.assume(I % cvec == 0)
+        reduce_and_write(A, B, D, bx, T.get_thread_binding())
+
     if not variant.backward:
-        SXO = T.dynamic("SXO", "int64")
-        SXN = T.dynamic("SXN", "int64")
 
         @T.prim_func
         def softmax_column_fused(
-            X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
+            X: T.StridedTensor((O, N, I), (SAO, SAN, 1), dtype),
             Y: T.Tensor((O, N, I), dtype),
         ):
             with launch() as bx:
-                T.assume(SXO % cvec == 0)
-                T.assume(SXN % cvec == 0)
-                T.assume(I % cvec == 0)
-                reduce_and_write(X, X, Y, bx, T.get_thread_binding())
+                fused_block(X, X, Y, bx)
 
         return softmax_column_fused
 
-    SGO = T.dynamic("SGO", "int64")
-    SGN = T.dynamic("SGN", "int64")
-    SYO = T.dynamic("SYO", "int64")
-    SYN = T.dynamic("SYN", "int64")
-
     @T.prim_func
     def softmax_bwd_column_fused(
-        G: T.StridedTensor((O, N, I), (SGO, SGN, 1), dtype),
-        Yv: T.StridedTensor((O, N, I), (SYO, SYN, 1), dtype),
+        G: T.StridedTensor((O, N, I), (SAO, SAN, 1), dtype),
+        Yv: T.StridedTensor((O, N, I), (SBO, SBN, 1), dtype),
         DX: T.Tensor((O, N, I), dtype),
     ):
         with launch() as bx:
-            T.assume(SGO % cvec == 0)
-            T.assume(SGN % cvec == 0)
-            T.assume(SYO % cvec == 0)
-            T.assume(SYN % cvec == 0)
-            T.assume(I % cvec == 0)
-            reduce_and_write(G, Yv, DX, bx, T.get_thread_binding())
+            fused_block(G, Yv, DX, bx)
 
     return softmax_bwd_column_fused
 
