@@ -34,7 +34,7 @@ import torch
 
 from tileops.kernels.launch import LayoutMemo
 
-__all__ = ["Kernel", "UnsupportedArchError", "SM90_BUILD_TARGET", "PASS_CONFIGS", "column_locator", "strided_rows",
+__all__ = ["Kernel", "UnsupportedArchError", "SM90_BUILD_TARGET", "PASS_CONFIGS", "column_locator", "column_placement", "strided_rows",
            "torch_dtype_to_tl", "with_pass_configs"]
 
 logger = logging.getLogger(__name__)
@@ -92,6 +92,24 @@ def column_locator(T: Any, tile: int, col_threads: int) -> Any:
         place[1] = (bx - place[0] * T.ceildiv(I, tile)) * col_threads + tx % col_threads
 
     return locate
+
+
+def column_placement(T: Any, tile: int, col_threads: int, cvec: int) -> Any:
+    """Macro ``place_thread(bx, tx, I) -> (o, i0)`` of the column programs whose columns are counted
+    in ``cvec``-element vectors: ``column_locator``'s outer index ``o`` of block ``bx`` and the first
+    inner element ``i0`` of thread ``tx``, stated to be a multiple of ``cvec`` (the vectorizer needs
+    that to keep 16-byte accesses, and does not look into a local)."""
+    locate = column_locator(T, tile, col_threads)
+
+    @T.macro
+    def place_thread(bx, tx, I):  # noqa: N803 - the extent's name in the generated signature
+        place = T.alloc_local((2,), "int32")
+        locate(place, bx, tx, I)
+        o, i0 = place[0], place[1] * cvec
+        T.assume(i0 % cvec == 0)
+        return o, i0
+
+    return place_thread
 
 
 def strided_rows(T: Any, M: Any, N: Any, dtype: str, stride_name: str, strided: bool = True) -> Tuple[Any, Any]:

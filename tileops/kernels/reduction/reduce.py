@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, column_locator, strided_rows, torch_dtype_to_tl
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, column_placement, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import ALIGNMENT, direct_launcher, widest_access
 from tileops.kernels.reduction.reducers import REDUCERS, ReducerSpec, reducer_macros
 from tileops.kernels.sizes import (
@@ -502,7 +502,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
             prepare(st, sti, k, shift[k])
         tree(st, sti, ot, oti, sh, shi, tx)
 
-    locate = column_locator(T, tile, col_threads)  # columns in vectors
+    place_thread = column_placement(T, tile, col_threads, cvec)
 
     width = spec.partial_width
 
@@ -524,10 +524,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
         T.assume(SXO % cvec == 0)
         T.assume(SXN % cvec == 0)
         T.assume(I % cvec == 0)
-        place = T.alloc_local((2,), "int32")
-        locate(place, bx, tx, I)
-        o, i0 = place[0], place[1] * cvec
-        T.assume(i0 % cvec == 0)
+        o, i0 = place_thread(bx, tx, I)
         reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, bounds, shift, o, i0, seg, segments, tx)
         if T.And(tx < col_threads, i0 < I):
             for k in T.unroll(W):

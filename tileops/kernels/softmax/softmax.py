@@ -70,7 +70,13 @@ from tileops.kernels.cache_hints import (
     takes_hint,
     vector_load,
 )
-from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, column_locator, strided_rows, torch_dtype_to_tl
+from tileops.kernels.kernel_base import (
+    SM90_BUILD_TARGET,
+    Kernel,
+    column_placement,
+    strided_rows,
+    torch_dtype_to_tl,
+)
 from tileops.kernels.launch import access_alignment, direct_launcher, widest_access
 from tileops.kernels.sizes import (
     ACCUM,
@@ -888,6 +894,43 @@ def _row_segment_macros(T: Any, N: int, vector: int, threads: int, unroll: int, 
             "segment_bounds": segment_bounds}
 
 
+def _block_locals(T: Any, variant: SoftmaxVariant, dtype: str, width: int, state: int,
+                  scratch_shape: Tuple[int, ...]) -> Any:
+    """Macro ``begin()`` of a statistics or application block: its thread index, the load buffers
+    ``a`` and (backward) ``b`` of ``width`` elements, ``state`` float32 states, the segment bounds
+    and the reduction scratch; ``b`` is None in the forward."""
+
+    @T.macro
+    def begin():
+        tx = T.get_thread_binding()
+        a = T.alloc_local((width,), dtype)
+        b = T.alloc_local((width,), dtype) if variant.backward else None
+        st = T.alloc_local((state,), ACCUM)
+        bounds = T.alloc_local((2,), "int32")
+        scratch = T.alloc_shared(scratch_shape, ACCUM)
+        return tx, a, b, st, bounds, scratch
+
+    return begin
+
+
+def _row_inputs(T: Any, variant: SoftmaxVariant, R: Any, N: int, dtype: str, vector: int) -> Tuple[Any, Any, Any]:
+    """The types of a row program's inputs (x, or grad_y and y; the second None in the forward)
+    and a macro ``assume_aligned()`` stating that their row strides divide into ``vector``."""
+    if variant.backward:
+        AT, LDA = strided_rows(T, R, N, dtype, "LDG")
+        BT, LDB = strided_rows(T, R, N, dtype, "LDY")
+    else:
+        (AT, LDA), (BT, LDB) = strided_rows(T, R, N, dtype, "LDX"), (None, None)
+
+    @T.macro
+    def assume_aligned():
+        T.assume(LDA % vector == 0)
+        if variant.backward:
+            T.assume(LDB % vector == 0)
+
+    return AT, BT, assume_aligned
+
+
 def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, split_threads: int,
                       split_unroll: int, split_cache_hints: int = 0, **_: Any) -> Any:
     """Partial reductions of the ``S`` segments of every row: ``P*[row, seg]`` (float32).
@@ -950,25 +993,14 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             online["rescale"](st, _MAX, _SUM, _T2, _OFFSET)
             reduce(st, _SUM, scratch, 1, tx, False)
 
-    # The inputs' types and row strides: x, or grad_y and y.
-    if variant.backward:
-        AT, LDA = strided_rows(T, R, N, dtype, "LDG")
-        BT, LDB = strided_rows(T, R, N, dtype, "LDY")
-    else:
-        AT, LDA = strided_rows(T, R, N, dtype, "LDX")
+    AT, BT, assume_aligned = _row_inputs(T, variant, R, N, dtype, vector)
+    begin = _block_locals(T, variant, dtype, unroll * vector, _STATE, scratch_shape)
 
     @T.macro
     def stats_block(A, B, PM, PS, row, seg):
         T.pdl_trigger()  # the next launch may start early (see kernel_base)
-        tx = T.get_thread_binding()
-        a = T.alloc_local((unroll * vector,), dtype)
-        b = T.alloc_local((unroll * vector,), dtype) if variant.backward else None
-        st = T.alloc_local((_STATE,), ACCUM)
-        bounds = T.alloc_local((2,), "int32")
-        scratch = T.alloc_shared(scratch_shape, ACCUM)
-        T.assume(LDA % vector == 0)
-        if variant.backward:
-            T.assume(LDB % vector == 0)
+        tx, a, b, st, bounds, scratch = begin()
+        assume_aligned()
         walk_segment(A, B, a, b, st, bounds, row, seg, tx)
         combine_block(st, scratch, tx)
         if tx == 0:
@@ -1062,26 +1094,14 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                             a[u * vector + k], b[u * vector + k], st, 0
                         )
 
-    # The inputs' types and row strides: x, or grad_y and y.
-    if variant.backward:
-        AT, LDA = strided_rows(T, R, N, dtype, "LDG")
-        BT, LDB = strided_rows(T, R, N, dtype, "LDY")
-    else:
-        AT, LDA = strided_rows(T, R, N, dtype, "LDX")
+    AT, BT, assume_aligned = _row_inputs(T, variant, R, N, dtype, vector)
+    begin = _block_locals(T, variant, dtype, unroll * vector, _STATE, scratch_shape)
 
     @T.macro
     def apply_block(A, B, PM, PS, D, row, seg):
         T.pdl_sync()  # wait for the launch before (see kernel_base)
-        tx = T.get_thread_binding()
-        a = T.alloc_local((unroll * vector,), dtype)
-        if variant.backward:
-            b = T.alloc_local((unroll * vector,), dtype)
-        st = T.alloc_local((_STATE,), ACCUM)
-        bounds = T.alloc_local((2,), "int32")
-        scratch = T.alloc_shared(scratch_shape, ACCUM)
-        T.assume(LDA % vector == 0)
-        if variant.backward:
-            T.assume(LDB % vector == 0)
+        tx, a, b, st, bounds, scratch = begin()
+        assume_aligned()
         gather_partials(PM, PS, st, scratch, row, tx)
         if variant.backward:
             write_segment(A, B, D, a, b, st, bounds, row, seg, tx)
@@ -1164,22 +1184,18 @@ def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unr
                   hints: int) -> Dict[str, Any]:
     """What both column programs share: the walk, the layout, the lane reduction and the state slots.
 
-    ``locate(place, bx, tx, I)`` sets the int32 locals ``place`` to the outer index of
-    column block ``bx`` and the first inner vector of its thread ``tx`` (``place[1] * cvec`` is
-    its first inner position); ``slot(name, k)`` is state ``name`` of the thread's ``k``-th
-    inner position.
+    ``place_thread(bx, tx, I)`` gives the outer index of column block ``bx`` and the first inner
+    position of its thread ``tx`` (``column_placement``); ``slot(name, k)`` is state ``name`` of
+    the thread's ``k``-th inner position.
     """
     lanes, tile = _column_layout(cvec, col_threads, threads)
 
     def slot(name, k):
         return name * cvec + k
 
-    # Columns in vectors: callers take ``i0 = place[1] * cvec`` and state ``T.assume(i0 % cvec == 0)``,
-    # which the vectorizer needs to keep 16-byte accesses (it does not look into a local).
-    locate = column_locator(T, tile, col_threads)
-
     return {**_column_walk(T, N, cvec, lanes, unroll, dtype, hints), "cvec": cvec, "lanes": lanes, "tile": tile,
-            "slot": slot, "unroll": unroll, "locate": locate, "reduce": _group_reduce(T, col_threads, lanes),
+            "slot": slot, "unroll": unroll, "place_thread": column_placement(T, tile, col_threads, cvec),
+            "reduce": _group_reduce(T, col_threads, lanes),
             "scratch_shape": _scratch_shape(threads, col_threads, lanes, 2 * cvec)}
 
 
@@ -1271,13 +1287,25 @@ def _combine_lanes(T: Any, variant: SoftmaxVariant, setup: Dict[str, Any],
     return combine_lanes
 
 
-def _column_strides(T: Any, variant: SoftmaxVariant) -> Tuple[Tuple[Any, Any], Tuple[Any, Any]]:
-    """The symbolic (outer, axis) strides of a column program's inputs: grad_y's and y's, or x's
-    and ``(None, None)``."""
+def _column_inputs(T: Any, variant: SoftmaxVariant, cvec: int, I: Any) -> Tuple[Tuple[Any, ...], Tuple[Any, ...], Any]:
+    """The symbolic (outer, axis) strides of a column program's inputs (grad_y's and y's, or x's and
+    ``(None, None)``) and a macro ``assume_aligned()`` stating that they and ``I`` divide into ``cvec``."""
     if variant.backward:
-        return (T.dynamic("SGO", "int64"), T.dynamic("SGN", "int64")), (T.dynamic("SYO", "int64"),
-                                                                           T.dynamic("SYN", "int64"))
-    return (T.dynamic("SXO", "int64"), T.dynamic("SXN", "int64")), (None, None)
+        first = (T.dynamic("SGO", "int64"), T.dynamic("SGN", "int64"))
+        second = (T.dynamic("SYO", "int64"), T.dynamic("SYN", "int64"))
+    else:
+        first, second = (T.dynamic("SXO", "int64"), T.dynamic("SXN", "int64")), (None, None)
+
+    @T.macro
+    def assume_aligned():
+        T.assume(first[0] % cvec == 0)
+        T.assume(first[1] % cvec == 0)
+        if variant.backward:
+            T.assume(second[0] % cvec == 0)
+            T.assume(second[1] % cvec == 0)
+        T.assume(I % cvec == 0)
+
+    return first, second, assume_aligned
 
 
 def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
@@ -1287,7 +1315,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
     threads, unroll = column_threads, column_unroll
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
-    segment_bounds, tile, slot, locate = setup["segment_bounds"], setup["tile"], setup["slot"], setup["locate"]
+    segment_bounds, tile, slot = setup["segment_bounds"], setup["tile"], setup["slot"]
     scratch_shape = setup["scratch_shape"]
     reduce_walk = _column_passes(T, dtype, variant, setup)["reduce_walk"]
     O = T.dynamic("O")
@@ -1301,27 +1329,16 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
     combine_block = _combine_lanes(T, variant, setup)
 
-    (SAO, SAN), (SBO, SBN) = _column_strides(T, variant)
+    (SAO, SAN), (SBO, SBN), assume_aligned = _column_inputs(T, variant, cvec, I)
+    begin = _block_locals(T, variant, dtype, unroll * cvec, _STATE * cvec, scratch_shape)
+    place_thread = setup["place_thread"]
 
     @T.macro
     def stats_block(A, B, PM, PS, bx, seg):
         T.pdl_trigger()  # the next launch may start early (see kernel_base)
-        tx = T.get_thread_binding()
-        a = T.alloc_local((unroll * cvec,), dtype)
-        b = T.alloc_local((unroll * cvec,), dtype) if variant.backward else None
-        st = T.alloc_local((_STATE * cvec,), ACCUM)
-        bounds = T.alloc_local((2,), "int32")
-        scratch = T.alloc_shared(scratch_shape, ACCUM)
-        T.assume(SAO % cvec == 0)
-        T.assume(SAN % cvec == 0)
-        if variant.backward:
-            T.assume(SBO % cvec == 0)
-            T.assume(SBN % cvec == 0)
-        T.assume(I % cvec == 0)
-        place = T.alloc_local((2,), "int32")
-        locate(place, bx, tx, I)
-        o, i0 = place[0], place[1] * cvec
-        T.assume(i0 % cvec == 0)
+        tx, a, b, st, bounds, scratch = begin()
+        assume_aligned()
+        o, i0 = place_thread(bx, tx, I)
         walk_segment(A, B, a, b, st, bounds, o, seg, tx // col_threads, i0)
         combine_block(st, scratch, tx)
         if tx < col_threads and i0 < I:
@@ -1364,7 +1381,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     threads, unroll = column_threads, column_unroll
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
     segment_bounds, lanes, tile = setup["segment_bounds"], setup["lanes"], setup["tile"]
-    slot, locate, scratch_shape = setup["slot"], setup["locate"], setup["scratch_shape"]
+    slot, scratch_shape = setup["slot"], setup["scratch_shape"]
     online = _online_macros(T)
     combine_lanes = _combine_lanes(T, variant, setup, _finalize_forward(T, variant, cvec))
     write_walk = _column_passes(T, dtype, variant, setup)["write_walk"]
@@ -1394,28 +1411,16 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         segment_bounds(bounds, seg, S)
         write_walk(A, B, D, a, b, st, bounds[0], bounds[1], o, lane, i0, I)
 
-    (SAO, SAN), (SBO, SBN) = _column_strides(T, variant)
+    (SAO, SAN), (SBO, SBN), assume_aligned = _column_inputs(T, variant, cvec, I)
+    begin = _block_locals(T, variant, dtype, unroll * cvec, _STATE * cvec, scratch_shape)
+    place_thread = setup["place_thread"]
 
     @T.macro
     def apply_block(A, B, PM, PS, D, bx, seg):
         T.pdl_sync()  # wait for the launch before (see kernel_base)
-        tx = T.get_thread_binding()
-        a = T.alloc_local((unroll * cvec,), dtype)
-        if variant.backward:
-            b = T.alloc_local((unroll * cvec,), dtype)
-        st = T.alloc_local((_STATE * cvec,), ACCUM)
-        bounds = T.alloc_local((2,), "int32")
-        scratch = T.alloc_shared(scratch_shape, ACCUM)
-        T.assume(SAO % cvec == 0)
-        T.assume(SAN % cvec == 0)
-        if variant.backward:
-            T.assume(SBO % cvec == 0)
-            T.assume(SBN % cvec == 0)
-        T.assume(I % cvec == 0)
-        place = T.alloc_local((2,), "int32")
-        locate(place, bx, tx, I)
-        o, i0 = place[0], place[1] * cvec
-        T.assume(i0 % cvec == 0)
+        tx, a, b, st, bounds, scratch = begin()
+        assume_aligned()
+        o, i0 = place_thread(bx, tx, I)
         gather_partials(PM, PS, st, scratch, o, tx // col_threads, i0, tx)
         if variant.backward:
             write_segment(A, B, D, a, b, st, bounds, o, seg, tx // col_threads, i0)
@@ -1507,7 +1512,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     resident = per <= lanes * fused_column_unroll
     unroll = -(-per // lanes) if resident else fused_column_unroll
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
-    locate, scratch_shape, slot = setup["locate"], setup["scratch_shape"], setup["slot"]
+    place_thread, scratch_shape, slot = setup["place_thread"], setup["scratch_shape"], setup["slot"]
     passes = _column_passes(T, dtype, variant, setup)
     finalize = _finalize_forward(T, variant, cvec)
     combine_lanes = _combine_lanes(T, variant, setup, None if clustered else finalize)
@@ -1544,10 +1549,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
         column_block = T.truncdiv(bx, cluster)
         rank = bx % cluster
-        place = T.alloc_local((2,), "int32")
-        locate(place, column_block, tx, I)
-        o, i0 = place[0], place[1] * cvec
-        T.assume(i0 % cvec == 0)
+        o, i0 = place_thread(column_block, tx, I)
         lane = tx // col_threads
         first = rank * per
         last = T.min(first + per, N)
@@ -1568,16 +1570,11 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
                             prelude=CACHE_HINT_PRELUDE + PEER_STORE)
         return T.Kernel(blocks, threads=threads, prelude=CACHE_HINT_PRELUDE)
 
-    (SAO, SAN), (SBO, SBN) = _column_strides(T, variant)
+    (SAO, SAN), (SBO, SBN), assume_aligned = _column_inputs(T, variant, cvec, I)
 
     @T.macro
     def fused_block(A, B, D, bx):
-        T.assume(SAO % cvec == 0)
-        T.assume(SAN % cvec == 0)
-        if variant.backward:
-            T.assume(SBO % cvec == 0)
-            T.assume(SBN % cvec == 0)
-        T.assume(I % cvec == 0)
+        assume_aligned()
         reduce_and_write(A, B, D, bx, T.get_thread_binding())
 
     if not variant.backward:
