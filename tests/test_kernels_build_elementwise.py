@@ -300,13 +300,21 @@ def test_launches_stay_within_int32_extents() -> None:
 # ---- the per-element formulas, evaluated with PyTorch in place of TileLang --------------------
 
 
-def _torch_language() -> types.SimpleNamespace:
-    """The few TileLang expression builders the formulas use, as PyTorch functions."""
+def _flushed_exp2(x: torch.Tensor) -> torch.Tensor:
+    """``ex2.approx.ftz``'s results (up to its rounding): below float32's normal range, zero."""
+    y = torch.exp2(x)
+    return torch.where(y < torch.finfo(torch.float32).tiny, torch.zeros_like(y), y)
+
+
+def _torch_language(dtype: torch.dtype = torch.float64) -> types.SimpleNamespace:
+    """The few TileLang expression builders the formulas use, as PyTorch functions on ``dtype``."""
+    externs = {functions.FAST_EXP2: _flushed_exp2}
     return types.SimpleNamespace(
-        float32=float, exp=torch.exp, erf=torch.erf, tanh=torch.tanh, fast_rcp=torch.reciprocal,
+        float32=float, exp=torch.exp, erf=torch.erf, tanh=torch.tanh, fast_rcp=torch.reciprocal, abs=torch.abs,
         **{"__exp": torch.exp},
-        if_then_else=lambda cond, a, b: torch.where(cond, torch.as_tensor(a, dtype=torch.float64),
-                                                    torch.as_tensor(b, dtype=torch.float64)),
+        call_extern=lambda result_dtype, name, *args: externs[name](*args),
+        if_then_else=lambda cond, a, b: torch.where(cond, torch.as_tensor(a, dtype=dtype),
+                                                    torch.as_tensor(b, dtype=dtype)),
     )
 
 
@@ -344,8 +352,61 @@ FORMULAS = [
 def test_formulas_match_pytorch(fn, inputs, expected) -> None:
     got = fn.apply(_torch_language(), *inputs)
     assert len(got) == fn.outputs == len(expected) and len(inputs) == fn.arity
+    assert fn.prelude == ""
     for value, reference in zip(got, expected):
         torch.testing.assert_close(torch.as_tensor(value, dtype=torch.float64), reference, rtol=1e-12, atol=1e-12)
+
+
+def _exact_gelu(x: torch.Tensor) -> torch.Tensor:
+    """x Phi(x) through erfc: PyTorch's 0.5 x (1 + erf(x / sqrt 2)) cancels below x = -5 even in float64."""
+    return x * 0.5 * torch.erfc(-x / math.sqrt(2.0))
+
+
+def _exact_gelu_grad(x: torch.Tensor) -> torch.Tensor:
+    return 0.5 * torch.erfc(-x / math.sqrt(2.0)) + x * torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+# The half-precision erf GELUs take the fitted normal CDF: evaluated exactly, a GELU is within
+# 4e-7 of the exact one, relatively (the CDF's tail is within 3.5e-7), and a derivative within
+# 2e-7 absolutely (scaled by the factors beside it; it crosses zero near x = -0.75).
+HALF_GELUS = [
+    (functions.gelu_fn("none", True), (X,), (_exact_gelu(X),), (0.0,)),
+    (functions.gelu_bwd_fn("none", True), (G, X), (G * _exact_gelu_grad(X),), (G,)),
+    (functions.gelu_and_mul_fn("none", True), (X, U), (_exact_gelu(X) * U,), (0.0,)),
+    (functions.gelu_and_mul_bwd_fn("none", True), (G, X, U),
+     (G * U * _exact_gelu_grad(X), G * _exact_gelu(X)), (G * U, 0.0)),
+]
+
+
+@pytest.mark.parametrize("fn, inputs, expected, factors", HALF_GELUS, ids=[f.name for f, *_ in HALF_GELUS])
+def test_half_precision_gelus_take_the_fitted_cdf(fn, inputs, expected, factors) -> None:
+    assert functions.FAST_EXP2 in fn.prelude and functions.FAST_EXP2 not in functions.gelu_fn("none").prelude
+    got = fn.apply(_torch_language(), *inputs)
+    for value, reference, factor in zip(got, expected, factors):
+        error = (torch.as_tensor(value, dtype=torch.float64) - reference).abs()
+        assert torch.all(error <= 4e-7 * reference.abs() + 2e-7 * torch.as_tensor(factor).abs()), fn.name
+
+
+def _ordinal(values: torch.Tensor) -> torch.Tensor:
+    """The position of each 16-bit float among the finite values in order (-0 and +0 alike)."""
+    bits = values.view(torch.int16).to(torch.int32)
+    return torch.where(bits < 0, -(bits & 0x7FFF), bits)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_gelu_rounds_as_close_as_pytorch(dtype: torch.dtype) -> None:
+    """Every finite value of ``dtype``, the fitted GELU in float32 (the hardware's exponential
+    flushing below the normal range) and rounded to ``dtype``: the exact GELU rounded, or a
+    neighbour of it (or zero where the exponential flushed), and no more often off than
+    PyTorch's own float32 GELU."""
+    x = torch.arange(-(2 ** 15), 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
+    x = x[torch.isfinite(x)]
+    exact = _exact_gelu(x.double()).to(dtype)
+    got = functions.gelu_fn("none", True).apply(_torch_language(torch.float32), x.float())[0].to(dtype)
+    pytorch = torch.nn.functional.gelu(x.float()).to(dtype)
+    flushed = (got == 0) & (exact.double().abs() < 16 * torch.finfo(torch.float32).tiny)
+    assert torch.all(((_ordinal(got) - _ordinal(exact)).abs() <= 1) | flushed)
+    assert int((got != exact).sum()) <= int((pytorch != exact).sum())
 
 
 def test_formulas_keep_nan_and_large_inputs_finite() -> None:
@@ -734,3 +795,17 @@ def test_tanh_gelu_and_other_functions_keep_the_compilers_register_choice() -> N
         spec, config = kernel.typical_programs()[0]
         assert f"__launch_bounds__({config['threads']}, 1)" in kernel.compile_program(
             spec, config, target=SM90).get_kernel_source()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("make", [
+    lambda dtype: GeluFwdKernel(dtype), lambda dtype: GeluBwdKernel(dtype),
+    lambda dtype: GeluAndMulFwdKernel(8192, dtype), lambda dtype: GeluAndMulBwdKernel(8192, dtype),
+], ids=["gelu", "gelu_bwd", "gelu_and_mul", "gelu_and_mul_bwd"])
+def test_erf_gelus_take_the_fitted_cdf_in_half_precision_and_erff_in_float32(make) -> None:
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        kernel = make(dtype)
+        spec, config = kernel.typical_programs()[0]
+        body = kernel.compile_program(spec, config, target=SM90).get_kernel_source().split("__global__", 1)[1]
+        assert ("erff(" in body) == (dtype == torch.float32), dtype
+        assert (f"{functions.FAST_EXP2}(" in body) == (dtype != torch.float32), dtype

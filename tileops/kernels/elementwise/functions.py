@@ -14,7 +14,12 @@ reciprocal (a few ulp in float32, far below half-precision rounding): an
 IEEE division, or CUDA's ``tanhf``, puts a branchy slow path on every element,
 and on an H100 the gated kernels then fall to ~75 % of copy bandwidth while
 the branch-free erf GELU runs at ~100 %.  ``exp`` itself (the Exp op's
-output) and ``erf`` keep CUDA's accurate functions.
+output) keeps CUDA's accurate function, and so does ``erf`` in float32.  The
+half-precision erf GELUs take a fitted normal CDF instead (``_normal_cdf``):
+``erff`` is about 29 instructions an element, more than an H200's issue rate
+leaves at its copy bandwidth for two bytes in and two out, and the fitted CDF
+rounds to bf16 and fp16 at least as close to the exact GELU as PyTorch's own
+float32 GELU does (``tests/test_kernels_build_elementwise.py``).
 """
 
 import math
@@ -36,18 +41,42 @@ _KAPPA = 0.044715
 
 Exprs = Tuple[Any, ...]
 
+# The normal CDF of the half-precision erf GELUs (``_normal_cdf``): with t = 1 / (1 + |x| *
+# _CDF_SCALE), erfc(|x| / sqrt 2) / 2 = t * 2^(P(t) - x^2 * _HALF_LOG2E), P of degree 7 (highest
+# power first) fitted near-minimax to log2(erfc(z) / 2t) + z^2 log2(e) over z = |x| / sqrt 2 in
+# [0, 10], beyond which the result is below float32's normal range.  Relative error under
+# 3.5e-7 with these float32 coefficients, in the tail too, where 1 + erf(x / sqrt 2) cancels.
+_CDF_SCALE = 0.3125 / math.sqrt(2.0)
+_CDF_POLY = (0.5918294787406921, -2.265138864517212, 3.0179073810577393, -1.9885518550872803,
+             1.2544612884521484, 0.4208776354789734, 1.474252700805664, -3.5056374073028564)
+_HALF_LOG2E = 0.5 / math.log(2.0)
+
+# 2^x in the one hardware instruction, results below float32's normal range flushed to zero:
+# CUDA's exp2f and __expf, compiled without fast math, scale around that instruction to keep
+# such results (three more instructions an element).
+FAST_EXP2 = "tileops_exp2_ftz"
+FAST_EXP2_PRELUDE = r"""
+__device__ __forceinline__ float tileops_exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+"""
+
 
 @dataclass(frozen=True)
 class PointwiseFn:
     """``apply(T, *inputs) -> outputs``: float32 TileLang expressions in, float32 expressions out.
 
-    ``name`` identifies the function in logs and tests.
+    ``name`` identifies the function in logs and tests; ``prelude`` is the CUDA source of the
+    device functions its expressions call (``T.call_extern``), for the program's kernel.
     """
 
     name: str
     arity: int
     outputs: int
     apply: Callable[..., Exprs]
+    prelude: str = ""
 
 
 def _const(T: Any, value: float) -> Any:
@@ -76,8 +105,38 @@ def _silu_grad(T: Any, x: Any) -> Any:
     return s * (_const(T, 1.0) + x * (_const(T, 1.0) - s))
 
 
+def _fast_exp2(T: Any, x: Any) -> Any:
+    """``FAST_EXP2`` (its functions take ``FAST_EXP2_PRELUDE``)."""
+    return T.call_extern("float32", FAST_EXP2, x)
+
+
+def _normal_cdf(T: Any, x: Any, gaussian: Any = None) -> Any:
+    """Phi(x) from ``_CDF_POLY`` with the hardware reciprocal and ``_fast_exp2``, for the
+    half-precision GELUs, whose rounding (2^-9 in bf16) dwarfs its error.  ``gaussian``, where the
+    caller has it, is exp(-x^2 / 2).
+
+    Phi is the tail below zero and 1 - tail from zero on, taken as a fused multiply-add of the
+    tail with constants selected by the sign: a select between two expressions of the tail
+    compiles to a branch that computes it in both arms."""
+    t = T.fast_rcp(_const(T, 1.0) + T.abs(x) * _const(T, _CDF_SCALE))
+    poly = _const(T, _CDF_POLY[0])
+    for coefficient in _CDF_POLY[1:]:
+        poly = poly * t + _const(T, coefficient)
+    if gaussian is None:
+        tail = t * _fast_exp2(T, poly - x * x * _const(T, _HALF_LOG2E))
+    else:
+        tail = t * _fast_exp2(T, poly) * gaussian
+    negative = x < _const(T, 0.0)
+    return (T.if_then_else(negative, _const(T, 1.0), _const(T, -1.0)) * tail
+            + T.if_then_else(negative, _const(T, 0.0), _const(T, 1.0)))
+
+
 def _gelu_erf(T: Any, x: Any) -> Any:
     return _const(T, 0.5) * x * (_const(T, 1.0) + T.erf(x * _const(T, _INV_SQRT2)))
+
+
+def _gelu_cdf(T: Any, x: Any) -> Any:
+    return x * _normal_cdf(T, x)
 
 
 def _gelu_tanh_inner(T: Any, x: Any) -> Any:
@@ -93,6 +152,12 @@ def _gelu_erf_grad(T: Any, x: Any) -> Any:
     cdf = _const(T, 0.5) * (_const(T, 1.0) + T.erf(x * _const(T, _INV_SQRT2)))
     pdf = T.exp(_const(T, -0.5) * x * x) * _const(T, _INV_SQRT_2PI)
     return cdf + x * pdf
+
+
+def _gelu_cdf_grad(T: Any, x: Any) -> Any:
+    """Phi(x) + x * phi(x), sharing exp(-x^2 / 2) between the two."""
+    gaussian = _fast_exp2(T, -(x * x * _const(T, _HALF_LOG2E)))
+    return _normal_cdf(T, x, gaussian) + x * gaussian * _const(T, _INV_SQRT_2PI)
 
 
 def _gelu_tanh_grad(T: Any, x: Any) -> Any:
@@ -127,37 +192,38 @@ SILU_AND_MUL_BWD = PointwiseFn(
 )
 
 
-def _check_approximation(approximate: str) -> None:
+def _gelu_forms(approximate: str, half_precision: bool) -> Tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any], str]:
+    """The GELU, its derivative and their prelude for ``approximate``; in half precision the erf
+    form takes the fitted normal CDF (``_normal_cdf``), in float32 CUDA's ``erff``."""
     if approximate not in GELU_APPROXIMATIONS:
         raise ValueError(f"gelu: approximate must be one of {list(GELU_APPROXIMATIONS)}, got {approximate!r}")
+    if approximate == "none" and half_precision:
+        return _gelu_cdf, _gelu_cdf_grad, FAST_EXP2_PRELUDE
+    return _GELU[approximate], _GELU_GRAD[approximate], ""
 
 
-def gelu_fn(approximate: str) -> PointwiseFn:
+def gelu_fn(approximate: str, half_precision: bool = False) -> PointwiseFn:
     """GELU forward, exact (``none``) or with the tanh approximation."""
-    _check_approximation(approximate)
-    gelu = _GELU[approximate]
-    return PointwiseFn(f"gelu_{approximate}", 1, 1, lambda T, x: (gelu(T, x),))
+    gelu, _, prelude = _gelu_forms(approximate, half_precision)
+    return PointwiseFn(f"gelu_{approximate}", 1, 1, lambda T, x: (gelu(T, x),), prelude)
 
 
-def gelu_bwd_fn(approximate: str) -> PointwiseFn:
+def gelu_bwd_fn(approximate: str, half_precision: bool = False) -> PointwiseFn:
     """GELU backward ``(grad_y, x) -> grad_x``."""
-    _check_approximation(approximate)
-    grad = _GELU_GRAD[approximate]
-    return PointwiseFn(f"gelu_{approximate}_bwd", 2, 1, lambda T, g, x: (g * grad(T, x),))
+    _, grad, prelude = _gelu_forms(approximate, half_precision)
+    return PointwiseFn(f"gelu_{approximate}_bwd", 2, 1, lambda T, g, x: (g * grad(T, x),), prelude)
 
 
-def gelu_and_mul_fn(approximate: str) -> PointwiseFn:
+def gelu_and_mul_fn(approximate: str, half_precision: bool = False) -> PointwiseFn:
     """Gated GELU forward ``(gate, up) -> gelu(gate) * up``."""
-    _check_approximation(approximate)
-    gelu = _GELU[approximate]
-    return PointwiseFn(f"gelu_{approximate}_and_mul", 2, 1, lambda T, gate, up: (gelu(T, gate) * up,))
+    gelu, _, prelude = _gelu_forms(approximate, half_precision)
+    return PointwiseFn(f"gelu_{approximate}_and_mul", 2, 1, lambda T, gate, up: (gelu(T, gate) * up,), prelude)
 
 
-def gelu_and_mul_bwd_fn(approximate: str) -> PointwiseFn:
+def gelu_and_mul_bwd_fn(approximate: str, half_precision: bool = False) -> PointwiseFn:
     """Gated GELU backward ``(grad_y, gate, up) -> (grad_gate, grad_up)``."""
-    _check_approximation(approximate)
-    gelu, grad = _GELU[approximate], _GELU_GRAD[approximate]
+    gelu, grad, prelude = _gelu_forms(approximate, half_precision)
     return PointwiseFn(
         f"gelu_{approximate}_and_mul_bwd", 3, 2,
-        lambda T, g, gate, up: (g * up * grad(T, gate), g * gelu(T, gate)),
+        lambda T, g, gate, up: (g * up * grad(T, gate), g * gelu(T, gate)), prelude,
     )

@@ -147,14 +147,14 @@ class _GeluAndMulKernel(GatedKernel):
     def __init__(self, N: int, dtype: torch.dtype, *, approximate: str = "none",
                  config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:
         self.approximate = approximate
-        self._function = self._function_for(approximate)
+        self._function = self._function_for(approximate, dtype.itemsize == 2)
         self.sm_threads = self.erf_sm_threads if approximate == "none" else 0
         self.wide_blocks = self.tanh_wide_blocks and approximate == "tanh"
         self.hinted_loads = self.erf_hinted_loads or approximate != "none"
         super().__init__(N, dtype, config=config, tune=tune)
 
     @staticmethod
-    def _function_for(approximate: str) -> PointwiseFn:
+    def _function_for(approximate: str, half_precision: bool) -> PointwiseFn:
         raise NotImplementedError
 
     @property
@@ -172,8 +172,8 @@ class GeluAndMulFwdKernel(_GeluAndMulKernel):
     tanh_wide_blocks = True
 
     @staticmethod
-    def _function_for(approximate: str) -> PointwiseFn:
-        return functions.gelu_and_mul_fn(approximate)
+    def _function_for(approximate: str, half_precision: bool) -> PointwiseFn:
+        return functions.gelu_and_mul_fn(approximate, half_precision)
 
 
 class GeluAndMulBwdKernel(_GeluAndMulKernel):
@@ -186,5 +186,5 @@ class GeluAndMulBwdKernel(_GeluAndMulKernel):
     erf_hinted_loads = False
 
     @staticmethod
-    def _function_for(approximate: str) -> PointwiseFn:
-        return functions.gelu_and_mul_bwd_fn(approximate)
+    def _function_for(approximate: str, half_precision: bool) -> PointwiseFn:
+        return functions.gelu_and_mul_bwd_fn(approximate, half_precision)

@@ -62,10 +62,11 @@ def _check_shape_params(vector: int, threads: int, unroll: int) -> None:
         raise ValueError(f"elementwise programs: unroll must be positive, got {unroll}")
 
 
-def _input_loads(T: Any, hinted: bool, vector: int, dtype: str) -> Any:
-    """The load macro of the inputs' vectors (``cache_hints.vector_load``) and the prelude their
-    program's kernel needs (None: nothing)."""
-    return vector_load(T, EVICT_LAST if hinted else None, vector, dtype), CACHE_HINT_PRELUDE if hinted else None
+def _input_loads(T: Any, fn: PointwiseFn, hinted: bool, vector: int, dtype: str) -> Any:
+    """The load macro of the inputs' vectors (``cache_hints.vector_load``) and the prelude the
+    program's kernel needs for them and for ``fn`` (None: nothing)."""
+    prelude = (CACHE_HINT_PRELUDE if hinted else "") + fn.prelude
+    return vector_load(T, EVICT_LAST if hinted else None, vector, dtype), prelude or None
 
 
 def _rounded(T: Any, fn: PointwiseFn, dtype: str, output: int, *loaded: Any) -> Any:
@@ -126,7 +127,7 @@ def flat_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int, unro
     tile = step * unroll  # elements of one block
     partial_vectors = vector > 1  # a last vector may be cut by the end of the tensor
     results = _results_macro(T, fn, dtype, vector)
-    load_vector, prelude = _input_loads(T, hinted, vector, dtype)
+    load_vector, prelude = _input_loads(T, fn, hinted, vector, dtype)
 
     @T.macro
     def load(src, buf, start):
@@ -218,7 +219,7 @@ def gated_program(fn: PointwiseFn, N: int, dtype: str, *, vector: int, threads: 
     R = T.dynamic("R")
     XT, LDX = strided_rows(T, R, N, dtype, "LDX")
     results = _results_macro(T, fn, dtype, vector)  # a forward's y; a backward's grad_gate
-    load_vector, prelude = _input_loads(T, hinted, vector, dtype)
+    load_vector, prelude = _input_loads(T, fn, hinted, vector, dtype)
 
     @T.macro
     def load_halves(X, gate, up, first):
@@ -350,7 +351,7 @@ def broadcast_program(fn: PointwiseFn, dtype: str, *, vector: int, threads: int,
         _broadcast_operands(T, vector, a_inner, b_inner))
     tile = threads * unroll  # vectors of one block
     results = _results_macro(T, fn, dtype, vector)
-    load_vector, prelude = _input_loads(T, hinted, vector, dtype)
+    load_vector, prelude = _input_loads(T, fn, hinted, vector, dtype)
 
     def position(u, bx, tx):
         """(i0, i1, first column) of vector ``u`` of this thread; columns are a multiple of ``vector``."""
@@ -430,7 +431,7 @@ def _broadcast_rows_program(fn: PointwiseFn, dtype: str, *, vector: int, threads
         _broadcast_operands(T, vector, a_inner, b_inner))
     tile = threads * unroll  # vectors of one block
     results = _results_macro(T, fn, dtype, vector)
-    load_vector, prelude = _input_loads(T, hinted, vector, dtype)
+    load_vector, prelude = _input_loads(T, fn, hinted, vector, dtype)
 
     def column(u, bx, tx):
         return (bx * tile + u * threads + tx) * vector

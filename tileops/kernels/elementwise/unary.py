@@ -106,12 +106,12 @@ class _GeluKernel(MapKernel):
     def __init__(self, dtype: torch.dtype, *, approximate: str = "none", config: Optional[Dict[str, Any]] = None,
                  tune: bool = False) -> None:
         self.approximate = approximate
-        self._function = self._function_for(approximate)
+        self._function = self._function_for(approximate, dtype.itemsize == 2)
         self.sm_threads = self.erf_sm_threads if approximate == "none" else 0
         super().__init__(dtype, config=config, tune=tune)
 
     @staticmethod
-    def _function_for(approximate: str) -> PointwiseFn:
+    def _function_for(approximate: str, half_precision: bool) -> PointwiseFn:
         raise NotImplementedError
 
     @property
@@ -127,8 +127,8 @@ class GeluFwdKernel(_GeluKernel):
     erf_sm_threads = 2048
 
     @staticmethod
-    def _function_for(approximate: str) -> PointwiseFn:
-        return functions.gelu_fn(approximate)
+    def _function_for(approximate: str, half_precision: bool) -> PointwiseFn:
+        return functions.gelu_fn(approximate, half_precision)
 
 
 class GeluBwdKernel(_GeluKernel):
@@ -139,5 +139,5 @@ class GeluBwdKernel(_GeluKernel):
     erf_sm_threads = 1536
 
     @staticmethod
-    def _function_for(approximate: str) -> PointwiseFn:
-        return functions.gelu_bwd_fn(approximate)
+    def _function_for(approximate: str, half_precision: bool) -> PointwiseFn:
+        return functions.gelu_bwd_fn(approximate, half_precision)
