@@ -19,6 +19,7 @@ import torch
 
 from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, HINTED_MIN_MIB
 from tileops.kernels.elementwise import functions
+from tileops.kernels.fast_math import FAST_EXP2
 from tileops.kernels.elementwise.base import (
     ElementwiseKernel,
     elementwise_autotune_configs,
@@ -308,7 +309,7 @@ def _flushed_exp2(x: torch.Tensor) -> torch.Tensor:
 
 def _torch_language(dtype: torch.dtype = torch.float64) -> types.SimpleNamespace:
     """The few TileLang expression builders the formulas use, as PyTorch functions on ``dtype``."""
-    externs = {functions.FAST_EXP2: _flushed_exp2}
+    externs = {FAST_EXP2: _flushed_exp2}
     return types.SimpleNamespace(
         float32=float, exp=torch.exp, erf=torch.erf, tanh=torch.tanh, fast_rcp=torch.reciprocal, abs=torch.abs,
         **{"__exp": torch.exp},
@@ -380,7 +381,7 @@ HALF_GELUS = [
 
 @pytest.mark.parametrize("fn, inputs, expected, factors", HALF_GELUS, ids=[f.name for f, *_ in HALF_GELUS])
 def test_half_precision_gelus_take_the_fitted_cdf(fn, inputs, expected, factors) -> None:
-    assert functions.FAST_EXP2 in fn.prelude and functions.FAST_EXP2 not in functions.gelu_fn("none").prelude
+    assert FAST_EXP2 in fn.prelude and FAST_EXP2 not in functions.gelu_fn("none").prelude
     got = fn.apply(_torch_language(), *inputs)
     for value, reference, factor in zip(got, expected, factors):
         error = (torch.as_tensor(value, dtype=torch.float64) - reference).abs()
@@ -808,4 +809,4 @@ def test_erf_gelus_take_the_fitted_cdf_in_half_precision_and_erff_in_float32(mak
         spec, config = kernel.typical_programs()[0]
         body = kernel.compile_program(spec, config, target=SM90).get_kernel_source().split("__global__", 1)[1]
         assert ("erff(" in body) == (dtype == torch.float32), dtype
-        assert (f"{functions.FAST_EXP2}(" in body) == (dtype != torch.float32), dtype
+        assert (f"{FAST_EXP2}(" in body) == (dtype != torch.float32), dtype

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 
+from tileops.kernels.fast_math import FAST_EXP2
 from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel
 from tileops.kernels.loss.soft_cross_entropy import SoftCrossEntropyBwdKernel, SoftCrossEntropyFwdKernel
 from tileops.kernels.sizes import row_vector
@@ -35,6 +36,9 @@ def test_builds_for_sm90(kernel_cls, V: int, dtype: torch.dtype, label_smoothing
     assert set(built) == main | {f"batch{dict(flags)}" for flags in kernel_cls.batch_flags} | small
     assert not any(divisions_at_accesses(program.get_kernel_source()) for program in built.values())
     assert len(built) == {CrossEntropyFwdKernel: 5, CrossEntropyBwdKernel: 7}[kernel_cls]
+    # The forward's row program sums its exponentials with the one-instruction kind (``fast_math``).
+    fast = {name for name, program in built.items() if f"{FAST_EXP2}(" in program.get_kernel_source().split("__global__", 1)[1]}
+    assert fast == ({"main"} if kernel_cls is CrossEntropyFwdKernel else set())
 
 
 @needs_nvcc
@@ -111,6 +115,7 @@ def test_soft_target_kernels_build_for_sm90(kernel_cls, V: int, dtype: torch.dty
     assert len(built) == {SoftCrossEntropyFwdKernel: 2, SoftCrossEntropyBwdKernel: 12}[kernel_cls]
     source = built[f"main{dict(kernel_cls.main_flags[-1])}"].get_kernel_source()
     assert "W[" in source or "(W +" in source  # the weighted program reads the class weights
+    assert (f"{FAST_EXP2}(" in source.split("__global__", 1)[1]) == (kernel_cls is SoftCrossEntropyFwdKernel)
 
 
 @pytest.mark.parametrize("dtype, target_dtype, expected", [

@@ -7,6 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 import torch
 
+from tileops.kernels.fast_math import FAST_EXP2
 from tileops.kernels.kernel_base import with_pass_configs
 from tileops.kernels.reduction import reduce as programs
 from tests.toolchain import divisions_at_accesses
@@ -48,6 +49,9 @@ def test_programs_compile_for_sm90() -> None:
     assert all("__global__" in source for source in sources)
     for case, source in zip(CASES, sources):
         assert not divisions_at_accesses(source), case
+        # Log-sum-exp's exponentials are the one-instruction kind (``fast_math``); others have none.
+        body = source.split("__global__", 1)[1]
+        assert (f"{FAST_EXP2}(" in body) == (case[0] == "logsumexp") and "exp2f(" not in body, case
 
 
 def test_exact_rows_walk_without_a_loop_or_checks_and_the_shift_is_read_after_the_loads() -> None:

@@ -26,6 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Tuple
 
+from tileops.kernels.fast_math import FAST_EXP2_PRELUDE, fast_exp2
+
 __all__ = [
     "PointwiseFn", "GELU_APPROXIMATIONS",
     "RELU", "SIGMOID", "SILU", "SILU_BWD", "EXP", "ADD", "MUL", "SILU_AND_MUL", "SILU_AND_MUL_BWD",
@@ -50,18 +52,6 @@ _CDF_SCALE = 0.3125 / math.sqrt(2.0)
 _CDF_POLY = (0.5918294787406921, -2.265138864517212, 3.0179073810577393, -1.9885518550872803,
              1.2544612884521484, 0.4208776354789734, 1.474252700805664, -3.5056374073028564)
 _HALF_LOG2E = 0.5 / math.log(2.0)
-
-# 2^x in the one hardware instruction, results below float32's normal range flushed to zero:
-# CUDA's exp2f and __expf, compiled without fast math, scale around that instruction to keep
-# such results (three more instructions an element).
-FAST_EXP2 = "tileops_exp2_ftz"
-FAST_EXP2_PRELUDE = r"""
-__device__ __forceinline__ float tileops_exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-"""
 
 
 @dataclass(frozen=True)
@@ -105,13 +95,8 @@ def _silu_grad(T: Any, x: Any) -> Any:
     return s * (_const(T, 1.0) + x * (_const(T, 1.0) - s))
 
 
-def _fast_exp2(T: Any, x: Any) -> Any:
-    """``FAST_EXP2`` (its functions take ``FAST_EXP2_PRELUDE``)."""
-    return T.call_extern("float32", FAST_EXP2, x)
-
-
 def _normal_cdf(T: Any, x: Any, gaussian: Any = None) -> Any:
-    """Phi(x) from ``_CDF_POLY`` with the hardware reciprocal and ``_fast_exp2``, for the
+    """Phi(x) from ``_CDF_POLY`` with the hardware reciprocal and ``fast_exp2``, for the
     half-precision GELUs, whose rounding (2^-9 in bf16) dwarfs its error.  ``gaussian``, where the
     caller has it, is exp(-x^2 / 2).
 
@@ -123,9 +108,9 @@ def _normal_cdf(T: Any, x: Any, gaussian: Any = None) -> Any:
     for coefficient in _CDF_POLY[1:]:
         poly = poly * t + _const(T, coefficient)
     if gaussian is None:
-        tail = t * _fast_exp2(T, poly - x * x * _const(T, _HALF_LOG2E))
+        tail = t * fast_exp2(T, poly - x * x * _const(T, _HALF_LOG2E))
     else:
-        tail = t * _fast_exp2(T, poly) * gaussian
+        tail = t * fast_exp2(T, poly) * gaussian
     negative = x < _const(T, 0.0)
     return (T.if_then_else(negative, _const(T, 1.0), _const(T, -1.0)) * tail
             + T.if_then_else(negative, _const(T, 0.0), _const(T, 1.0)))
@@ -156,7 +141,7 @@ def _gelu_erf_grad(T: Any, x: Any) -> Any:
 
 def _gelu_cdf_grad(T: Any, x: Any) -> Any:
     """Phi(x) + x * phi(x), sharing exp(-x^2 / 2) between the two."""
-    gaussian = _fast_exp2(T, -(x * x * _const(T, _HALF_LOG2E)))
+    gaussian = fast_exp2(T, -(x * x * _const(T, _HALF_LOG2E)))
     return _normal_cdf(T, x, gaussian) + x * gaussian * _const(T, _INV_SQRT_2PI)
 
 

@@ -52,6 +52,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from tileops.kernels.fast_math import FAST_EXP2_PRELUDE, fast_exp2
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import ACCUM, MAX_THREADS, WARP, check_kernel_args, next_pow2, row_vector
@@ -129,13 +130,14 @@ def _online_max(T: Any, V: int, vector: int, unroll: int, column: Any, slots: Tu
     ``advance(st, a, step, tx)`` folds one step's logits ``a`` (``unroll`` vectors, the columns
     ``column(step, u, tx)`` before ``V``) into the maximum; ``rescale_sum(st)`` moves the sum
     from the old maximum to the new one, leaving the offset at the new maximum, or 0 while it
-    is -inf (so -inf logits add 0, not NaN)."""
+    is -inf (so -inf logits add 0, not NaN), with ``fast_exp2``: a program that takes these
+    names ``FAST_EXP2_PRELUDE`` in its kernel's prelude."""
     max_, sum_, new_max, offset = slots
 
     @T.macro
     def rescale_sum(st):
         st[offset] = T.if_then_else(st[new_max] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[new_max])
-        st[sum_] = st[sum_] * T.exp2((st[max_] - st[offset]) * LOG2E)
+        st[sum_] = st[sum_] * fast_exp2(T, (st[max_] - st[offset]) * LOG2E)
         st[max_] = st[new_max]
 
     @T.macro
@@ -182,7 +184,8 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
         Loss: T.Tensor((R,), ACCUM),
         Lse: T.Tensor((R,), ACCUM),
     ):
-        with T.Kernel(R, threads=threads) as row:
+        # The sums of exponentials take ``fast_exp2``: their terms are relative to the maximum.
+        with T.Kernel(R, threads=threads, prelude=FAST_EXP2_PRELUDE) as row:
             if blocks_per_sm:
                 T.annotate_min_blocks_per_sm(blocks_per_sm)
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
@@ -204,7 +207,7 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
                     if column(step, u, tx) < V:
                         for k in T.unroll(vector):
                             # Subtract, then scale: the maximum itself gives exp2(0) = 1 exactly.
-                            st[_SUM] = st[_SUM] + T.exp2((T.cast(a[u * vector + k], ACCUM) - st[_OFFSET]) * LOG2E)
+                            st[_SUM] = st[_SUM] + fast_exp2(T, (T.cast(a[u * vector + k], ACCUM) - st[_OFFSET]) * LOG2E)
                             st[_XSUM] = st[_XSUM] + T.cast(a[u * vector + k], ACCUM)
             # The block's maximum, then every thread's sum moved to it and summed.
             st[_NEW_MAX] = st[_MAX]

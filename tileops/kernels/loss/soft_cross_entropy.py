@@ -31,6 +31,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
+from tileops.kernels.fast_math import FAST_EXP2_PRELUDE, fast_exp2
 from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
 from tileops.kernels.loss.cross_entropy import LOG2E, _block_reduce, _CrossEntropyKernel, _online_max
 from tileops.kernels.sizes import ACCUM, SUPPORTED_DTYPES, WARP, row_vector
@@ -87,7 +88,8 @@ def soft_cross_entropy_fwd_program(V: int, dtype: str, *, target_dtype: str, vec
         Lse: T.Tensor((R,), ACCUM),
         Mass: T.Tensor((R,), ACCUM),
     ):
-        with T.Kernel(R, threads=threads) as row:
+        # The sums of exponentials take ``fast_exp2``, as in the cross-entropy forward.
+        with T.Kernel(R, threads=threads, prelude=FAST_EXP2_PRELUDE) as row:
             if blocks_per_sm:
                 T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
@@ -114,7 +116,7 @@ def soft_cross_entropy_fwd_program(V: int, dtype: str, *, target_dtype: str, vec
                         for k in T.unroll(vector):
                             q = _mixed_target(T, b[u * vector + k], W, column(step, u, tx) + k, V,
                                               label_smoothing, weighted)
-                            st[_SUM] = st[_SUM] + T.exp2((T.cast(a[u * vector + k], ACCUM) - st[_OFFSET]) * LOG2E)
+                            st[_SUM] = st[_SUM] + fast_exp2(T, (T.cast(a[u * vector + k], ACCUM) - st[_OFFSET]) * LOG2E)
                             st[_MASS] = st[_MASS] + q
                             st[_DOT] = st[_DOT] + q * T.cast(a[u * vector + k], ACCUM)
             st[_NEW_MAX] = st[_MAX]

@@ -240,6 +240,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
         raise ValueError("reduction row program: exact rows need the fused program (a segment per row)")
     folded = _fold_reducer(reducer, fused)
     spec = REDUCERS[folded]
+    prelude = spec.prelude or None  # outside the programs: TVMScript would parse the `or`
     macros = reducer_macros(T, folded, 1, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
     tally, chunk_init, chunk_fold, rebase = (macros.get(hook)
@@ -369,14 +370,14 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
 
         @T.prim_func
         def reduce_rows(X: XT, Y: T.Tensor((G,), out_dtype)):
-            with T.Kernel(G, threads=threads) as row:
+            with T.Kernel(G, threads=threads, prelude=prelude) as row:
                 row_block(X, Y, row, 0, 1)
 
         return reduce_rows
 
     @T.prim_func
     def reduce_row_segments(X: XT, P: T.Tensor((G, S, 1, width), PARTIAL)):
-        with T.Kernel(G, S, threads=threads) as (row, seg):
+        with T.Kernel(G, S, threads=threads, prelude=prelude) as (row, seg):
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             row_block(X, P, row, seg, S)
 
@@ -395,6 +396,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
         raise ValueError(f"reduction column program: bad tile cvec={cvec} col_threads={col_threads}")
     folded = _fold_reducer(reducer, fused)
     spec = REDUCERS[folded]
+    prelude = spec.prelude or None  # outside the programs: TVMScript would parse the `or`
     W = cvec
     macros = reducer_macros(T, folded, W, correction)
     init, fold, prepare = macros["init"], macros["fold"], macros["prepare"]
@@ -537,7 +539,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
 
         @T.prim_func
         def reduce_columns(X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype), Y: T.Tensor((O, I), out_dtype)):
-            with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
+            with T.Kernel(O * T.ceildiv(I, tile), threads=threads, prelude=prelude) as bx:
                 column_block(X, Y, bx, 0, 1)
 
         return reduce_columns
@@ -545,7 +547,7 @@ def column_program(reducer: str, dtype: str, out_dtype: str, correction: float, 
     @T.prim_func
     def reduce_column_segments(X: T.StridedTensor((O, N, I), (SXO, SXN, 1), dtype),
                                P: T.Tensor((O, S, I, width), PARTIAL)):
-        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads) as (bx, seg):
+        with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=prelude) as (bx, seg):
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             column_block(X, P, bx, seg, S)
 
@@ -563,6 +565,7 @@ def combine_program(reducer: str, dtype: str, out_dtype: str, correction: float,
     if not (is_pow2(group) and group <= threads):
         raise ValueError(f"reduction combine program: bad group {group} for {threads} threads")
     spec = REDUCERS[reducer]
+    prelude = spec.prelude or None  # outside the programs: TVMScript would parse the `or`
     macros = reducer_macros(T, reducer, 1, correction)
     init, merge = macros["init"], macros["merge"]
     tree = _shuffle_merge(T, spec, macros, group)
@@ -575,7 +578,7 @@ def combine_program(reducer: str, dtype: str, out_dtype: str, correction: float,
 
     @T.prim_func
     def combine_partials(P: T.Tensor((O, S, I, width), PARTIAL), Y: T.Tensor((O, I), out_dtype)):
-        with T.Kernel(T.ceildiv(O * I, per_block), threads=threads) as bx:
+        with T.Kernel(T.ceildiv(O * I, per_block), threads=threads, prelude=prelude) as bx:
             T.pdl_sync()  # wait for the launch before (see kernel_base)
             tx = T.get_thread_binding()
             st = T.alloc_local((spec.slots,), ACCUM)

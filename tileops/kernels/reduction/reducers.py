@@ -39,6 +39,7 @@ maximum first, then searches only winning chunks, measured slower.
 
 from dataclasses import dataclass
 from typing import Any, Callable, Dict
+from tileops.kernels.fast_math import FAST_EXP2_PRELUDE, fast_exp2
 from tileops.kernels.sizes import ACCUM
 
 __all__ = ["ReducerSpec", "REDUCERS", "reducer_macros", "ACCUM"]
@@ -57,6 +58,7 @@ class ReducerSpec:
     shifted: bool = False  # folds need the slice's shift value (variance)
     chunk_slots: int = 0  # float32 values of the chunk pass (``cm[j * W + k]``); 0: no chunk pass
     flags: int = 0  # float32 flags of a thread (``cm[j]``), e.g. argmax's NaN flag
+    prelude: str = ""  # CUDA source of the device functions its macros call, for the kernels
 
     def chunk_locals(self, W: int) -> int:
         """float32 locals (``cm``) of a thread serving ``W`` slices: its chunk pass or its flags, if any."""
@@ -74,7 +76,7 @@ REDUCERS: Dict[str, ReducerSpec] = {
     "amax": ReducerSpec("amax", 1),
     "amin": ReducerSpec("amin", 1),
     "var": ReducerSpec("var", 3, shifted=True),
-    "logsumexp": ReducerSpec("logsumexp", 2, chunk_slots=2),
+    "logsumexp": ReducerSpec("logsumexp", 2, chunk_slots=2, prelude=FAST_EXP2_PRELUDE),
     "argmax": ReducerSpec("argmax", 1, index=True, flags=1),
     "l2_norm": ReducerSpec("l2_norm", 1),
 }
@@ -229,7 +231,9 @@ def _log_sum_exp(T: Any, name: str, W: int, correction: float) -> Dict[str, Call
 
     Each chunk first finds its maximum, rescales ``s`` to the new running
     maximum once, then adds one ``exp2`` per element; the chunk slots are the
-    chunk's maximum and the running maximum's offset times log2(e).
+    chunk's maximum and the running maximum's offset times log2(e).  Every
+    ``exp2`` is ``fast_exp2``: a term or a rescaling below 2^-126 is one that
+    the sum, which holds the maximum's term of 1, loses in rounding anyway.
     """
 
     def offset(m):
@@ -254,19 +258,19 @@ def _log_sum_exp(T: Any, name: str, W: int, correction: float) -> Dict[str, Call
     @T.macro
     def rebase(st, k, cm):
         largest = T.max(st[k], cm[k])
-        st[W + k] = st[W + k] * T.exp2((st[k] - offset(largest)) * LOG2E)
+        st[W + k] = st[W + k] * fast_exp2(T, (st[k] - offset(largest)) * LOG2E)
         st[k] = largest
         cm[W + k] = offset(largest) * LOG2E
 
     @T.macro
     def fold(st, sti, k, v, idx, shift, cm):
-        st[W + k] = st[W + k] + T.exp2(v * LOG2E - cm[W + k])
+        st[W + k] = st[W + k] + fast_exp2(T, v * LOG2E - cm[W + k])
 
     @T.macro
     def merge(st, sti, k, ot, oti):
         largest = T.max(st[k], ot[0])
-        st[W + k] = (st[W + k] * T.exp2((st[k] - offset(largest)) * LOG2E)
-                     + ot[1] * T.exp2((ot[0] - offset(largest)) * LOG2E))
+        st[W + k] = (st[W + k] * fast_exp2(T, (st[k] - offset(largest)) * LOG2E)
+                     + ot[1] * fast_exp2(T, (ot[0] - offset(largest)) * LOG2E))
         st[k] = largest
 
     def finish(st, sti, k):
