@@ -6,9 +6,10 @@ hardware's ``ex2.approx`` in a scaling that keeps results below 2^-126 as subnor
 more instructions an element, which kernels near an H200's issue rate feel.  ``fast_exp2``
 calls ``ex2.approx.ftz`` alone, which flushes those results to zero.  That is harmless in a
 sum of exponentials taken after its maximum (the maximum's term is 1, and a term below 2^-126
-is lost in rounding anyway) and in functions whose result is that small only where it rounds
-to zero or a subnormal in every storage dtype.  A program that calls it names
-``FAST_EXP2_PRELUDE`` in its kernel's prelude.
+is lost in rounding anyway).  In the half-precision GELUs it gives 0 where the exact GELU is
+below 4e-38 in magnitude (x < -13.05) and the derivative below 7e-38 (x < -13.2); PyTorch's
+float32 GELU, where 1 + erf(x / sqrt 2) cancels, gives 0 from about x = -5.5 on.  A program
+that calls it names ``FAST_EXP2_PRELUDE`` in its kernel's prelude.
 """
 
 from typing import Any
