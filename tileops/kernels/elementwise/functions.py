@@ -42,6 +42,8 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _KAPPA = 0.044715
 
 Exprs = Tuple[Any, ...]
+# A per-element formula of one float32 input: ``f(T, x)``.
+Formula = Callable[[Any, Any], Any]
 
 # The normal CDF of the half-precision erf GELUs (``_normal_cdf``): with t = 1 / (1 + |x| *
 # _CDF_SCALE), erfc(|x| / sqrt 2) / 2 = t * 2^(P(t) - x^2 * _HALF_LOG2E), P of degree 7 (highest
@@ -152,8 +154,8 @@ def _gelu_tanh_grad(T: Any, x: Any) -> Any:
     return _const(T, 0.5) * (_const(T, 1.0) + t) + _const(T, 0.5) * x * (_const(T, 1.0) - t * t) * inner_grad
 
 
-_GELU: Dict[str, Callable[[Any, Any], Any]] = {"none": _gelu_erf, "tanh": _gelu_tanh}
-_GELU_GRAD: Dict[str, Callable[[Any, Any], Any]] = {"none": _gelu_erf_grad, "tanh": _gelu_tanh_grad}
+_GELU: Dict[str, Formula] = {"none": _gelu_erf, "tanh": _gelu_tanh}
+_GELU_GRAD: Dict[str, Formula] = {"none": _gelu_erf_grad, "tanh": _gelu_tanh_grad}
 
 
 def _relu(T: Any, x: Any) -> Exprs:
@@ -177,7 +179,7 @@ SILU_AND_MUL_BWD = PointwiseFn(
 )
 
 
-def _gelu_forms(approximate: str, half_precision: bool) -> Tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any], str]:
+def _gelu_forms(approximate: str, half_precision: bool) -> Tuple[Formula, Formula, str]:
     """The GELU, its derivative and their prelude for ``approximate``; in half precision the erf
     form takes the fitted normal CDF (``_normal_cdf``), in float32 CUDA's ``erff``."""
     if approximate not in GELU_APPROXIMATIONS:
