@@ -6,11 +6,14 @@ so only the first run pays ~3-5 s per program (eight programs here).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+from tileops.kernels.norm import layer_norm, rms_norm
+from tileops.kernels.device_traits import has_fast_memory, memory_is_fast, peak_memory_gbps
 from tileops.kernels.norm.backward import CLUSTER, COLUMN_SUM, RESIDENT, STREAMED, ClusterLayout, NormBwdKernel
 from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
 from tileops.kernels.norm.layer_norm import LayerNormBwdKernel, LayerNormFwdKernel
@@ -38,6 +41,42 @@ def test_forward_rows_fit_in_registers(classes, N, dtype, threads, per_thread) -
         assert isinstance(layout, RowLayout)
         assert (layout.row_threads, layout.per_thread) == (threads, per_thread)
         assert layout.block_threads >= 128 and layout.block_threads % layout.row_threads == 0
+
+
+H100_SXM = SimpleNamespace(memory_clock_rate=2_619_000, memory_bus_width=5120, multi_processor_count=132)
+H200 = SimpleNamespace(memory_clock_rate=3_201_000, memory_bus_width=6144, multi_processor_count=132)
+
+
+def test_fast_memory_is_told_apart_by_its_peak_an_sm() -> None:
+    assert peak_memory_gbps(H100_SXM) == pytest.approx(3352.3, abs=0.1)
+    assert peak_memory_gbps(H200) == pytest.approx(4916.7, abs=0.1)
+    assert not memory_is_fast(H100_SXM) and memory_is_fast(H200)
+    # A device that does not report its memory is planned for as an H100.
+    assert peak_memory_gbps(SimpleNamespace(multi_processor_count=132)) is None
+    assert not memory_is_fast(SimpleNamespace(memory_clock_rate=0, memory_bus_width=6144, multi_processor_count=132))
+    if not torch.cuda.is_available():
+        assert not has_fast_memory()
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["h100", "fast-memory"])
+def test_fast_memory_streams_the_rows_one_block_would_hold_alone(monkeypatch: pytest.MonkeyPatch, fast: bool) -> None:
+    """Rows of 64 KiB: RMSNorm streams them and LayerNorm streams them with 512 threads where the
+    memory is fast; shorter rows and the fused residual add keep the H100's layouts."""
+    for module in (rms_norm, layer_norm):
+        monkeypatch.setattr(module, "has_fast_memory", lambda: fast)
+    for N, dtype in ((32768, torch.bfloat16), (16384, torch.float32)):
+        layout = RMSNormFwdKernel(N, dtype).layout()
+        assert layout == StreamLayout(N, 8 if dtype == torch.bfloat16 else 4, 512, 2) if fast else (
+            isinstance(layout, RowLayout) and layout.row_threads * layout.per_thread == N)
+        assert isinstance(FusedAddRMSNormFwdKernel(N, dtype).layout(), RowLayout)
+        assert LayerNormFwdKernel(N, dtype).layout() == StreamLayout(N, 16 // dtype.itemsize, *((512, 2) if fast
+                                                                                              else (1024, 1)))
+    for cls in (RMSNormFwdKernel, LayerNormFwdKernel, FusedAddRMSNormFwdKernel):
+        assert cls(16384, torch.bfloat16).layout() == RowLayout(16384, 8, 1024, 1024)
+    for N in (4096, 16384):
+        assert RMSNormFwdKernel(N, torch.bfloat16).config == rms_norm.rms_norm_default_config(N, torch.bfloat16)
+        assert LayerNormFwdKernel(N, torch.bfloat16).config == layer_norm.layer_norm_fwd_default_config(
+            N, torch.bfloat16)
 
 
 def test_longer_forward_rows_are_streamed() -> None:
