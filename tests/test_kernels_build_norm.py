@@ -59,21 +59,37 @@ def test_fast_memory_is_told_apart_by_its_peak_an_sm() -> None:
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["h100", "fast-memory"])
-def test_fast_memory_streams_the_rows_one_block_would_hold_alone(monkeypatch: pytest.MonkeyPatch, fast: bool) -> None:
-    """Rows of 64 KiB: RMSNorm streams them and LayerNorm streams them with 512 threads where the
-    memory is fast; shorter rows and the fused residual add keep the H100's layouts."""
+def test_fast_memory_keeps_two_blocks_an_sm_on_long_rows(monkeypatch: pytest.MonkeyPatch, fast: bool) -> None:
+    """Where the memory is fast, RMSNorm holds a row on at most 512 threads (streaming longer
+    ones) and LayerNorm streams rows of 32 KiB or more in quarter-row chunks; shorter rows and
+    the fused residual add keep the H100's layouts."""
     for module in (rms_norm, layer_norm):
         monkeypatch.setattr(module, "has_fast_memory", lambda: fast)
-    for N, dtype in ((32768, torch.bfloat16), (16384, torch.float32)):
-        layout = RMSNormFwdKernel(N, dtype).layout()
-        assert layout == StreamLayout(N, 8 if dtype == torch.bfloat16 else 4, 512, 2) if fast else (
-            isinstance(layout, RowLayout) and layout.row_threads * layout.per_thread == N)
-        assert isinstance(FusedAddRMSNormFwdKernel(N, dtype).layout(), RowLayout)
-        assert LayerNormFwdKernel(N, dtype).layout() == StreamLayout(N, 16 // dtype.itemsize, *((512, 2) if fast
-                                                                                              else (1024, 1)))
-    for cls in (RMSNormFwdKernel, LayerNormFwdKernel, FusedAddRMSNormFwdKernel):
-        assert cls(16384, torch.bfloat16).layout() == RowLayout(16384, 8, 1024, 1024)
-    for N in (4096, 16384):
+    rms = {N: RMSNormFwdKernel(N, torch.bfloat16).layout() for N in (8192, 16384, 32768)}
+    assert rms[8192] == RowLayout(8192, 8, 512, 512)
+    assert rms[16384] == RowLayout(16384, 8, 512 if fast else 1024, 512 if fast else 1024)
+    assert rms[32768] == (StreamLayout(32768, 8, 512, 2) if fast else RowLayout(32768, 8, 1024, 1024))
+    assert RMSNormFwdKernel(8192, torch.float32).layout() == RowLayout(8192, 4, 512 if fast else 1024,
+                                                                       512 if fast else 1024)
+    for N in (16384, 32768):
+        assert FusedAddRMSNormFwdKernel(N, torch.bfloat16).layout() == RowLayout(N, 8, 1024, 1024)
+
+    layer = {(N, dtype): LayerNormFwdKernel(N, dtype).layout()
+             for N, dtype in ((8192, torch.bfloat16), (16384, torch.bfloat16), (32768, torch.bfloat16),
+                              (65536, torch.bfloat16), (8192, torch.float32), (4096, torch.float32))}
+    assert layer[8192, torch.bfloat16] == RowLayout(8192, 8, 512, 512)
+    assert layer[4096, torch.float32] == RowLayout(4096, 4, 512, 512)
+    if fast:
+        assert layer[16384, torch.bfloat16] == StreamLayout(16384, 8, 256, 2)
+        assert layer[32768, torch.bfloat16] == StreamLayout(32768, 8, 512, 2)
+        assert layer[65536, torch.bfloat16] == StreamLayout(65536, 8, 1024, 2)
+        assert layer[8192, torch.float32] == StreamLayout(8192, 4, 256, 2)
+    else:
+        assert layer[16384, torch.bfloat16] == RowLayout(16384, 8, 1024, 1024)
+        assert layer[32768, torch.bfloat16] == StreamLayout(32768, 8, 1024, 1)
+        assert layer[65536, torch.bfloat16] == StreamLayout(65536, 8, 1024, 1)
+        assert layer[8192, torch.float32] == RowLayout(8192, 4, 1024, 1024)
+    for N in (4096, 8192):
         assert RMSNormFwdKernel(N, torch.bfloat16).config == rms_norm.rms_norm_default_config(N, torch.bfloat16)
         assert LayerNormFwdKernel(N, torch.bfloat16).config == layer_norm.layer_norm_fwd_default_config(
             N, torch.bfloat16)
@@ -260,6 +276,21 @@ def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
         hinted_source = _source(kernel, hinted, **shape)
         assert "tileops_load_evict_last((&(xb[" in hinted_source
         assert ("tileops_load_evict_last((&(rb[" in hinted_source) == (cls is FusedAddRMSNormFwdKernel)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("N", [16384, 65536])
+def test_fast_memory_forward_programs_build_for_sm90(N: int) -> None:
+    """The layouts devices with fast memory take: RMSNorm's rows on 512 threads, LayerNorm's
+    quarter-row chunks."""
+    rms = RMSNormFwdKernel(N, torch.bfloat16, config=rms_norm.rms_norm_default_config(N, torch.bfloat16, True))
+    layer = LayerNormFwdKernel(N, torch.bfloat16,
+                               config=layer_norm.layer_norm_fwd_default_config(N, torch.bfloat16, True))
+    assert isinstance(layer.layout(), StreamLayout)
+    for kernel, shape in ((rms, {}), (layer, {"has_weight": True, "has_bias": True})):
+        source = _source(kernel, kernel.main_program(), **shape)
+        assert "__global__" in source and "int64_t" in source
+        assert_strided_reads_are_16_bytes(source, "LDX")
 
 
 @needs_nvcc

@@ -34,7 +34,7 @@ from tileops.kernels.norm.rows import (
     scratch_shape,
     stream_macros,
 )
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector, next_pow2
 
 __all__ = ["LayerNormFwdKernel", "LayerNormBwdKernel", "layer_norm_fwd_default_config"]
 
@@ -42,6 +42,8 @@ __all__ = ["LayerNormFwdKernel", "LayerNormBwdKernel", "layer_norm_fwd_default_c
 # vectors.  (H100, bf16, 8192 x 32768: resident with 32 elements a thread 396 us,
 # streamed with 1024 threads 380 us.)
 RESIDENT_BYTES = 32
+# Rows of at least this many bytes (1024 threads' two vectors) are streamed on devices with fast memory.
+FAST_MEMORY_STREAMED_BYTES = MAX_THREADS * RESIDENT_BYTES
 
 RESIDENT = "layer_norm_fwd_resident"
 RESIDENT_HINTED = "layer_norm_fwd_resident_hinted"
@@ -52,11 +54,16 @@ def layer_norm_fwd_default_config(N: int, dtype: torch.dtype, fast_memory: bool 
     """Two 16-byte vectors per thread (more for long rows, a row gets at most 1024 threads, and
     rows that need more than two vectors a thread are streamed); streamed rows: 1024 threads
     with one vector in flight each (H100, bf16, 8192 x 32768: 380 us against 399 us with 512
-    threads and two vectors).  With ``fast_memory`` (``device_traits.has_fast_memory``) the
-    other way round, since two blocks an SM keep more bytes in flight than one: 512 threads
-    with two vectors each (H200, the same rows, median of 7 rounds in turns: 276.6 µs against
-    326.6 with 1024 threads and one vector, 351.9 with 1024 and two, 283.8 with 512 and one,
-    377.7 with 512 and four; torch.compile 338.6).
+    threads and two vectors).
+
+    ``fast_memory`` (``device_traits.has_fast_memory``): rows of ``FAST_MEMORY_STREAMED_BYTES``
+    or more, which would take 1024 threads a block and one block an SM, are streamed instead,
+    in chunks of a quarter row with two vectors in flight a thread.  H200, bf16, median of 7
+    rounds in turns, µs, threads / vectors in flight: 16384 x 16384 resident on 1024 threads
+    467.4, streamed 256/2 277.3, 512/2 313.1, 256/4 281.6, 512/4 442.6, 1024/1 418.2
+    (torch.compile 257.1); 8192 x 32768 512/2 276.6, 1024/1 326.6, 1024/2 351.9, 512/1 283.8,
+    512/4 377.7, 256/2 338.6 (torch.compile 338.6); 4096 x 65536 1024/2 292.1, 1024/1 304.5,
+    512/2 345.0, 256/2 375.2 (torch.compile 442.7).
 
     ``hinted_min_mib``: resident calls whose input takes at least this many MiB load it with L2's
     ``evict_last`` (the ``RESIDENT_HINTED`` program; 0: every call whose loads can take it), as
@@ -65,10 +72,13 @@ def layer_norm_fwd_default_config(N: int, dtype: torch.dtype, fast_memory: bool 
     131.30 / 131.26, 32768 rows 176.99 / 175.18 (torch.compile 203.90); fp32 8192 rows
     84.93 / 87.68, 16384 rows 176.30 / 174.88 (torch.compile 175.62)."""
     vector_elems = max_vector(dtype)
-    streamed = N * dtype.itemsize > RESIDENT_BYTES * MAX_THREADS
-    threads, unroll = (512, 2) if fast_memory and streamed else (1024, 1)
-    return {"per_thread": max(2 * vector_elems, -(-N // MAX_THREADS)), "stream_threads": threads,
-            "stream_unroll": unroll, "hinted_min_mib": HINTED_MIN_MIB}
+    per_thread = max(2 * vector_elems, -(-N // MAX_THREADS))
+    threads, unroll = 1024, 1
+    if fast_memory and N * dtype.itemsize >= FAST_MEMORY_STREAMED_BYTES:
+        per_thread = 4 * vector_elems  # more than a thread holds: the rows are streamed
+        threads, unroll = min(MAX_THREADS, next_pow2(-(-N // (4 * 2 * vector_elems)))), 2
+    return {"per_thread": per_thread, "stream_threads": threads, "stream_unroll": unroll,
+            "hinted_min_mib": HINTED_MIN_MIB}
 
 
 def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has_weight: bool, has_bias: bool,

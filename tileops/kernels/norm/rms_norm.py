@@ -48,10 +48,8 @@ __all__ = ["RMSNormFwdKernel", "rms_norm_default_config", "resident_rms_program"
 # Row elements a thread of the resident program holds in registers (32 float32 sums for the
 # fused residual add); longer rows are streamed (1024 threads x 32: rows of up to 32768).
 RESIDENT_CAP = 32
-# A ``per_thread`` past ``RESIDENT_CAP`` at any row length: the config of streamed rows.
-STREAMED_PER_THREAD = 2 * RESIDENT_CAP
-# Rows of at least this many bytes are streamed on devices with fast memory.
-FAST_MEMORY_STREAMED_BYTES = 64 * 1024
+# The most threads a row held in registers gets on devices with fast memory.
+FAST_MEMORY_ROW_THREADS = MAX_THREADS // 2
 
 RESIDENT = "rms_norm_fwd_resident"
 RESIDENT_HINTED = "rms_norm_fwd_resident_hinted"
@@ -63,11 +61,14 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
     rows: 512 threads with two vectors in flight each, which leaves room for several blocks an
     SM to overlap their reduce and write passes.
 
-    ``fast_memory`` (``device_traits.has_fast_memory``): rows of ``FAST_MEMORY_STREAMED_BYTES``
-    or more are streamed.  Held in registers they take 1024 threads a block and one block an
-    SM, which feeds an H100's memory (bf16 8192 x 32768: 352.3 µs, 100.5 % of copy bandwidth)
-    but not an H200's: there, median of 7 rounds in turns, resident 285.6 µs, streamed 266.7
-    (torch.compile 256.4); 256 streaming threads 329.6, 1024 282.1.
+    ``fast_memory`` (``device_traits.has_fast_memory``): a row gets at most
+    ``FAST_MEMORY_ROW_THREADS`` threads in registers, so that two blocks share an SM, and rows
+    that would need more than ``RESIDENT_CAP`` elements a thread then are streamed.  A row on
+    1024 threads runs alone on its SM, which feeds an H100's memory (bf16 8192 x 32768: 352.3
+    µs, 100.5 % of copy bandwidth) but not an H200's.  There, bf16, median of 7 rounds in
+    turns, µs: 16384 x 16384 on 1024 threads 373.5, on 512 threads 262.6, streamed 264.4
+    (torch.compile 256.7); 8192 x 32768 on 1024 threads 285.6, streamed 266.7 (torch.compile
+    256.4; 256 streaming threads 329.6, 1024 282.1).
 
     ``hinted_min_mib``: resident calls whose input takes at least this many MiB load it with L2's
     ``evict_last`` (the ``RESIDENT_HINTED`` program; 0: every call whose loads can take it).  The
@@ -78,10 +79,8 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
     352.96 / 351.02; fp32 8192 rows 84.48 / 87.17, 16384 rows 176.51 / 174.94 (torch.compile
     175.26), 32768 rows 353.31 / 351.33; bf16 16384 x 8192 176.13 / 175.04.
     """
-    vector_elems = max_vector(dtype)
-    per_thread = max(2 * vector_elems, -(-N // MAX_THREADS))
-    if fast_memory and N * dtype.itemsize >= FAST_MEMORY_STREAMED_BYTES:
-        per_thread = STREAMED_PER_THREAD
+    row_threads = FAST_MEMORY_ROW_THREADS if fast_memory else MAX_THREADS
+    per_thread = max(2 * max_vector(dtype), -(-N // row_threads))
     return {"per_thread": per_thread, "stream_threads": 512, "stream_unroll": 2, "hinted_min_mib": HINTED_MIN_MIB}
 
 
