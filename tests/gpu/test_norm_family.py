@@ -236,11 +236,13 @@ HINTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def hinted_kernels(N: int, dtype: torch.dtype) -> Tuple[Any, Any]:
     """LayerNorm and the fused add with ``hinted_min_mib`` 0: every call takes the hinted resident
-    program, as calls of that many MiB and more do by default."""
+    program, as calls of that many MiB and more do by default.  LayerNorm keeps the layout an H100
+    gets, where its rows are resident (a device with fast memory streams rows of 32 KiB)."""
     from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
-    from tileops.kernels.norm.layer_norm import LayerNormFwdKernel
+    from tileops.kernels.norm.layer_norm import LayerNormFwdKernel, layer_norm_fwd_default_config
 
-    return (LayerNormFwdKernel(N, dtype, eps=1e-5, config={"hinted_min_mib": 0}),
+    return (LayerNormFwdKernel(N, dtype, eps=1e-5, config={**layer_norm_fwd_default_config(N, dtype),
+                                                           "hinted_min_mib": 0}),
             FusedAddRMSNormFwdKernel(N, dtype, eps=1e-6, config={"hinted_min_mib": 0}))
 
 
