@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from tileops.kernels.norm.rms_norm import RESIDENT_HINTED, RMSNormFwdKernel
+from tileops.kernels.norm.rms_norm import RESIDENT_HINTED, RMSNormFwdKernel, rms_norm_default_config
 from tileops.kernels.scan.cumprod import CumprodFwdKernel
 from tileops.kernels.scan.cumsum import (
     COLUMN_SCAN,
@@ -149,8 +149,10 @@ def test_rms_norm(dtype: torch.dtype, N: int, rows: int) -> None:
 @pytest.mark.parametrize("N", (8, 24, 4096, 5120, 8192, 32768))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_rms_norm_hinted_program(dtype: torch.dtype, N: int, rows: int, padding: int) -> None:
-    # hinted_min_mib 0: every call takes the hinted resident program, as large ones do by default.
-    kernel = _kernel(RMSNormFwdKernel, N, dtype, eps=EPS, config={"hinted_min_mib": 0})
+    # hinted_min_mib 0: every call takes the hinted resident program, as large ones do by default;
+    # the layout an H100 gets, where rows of 32768 are resident (fast memory streams them).
+    kernel = _kernel(RMSNormFwdKernel, N, dtype, eps=EPS,
+                     config={**rms_norm_default_config(N, dtype), "hinted_min_mib": 0})
     assert kernel.hinted_program() == RESIDENT_HINTED
     x = torch.randn(rows, N + padding, device="cuda", dtype=dtype)[:, :N]
     weight = torch.randn(N, device="cuda", dtype=dtype)
