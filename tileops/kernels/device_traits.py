@@ -9,7 +9,8 @@ while it reduces and stores, and programs that keep two blocks an SM win (the no
 heuristics' docstrings give the timings).  ``has_fast_memory`` tells such devices apart.
 
 The peak comes from the device's memory clock and bus width, both double data rate; a device
-that reports neither is planned for as an H100.
+that reports neither is planned for as an H100.  A kernel picks its heuristic config once, at
+construction, for the current device, as it looks up a tuned one.
 """
 
 from __future__ import annotations
