@@ -2,7 +2,7 @@
 
     python -m benchmarks.config_sweep --op SoftmaxBwdOp --workload rows-32k-4k --dtype bfloat16 \
         [--config '{"row_threads": 512, "block_threads": 512}' ...] [--candidates] [--rounds 5] \
-        [--shape x=8192x32768 ...] [--param '{"dim": -1}']
+        [--shape x=8192x32768 ...] [--param '{"dim": -1}'] [--jobs 8]
 
 Between configs of a memory-bound kernel the differences worth having are a
 percent or less, about what moves from one card to the next or between two
@@ -14,6 +14,11 @@ against the float64 reference before it is timed, and a wrong one is never
 timed.  The table goes to stdout, to choose a kernel's heuristic; nothing is
 written to the results CSV.
 
+Compiling is most of a sweep's time: every config but the current one is
+compiled first in ``--jobs`` spawned processes, each setting the case up and
+launching the op once under its config, so that TileLang's disk cache serves
+the sweep (a config whose worker fails is compiled by the sweep itself).
+
 A heuristic should hold beyond the manifest's workloads: ``--shape x=8192x32768``
 gives the workload's tensor ``x`` that shape and ``--param`` replaces its params,
 so the same sweep runs on shapes the bench does not list (the op's own checks
@@ -24,20 +29,24 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import sys
+import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .prewarm import default_jobs, find_case, in_processes
 from .runner import (
-    OK, CheckedVariant, Outcome, RunContext, build_input_sets, check_variant, float64_oracle, time_in_turns,
-    torch_dtype, variants_and_inputs,
+    OK, CheckedVariant, Outcome, RunContext, build_input_sets, check_variant, float64_oracle, release_memory,
+    time_in_turns, torch_dtype, variants_and_inputs,
 )
 from .variants import COMPILE, OURS, InputSet, Variant
 from .workloads import Case, constructor_kwargs
 
-__all__ = ["ConfigResult", "parse_shape", "reshaped_case", "sweep_configs", "main"]
+__all__ = ["ConfigResult", "SweepRecipe", "compile_config", "compile_configs", "parse_shape", "reshaped_case",
+           "sweep_configs", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +58,24 @@ class ConfigResult:
     config: Dict[str, Any]
     changed: Dict[str, Any]
     outcome: Outcome
+
+
+@dataclass(frozen=True)
+class SweepRecipe:
+    """What a worker process needs to set the swept case up again: the manifest case, the
+    tensor shapes and params that replace its own, and which of the op's kernels is swept."""
+
+    op: str
+    workload: str
+    dtype: str
+    shapes: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()
+    params: Tuple[Tuple[str, Any], ...] = ()
+    kernel: Optional[str] = None
+
+    def case(self) -> Tuple[Any, Case]:
+        """The manifest and the reshaped case."""
+        manifest, case = find_case((self.op, self.workload, self.dtype))
+        return manifest, reshaped_case(case, dict(self.shapes), dict(self.params))
 
 
 def parse_shape(text: str) -> Tuple[str, Tuple[int, ...]]:
@@ -115,14 +142,67 @@ def _swept_configs(kernel: Any, partial: Sequence[Dict[str, Any]], candidates: b
     return configs
 
 
-def sweep_configs(case: Case, ctx: RunContext, partial: Sequence[Dict[str, Any]] = (), candidates: bool = False,
-                  kernel_label: Optional[str] = None) -> List[ConfigResult]:
-    """Check and time ``case``'s op with its kernel under each config, in turns with torch.compile.
-
-    The last result is the compile baseline (``changed`` empty, config empty) when ``ctx`` has a compiler.
-    """
+def _swept_op(case: Case, ctx: RunContext) -> Tuple[Any, List[Variant], Callable[[], InputSet]]:
+    """``case``'s op, its variants and its input maker."""
     op = ctx.resolve(case.spec)(**constructor_kwargs(case.spec, case.workload, torch_dtype(case.dtype)))
     variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
+    return op, variants, make_inputs
+
+
+def compile_config(config: Dict[str, Any], recipe: SweepRecipe, device_name: str = "cuda") -> Tuple[float, str]:
+    """Set ``recipe``'s case up and launch its op once with the swept kernel under ``config``, which
+    compiles what that launch needs into TileLang's disk cache; returns the seconds it took and an
+    error note ("" if none)."""
+    import torch
+
+    began = time.perf_counter()
+    try:
+        manifest, case = recipe.case()
+        ctx = RunContext(manifest, None, torch.device(device_name),  # nothing timed: no backend
+                         generator=torch.Generator(device_name).manual_seed(0))
+        op, variants, make_inputs = _swept_op(case, ctx)
+        ours, inputs = next(v for v in variants if v.name == OURS), make_inputs()
+        ours.bind(inputs)()  # builds the kernels
+        kernel = _pick_kernel(op, recipe.kernel)
+        kernel.config = dict(config)
+        ours.bind(inputs)()
+        if device_name.startswith("cuda"):
+            torch.cuda.synchronize()
+        note = ""
+    except Exception as exc:  # noqa: BLE001 - the sweep compiles and reports it itself
+        note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    finally:
+        release_memory()
+    return time.perf_counter() - began, note
+
+
+def compile_configs(configs: Sequence[Dict[str, Any]], recipe: SweepRecipe, jobs: int,
+                    device_name: str = "cuda") -> List[Tuple[Dict[str, Any], str]]:
+    """``compile_config`` of every config in ``jobs`` spawned processes; returns the (config, note)
+    pairs that failed."""
+    if jobs <= 0 or not configs:
+        return []
+    task = functools.partial(compile_config, recipe=recipe, device_name=device_name)
+    failures = []
+    for config, seconds, note in in_processes(task, list(configs), jobs):
+        if note:
+            failures.append((config, note))
+            logger.warning("compiling %s failed (the sweep compiles it): %s", json.dumps(config), note)
+        else:
+            logger.info("compiled %s in %.1f s", json.dumps(config), seconds)
+    return failures
+
+
+def sweep_configs(case: Case, ctx: RunContext, partial: Sequence[Dict[str, Any]] = (), candidates: bool = False,
+                  kernel_label: Optional[str] = None,
+                  compile_ahead: Optional[Callable[[List[Dict[str, Any]]], Any]] = None) -> List[ConfigResult]:
+    """Check and time ``case``'s op with its kernel under each config, in turns with torch.compile.
+
+    ``compile_ahead`` is given every config but the kernel's own (which the first call compiled)
+    before any is checked.  The last result is the compile baseline (``changed`` empty, config
+    empty) when ``ctx`` has a compiler.
+    """
+    op, variants, make_inputs = _swept_op(case, ctx)
     input_sets = build_input_sets(make_inputs, ctx)
     oracle, own_error, expected_dtypes = float64_oracle(op, input_sets[0].args)
     ours = next(v for v in variants if v.name == OURS)
@@ -130,6 +210,8 @@ def sweep_configs(case: Case, ctx: RunContext, partial: Sequence[Dict[str, Any]]
     kernel = _pick_kernel(op, kernel_label)
     own = dict(kernel.config)
     configs = _swept_configs(kernel, partial, candidates)
+    if compile_ahead is not None:
+        compile_ahead(configs[1:])
     timed = [_with_config(ours, kernel, config, f"config {index}") for index, config in enumerate(configs)]
     timed += [v for v in variants if v.name == COMPILE]
     checked = [check_variant(v, input_sets, oracle, case.dtype, own_error, expected_dtypes, ctx.backend) for v in timed]
@@ -175,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="time the workload with this tensor's shape replaced (repeatable)")
     parser.add_argument("--param", type=json.loads, default={}, metavar="JSON",
                         help="params of the workload to replace, e.g. '{\"dim\": [0]}'")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="processes compiling the configs first (default: half the cores, at most 8; 0: none)")
     return parser
 
 
@@ -208,7 +292,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     ctx = RunContext(manifest, CudaBackend("cuda"), "cuda", compiler=default_compiler,
                      generator=torch.Generator("cuda").manual_seed(args.seed), rounds=args.rounds)
-    results = sweep_configs(case, ctx, args.config, args.candidates, args.kernel)
+    recipe = SweepRecipe(args.op, args.workload, args.dtype, tuple(args.shape), tuple(args.param.items()), args.kernel)
+    jobs = default_jobs() if args.jobs is None else args.jobs
+    results = sweep_configs(case, ctx, args.config, args.candidates, args.kernel,
+                            compile_ahead=lambda configs: compile_configs(configs, recipe, jobs))
     print(f"\n{case.label} on {torch.cuda.get_device_name()}, median of {args.rounds} rounds in turns\n")
     print(render(results))
     return 0 if all(r.outcome.status == OK for r in results) else 1

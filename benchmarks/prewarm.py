@@ -20,9 +20,9 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
-__all__ = ["prewarm", "warm_case"]
+__all__ = ["prewarm", "warm_case", "find_case", "in_processes"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def _catalogue() -> Tuple[Any, Any]:
     return load_manifest(), load_entries()
 
 
-def _find_case(key: CaseKey) -> Tuple[Any, Any]:
+def find_case(key: CaseKey) -> Tuple[Any, Any]:
     """The manifest and the one case ``key`` names."""
     from .workloads import select_cases
 
@@ -52,8 +52,8 @@ def _find_case(key: CaseKey) -> Tuple[Any, Any]:
     return manifest, cases[0]
 
 
-def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tuple[CaseKey, float, str]:
-    """Call every variant of one case once; returns its key, seconds and an error note ("" if none)."""
+def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tuple[float, str]:
+    """Call every variant of one case once; returns the seconds it took and an error note ("" if none)."""
     import torch
 
     from .runner import RunContext, release_memory, variants_and_inputs
@@ -62,7 +62,7 @@ def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tu
 
     began = time.perf_counter()
     try:
-        manifest, case = _find_case(key)
+        manifest, case = find_case(key)
         device = torch.device(device_name)
         ctx = RunContext(manifest, None, device,  # no timing here: no backend
                          compiler=default_compiler if with_compile else None,
@@ -79,7 +79,24 @@ def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tu
         note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
     finally:
         release_memory()
-    return key, time.perf_counter() - began, note
+    return time.perf_counter() - began, note
+
+
+def in_processes(task: Callable[[Any], Tuple[float, str]], items: Sequence[Any],
+                 jobs: int) -> Iterator[Tuple[Any, float, str]]:
+    """``task(item)`` for every item in up to ``jobs`` spawned processes, yielded as each finishes:
+    ``(item, seconds, note)``, the note being the task's error note ("" if none) or why its worker
+    died (e.g. out of memory).  ``task`` must pickle: a module-level function or a partial of one."""
+    # spawn: a forked child cannot use the parent's CUDA context.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context) as pool:
+        futures = {pool.submit(task, item): item for item in items}
+        for future in as_completed(futures):
+            try:
+                seconds, note = future.result()
+            except Exception as exc:  # noqa: BLE001 - a worker that died
+                seconds, note = 0.0, f"worker died: {type(exc).__name__}: {exc}"[:200]
+            yield futures[future], seconds, note
 
 
 def prewarm(cases: Sequence[Any], jobs: int, with_compile: bool = True,
@@ -90,29 +107,18 @@ def prewarm(cases: Sequence[Any], jobs: int, with_compile: bool = True,
         return []
     began = time.perf_counter()
     failures: List[Tuple[CaseKey, str]] = []
-    # spawn: a forked child cannot use the parent's CUDA context.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(keys)), mp_context=context) as pool:
-        futures = {pool.submit(warm_case, key, with_compile, device_name): key for key in keys}
-        for done, future in enumerate(as_completed(futures), 1):
-            key, seconds, note = _result(future, futures[future])
-            if note:
-                failures.append((key, note))
-                logger.warning("prewarm %s failed (the timed run compiles it): %s", "/".join(key), note)
-            else:
-                logger.debug("prewarm %s: %.1f s", "/".join(key), seconds)
-            if done % 20 == 0:
-                logger.info("prewarmed %d/%d cases", done, len(keys))
+    task = functools.partial(warm_case, with_compile=with_compile, device_name=device_name)
+    for done, (key, seconds, note) in enumerate(in_processes(task, keys, jobs), 1):
+        if note:
+            failures.append((key, note))
+            logger.warning("prewarm %s failed (the timed run compiles it): %s", "/".join(key), note)
+        else:
+            logger.debug("prewarm %s: %.1f s", "/".join(key), seconds)
+        if done % 20 == 0:
+            logger.info("prewarmed %d/%d cases", done, len(keys))
     logger.info("prewarmed %d cases with %d processes in %.0f s (%d failed)",
                 len(keys), jobs, time.perf_counter() - began, len(failures))
     return failures
-
-
-def _result(future: Any, key: CaseKey) -> Tuple[CaseKey, float, str]:
-    try:
-        return future.result()
-    except Exception as exc:  # noqa: BLE001 - a worker that died (e.g. out of memory)
-        return key, 0.0, f"worker died: {type(exc).__name__}: {exc}"[:200]
 
 
 def default_jobs(cpu_count: Optional[int] = None) -> int:

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from bench_fakes import FakeBackend, FakeRMSNorm, fake_resolver, identity_compiler, make_class
-from benchmarks.config_sweep import parse_shape, render, reshaped_case, sweep_configs
+from benchmarks.config_sweep import (
+    SweepRecipe, compile_config, compile_configs, parse_shape, render, reshaped_case, sweep_configs,
+)
 from benchmarks.runner import RunContext
 from benchmarks.workloads import Case
 from codegen.loader import load_manifest
@@ -38,6 +40,7 @@ class KernelRMSNorm(FakeRMSNorm):
 
     def __call__(self, x, weight):
         kernel = self._kernel_cache.setdefault(("rms_norm", ()), FakeKernel())
+        type(self).kernel = kernel
         kernel.seen.append(dict(kernel.config))
         type(self).shapes.append((tuple(x.shape), self.N))
         return super().__call__(x, weight) * kernel.config["scale"]
@@ -110,3 +113,29 @@ def test_parse_shape(text, expected):
 def test_parse_shape_refuses_what_is_not_name_and_dims(text):
     with pytest.raises(argparse.ArgumentTypeError, match="NAME=D0xD1"):
         parse_shape(text)
+
+
+def test_every_config_but_the_current_one_is_compiled_ahead_before_any_is_checked():
+    op_class = make_class(KernelRMSNorm, shapes=[])
+    ahead = []
+    results = sweep(FakeBackend(), op_class=op_class, candidates=True,
+                    compile_ahead=lambda configs: ahead.append((configs, list(op_class.kernel.seen))))
+    (configs, seen_then), = ahead
+    assert configs == [{"threads": 128, "scale": 1.0}, {"threads": 64, "scale": 2.0}]
+    assert seen_then == [{"threads": 256, "scale": 1.0}]  # only the call that built the kernel
+    assert [r.config for r in results[:-1]] == [{"threads": 256, "scale": 1.0}] + configs
+
+
+def test_a_config_whose_case_cannot_be_set_up_is_a_note_not_an_exception():
+    recipe = SweepRecipe("RMSNormFwdOp", "no-such-workload", "bfloat16")
+    seconds, note = compile_config({"per_thread": 64}, recipe, "cpu")
+    assert "selects 0 cases" in note and seconds >= 0
+    # In worker processes, the failures come back with their configs.
+    assert compile_configs([{"per_thread": 64}], recipe, jobs=1, device_name="cpu") == [({"per_thread": 64}, note)]
+    assert compile_configs([{"per_thread": 64}], recipe, jobs=0) == []
+
+
+def test_a_recipe_sets_the_reshaped_case_up_again():
+    recipe = SweepRecipe("RMSNormFwdOp", "wide-32k", "bfloat16", (("x", (16384, 16384)), ("weight", (16384,))))
+    _, case = recipe.case()
+    assert dict(case.workload.shapes)["x"] == (16384, 16384) and "x=16384x16384" in case.workload.label
