@@ -3,7 +3,7 @@
 A memory-bound program keeps its memory busy only while each SM has enough bytes in flight
 to cover the memory's latency at its bandwidth, so the bytes an SM must keep in flight grow
 with the bandwidth an SM.  The heuristics were tuned on H100s (SXM: 3.35 TB/s peak over 132
-SMs, 25.4 GB/s an SM).  An H200 is the same chip with 4.8 TB/s (36.4 GB/s an SM): there a
+SMs, 25.4 GB/s an SM).  An H200 is the same chip with 4.8 TB/s (it reports 3201 MHz x 6016 bits: 36.5 GB/s an SM): there a
 block of 1024 threads holding one row of 64 KiB, alone on its SM, leaves the memory idle
 while it reduces and stores, and programs that keep two blocks an SM win (the norm
 heuristics' docstrings give the timings).  ``has_fast_memory`` tells such devices apart.
@@ -23,7 +23,7 @@ import torch
 __all__ = ["FAST_MEMORY_GBPS_PER_SM", "peak_memory_gbps", "memory_is_fast", "has_fast_memory"]
 
 # Peak GB/s an SM from which a device's memory counts as fast: between the H100 SXM's 25.4
-# and the H200's 36.4.
+# and the H200's 36.5.
 FAST_MEMORY_GBPS_PER_SM = 30.0
 
 

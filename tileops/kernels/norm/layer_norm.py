@@ -42,8 +42,11 @@ __all__ = ["LayerNormFwdKernel", "LayerNormBwdKernel", "layer_norm_fwd_default_c
 # vectors.  (H100, bf16, 8192 x 32768: resident with 32 elements a thread 396 us,
 # streamed with 1024 threads 380 us.)
 RESIDENT_BYTES = 32
-# Rows of at least this many bytes (1024 threads' two vectors) are streamed on devices with fast memory.
+# Rows of at least this many bytes (1024 threads' two vectors) are streamed on devices with fast
+# memory, in chunks of a quarter row, each thread with two vectors in flight.
 FAST_MEMORY_STREAMED_BYTES = MAX_THREADS * RESIDENT_BYTES
+FAST_MEMORY_CHUNKS_A_ROW = 4
+FAST_MEMORY_STREAM_UNROLL = 2
 
 RESIDENT = "layer_norm_fwd_resident"
 RESIDENT_HINTED = "layer_norm_fwd_resident_hinted"
@@ -76,7 +79,8 @@ def layer_norm_fwd_default_config(N: int, dtype: torch.dtype, fast_memory: bool 
     threads, unroll = 1024, 1
     if fast_memory and N * dtype.itemsize >= FAST_MEMORY_STREAMED_BYTES:
         per_thread = 4 * vector_elems  # more than a thread holds: the rows are streamed
-        threads, unroll = min(MAX_THREADS, next_pow2(-(-N // (4 * 2 * vector_elems)))), 2
+        unroll = FAST_MEMORY_STREAM_UNROLL
+        threads = min(MAX_THREADS, next_pow2(-(-N // (FAST_MEMORY_CHUNKS_A_ROW * unroll * vector_elems))))
     return {"per_thread": per_thread, "stream_threads": threads, "stream_unroll": unroll,
             "hinted_min_mib": HINTED_MIN_MIB}
 
