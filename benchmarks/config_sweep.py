@@ -33,17 +33,16 @@ import functools
 import json
 import logging
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .prewarm import default_jobs, find_case, in_processes
+from .prewarm import default_jobs, find_case, in_processes, noted
 from .runner import (
-    OK, CheckedVariant, Outcome, RunContext, build_input_sets, check_variant, float64_oracle, release_memory,
-    time_in_turns, torch_dtype, variants_and_inputs,
+    OK, CheckedVariant, Outcome, RunContext, build_input_sets, build_op, check_variant, float64_oracle,
+    time_in_turns, variants_and_inputs,
 )
 from .variants import COMPILE, OURS, InputSet, Variant
-from .workloads import Case, constructor_kwargs
+from .workloads import Case
 
 __all__ = ["ConfigResult", "SweepRecipe", "compile_config", "compile_configs", "parse_shape", "reshaped_case",
            "sweep_configs", "main"]
@@ -142,38 +141,24 @@ def _swept_configs(kernel: Any, partial: Sequence[Dict[str, Any]], candidates: b
     return configs
 
 
-def _swept_op(case: Case, ctx: RunContext) -> Tuple[Any, List[Variant], Callable[[], InputSet]]:
-    """``case``'s op, its variants and its input maker."""
-    op = ctx.resolve(case.spec)(**constructor_kwargs(case.spec, case.workload, torch_dtype(case.dtype)))
-    variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
-    return op, variants, make_inputs
-
-
 def compile_config(config: Dict[str, Any], recipe: SweepRecipe, device_name: str = "cuda") -> Tuple[float, str]:
     """Set ``recipe``'s case up and launch its op once with the swept kernel under ``config``, which
     compiles what that launch needs into TileLang's disk cache; returns the seconds it took and an
     error note ("" if none)."""
     import torch
 
-    began = time.perf_counter()
-    try:
+    def launch_under_config() -> None:
         manifest, case = recipe.case()
         ctx = RunContext(manifest, None, torch.device(device_name),  # nothing timed: no backend
                          generator=torch.Generator(device_name).manual_seed(0))
-        op, variants, make_inputs = _swept_op(case, ctx)
+        op = build_op(case, ctx)
+        variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
         ours, inputs = next(v for v in variants if v.name == OURS), make_inputs()
         ours.bind(inputs)()  # builds the kernels
-        kernel = _pick_kernel(op, recipe.kernel)
-        kernel.config = dict(config)
+        _pick_kernel(op, recipe.kernel).config = dict(config)
         ours.bind(inputs)()
-        if device_name.startswith("cuda"):
-            torch.cuda.synchronize()
-        note = ""
-    except Exception as exc:  # noqa: BLE001 - the sweep compiles and reports it itself
-        note = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-    finally:
-        release_memory()
-    return time.perf_counter() - began, note
+
+    return noted(launch_under_config, device_name)
 
 
 def compile_configs(configs: Sequence[Dict[str, Any]], recipe: SweepRecipe, jobs: int,
@@ -202,7 +187,8 @@ def sweep_configs(case: Case, ctx: RunContext, partial: Sequence[Dict[str, Any]]
     before any is checked.  The last result is the compile baseline (``changed`` empty, config
     empty) when ``ctx`` has a compiler.
     """
-    op, variants, make_inputs = _swept_op(case, ctx)
+    op = build_op(case, ctx)
+    variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
     input_sets = build_input_sets(make_inputs, ctx)
     oracle, own_error, expected_dtypes = float64_oracle(op, input_sets[0].args)
     ours = next(v for v in variants if v.name == OURS)

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
-__all__ = ["prewarm", "warm_case", "find_case", "in_processes"]
+__all__ = ["prewarm", "warm_case", "find_case", "in_processes", "noted"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,27 +52,17 @@ def find_case(key: CaseKey) -> Tuple[Any, Any]:
     return manifest, cases[0]
 
 
-def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tuple[float, str]:
-    """Call every variant of one case once; returns the seconds it took and an error note ("" if none)."""
+def noted(work: Callable[[], Any], device_name: str) -> Tuple[float, str]:
+    """Run ``work()`` (which launches on ``device_name``) to its end; returns the seconds it took
+    and an error note ("" if none).  The memory it left is freed either way."""
     import torch
 
-    from .runner import RunContext, release_memory, variants_and_inputs
-    from .variants import default_compiler
-    from .workloads import constructor_kwargs
+    from .runner import release_memory
 
     began = time.perf_counter()
     try:
-        manifest, case = find_case(key)
-        device = torch.device(device_name)
-        ctx = RunContext(manifest, None, device,  # no timing here: no backend
-                         compiler=default_compiler if with_compile else None,
-                         generator=torch.Generator(device).manual_seed(0))
-        op = ctx.resolve(case.spec)(**constructor_kwargs(case.spec, case.workload, getattr(torch, case.dtype)))
-        variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
-        inputs = make_inputs()
-        for variant in variants:
-            variant.bind(inputs)()
-        if device.type == "cuda":
+        work()
+        if torch.device(device_name).type == "cuda":
             torch.cuda.synchronize()
         note = ""
     except Exception as exc:  # noqa: BLE001 - the timed run reports it properly
@@ -80,6 +70,26 @@ def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tu
     finally:
         release_memory()
     return time.perf_counter() - began, note
+
+
+def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tuple[float, str]:
+    """Call every variant of one case once; returns the seconds it took and an error note ("" if none)."""
+    import torch
+
+    from .runner import RunContext, build_op, variants_and_inputs
+    from .variants import default_compiler
+
+    def call_every_variant() -> None:
+        manifest, case = find_case(key)
+        ctx = RunContext(manifest, None, torch.device(device_name),  # no timing here: no backend
+                         compiler=default_compiler if with_compile else None,
+                         generator=torch.Generator(device_name).manual_seed(0))
+        variants, make_inputs, _ = variants_and_inputs(case, build_op(case, ctx), ctx)
+        inputs = make_inputs()
+        for variant in variants:
+            variant.bind(inputs)()
+
+    return noted(call_every_variant, device_name)
 
 
 def in_processes(task: Callable[[Any], Tuple[float, str]], items: Sequence[Any],

@@ -27,7 +27,8 @@ from .workloads import (
 )
 
 __all__ = ["Outcome", "CaseResult", "RunContext", "CheckedVariant", "run_case", "run_cases", "variants_and_inputs",
-           "release_memory", "torch_dtype", "float64_oracle", "check_variant", "time_in_turns", "build_input_sets"]
+           "release_memory", "torch_dtype", "float64_oracle", "check_variant", "time_in_turns", "build_input_sets",
+           "build_op"]
 
 logger = logging.getLogger(__name__)
 
@@ -204,6 +205,11 @@ def variants_and_inputs(case: Case, op: Any, ctx: RunContext) -> Tuple[List[Vari
     return autograd_variants(op, plan, fwd_op, ctx.compiler), make, ""
 
 
+def build_op(case: Case, ctx: RunContext) -> Any:
+    """``case``'s op, constructed with the workload's static dims and params."""
+    return ctx.resolve(case.spec)(**constructor_kwargs(case.spec, case.workload, torch_dtype(case.dtype)))
+
+
 def build_input_sets(make: Callable[[], InputSet], ctx: RunContext) -> List[InputSet]:
     first = make()
     count = rotation_count(tensor_bytes(first.args), ctx.backend.l2_bytes, ctx.max_input_sets)
@@ -215,8 +221,7 @@ def run_case(case: Case, ctx: RunContext) -> CaseResult:
     began = time.perf_counter()
     shapes = tuple(input_shapes(case.spec, case.workload))
     try:
-        op_cls = ctx.resolve(case.spec)
-        op = op_cls(**constructor_kwargs(case.spec, case.workload, torch_dtype(case.dtype)))
+        op = build_op(case, ctx)
         flops, moved = (int(v) for v in op.eval_roofline(*shapes))
         variants, make_inputs, case_note = variants_and_inputs(case, op, ctx)
         input_sets = build_input_sets(make_inputs, ctx)

@@ -3,10 +3,10 @@
 A memory-bound program keeps its memory busy only while each SM has enough bytes in flight
 to cover the memory's latency at its bandwidth, so the bytes an SM must keep in flight grow
 with the bandwidth an SM.  The heuristics were tuned on H100s (SXM: 3.35 TB/s peak over 132
-SMs, 25.4 GB/s an SM).  An H200 is the same chip with 4.8 TB/s (it reports 3201 MHz x 6016 bits: 36.5 GB/s an SM): there a
-block of 1024 threads holding one row of 64 KiB, alone on its SM, leaves the memory idle
-while it reduces and stores, and programs that keep two blocks an SM win (the norm
-heuristics' docstrings give the timings).  ``has_fast_memory`` tells such devices apart.
+SMs, 25.4 GB/s an SM).  An H200 is the same chip with 4.8 TB/s (it reports 3201 MHz x 6016
+bits: 36.5 GB/s an SM): there a block of 1024 threads holding one row of 64 KiB, alone on its
+SM, leaves the memory idle while it reduces and stores, and programs that keep two blocks an
+SM win (the norm heuristics' docstrings give the timings).  ``has_fast_memory`` tells such devices apart.
 
 The peak comes from the device's memory clock and bus width, both double data rate; a device
 that reports neither is planned for as an H100.  A kernel picks its heuristic config once, at
@@ -50,10 +50,7 @@ def _device_memory_is_fast(index: int) -> bool:
     return memory_is_fast(torch.cuda.get_device_properties(index))
 
 
-def has_fast_memory(device: Optional[torch.device] = None) -> bool:
-    """Whether CUDA ``device`` (default: the current one) has fast memory (``memory_is_fast``);
-    False without CUDA, where heuristics plan for an H100."""
-    if not torch.cuda.is_available():
-        return False
-    index = device.index if device is not None and device.index is not None else torch.cuda.current_device()
-    return _device_memory_is_fast(index)
+def has_fast_memory() -> bool:
+    """Whether the current CUDA device has fast memory (``memory_is_fast``); False without CUDA,
+    where heuristics plan for an H100."""
+    return torch.cuda.is_available() and _device_memory_is_fast(torch.cuda.current_device())
