@@ -103,6 +103,8 @@ SMEM_PIECE = 4
 # Floats a block sends in one exchange of row sums: an asynchronous shared-memory copy moves
 # whole 16-byte units.
 EXCHANGE_SLOTS = 4
+# Floats of a row's state: its sums, and what ``_one_pass_sums``'s ``row_state`` makes of them.
+ROW_STATE = 10
 
 
 def resident_cap(dtype: torch.dtype, layer: bool) -> int:
@@ -395,8 +397,20 @@ def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) ->
     def bias_term(gb, xb, st, i):
         return f32(gb[i])
 
+    # LayerNorm over widened rows (see ``_one_pass_sums``): ``xs`` holds ``x - s`` and ``gw``
+    # holds ``g * w`` in float32; ``st[7]`` is ``(mean - s) * rstd``, and ``layer_grad``'s
+    # formula, linear in ``gw`` and ``xs``, is ``rstd * gw + st[8] * xs + st[9]``: two fused
+    # multiply-adds an element.
+    def widened_grad(g, xs, gw, st, added=None):
+        assert added is None, "LayerNorm's backward adds no other gradient"
+        return T.cast(st[rstd] * gw + (st[8] * xs + st[9]), dtype)
+
+    def widened_weight_term(gb, xs, st, i):
+        return f32(gb[i]) * (xs[i] * st[rstd] - st[7])
+
     return {"f32": f32, "scaled": scaled, "rms_grad": rms_grad, "layer_grad": layer_grad,
-            "rms_weight_term": rms_weight_term, "layer_weight_term": layer_weight_term, "bias_term": bias_term}
+            "rms_weight_term": rms_weight_term, "layer_weight_term": layer_weight_term, "bias_term": bias_term,
+            "widened_grad": widened_grad, "widened_weight_term": widened_weight_term}
 
 
 def _one_pass_sums(T: Any, element: Dict[str, Callable[..., Any]], layer: bool, N: int, eps: float,
@@ -421,6 +435,25 @@ def _one_pass_sums(T: Any, element: Dict[str, Callable[..., Any]], layer: bool, 
             st[3] = st[3] + scaled(gb[base + k], wb[base + k]) * (f32(xb[base + k]) - st[4])
 
     @T.macro
+    def widen(gb, xb, wb, xs, gw, st, count):
+        """LayerNorm: the first ``count`` elements' ``x - s`` into ``xs`` and ``g * w`` into ``gw``,
+        in float32.  Each half-precision element is then converted once, where the row's two
+        passes would convert ``x`` three times and ``g`` four: the resident sm_90 row loop took
+        46 instructions an element, 12 of them conversions (bf16, N = 4096)."""
+        for i in T.unroll(count):
+            xs[i] = f32(xb[i]) - st[4]
+            gw[i] = scaled(gb[i], wb[i])
+
+    @T.macro
+    def add_widened(xs, gw, st, base):
+        """LayerNorm: the shifted sums of elements ``base .. base + vector`` of widened buffers."""
+        for k in T.unroll(vector):
+            st[0] = st[0] + xs[base + k]
+            st[1] = st[1] + xs[base + k] * xs[base + k]
+            st[2] = st[2] + gw[base + k]
+            st[3] = st[3] + gw[base + k] * xs[base + k]
+
+    @T.macro
     def add_rms(gb, xb, wb, st, count):
         """RMSNorm: the first ``count`` elements of the buffers (missing elements are zeros)."""
         for i in T.unroll(count):
@@ -435,11 +468,15 @@ def _one_pass_sums(T: Any, element: Dict[str, Callable[..., Any]], layer: bool, 
             st[6] = T.rsqrt(T.max(st[1] * inv_n - st[0] * inv_n * st[0] * inv_n, T.cast(0, ACCUM)) + eps)
             st[3] = st[6] * (st[3] - (st[5] - st[4]) * st[2]) * inv_n  # mean(gw * xhat)
             st[2] = st[2] * inv_n  # mean(gw)
+            st[7] = (st[5] - st[4]) * st[6]  # xhat = (x - s) * rstd - st[7]
+            st[8] = -st[6] * st[6] * st[3]
+            st[9] = st[6] * (st[3] * st[7] - st[2])
         else:
             st[0] = T.rsqrt(st[0] * inv_n + eps)
             st[1] = st[1] * st[0] * st[0] * inv_n
 
-    return {"add_shifted": add_shifted, "add_rms": add_rms, "row_state": row_state}
+    return {"add_shifted": add_shifted, "widen": widen, "add_widened": add_widened, "add_rms": add_rms,
+            "row_state": row_state}
 
 
 # ---- resident rows ------------------------------------------------------------------------------
@@ -487,14 +524,16 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     group_vectors = layout.vecs * row_threads  # (column group, lane) pairs of a row group
 
     element = _element_math(T, dtype, has_weight, 5, 6)
-    f32, rms_grad, layer_grad = element["f32"], element["rms_grad"], element["layer_grad"]
-    rms_weight_term, layer_weight_term, bias_term = (
-        element["rms_weight_term"], element["layer_weight_term"], element["bias_term"])
+    f32, rms_grad = element["f32"], element["rms_grad"]
+    # LayerNorm rows are widened once (see ``_one_pass_sums``): its terms read ``x - s`` where
+    # RMSNorm's read ``x``.
+    weight_term = element["widened_weight_term"] if layer else element["rms_weight_term"]
+    bias_term = element["bias_term"]
     one_pass = _one_pass_sums(T, element, layer, N, eps, vector)
 
     @T.macro
-    def add_shifted_vector(gb, xb, wb, st, j):
-        one_pass["add_shifted"](gb, xb, wb, st, j * vector)
+    def add_widened_vector(xs, gw, st, j):
+        one_pass["add_widened"](xs, gw, st, j * vector)
 
     @T.macro
     def store_dx(DX, row, lane, value, gb, xb, wb, rb, st, j):
@@ -510,20 +549,16 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     @T.macro
     def add_group_terms(acc_smem, PW, PB, gb, xb, st, group, lane, tmp, j):
         """Add the terms of column group ``j`` to partial sums kept in memory."""
+        acc_add_group(acc_smem, accr, PW, PB, 0, group, j, lane, weight_term, gb, xb, st, j * vector, tmp)
         if layer:
-            acc_add_group(acc_smem, accr, PW, PB, 0, group, j, lane, layer_weight_term, gb, xb, st, j * vector, tmp)
             acc_add_group(acc_smem, accr, PW, PB, 1, group, j, lane, bias_term, gb, xb, st, j * vector, tmp)
-        else:
-            acc_add_group(acc_smem, accr, PW, PB, 0, group, j, lane, rms_weight_term, gb, xb, st, j * vector, tmp)
 
     @T.macro
     def store_group_terms(PW, PB, lane, gb, xb, st, j):
         for k in T.vectorized(vector):
+            PW[0, column(j, lane) + k] = out(weight_term(gb, xb, st, j * vector + k))
             if layer:
-                PW[0, column(j, lane) + k] = out(layer_weight_term(gb, xb, st, j * vector + k))
                 PB[0, column(j, lane) + k] = out(bias_term(gb, xb, st, j * vector + k))
-            else:
-                PW[0, column(j, lane) + k] = out(rms_weight_term(gb, xb, st, j * vector + k))
 
     @T.macro
     def store_terms(PW, PB, row, lane, gb, xb, st):
@@ -536,11 +571,9 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         """This row's terms of the weight (and bias) gradients, added to the partial sums."""
         if in_registers:
             for i in T.unroll(per_thread):  # missing elements have g = 0 and add nothing
+                accw[i] = accw[i] + weight_term(gb, xb, st, i)
                 if layer:
-                    accw[i] = accw[i] + layer_weight_term(gb, xb, st, i)
                     accb[i] = accb[i] + bias_term(gb, xb, st, i)
-                else:
-                    accw[i] = accw[i] + rms_weight_term(gb, xb, st, i)
         else:
             each_vector(lane, add_group_terms, acc_smem, PW, PB, gb, xb, st, group, lane, tmp)
 
@@ -558,8 +591,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
             add_terms(accw, accb, acc_smem, PW, PB, gb, xb, st, group, lane, tmp)
 
     @T.macro
-    def layer_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, first, scratch, slot, row, group, lane, tx, X, DX,
-                  tmp):
+    def layer_row(gb, xb, wb, xs, gw, accw, accb, acc_smem, PW, PB, st, first, scratch, slot, row, group, lane, tx,
+                  X, DX, tmp):
         # One block-wide sum of the shifted terms (see ``_one_pass_sums``) rather than the mean's
         # and then the centred terms': a row waits on one reduction instead of two.
         for k in T.vectorized(vector):
@@ -567,14 +600,15 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         st[4] = f32(first[0])
         for v in T.unroll(4):
             st[v] = T.cast(0, ACCUM)
-        each_vector(lane, add_shifted_vector, gb, xb, wb, st)
+        one_pass["widen"](gb, xb, wb, xs, gw, st, per_thread)  # missing elements: finite, and skipped
+        each_vector(lane, add_widened_vector, xs, gw, st)
         sum4(st, 0, scratch, slot, tx)
         one_pass["row_state"](st)
-        store_row(DX, row, lane, layer_grad, gb, xb, wb, None, st)
+        store_row(DX, row, lane, element["widened_grad"], gb, xs, gw, None, st)
         if direct:
-            store_terms(PW, PB, row, lane, gb, xb, st)
+            store_terms(PW, PB, row, lane, gb, xs, st)
         else:
-            add_terms(accw, accb, acc_smem, PW, PB, gb, xb, st, group, lane, tmp)
+            add_terms(accw, accb, acc_smem, PW, PB, gb, xs, st, group, lane, tmp)
 
     @T.macro
     def reset_group(acc_smem, PW, PB, group, lane, j):
@@ -652,9 +686,11 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
             xb = T.alloc_local((per_thread,), dtype)
             wb = T.alloc_local((per_thread,), dtype)
             rb = T.alloc_local((per_thread if residual else 1,), dtype)
+            xs = T.alloc_local((per_thread if layer else 1,), ACCUM)
+            gw = T.alloc_local((per_thread if layer else 1,), ACCUM)
             accw = T.alloc_local((per_thread,), ACCUM)
             accb = T.alloc_local((per_thread,), ACCUM)
-            st = T.alloc_local((8,), ACCUM)
+            st = T.alloc_local((ROW_STATE,), ACCUM)
             first = T.alloc_local((vector,), dtype)
             tmp = T.alloc_local((vector,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(layout.block_threads, 4), ACCUM)
@@ -677,7 +713,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
                     # Long rows: the weight is reloaded per row (L1 hits) rather than held in registers.
                     loads["load_vector"](W, wb, lane)
                 if layer:
-                    layer_row(gb, xb, wb, accw, accb, acc_smem, PW, PB, st, first, scratch, it % 2,
+                    layer_row(gb, xb, wb, xs, gw, accw, accb, acc_smem, PW, PB, st, first, scratch, it % 2,
                               it * groups + group, group, lane, tx, X, DX, tmp)
                 else:
                     rms_row(gb, xb, wb, rb, accw, accb, acc_smem, PW, PB, st, scratch, it % 2, it * groups + group,
@@ -852,7 +888,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
             rb = T.alloc_local((unroll * vector if residual else 1,), dtype)
             first = T.alloc_local((vector,), dtype)
             tmp = T.alloc_local((vector,), ACCUM)
-            st = T.alloc_local((8,), ACCUM)
+            st = T.alloc_local((ROW_STATE,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(threads, sums), ACCUM)
             acc_smem = T.alloc_shared((max(sum(smem_slots), 1),), ACCUM)
             accr = T.alloc_local((max(sum(register_groups), 1) * vector,), ACCUM)
@@ -860,7 +896,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
             if overlap:
                 gn = T.alloc_local((unroll * vector,), dtype)
                 xn = T.alloc_local((unroll * vector,), dtype)
-                sn = T.alloc_local((8,), ACCUM)
+                sn = T.alloc_local((ROW_STATE,), ACCUM)
                 if block < M:  # the same for the whole block
                     reduce_row(G, X, W, gb, xb, wb, first, st, scratch, 0, block, tx)
                 for it in T.serial(T.ceildiv(M, Q)):
@@ -935,9 +971,10 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     acc_store, acc_add_group, _, slot = _accumulator_macros(T, smem_slots, width, vector, threads, register_groups,
                                                             out)
     element = _element_math(T, dtype, has_weight, 5, 6)
-    f32, rms_grad, layer_grad = element["f32"], element["rms_grad"], element["layer_grad"]
-    rms_weight_term, layer_weight_term, bias_term = (
-        element["rms_weight_term"], element["layer_weight_term"], element["bias_term"])
+    f32, rms_grad, widened_grad = element["f32"], element["rms_grad"], element["widened_grad"]
+    # LayerNorm slices are widened once (see ``_one_pass_sums``): its terms read ``x - s``.
+    weight_term = element["widened_weight_term"] if layer else element["rms_weight_term"]
+    bias_term = element["bias_term"]
     one_pass = _one_pass_sums(T, element, layer, N, eps, vector)
 
     loads = resident_macros(T, part, M)  # loads of a slice: the row's columns from ``base`` on
@@ -960,17 +997,18 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                 first[k] = X[T.min(row, M - 1), k]
 
     @T.macro
-    def slice_sums(gb, xb, wb, first, st, lane):
+    def slice_sums(gb, xb, wb, xs, gw, first, st, lane):
         """This block's share of the row sums (missing elements are zeros)."""
         for v in T.unroll(sums):
             st[v] = T.cast(0, ACCUM)
         if layer:
             st[4] = f32(first[0])
+            one_pass["widen"](gb, xb, wb, xs, gw, st, per_thread)
             for j in T.unroll(full_vecs):
-                one_pass["add_shifted"](gb, xb, wb, st, j * vector)
+                one_pass["add_widened"](xs, gw, st, j * vector)
             if has_tail:
                 if column(full_vecs, lane) < width:
-                    one_pass["add_shifted"](gb, xb, wb, st, full_vecs * vector)
+                    one_pass["add_widened"](xs, gw, st, full_vecs * vector)
         else:
             one_pass["add_rms"](gb, xb, wb, st, per_thread)
 
@@ -1005,29 +1043,29 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
         return R[row, col] if residual else None
 
     @T.macro
-    def write_group(DX, R, gb, xb, wb, st, acc_smem, accr, row, base, lane, j, tmp):
+    def write_group(DX, R, gb, xb, wb, xs, gw, st, acc_smem, accr, row, base, lane, j, tmp):
+        """LayerNorm reads the widened ``xs`` and ``gw`` where RMSNorm reads ``xb`` and ``wb``."""
         if row < M:
             for k in T.vectorized(vector):
                 if layer:
-                    DX[row, base + column(j, lane) + k] = layer_grad(
-                        gb[j * vector + k], xb[j * vector + k], wb[j * vector + k], st)
+                    DX[row, base + column(j, lane) + k] = widened_grad(
+                        gb[j * vector + k], xs[j * vector + k], gw[j * vector + k], st)
                 else:
                     DX[row, base + column(j, lane) + k] = rms_grad(
                         gb[j * vector + k], xb[j * vector + k], wb[j * vector + k], st,
                         added_at(R, row, base + column(j, lane) + k))
+        acc_add_group(acc_smem, accr, None, None, 0, 0, j, lane, weight_term, gb, xs if layer else xb, st,
+                      j * vector, tmp)
         if layer:
-            acc_add_group(acc_smem, accr, None, None, 0, 0, j, lane, layer_weight_term, gb, xb, st, j * vector, tmp)
-            acc_add_group(acc_smem, accr, None, None, 1, 0, j, lane, bias_term, gb, xb, st, j * vector, tmp)
-        else:
-            acc_add_group(acc_smem, accr, None, None, 0, 0, j, lane, rms_weight_term, gb, xb, st, j * vector, tmp)
+            acc_add_group(acc_smem, accr, None, None, 1, 0, j, lane, bias_term, gb, xs, st, j * vector, tmp)
 
     @T.macro
-    def write_slice(DX, R, gb, xb, wb, st, acc_smem, accr, row, base, lane, tmp):
+    def write_slice(DX, R, gb, xb, wb, xs, gw, st, acc_smem, accr, row, base, lane, tmp):
         for j in groups(full_vecs):
-            write_group(DX, R, gb, xb, wb, st, acc_smem, accr, row, base, lane, j, tmp)
+            write_group(DX, R, gb, xb, wb, xs, gw, st, acc_smem, accr, row, base, lane, j, tmp)
         if has_tail:
             if column(full_vecs, lane) < width:
-                write_group(DX, R, gb, xb, wb, st, acc_smem, accr, row, base, lane, full_vecs, tmp)
+                write_group(DX, R, gb, xb, wb, xs, gw, st, acc_smem, accr, row, base, lane, full_vecs, tmp)
 
     @T.macro
     def flush_group(P, acc_smem, accr, index, q, base, lane, j, tmp):
@@ -1069,10 +1107,12 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             gn = T.alloc_local((per_thread,), dtype)
             xn = T.alloc_local((per_thread,), dtype)
             wb = T.alloc_local((per_thread,), dtype)
+            xs = T.alloc_local((per_thread if layer else 1,), ACCUM)
+            gw = T.alloc_local((per_thread if layer else 1,), ACCUM)
             first = T.alloc_local((vector,), dtype)
             fn = T.alloc_local((vector,), dtype)
             tmp = T.alloc_local((vector,), ACCUM)
-            st = T.alloc_local((8,), ACCUM)
+            st = T.alloc_local((ROW_STATE,), ACCUM)
             accr = T.alloc_local((max(sum(register_groups), 1) * vector,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(threads, sums), ACCUM)
             mine = T.alloc_shared((2, EXCHANGE_SLOTS), ACCUM)
@@ -1096,12 +1136,12 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                     load_slice(G, X, gn, xn, fn, (it + 1) * Q + q, base, tx)
                 else:
                     load_slice(G, X, gb, xb, first, it * Q + q, base, tx)
-                slice_sums(gb, xb, wb, first, st, tx)
+                slice_sums(gb, xb, wb, xs, gw, first, st, tx)
                 row_sum(st, 0, scratch, it % 2, tx)
                 send(st, mine, swap, arrived, rank, it, tx)
                 receive(st, swap, arrived, it)
                 one_pass["row_state"](st)
-                write_slice(DX, R, gb, xb, wb, st, acc_smem, accr, it * Q + q, base, tx, tmp)
+                write_slice(DX, R, gb, xb, wb, xs, gw, st, acc_smem, accr, it * Q + q, base, tx, tmp)
                 if hold:
                     for i in T.unroll(per_thread):
                         gb[i] = gn[i]
