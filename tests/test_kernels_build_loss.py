@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from tileops.kernels.fast_math import FAST_EXP2
+from tileops.kernels.loss import cross_entropy
 from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel
 from tileops.kernels.loss.soft_cross_entropy import SoftCrossEntropyBwdKernel, SoftCrossEntropyFwdKernel
 from tileops.kernels.sizes import row_vector
-from tests.toolchain import divisions_at_accesses, needs_nvcc
+from tests.toolchain import divisions_at_accesses, needs_nvcc, ptxas_report
 
 
 @needs_nvcc
@@ -80,6 +81,22 @@ def test_default_configs_cover_short_and_long_rows(kernel_cls, long_config, llam
     assert kernel_cls(262144, torch.bfloat16, config={}).config == {**long_config, "blocks_per_sm": blocks_per_sm}
     assert kernel_cls(32000, torch.bfloat16, config={}).config == {**llama2_config, "blocks_per_sm": blocks_per_sm}
     assert all(c["threads"] >= 32 for c in kernel_cls(4097, torch.float16, config={}).autotune_configs)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("V", [32000, 131072, 262144])
+def test_fast_memory_forward_rows_keep_several_blocks_an_sm(monkeypatch: pytest.MonkeyPatch, tmp_path, V: int) -> None:
+    """Where memory is fast, a forward row takes at most 256 threads and four vectors in flight, in
+    few enough registers that several blocks share an SM (one block of 512 threads and eight vectors,
+    116 registers each, left its SM's memory idle while it reduced its row)."""
+    monkeypatch.setattr(cross_entropy, "has_fast_memory", lambda: True)
+    kernel = CrossEntropyFwdKernel(V, torch.bfloat16)
+    assert kernel.config == {"threads": 256, "unroll": 4, "blocks_per_sm": 0}
+    source = kernel.build_all_for_sm90()["main"].get_kernel_source()
+    report = ptxas_report(source, str(tmp_path))
+    assert report["spill_bytes"] == 0 and report["registers"] * 256 * 3 <= 65536, report
+    # The backward keeps its layout.
+    assert CrossEntropyBwdKernel(V, torch.bfloat16).config == {"threads": 256, "unroll": 4, "blocks_per_sm": 4}
 
 
 def test_bwd_program_caps_registers_only_when_asked() -> None:

@@ -399,11 +399,14 @@ def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) ->
 
     # LayerNorm over widened rows (see ``_one_pass_sums``): ``xs`` holds ``x - s`` and ``gw``
     # holds ``g * w`` in float32; ``st[7]`` is ``(mean - s) * rstd``, and ``layer_grad``'s
-    # formula, linear in ``gw`` and ``xs``, is ``rstd * gw + st[8] * xs + st[9]``: two fused
-    # multiply-adds an element.
+    # formula is ``rstd * (gw - mean(gw)) + st[8] * xs + st[9]``, a subtraction and two fused
+    # multiply-adds an element.  ``gw - mean(gw)`` stays a subtraction: a row whose ``gw`` is
+    # its mean (any row of one element) then gets exactly 0, where ``rstd * gw`` less a
+    # rounded ``rstd * mean(gw)`` would leave that product's rounding error (1/sqrt(eps) times
+    # ``gw``'s).
     def widened_grad(g, xs, gw, st, added=None):
         assert added is None, "LayerNorm's backward adds no other gradient"
-        return T.cast(st[rstd] * gw + (st[8] * xs + st[9]), dtype)
+        return T.cast(st[rstd] * (gw - st[2]) + (st[8] * xs + st[9]), dtype)
 
     def widened_weight_term(gb, xs, st, i):
         return f32(gb[i]) * (xs[i] * st[rstd] - st[7])
@@ -470,7 +473,7 @@ def _one_pass_sums(T: Any, element: Dict[str, Callable[..., Any]], layer: bool, 
             st[2] = st[2] * inv_n  # mean(gw)
             st[7] = (st[5] - st[4]) * st[6]  # xhat = (x - s) * rstd - st[7]
             st[8] = -st[6] * st[6] * st[3]
-            st[9] = st[6] * (st[3] * st[7] - st[2])
+            st[9] = st[6] * st[3] * st[7]
         else:
             st[0] = T.rsqrt(st[0] * inv_n + eps)
             st[1] = st[1] * st[0] * st[0] * inv_n
