@@ -100,9 +100,9 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
     row_sum = row_sum_macro(T, row_threads, 1)
     inv_n = 1.0 / N
 
-    def output(x, W, B, col, st):
+    def output(xc, W, B, col, st):
         # The affine is read at the store (an L1 hit after the first row), not held in registers.
-        value = (T.cast(x, ACCUM) - st[0]) * st[1]
+        value = xc * st[1]
         if has_weight:
             value = value * T.cast(W[col], ACCUM)
         if has_bias:
@@ -110,14 +110,16 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
         return T.cast(value, dtype)
 
     @T.macro
-    def add_squares(st, xb, j):
+    def add_squares(st, xc, j):
+        """Centre the vector's elements (``xc`` holds ``x - mean`` from then on) and add their squares."""
         for k in T.unroll(vector):
-            st[1] = st[1] + (T.cast(xb[j * vector + k], ACCUM) - st[0]) * (T.cast(xb[j * vector + k], ACCUM) - st[0])
+            xc[j * vector + k] = xc[j * vector + k] - st[0]
+            st[1] = st[1] + xc[j * vector + k] * xc[j * vector + k]
 
     @T.macro
-    def store_output(Y, W, B, xb, st, row, lane, j):
+    def store_output(Y, W, B, xc, st, row, lane, j):
         for k in T.vectorized(vector):
-            Y[row, column(j, lane) + k] = output(xb[j * vector + k], W, B, column(j, lane) + k, st)
+            Y[row, column(j, lane) + k] = output(xc[j * vector + k], W, B, column(j, lane) + k, st)
 
     @T.macro
     def body(X, W, B, Y):
@@ -125,6 +127,9 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
             T.assume(LDX % vector == 0)
             tx = T.get_thread_binding()
             xb = T.alloc_local((per_thread,), dtype)
+            # The row in float32, converted once for its three uses (the sum, the squares and the
+            # output): a bf16 element's conversion is one or two instructions each time.
+            xc = T.alloc_local((per_thread,), ACCUM)
             st = T.alloc_local((2,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(layout.block_threads, 1), ACCUM)
             row = bx * rows_per_block + tx // row_threads
@@ -132,15 +137,16 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
             loads["load_row"](X, xb, row, lane)
             st[0] = T.cast(0, ACCUM)
             for i in T.unroll(per_thread):  # missing elements are zeros
-                st[0] = st[0] + T.cast(xb[i], ACCUM)
+                xc[i] = T.cast(xb[i], ACCUM)
+                st[0] = st[0] + xc[i]
             row_sum(st, 0, scratch, 0, tx)
             st[0] = st[0] * inv_n
             st[1] = T.cast(0, ACCUM)
-            each_vector(lane, add_squares, st, xb)
+            each_vector(lane, add_squares, st, xc)
             row_sum(st, 1, scratch, 1, tx)
             st[1] = T.rsqrt(st[1] * inv_n + eps)
             if row < M:
-                each_vector(lane, store_output, Y, W, B, xb, st, row, lane)
+                each_vector(lane, store_output, Y, W, B, xc, st, row, lane)
 
     return _affine_variants(T, M, N, dtype, XT, has_weight, has_bias, body)
 
