@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, HINTED_MIN_MIB
-from tileops.kernels.elementwise import functions
+from tileops.kernels.elementwise import base, functions
 from tileops.kernels.fast_math import FAST_EXP2
 from tileops.kernels.elementwise.base import (
     ElementwiseKernel,
@@ -284,6 +284,21 @@ def test_light_kernels_take_wide_blocks_in_half_precision() -> None:
                    GeluAndMulFwdKernel(8192, torch.bfloat16), SiluAndMulBwdKernel(8192, torch.bfloat16),
                    GeluAndMulBwdKernel(8192, torch.bfloat16, approximate="tanh")):
         assert (kernel.config["threads"], kernel.config["unroll"]) == (128, 2), type(kernel).__name__
+
+
+def test_fast_memory_gives_half_precision_binary_blocks_two_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where memory is fast, half-precision adds and products keep two loads of each input in
+    flight a thread (their 512-thread blocks' tiles still divide the small calls' tiles); float32
+    and the other kernels keep their layouts."""
+    monkeypatch.setattr(base, "has_fast_memory", lambda: True)
+    for kernel in (AddFwdKernel(torch.bfloat16), MulFwdKernel(torch.float16)):
+        assert (kernel.config["threads"], kernel.config["unroll"]) == (512, 2), type(kernel).__name__
+        assert one_access_config(kernel.config)["unroll"] == 1
+    assert (AddFwdKernel(torch.float32).config["threads"], AddFwdKernel(torch.float32).config["unroll"]) == (128, 1)
+    for kernel in (SiluFwdKernel(torch.bfloat16), SiluAndMulFwdKernel(8192, torch.bfloat16)):
+        assert (kernel.config["threads"], kernel.config["unroll"]) == (512, 1), type(kernel).__name__
+    monkeypatch.setattr(base, "has_fast_memory", lambda: False)
+    assert AddFwdKernel(torch.bfloat16).config["unroll"] == 1
 
 
 def test_launches_stay_within_int32_extents() -> None:

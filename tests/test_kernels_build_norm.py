@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tileops.kernels.norm import layer_norm, rms_norm
+from tileops.kernels.norm import backward, layer_norm, rms_norm
 from tileops.kernels.device_traits import has_fast_memory, memory_is_fast, peak_memory_gbps
 from tileops.kernels.norm.backward import CLUSTER, COLUMN_SUM, RESIDENT, STREAMED, ClusterLayout, NormBwdKernel
 from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
@@ -93,6 +93,21 @@ def test_fast_memory_keeps_two_blocks_an_sm_on_long_rows(monkeypatch: pytest.Mon
         assert RMSNormFwdKernel(N, torch.bfloat16).config == rms_norm.rms_norm_default_config(N, torch.bfloat16)
         assert LayerNormFwdKernel(N, torch.bfloat16).config == layer_norm.layer_norm_fwd_default_config(
             N, torch.bfloat16)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["h100", "fast-memory"])
+def test_fast_memory_layer_norm_backward_keeps_a_block_a_row_group(monkeypatch: pytest.MonkeyPatch,
+                                                                    fast: bool) -> None:
+    """Where memory is fast, LayerNorm's backward rows of 4096 take a 256-thread block each, four an
+    SM, where an H100 folds two row groups into a 512-thread block; RMSNorm folds on both."""
+    monkeypatch.setattr(backward, "has_fast_memory", lambda: fast)
+    for dtype in (torch.bfloat16, torch.float16):
+        kernel = LayerNormBwdKernel(4096, dtype)
+        layout = kernel.layout()
+        assert layout == RowLayout(4096, 8, 256, 256 if fast else 512)
+        assert kernel.blocks_per_sm(layout) == (4 if fast else 2)
+        assert kernel.folds(layout)  # the partial sums still live in shared memory, added per block
+        assert RMSNormBwdKernel(4096, dtype).layout() == RowLayout(4096, 8, 256, 512)
 
 
 def test_longer_forward_rows_are_streamed() -> None:

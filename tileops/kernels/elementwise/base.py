@@ -20,6 +20,7 @@ from typing import Any, Dict, Hashable, Iterator, List, Optional, Sequence, Tupl
 import torch
 
 from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB, hinted_min_bytes, takes_hint
+from tileops.kernels.device_traits import has_fast_memory
 from tileops.kernels.elementwise.functions import PointwiseFn
 from tileops.kernels.elementwise.programs import MAX_LAUNCH_ELEMENTS
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, torch_dtype_to_tl
@@ -180,6 +181,9 @@ class ElementwiseKernel(Kernel):
     # Kernels whose math per element is light enough that half-precision calls take wide blocks of
     # one load a thread (see ``elementwise_default_config``).
     wide_blocks: bool = False
+    # Loads of each input a half-precision thread keeps in flight on devices with fast memory
+    # (``device_traits``), where they differ from ``elementwise_default_config``'s (0: they do not).
+    fast_memory_unroll: int = 0
     # "2": the hinted_min_mib config key.
     version = "2"
     # Whether large calls load with the L2 hint (``hints_call``); False where the hint's registers
@@ -208,7 +212,10 @@ class ElementwiseKernel(Kernel):
     # ---- configs -------------------------------------------------------------------------------
     @property
     def default_config(self) -> Dict[str, Any]:
-        return elementwise_default_config(self.dtype, self.sm_threads, self.wide_blocks)
+        config = elementwise_default_config(self.dtype, self.sm_threads, self.wide_blocks)
+        if self.fast_memory_unroll and self.dtype.itemsize == 2 and has_fast_memory():
+            config["unroll"] = self.fast_memory_unroll
+        return config
 
     @property
     def autotune_configs(self) -> List[Dict[str, Any]]:
