@@ -375,7 +375,8 @@ def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) ->
 
     RMSNorm rows leave ``r`` in ``st[0]`` and ``mean(g * w * x) * r^2`` in ``st[1]``;
     LayerNorm rows leave their mean and rstd in ``st[mean]`` and ``st[rstd]``,
-    ``mean(g * w)`` in ``st[2]`` and ``mean(g * w * xhat)`` in ``st[3]``.
+    ``mean(g * w)`` in ``st[2]``, ``mean(g * w * xhat)`` in ``st[3]``, their shift ``s`` in
+    ``st[4]`` and, for the ``widened_`` expressions, the constants ``st[7..9]``.
     """
 
     def f32(v):
@@ -448,8 +449,9 @@ def _one_pass_sums(T: Any, element: Dict[str, Callable[..., Any]], layer: bool, 
     def widen(gb, xb, wb, xs, gw, st, count):
         """LayerNorm: the first ``count`` elements' ``x - s`` into ``xs`` and ``g * w`` into ``gw``,
         in float32.  Each half-precision element is then converted once, where the row's two
-        passes would convert ``x`` three times and ``g`` four: the resident sm_90 row loop took
-        46 instructions an element, 12 of them conversions (bf16, N = 4096)."""
+        passes converted ``x`` three times and ``g`` four: the resident sm_90 row loop (bf16,
+        N = 4096) took 744 instructions for a thread's 16 elements, 192 of them conversions, and
+        takes 624 in as many registers; H200, 32768 x 4096: 272.1 -> 236.9 µs."""
         for i in T.unroll(count):
             xs[i] = f32(xb[i]) - st[4]
             gw[i] = scaled(gb[i], wb[i])
