@@ -288,12 +288,16 @@ def test_light_kernels_take_wide_blocks_in_half_precision() -> None:
 
 def test_fast_memory_gives_half_precision_binary_blocks_two_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where memory is fast, half-precision adds and products keep two loads of each input in
-    flight a thread (their 512-thread blocks' tiles still divide the small calls' tiles); float32
-    and the other kernels keep their layouts."""
+    flight a thread, in 256-thread blocks whose tile is the H100 layout's (so a bias over rows of
+    4096 still takes the ``rows`` program, in small calls too); float32 and the other kernels keep
+    their layouts."""
     monkeypatch.setattr(base, "has_fast_memory", lambda: True)
     for kernel in (AddFwdKernel(torch.bfloat16), MulFwdKernel(torch.float16)):
-        assert (kernel.config["threads"], kernel.config["unroll"]) == (512, 2), type(kernel).__name__
-        assert one_access_config(kernel.config)["unroll"] == 1
+        assert (kernel.config["threads"], kernel.config["unroll"]) == (256, 2), type(kernel).__name__
+        assert one_access_config(kernel.config) == {**kernel.config, "threads": 128, "unroll": 1}
+        assert kernel.program_for(torch.empty(8, 1, 4096, dtype=kernel.dtype),
+                                  torch.empty(4096, dtype=kernel.dtype).expand(8, 1, 4096),
+                                  torch.empty(8, 1, 4096, dtype=kernel.dtype))[-1]
     assert (AddFwdKernel(torch.float32).config["threads"], AddFwdKernel(torch.float32).config["unroll"]) == (128, 1)
     for kernel in (SiluFwdKernel(torch.bfloat16), SiluAndMulFwdKernel(8192, torch.bfloat16)):
         assert (kernel.config["threads"], kernel.config["unroll"]) == (512, 1), type(kernel).__name__

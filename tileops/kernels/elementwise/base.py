@@ -181,8 +181,10 @@ class ElementwiseKernel(Kernel):
     # Kernels whose math per element is light enough that half-precision calls take wide blocks of
     # one load a thread (see ``elementwise_default_config``).
     wide_blocks: bool = False
-    # Loads of each input a half-precision thread keeps in flight on devices with fast memory
-    # (``device_traits``), where they differ from ``elementwise_default_config``'s (0: they do not).
+    # The block size and the loads of each input a half-precision thread keeps in flight on
+    # devices with fast memory (``device_traits``), where they differ from
+    # ``elementwise_default_config``'s (0: they do not).
+    fast_memory_threads: int = 0
     fast_memory_unroll: int = 0
     # "2": the hinted_min_mib config key.
     version = "2"
@@ -213,8 +215,8 @@ class ElementwiseKernel(Kernel):
     @property
     def default_config(self) -> Dict[str, Any]:
         config = elementwise_default_config(self.dtype, self.sm_threads, self.wide_blocks)
-        if self.fast_memory_unroll and self.dtype.itemsize == 2 and has_fast_memory():
-            config["unroll"] = self.fast_memory_unroll
+        if self.fast_memory_threads and self.dtype.itemsize == 2 and has_fast_memory():
+            config.update(threads=self.fast_memory_threads, unroll=self.fast_memory_unroll)
         return config
 
     @property

@@ -79,9 +79,11 @@ class BroadcastKernel(ElementwiseKernel):
 
     wide_blocks = True  # an add or a product per element
     # Where memory is fast, a wide block's single load a thread leaves too few bytes in flight
-    # for an SM (H200, bf16, median of 7 rounds in turns, µs, 512 threads of one load / of two /
-    # torch.compile: a row scaled by a column 8192 x 16384 137.1 / 125.2 / 126.5, a bias added
-    # 130.7 / 124.6 / 126.0).
+    # for an SM (H200, bf16, median of 7 rounds in turns, µs, threads x loads 512 x 1 / 512 x 2
+    # / 256 x 2 / torch.compile: a row scaled by a column 8192 x 16384 137.1 / 125.2 / 125.6 /
+    # 126.5, a bias added 130.7 / 124.6 / 124.9 / 126.0).  256 x 2 keeps the block tile of
+    # 512 x 1, so rows of 4096 still take the ``rows`` program.
+    fast_memory_threads = 256
     fast_memory_unroll = 2
 
     def build_program(self, spec: ProgramSpec, config: Dict[str, Any]) -> Any:
