@@ -164,6 +164,32 @@ def test_broadcasting_matches_pytorch(name, a_shape, b_shape, dtype):
     assert_close(out, op.reference(a.double(), b.double()), dtype)
 
 
+@pytest.mark.parametrize("config", [{"threads": 512, "unroll": 1}, {"threads": 256, "unroll": 2}],
+                         ids=["h100", "fast-memory"])
+@pytest.mark.parametrize("name", ["AddFwdKernel", "MulFwdKernel"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_binary_layouts_of_both_memory_tiers(config, name, dtype):
+    """Half-precision adds and products under the H100's layout and the fast-memory one
+    (``BroadcastKernel.fast_memory_threads``), each pinned, on whatever GPU runs the test: same-shape
+    operands, a bias over rows of whole tiles and of a tail, and a column scaling rows; large calls
+    and small ones."""
+    from tileops.kernels.elementwise import binary
+
+    kernel = getattr(binary, name)(dtype, config=config)
+    op = torch.add if name == "AddFwdKernel" else torch.mul
+    generator = torch.Generator().manual_seed(len(name))
+    for rows, width, b_shape in ((4099, 4096, (4096,)), (1000, 4000, (4000,)), (2048, 8192, (2048, 1)),
+                                 (8, 4096, (4096,)), (4099, 4096, None)):
+        a = torch.randn(rows, width, generator=generator).to(device="cuda", dtype=dtype)
+        b = torch.randn(b_shape or (rows, width), generator=generator).to(device="cuda", dtype=dtype)
+        out = torch.empty_like(a)
+        if b_shape is None:
+            kernel.forward(a.view(-1), b.view(-1), out.view(-1))
+        else:
+            kernel.forward(a.unsqueeze(0), b.expand(rows, width).unsqueeze(0), out.unsqueeze(0))
+        assert_close(out, op(a.float(), b.float()), dtype)
+
+
 def test_incompatible_shapes_quote_the_rule_and_the_shapes():
     with pytest.raises(ValueError, match=r"AddFwdOp: shape rule `broadcastable\(a.shape, b.shape\)` does not hold "
                                          r"for a.shape=\(3, 4\), b.shape=\(2, 4\)"):

@@ -183,6 +183,37 @@ def test_streamed_backward_schedules_agree(rows, N, dtype):
         assert_close(mine, theirs.grad, dtype)
 
 
+# (rows, N, dtype) of resident LayerNorm backward rows of 256 lanes whose partial sums live in
+# shared memory (those that fold two row groups into a block): whole vectors, a tail vector, and
+# more rows than a launch has row groups.
+TIER_CASES = [(4099, 4096, torch.bfloat16), (513, 2568, torch.float16), (1000, 3000, torch.bfloat16),
+              (77, 2048, torch.float32)]
+
+
+@pytest.mark.parametrize("rows, N, dtype", TIER_CASES, ids=str)
+def test_layer_norm_backward_layouts_of_both_memory_tiers(rows, N, dtype):
+    """The H100's layout (two row groups folded into a block) and the fast-memory one (a block per
+    row group, ``norm_bwd_default_config``), each pinned, on whatever GPU runs the test."""
+    from tileops.kernels.norm.backward import FOLD_THREADS
+    from tileops.kernels.norm.layer_norm import LayerNormBwdKernel
+
+    generator = torch.Generator().manual_seed(rows + N)
+    x = (_randn(rows, N, dtype=torch.float32, generator=generator) * 2 + 3).to(dtype)
+    weight, bias = _randn(N, dtype=dtype, generator=generator), _randn(N, dtype=dtype, generator=generator)
+    grad = _randn(rows, N, dtype=dtype, generator=generator)
+    wide = _leaves([x, weight, bias], torch.float64)
+    torch.nn.functional.layer_norm(wide[0], (N,), wide[1], wide[2], 1e-5).backward(grad.double())
+    layouts = set()
+    for fold_threads in (FOLD_THREADS, 0):
+        kernel = LayerNormBwdKernel(N, dtype, eps=1e-5, config={"fold_threads": fold_threads})
+        layouts.add(kernel.layout())
+        grads = [torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias)]
+        kernel.forward(grad, x, weight, *grads)
+        for mine, theirs in zip(grads, wide):
+            assert_close(mine, theirs.grad, dtype)
+    assert len(layouts) == 2, layouts
+
+
 def _double(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if tensor is None else tensor.double()
 
