@@ -40,7 +40,9 @@ from tileops.kernels.elementwise.gated import (
     gated_vector,
 )
 from tileops.kernels.elementwise.programs import broadcast_program, flat_program, gated_program
-from tileops.kernels.elementwise.unary import GeluBwdKernel, GeluFwdKernel, SiluBwdKernel, SiluFwdKernel
+from tileops.kernels.elementwise.unary import (
+    ExpFwdKernel, GeluBwdKernel, GeluFwdKernel, ReluFwdKernel, SigmoidFwdKernel, SiluBwdKernel, SiluFwdKernel,
+)
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import widest_access
 from tileops.ops.elementwise.base import (
@@ -289,7 +291,7 @@ def test_light_kernels_take_wide_blocks_in_half_precision() -> None:
 def test_fast_memory_gives_half_precision_binary_blocks_two_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where memory is fast, half-precision adds and products keep two loads of each input in
     flight a thread, in 256-thread blocks whose tile is the H100 layout's (so a bias over rows of
-    4096 still takes the ``rows`` program, in small calls too); float32 and the other kernels keep
+    4096 still takes the ``rows`` program, in small calls too); float32 and the gated kernels keep
     their layouts."""
     monkeypatch.setattr(base, "has_fast_memory", lambda: True)
     for kernel in (AddFwdKernel(torch.bfloat16), MulFwdKernel(torch.float16)):
@@ -299,10 +301,26 @@ def test_fast_memory_gives_half_precision_binary_blocks_two_loads(monkeypatch: p
                                   torch.empty(4096, dtype=kernel.dtype).expand(8, 1, 4096),
                                   torch.empty(8, 1, 4096, dtype=kernel.dtype))[-1]
     assert (AddFwdKernel(torch.float32).config["threads"], AddFwdKernel(torch.float32).config["unroll"]) == (128, 1)
-    for kernel in (SiluFwdKernel(torch.bfloat16), SiluAndMulFwdKernel(8192, torch.bfloat16)):
-        assert (kernel.config["threads"], kernel.config["unroll"]) == (512, 1), type(kernel).__name__
+    assert SiluAndMulFwdKernel(8192, torch.bfloat16).config["threads"] == 512
     monkeypatch.setattr(base, "has_fast_memory", lambda: False)
     assert AddFwdKernel(torch.bfloat16).config["unroll"] == 1
+
+
+@pytest.mark.parametrize("kernel_class", [ReluFwdKernel, SigmoidFwdKernel, SiluFwdKernel, ExpFwdKernel])
+def test_fast_memory_gives_light_maps_narrow_blocks(monkeypatch: pytest.MonkeyPatch, kernel_class: type) -> None:
+    """Where memory is fast, half-precision maps of light math take 128-thread blocks of one
+    load; elsewhere, and in float32, they keep their wide blocks, and heavier maps never change."""
+    monkeypatch.setattr(base, "has_fast_memory", lambda: False)
+    slow = {dtype: kernel_class(dtype).config for dtype in (torch.bfloat16, torch.float16, torch.float32)}
+    heavy = SiluBwdKernel(torch.bfloat16).config
+    assert (slow[torch.bfloat16]["threads"], slow[torch.bfloat16]["unroll"]) == (512, 1)
+    monkeypatch.setattr(base, "has_fast_memory", lambda: True)
+    for dtype in (torch.bfloat16, torch.float16):
+        fast = kernel_class(dtype).config
+        assert fast == {**slow[dtype], "threads": 128, "unroll": 1}, dtype
+        assert one_access_config(fast)["threads"] == 128
+    assert kernel_class(torch.float32).config == slow[torch.float32]
+    assert SiluBwdKernel(torch.bfloat16).config == heavy
 
 
 def test_launches_stay_within_int32_extents() -> None:
