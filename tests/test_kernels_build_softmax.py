@@ -21,6 +21,7 @@ from tileops.kernels.softmax.softmax import (
     ROW_APPLY,
     ROW_CLUSTER,
     ROW_FUSED,
+    ROW_STAGED,
     ROW_STATS,
     SoftmaxBwdKernel,
     SoftmaxFwdKernel,
@@ -33,7 +34,9 @@ from tileops.kernels.softmax.softmax import (
     row_vector,
     softmax_autotune_configs,
     softmax_default_config,
+    staged_fits,
 )
+from tileops.kernels.softmax import softmax as softmax_module
 from tileops.kernels.launch import int32_launch_ranges
 from tileops.ops.softmax.base import SoftmaxFamilyOp, kernel_view
 from tests.toolchain import divisions_at_accesses, needs_nvcc, ptxas_report
@@ -206,6 +209,67 @@ def test_row_clusters_take_the_rows_that_fill_the_gpu() -> None:
     assert SoftmaxBwdKernel(262144, torch.bfloat16, config={"max_cluster": 1}).row_cluster() is None
 
 
+def test_fast_memory_stages_forward_rows_that_take_a_whole_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where memory is fast, forward rows held by a whole 1024-thread block take the row staged
+    program (one row ahead); backward rows, narrower rows, rows read in narrower vectors and
+    devices without fast memory keep the fused program."""
+    sm_count = 132
+    monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: True)
+    for kernel_cls in (SoftmaxFwdKernel, LogSoftmaxFwdKernel):
+        for N, dtype in ((32768, torch.bfloat16), (16384, torch.float16), (20000, torch.bfloat16),
+                         (32768, torch.float32)):
+            kernel = kernel_cls(N, dtype)
+            assert kernel.config["row_stages"] == 1, (N, dtype)
+            vector = row_vector(N, dtype)
+            assert kernel.row_programs(8192, vector, sm_count) == ((ROW_STAGED,), (("vector", vector),))
+            # A misaligned call's narrower accesses cannot be cp.async copies of 16 bytes.
+            assert kernel.row_programs(8192, vector // 2, sm_count)[0] == (ROW_FUSED,)
+        assert kernel_cls(4096, torch.bfloat16).config["row_stages"] == 0
+        assert kernel_cls(262144, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
+    for kernel_cls in (SoftmaxBwdKernel, LogSoftmaxBwdKernel):
+        assert kernel_cls(32768, torch.bfloat16).config["row_stages"] == 0
+        staged = kernel_cls(32768, torch.bfloat16, config={"row_stages": 1})
+        assert staged.row_programs(8192, 8, sm_count)[0] == (ROW_FUSED,)
+    monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: False)
+    assert SoftmaxFwdKernel(32768, torch.bfloat16).config["row_stages"] == 0
+    assert SoftmaxFwdKernel(32768, torch.bfloat16).row_programs(8192, 8, sm_count)[0] == (ROW_FUSED,)
+
+
+def test_staged_rows_fit_in_shared_memory() -> None:
+    assert staged_fits(32768, torch.bfloat16, 1024, 2)  # 128 KiB
+    assert staged_fits(32768, torch.float32, 1024, 1) and not staged_fits(32768, torch.float32, 1024, 2)
+    assert staged_fits(49152, torch.bfloat16, 1024, 2) and not staged_fits(49152, torch.bfloat16, 1024, 3)
+    # Rows are staged in whole vectors of every thread: 20000 takes 3 x 8192 elements (48 KiB in
+    # bfloat16), 49153 float32 elements 13 x 4096 (208 KiB).
+    assert staged_fits(20000, torch.bfloat16, 1024, 4) and not staged_fits(20000, torch.bfloat16, 1024, 5)
+    assert staged_fits(49152, torch.float32, 1024, 1) and not staged_fits(49153, torch.float32, 1024, 1)
+    candidates = softmax_autotune_configs(32768, torch.float32)
+    assert {config["row_stages"] for config in candidates} == {0, 1}
+    assert all(config["row_stages"] == 0 for config in softmax_autotune_configs(32768, torch.float32, True))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls", [SoftmaxFwdKernel, LogSoftmaxFwdKernel])
+@pytest.mark.parametrize("N, dtype, stages", [(32768, torch.bfloat16, 1), (32768, torch.bfloat16, 2),
+                                              (20000, torch.bfloat16, 1), (16384, torch.float32, 1)], ids=str)
+def test_staged_rows_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, stages: int, tmp_path) -> None:
+    """The staged program copies each thread's 16-byte vectors with cp.async, keeps ``stages`` rows
+    in flight, and holds a row in the registers of one block an SM as the fused program does."""
+    kernel = kernel_cls(N, dtype, config={"row_stages": stages})
+    vector = row_vector(N, dtype)
+    source = kernel.compile_program(ROW_STAGED, (("vector", vector),), target={"kind": "cuda", "arch": "sm_90"}
+                                    ).get_kernel_source()
+    body = source[source.index("__global__ void __launch_bounds__"):]
+    assert "__launch_bounds__(1024, 1)" in body and "int blocks)" in body
+    assert "tl::cp_async_gs<16>" in body and f"tl::cp_async_wait<{stages - 1}>()" in body
+    # The copy of the row ``stages`` turns ahead is issued after this row's maximum read ``a``.
+    loop = body[body.index("for (int step = 0;"):]
+    assert loop.index("max(st[0]") < loop.index("tl::cp_async_gs<16>")
+    report = ptxas_report(source, str(tmp_path))
+    # 64 registers at most (1024 threads); the log-softmax spills a few bytes one row ahead.
+    assert report["registers"] <= 64 and report["spill_bytes"] <= 32, report
+
+
 def test_row_cluster_sizes() -> None:
     # A thread holds at most 32 elements: 1024-thread blocks, clusters of at most 8.
     assert row_cluster_size(65537, torch.bfloat16, False, 1024) == 4
@@ -300,6 +364,15 @@ def test_bad_configs_and_dtypes_are_rejected() -> None:
     with pytest.raises(ValueError, match="max_cluster must be a power of two"):
         build_program(ROW_FUSED, 16, torch.float16, SoftmaxFwdKernel.variant,
                       {**softmax_default_config(16, torch.float16), "max_cluster": 16}, (("vector", 8),))
+    with pytest.raises(ValueError, match="row_stages must be at least 0"):
+        build_program(ROW_FUSED, 16, torch.float16, SoftmaxFwdKernel.variant,
+                      {**softmax_default_config(16, torch.float16), "row_stages": -1}, (("vector", 8),))
+    with pytest.raises(ValueError, match="row staged program holds one row a block"):
+        build_program(ROW_STAGED, 16, torch.float16, SoftmaxFwdKernel.variant,
+                      {**softmax_default_config(16, torch.float16), "row_stages": 1}, (("vector", 8),))
+    with pytest.raises(ValueError, match="row staged program holds one row a block"):
+        build_program(ROW_STAGED, 4096, torch.float16, SoftmaxBwdKernel.variant,
+                      {**softmax_default_config(4096, torch.float16), "row_stages": 1}, (("vector", 8),))
     with pytest.raises(TypeError):
         SoftmaxFwdKernel(16, torch.int32)
     with pytest.raises(ValueError):

@@ -8,6 +8,7 @@
   forced on short rows;
 * rows, and middle-axis columns, held by clusters of blocks (every variant, masked
   forward slices);
+* forward rows staged in shared memory ahead of the one a block reduces;
 * views that need no copy (row and column slices, broadcast rows, misaligned
   starts) and views that do (transposes);
 * masked rows (``-inf``), and tensors of more than 2**31 elements.
@@ -177,6 +178,36 @@ def test_fused_rows_with_and_without_the_hint(name, N, dtype):
             assert dict(params)["hinted"] == int(threshold == 0 and dict(params)["vector"] * dtype.itemsize == 16)
             kernel(*inputs, out)
             assert_close(out, _reference(name, op, inputs), dtype)
+
+
+# (N, dtype, row_stages) of forward rows staged in shared memory: whole 1024-thread blocks one and
+# two rows ahead, a tail vector (20000 = 2 x 8192 + 3616), 512-thread rows, float32 and float16.
+STAGED_ROWS = [(32768, torch.bfloat16, 1), (32768, torch.bfloat16, 2), (20000, torch.bfloat16, 1),
+               (6000, torch.float16, 1), (16384, torch.float32, 1)]
+
+
+@pytest.mark.parametrize("name", ("SoftmaxFwdOp", "LogSoftmaxFwdOp"))
+@pytest.mark.parametrize("N, dtype, stages", STAGED_ROWS, ids=str)
+def test_staged_rows(name, N, dtype, stages):
+    """Each block takes rows b, b + blocks, ...: fewer rows than blocks, about one a block, several
+    a block with a ragged last turn, and strided rows; masked rows give NaN (all ``-inf``) or one."""
+    from tileops.kernels.softmax.softmax import ROW_STAGED
+
+    op = _op(name, N, dtype, -1)
+    kernel = op.kernel_map[op.kernel_key](N, dtype, config={"row_stages": stages})
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    for rows in (1, sm_count + 1, 5 * sm_count - 7):
+        x = torch.randn(rows, N + 8, device="cuda", dtype=dtype)[:, :N]
+        x[-1] = float("-inf")
+        x[0, : N - 1] = float("-inf")
+        if rows > 1:
+            x[1, ::2] = float("-inf")
+        out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
+        assert [program for program, _ in kernel.programs_for(x, out)] == [ROW_STAGED]
+        kernel(x, out)
+        expected = _reference(name, op, [x])
+        assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))
+        assert_close(out, expected, dtype)
 
 
 def _cluster_kernel(name: str, N: int, dtype: torch.dtype, threads: int):

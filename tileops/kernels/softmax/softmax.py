@@ -70,6 +70,7 @@ from tileops.kernels.cache_hints import (
     takes_hint,
     vector_load,
 )
+from tileops.kernels.device_traits import has_fast_memory
 from tileops.kernels.kernel_base import (
     SM90_BUILD_TARGET,
     Kernel,
@@ -101,6 +102,7 @@ __all__ = [
     "softmax_autotune_configs",
     "build_program",
     "ROW_FUSED",
+    "ROW_STAGED",
     "ROW_STATS",
     "ROW_APPLY",
     "ROW_CLUSTER",
@@ -119,6 +121,9 @@ FUSED_REGISTER_BYTES = 128
 FUSED_MAX_ELEMENTS = 48
 # float32 exponentials a thread of the fused softmax forward may keep in registers.
 CACHED_EXP_ELEMENTS = 32
+# Shared memory a block of the row staged program may take for its rows in flight (an sm_90
+# block may have 227 KiB; the reduction scratch takes a little more).
+STAGED_MAX_BYTES = 192 * 1024
 # Blocks per SM the two-step programs aim for when sizing their segments.
 BLOCKS_PER_SM = 4
 # Blocks a row cluster may have: the largest cluster every sm_90 GPU launches.
@@ -150,13 +155,14 @@ PLANNING_SM_COUNT = 132
 ProgramParams = Tuple[Tuple[str, int], ...]
 
 ROW_FUSED = "row_fused"
+ROW_STAGED = "row_staged"
 ROW_STATS = "row_stats"
 ROW_APPLY = "row_apply"
 ROW_CLUSTER = "row_cluster"
 COLUMN_STATS = "column_stats"
 COLUMN_APPLY = "column_apply"
 COLUMN_FUSED = "column_fused"
-PROGRAMS = (ROW_FUSED, ROW_STATS, ROW_APPLY, ROW_CLUSTER, COLUMN_STATS, COLUMN_APPLY, COLUMN_FUSED)
+PROGRAMS = (ROW_FUSED, ROW_STAGED, ROW_STATS, ROW_APPLY, ROW_CLUSTER, COLUMN_STATS, COLUMN_APPLY, COLUMN_FUSED)
 
 
 @dataclass(frozen=True)
@@ -194,8 +200,16 @@ def _fused_row_config(N: int, per_thread: int) -> Dict[str, int]:
     return {"row_threads": row_threads, "block_threads": max(row_threads, MIN_BLOCK_THREADS)}
 
 
-def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -> Dict[str, int]:
+def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
+                           fast_memory: bool = False) -> Dict[str, int]:
     """Heuristic config for axis length ``N`` and ``dtype``.
+
+    ``row_stages`` (forward rows of 16-byte accesses that take the fused program with
+    ``row_threads == block_threads``): rows each block copies into shared memory ahead of the
+    one it reduces (the row staged program; 0: none, rows take the fused program).  With
+    ``fast_memory`` (``device_traits``), one row ahead for rows that take a whole 1024-thread
+    block, which runs alone on its SM: the next row's loads then overlap this row's math and
+    stores.
 
     Fused rows: two 16-byte vectors per thread, or more for long rows (a row
     gets at most 1024 threads), so a 4096-wide half-precision row takes 256
@@ -271,8 +285,11 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False) -
     vector = max_vector(dtype)
     vectors = 1 if backward and dtype.itemsize == 2 else 2
     per_thread = max(vectors * vector, -(-N // MAX_THREADS))
+    rows = _fused_row_config(N, per_thread)
+    whole_block = rows["row_threads"] == MAX_THREADS and fused_fits(N, dtype, backward, MAX_THREADS)
     return {
-        **_fused_row_config(N, per_thread),
+        **rows,
+        "row_stages": int(fast_memory and not backward and whole_block and staged_fits(N, dtype, MAX_THREADS, 1)),
         "cache_exp": 1,
         "row_hinted_min_mib": HINTED_MIN_MIB,
         "cluster_cache_hints": 0,
@@ -302,6 +319,10 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False)
         candidates.append({**default, **_fused_row_config(N, max(per_thread, -(-N // MAX_THREADS)))})
     if -(-N // default["row_threads"]) <= cap:  # the default holds a row in one block
         candidates.append({**default, "row_hinted_min_mib": 0})
+        if not backward:
+            for stages in (0, 1, 2):
+                if staged_fits(N, dtype, default["row_threads"], stages):
+                    candidates.append({**default, "row_stages": stages})
     else:  # rows take a row cluster or the two-step programs
         for threads in (256, 512, 1024):
             for unroll in (2, 4, 8):
@@ -332,6 +353,8 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("cluster_threads", "split_threads", "column_threads", "fused_column_threads"):
         if config[key] < WARP:
             raise ValueError(f"softmax kernels: {key} must be >= 32")
+    if config["row_stages"] < 0:
+        raise ValueError(f"softmax kernels: row_stages must be at least 0, got {config['row_stages']}")
     for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks", "cluster_min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
@@ -349,6 +372,13 @@ def _check_config(config: Dict[str, int]) -> None:
 def fused_fits(N: int, dtype: torch.dtype, backward: bool, row_threads: int) -> bool:
     """Whether a row fits in the registers of ``row_threads`` threads."""
     return -(-N // row_threads) <= fused_elements_cap(dtype, backward)
+
+
+def staged_fits(N: int, dtype: torch.dtype, row_threads: int, stages: int) -> bool:
+    """Whether ``stages`` rows of ``N`` copied by ``row_threads`` threads (whole 16-byte vectors
+    each) fit in ``STAGED_MAX_BYTES`` of shared memory."""
+    span = row_threads * max_vector(dtype)
+    return stages * -(-N // span) * span * dtype.itemsize <= STAGED_MAX_BYTES
 
 
 def row_cluster_size(N: int, dtype: torch.dtype, backward: bool, threads: int,
@@ -627,7 +657,7 @@ def _cluster_share(T: Any, cluster: int) -> Callable[..., Any]:
 
 def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, row_threads: int,
                       block_threads: int, cache_exp: int = 0, min_blocks: int = 1, cluster: int = 1,
-                      hinted: int = 0, **_: Any) -> Any:
+                      hinted: int = 0, staged: int = 0, row_stages: int = 1, **_: Any) -> Any:
     """Rows of ``(R, N)`` held in registers: one read, one write.
 
     ``hinted``: the row's 16-byte loads carry L2's ``evict_last`` hint (see ``cache_hints``;
@@ -642,10 +672,20 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     ``row_threads`` threads (the row cluster program): each block reduces its
     share of the row, the blocks exchange their partial results through
     distributed shared memory, and each block writes its share.
+
+    With ``staged`` (the row staged program, forward only, one row a block, 16-byte accesses),
+    ``blocks`` resident blocks take the rows in turn (block b: rows b, b + blocks, ...) and
+    copy each of their next ``row_stages`` rows into shared memory (``cp.async``) while they
+    reduce and write the current one, so an SM's loads never wait on its math.  A thread reads
+    back only the vectors it copied itself: waiting on its own copies is all the
+    synchronisation the staging needs.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     clustered = cluster > 1
+    if staged and (clustered or variant.backward or block_threads != row_threads or row_stages < 1):
+        raise ValueError("softmax kernels: the row staged program holds one row a block (block_threads == "
+                         "row_threads), of a forward, without clusters, at least one row ahead")
     if clustered and block_threads != row_threads:
         raise ValueError("softmax kernels: each block of a row cluster holds one share of the row "
                          "(block_threads == row_threads)")
@@ -676,6 +716,37 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                 if (full_vecs * span + lane) * vector < N:
                     for k in T.vectorized(vector):
                         buf[full_vecs * vector + k] = src[row, (full_vecs * span + lane) * vector + k]
+
+    @T.macro
+    def copy_vector(src, staging, stage, row, j, lane):
+        T.ptx_cp_async(
+            T.access_ptr(staging[stage, (j * span + lane) * vector], "w", vector),
+            T.access_ptr(src[row, (j * span + lane) * vector], "r", vector),
+            vector,
+        )
+
+    @T.macro
+    def stage_row(src, staging, stage, row, lane):
+        """Start copying this thread's vectors of ``row`` into ``staging[stage]``: one cp.async
+        group, empty past the last row."""
+        if row < R:
+            for j in T.unroll(full_vecs):
+                copy_vector(src, staging, stage, row, j, lane)
+            if has_tail:
+                if (full_vecs * span + lane) * vector < N:
+                    copy_vector(src, staging, stage, row, full_vecs, lane)
+        T.ptx_commit_group()
+
+    @T.macro
+    def read_staged(staging, stage, buf, lane):
+        """``buf`` = this thread's vectors of ``staging[stage]`` (past the row's end: not read)."""
+        for j in T.unroll(full_vecs):
+            for k in T.vectorized(vector):
+                buf[j * vector + k] = staging[stage, (j * span + lane) * vector + k]
+        if has_tail:
+            if (full_vecs * span + lane) * vector < N:
+                for k in T.vectorized(vector):
+                    buf[full_vecs * vector + k] = staging[stage, (full_vecs * span + lane) * vector + k]
 
     @T.macro
     def fold_row(st, slot, a, b, lane, use_max):
@@ -776,6 +847,66 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     if not variant.backward:
         XT, LDX = strided_rows(T, R, N, dtype, "LDX")
 
+        @T.macro
+        def fold_max(st, a, lane):
+            st[_MAX] = -T.infinity(ACCUM)
+            fold_row(st, _MAX, a, a, lane, True)
+
+        @T.macro
+        def finish_row(Y, a, e, st, scratch, gathered, row, lane, rank, tx):
+            """Reduce this thread's row maximum, sum the exponentials, and write the row."""
+            reduce(st, _MAX, scratch, 0, tx, True)
+            safe_scaled(st, _OFFSET, _MAX)
+            st[_SUM] = T.cast(0, ACCUM)
+            if cached:
+                fold_cached(st, a, e, lane)
+            else:
+                fold_row(st, _SUM, a, a, lane, False)
+            reduce(st, _SUM, scratch, 1, tx, False)
+            if clustered:
+                merge_cluster_forward(st, gathered, rank)
+            finalize(st, 0)
+            if cached:
+                if clustered:
+                    # The exponentials were taken from this block's maximum: move them to the
+                    # row's (a block whose share is all -inf holds zeros, and keeps them).
+                    st[_FINAL] = st[_FINAL] * T.if_then_else(
+                        gathered[rank, 0] == -T.infinity(ACCUM), T.cast(0, ACCUM), T.exp2(st[_T2] - st[_OFFSET])
+                    )
+                store_cached(Y, e, st, row, lane)
+            else:
+                store_row(Y, a, a, st, row, lane)
+
+        if staged:
+
+            @T.prim_func
+            def softmax_row_staged(X: XT, Y: T.Tensor((R, N), dtype), blocks: T.int32):
+                # Block b takes rows b, b + blocks, ...; no block waits on another, so any
+                # ``blocks`` is correct (the caller picks about one wave).
+                with T.Kernel(blocks, threads=block_threads) as block:
+                    if min_blocks > 1:
+                        T.annotate_min_blocks_per_sm(min_blocks)
+                    tx = T.get_thread_binding()
+                    staging = T.alloc_shared((row_stages, vecs * vector * span), dtype)
+                    a = T.alloc_local((vecs * vector,), dtype)
+                    e = T.alloc_local((vecs * vector,), ACCUM) if cached else None
+                    st = T.alloc_local((_STATE,), ACCUM)
+                    scratch = T.alloc_shared(scratch_shape, ACCUM)
+                    T.assume(LDX % vector == 0)
+                    for j in T.unroll(row_stages):
+                        stage_row(X, staging, j, block + j * blocks, tx)
+                    for step in T.serial(T.ceildiv(R - block, blocks)):
+                        stage = step % row_stages
+                        # This step's copies are the oldest of the row_stages groups in flight.
+                        T.ptx_wait_group(row_stages - 1)
+                        read_staged(staging, stage, a, tx)
+                        fold_max(st, a, tx)
+                        # The maximum has consumed ``a``: the slot may take the row row_stages ahead.
+                        stage_row(X, staging, stage, block + (step + row_stages) * blocks, tx)
+                        finish_row(Y, a, e, st, scratch, None, block + step * blocks, tx, 0, tx)
+
+            return softmax_row_staged
+
         @T.prim_func
         def softmax_row_fused(X: XT, Y: T.Tensor((R, N), dtype)):
             with launch(R) as block:
@@ -783,41 +914,19 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                     T.annotate_min_blocks_per_sm(min_blocks)
                 tx = T.get_thread_binding()
                 a = T.alloc_local((vecs * vector,), dtype)
-                if cached:
-                    e = T.alloc_local((vecs * vector,), ACCUM)
+                e = T.alloc_local((vecs * vector,), ACCUM) if cached else None
                 st = T.alloc_local((_STATE,), ACCUM)
                 scratch = T.alloc_shared(scratch_shape, ACCUM)
                 row, lane, rank = place(block, tx)
+                # Static shared memory: peers write it while this block may still use its scratch,
+                # so it must not share an address with the dynamic buffers.
+                gathered = T.alloc_shared((cluster, 2), ACCUM, scope="shared") if clustered else None
                 if clustered:
-                    # Static shared memory: peers write it while this block may still use its scratch,
-                    # so it must not share an address with the dynamic buffers.
-                    gathered = T.alloc_shared((cluster, 2), ACCUM, scope="shared")
                     T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
                 T.assume(LDX % vector == 0)
                 load_row(X, a, row, lane)
-                st[_MAX] = -T.infinity(ACCUM)
-                fold_row(st, _MAX, a, a, lane, True)
-                reduce(st, _MAX, scratch, 0, tx, True)
-                safe_scaled(st, _OFFSET, _MAX)
-                st[_SUM] = T.cast(0, ACCUM)
-                if cached:
-                    fold_cached(st, a, e, lane)
-                else:
-                    fold_row(st, _SUM, a, a, lane, False)
-                reduce(st, _SUM, scratch, 1, tx, False)
-                if clustered:
-                    merge_cluster_forward(st, gathered, rank)
-                finalize(st, 0)
-                if cached:
-                    if clustered:
-                        # The exponentials were taken from this block's maximum: move them to the
-                        # row's (a block whose share is all -inf holds zeros, and keeps them).
-                        st[_FINAL] = st[_FINAL] * T.if_then_else(
-                            gathered[rank, 0] == -T.infinity(ACCUM), T.cast(0, ACCUM), T.exp2(st[_T2] - st[_OFFSET])
-                        )
-                    store_cached(Y, e, st, row, lane)
-                else:
-                    store_row(Y, a, a, st, row, lane)
+                fold_max(st, a, lane)
+                finish_row(Y, a, e, st, scratch, gathered, row, lane, rank, tx)
 
         return softmax_row_fused
 
@@ -1614,8 +1723,15 @@ def row_cluster_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: 
                              cluster=cluster, hinted=cluster_cache_hints)
 
 
+def row_staged_program(N: int, dtype: str, variant: SoftmaxVariant, **config: Any) -> Any:
+    """The fused program's rows with the next ``row_stages`` rows staged in shared memory (see
+    ``row_fused_program``); it takes the number of resident blocks as its last argument."""
+    return row_fused_program(N, dtype, variant, **config, staged=1)
+
+
 _BUILDERS: Dict[str, Callable[..., Any]] = {
     ROW_FUSED: row_fused_program,
+    ROW_STAGED: row_staged_program,
     ROW_CLUSTER: row_cluster_program,
     ROW_STATS: row_stats_program,
     ROW_APPLY: row_apply_program,
@@ -1651,8 +1767,9 @@ class SoftmaxFamilyKernel(Kernel):
     """
 
     variant: SoftmaxVariant = SoftmaxVariant(backward=False, log=False)
-    # "2": fused rows take the hint per call, from ``row_hinted_min_mib`` on (was ``row_cache_hints``).
-    version = "2"
+    # "2": fused rows take the hint per call, from ``row_hinted_min_mib`` on (was ``row_cache_hints``);
+    # "3": the row staged program (``row_stages``).
+    version = "3"
 
     def __init__(
         self,
@@ -1672,7 +1789,7 @@ class SoftmaxFamilyKernel(Kernel):
     # ---- configs -----------------------------------------------------------------------------
     @property
     def default_config(self) -> Dict[str, Any]:
-        return softmax_default_config(self.N, self.dtype, self.variant.backward)
+        return softmax_default_config(self.N, self.dtype, self.variant.backward, has_fast_memory())
 
     @property
     def autotune_configs(self) -> List[Dict[str, Any]]:
@@ -1698,9 +1815,17 @@ class SoftmaxFamilyKernel(Kernel):
             return math.inf
         return -(-CLUSTER_MIN_BLOCKS_PER_SM * sm_count // cluster)
 
+    def stages_rows(self, vector: int, config: Optional[Dict[str, Any]] = None) -> bool:
+        """Whether fused rows read ``vector`` elements at a time take the row staged program."""
+        config = self.config if config is None else config
+        return (config["row_stages"] > 0 and not self.variant.backward and vector == self._max_vector
+                and config["row_threads"] == config["block_threads"] and self.fused(config))
+
     def row_programs(self, rows: int, vector: int, sm_count: int) -> Tuple[Tuple[str, ...], ProgramParams]:
         """The programs ``rows`` rows launch, with their shape parameters."""
         if self.fused():
+            if self.stages_rows(vector):
+                return (ROW_STAGED,), self.row_params(vector)
             return (ROW_FUSED,), self.row_params(vector) + (("hinted", int(self.hints_rows(rows, vector))),)
         if rows >= self.least_cluster_rows(sm_count):
             return (ROW_CLUSTER,), self.row_params(vector) + (("cluster", self.row_cluster()),)
@@ -1791,8 +1916,20 @@ class SoftmaxFamilyKernel(Kernel):
         return rows >= least
 
     def _launcher(self, name: str, params: ProgramParams) -> Any:
-        return self._launch_plans.get(("launcher", name, params),
-                                      lambda: direct_launcher(self.compile_program(name, params)))
+        return self._launch_plans.get(("launcher", name, params), lambda: self._make_launcher(name, params))
+
+    def _make_launcher(self, name: str, params: ProgramParams) -> Any:
+        launch = direct_launcher(self.compile_program(name, params))
+        if name != ROW_STAGED:
+            return launch
+        per_sm = max(1, self.config["min_blocks"])
+
+        def launch_staged(*tensors: torch.Tensor) -> None:
+            # One wave of resident blocks, each taking its rows in turn.
+            out = tensors[-1]
+            launch(*tensors, max(1, min(out.shape[0], per_sm * self.sm_count(out.device))))
+
+        return launch_staged
 
     def _target_blocks(self, device: torch.device) -> int:
         return BLOCKS_PER_SM * self.sm_count(device)
