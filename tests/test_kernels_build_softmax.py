@@ -211,21 +211,24 @@ def test_row_clusters_take_the_rows_that_fill_the_gpu() -> None:
 
 def test_fast_memory_stages_forward_rows_that_take_a_whole_block(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where memory is fast, forward rows held by a whole 1024-thread block take the row staged
-    program (one row ahead); backward rows, narrower rows, rows read in narrower vectors and
-    devices without fast memory keep the fused program."""
+    program (one row ahead, the log-softmax two); backward rows, narrower rows, rows read in
+    narrower vectors and devices without fast memory keep the fused program."""
     sm_count = 132
     monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: True)
     for kernel_cls in (SoftmaxFwdKernel, LogSoftmaxFwdKernel):
         for N, dtype in ((32768, torch.bfloat16), (16384, torch.float16), (20000, torch.bfloat16),
-                         (32768, torch.float32)):
+                         (24576, torch.float32)):
             kernel = kernel_cls(N, dtype)
-            assert kernel.config["row_stages"] == 1, (N, dtype)
+            assert kernel.config["row_stages"] == (2 if kernel.variant.log else 1), (N, dtype)
             vector = row_vector(N, dtype)
             assert kernel.row_programs(8192, vector, sm_count) == ((ROW_STAGED,), (("vector", vector),))
             # A misaligned call's narrower accesses cannot be cp.async copies of 16 bytes.
             assert kernel.row_programs(8192, vector // 2, sm_count)[0] == (ROW_FUSED,)
         assert kernel_cls(4096, torch.bfloat16).config["row_stages"] == 0
         assert kernel_cls(262144, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
+    # Two float32 rows of 32768 take 256 KiB: the log-softmax's stay fused, the softmax's are staged.
+    assert LogSoftmaxFwdKernel(32768, torch.float32).config["row_stages"] == 0
+    assert SoftmaxFwdKernel(32768, torch.float32).config["row_stages"] == 1
     for kernel_cls in (SoftmaxBwdKernel, LogSoftmaxBwdKernel):
         assert kernel_cls(32768, torch.bfloat16).config["row_stages"] == 0
         staged = kernel_cls(32768, torch.bfloat16, config={"row_stages": 1})
