@@ -152,10 +152,11 @@ HINT_THRESHOLDS = (0, 1 << 20)
 
 
 def hint_case(name: str, N: int, dtype: torch.dtype, threshold: int, rows: int, device: str = "cuda"):
-    """The op, its kernel with ``row_hinted_min_mib`` at ``threshold``, and inputs of ``rows`` rows
-    lying ``N + 8`` elements apart (aligned to 16 bytes where ``N`` is a multiple of 8)."""
+    """The op, its kernel with ``row_hinted_min_mib`` at ``threshold`` (and no rows staged, which
+    devices with fast memory give rows of a whole block), and inputs of ``rows`` rows lying
+    ``N + 8`` elements apart (aligned to 16 bytes where ``N`` is a multiple of 8)."""
     op = _op(name, N, dtype, -1)
-    kernel = op.kernel_map[op.kernel_key](N, dtype, config={"row_hinted_min_mib": threshold})
+    kernel = op.kernel_map[op.kernel_key](N, dtype, config={"row_hinted_min_mib": threshold, "row_stages": 0})
     x = torch.randn(rows, N + 8, device=device, dtype=dtype)[:, :N]
     if not name.endswith("BwdOp"):
         x[0, ::2] = float("-inf")
