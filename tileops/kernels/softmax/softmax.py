@@ -26,6 +26,9 @@ Programs:
   32K float32 elements for the forward, 32K and 16K for the backward): a row
   is read once into registers by ``row_threads`` threads, reduced with warp
   shuffles and shared memory, and written once.  Short rows share a block.
+* **row staged** (forward rows of a whole block, where the config asks for it: devices with
+  fast memory): the fused program's rows, taken in turn by a wave of resident blocks that
+  copy their next rows into shared memory while they reduce and write the current one.
 * **row cluster** (rows up to ``max_cluster`` blocks' registers long, enough
   of them to give every SM a block): a cluster of blocks holds a row in registers;
   each block reduces its share, the blocks exchange their partial results
