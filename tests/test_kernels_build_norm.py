@@ -20,7 +20,7 @@ from tileops.kernels.norm.layer_norm import LayerNormBwdKernel, LayerNormFwdKern
 from tileops.kernels.norm.rms_norm import RMSNormFwdKernel
 from tileops.kernels.norm.rms_norm_bwd import FusedAddRMSNormBwdKernel, RMSNormBwdKernel
 from tileops.kernels.norm.rows import RowLayout, StreamLayout, resident_layout
-from tests.toolchain import divisions_at_accesses, needs_nvcc, ptxas_report
+from tests.toolchain import divisions_at_accesses, needs_nvcc
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 
@@ -576,42 +576,3 @@ def test_forward_builds_a_hinted_program_where_its_loads_take_the_hint(cls, N: i
     threshold = kernel.config["hinted_min_mib"] << 20
     assert kernel.row_program(threshold - 1) == kernel.main_program()
     assert kernel.row_program(threshold) == (kernel.hinted_program() if hinted else kernel.main_program())
-
-
-def test_rms_norm_stages_only_resident_rows_of_a_block() -> None:
-    """``row_stages`` sends RMSNorm's resident rows of one block each, in 16-byte vectors, to the
-    staged program (without the hinted one); streamed rows, rows sharing a block and the fused
-    residual add keep their programs, and no default stages rows."""
-    assert RMSNormFwdKernel(32768, torch.bfloat16).config["row_stages"] == 0
-    staged = RMSNormFwdKernel(32768, torch.bfloat16, config={"per_thread": 32, "row_stages": 1})
-    assert staged.stages_rows() and staged.row_program_names() == [rms_norm.STAGED]
-    assert staged.row_program(1 << 40) == rms_norm.STAGED
-    streamed = RMSNormFwdKernel(32768, torch.bfloat16, config={"per_thread": 64, "row_stages": 1})
-    assert not streamed.stages_rows() and streamed.main_program() == rms_norm.STREAMED
-    shared = RMSNormFwdKernel(1024, torch.bfloat16, config={"row_stages": 1})  # 64 threads a row, 128 a block
-    assert not shared.stages_rows() and shared.main_program() == rms_norm.RESIDENT
-    narrow = RMSNormFwdKernel(32764, torch.bfloat16, config={"per_thread": 32, "row_stages": 1})  # 8-byte vectors
-    assert not narrow.stages_rows()
-    assert "row_stages" not in FusedAddRMSNormFwdKernel(32768, torch.bfloat16).config
-    with pytest.raises(ValueError, match="at least one row ahead"):
-        rms_norm.staged_rms_program(4096, "bfloat16", 1e-6, resident_layout(4096, torch.bfloat16, 16), 0)
-
-
-@needs_nvcc
-@pytest.mark.parametrize("N, dtype, per_thread, stages", [(32768, torch.bfloat16, 32, 1), (32768, torch.bfloat16, 32, 2),
-                                                          (20000, torch.bfloat16, 32, 1), (16384, torch.float32, 16, 1)],
-                         ids=str)
-def test_rms_norm_staged_rows_build_for_sm90(N: int, dtype: torch.dtype, per_thread: int, stages: int,
-                                             tmp_path) -> None:
-    """The staged RMSNorm copies each thread's 16-byte vectors with cp.async, keeps ``stages`` rows
-    in flight, alternates its reduction's scratch slots between rows, and holds a row in the
-    registers of one 1024-thread block without spilling."""
-    kernel = RMSNormFwdKernel(N, dtype, config={"per_thread": per_thread, "row_stages": stages})
-    source = kernel.compile_program(rms_norm.STAGED, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
-    body = source[source.index("__global__ void __launch_bounds__"):]
-    assert "__launch_bounds__(1024, 1)" in body and "int blocks)" in body
-    assert "tl::cp_async_gs<16>" in body and f"tl::cp_async_wait<{stages - 1}>()" in body
-    loop = body[body.index("for (int step = 0;"):]
-    assert "(step & 1)" in loop  # the scratch slot
-    report = ptxas_report(source, str(tmp_path))
-    assert report["registers"] <= 64 and report["spill_bytes"] == 0, report

@@ -43,8 +43,7 @@ from tileops.kernels.norm.rows import (
 )
 from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector
 
-__all__ = ["RMSNormFwdKernel", "rms_norm_default_config", "resident_rms_program", "streamed_rms_program",
-           "staged_rms_program"]
+__all__ = ["RMSNormFwdKernel", "rms_norm_default_config", "resident_rms_program", "streamed_rms_program"]
 
 # Row elements a thread of the resident program holds in registers (32 float32 sums for the
 # fused residual add); longer rows are streamed (1024 threads x 32: rows of up to 32768).
@@ -55,7 +54,6 @@ FAST_MEMORY_ROW_THREADS = MAX_THREADS // 2
 RESIDENT = "rms_norm_fwd_resident"
 RESIDENT_HINTED = "rms_norm_fwd_resident_hinted"
 STREAMED = "rms_norm_fwd_streamed"
-STAGED = "rms_norm_fwd_staged"
 
 
 def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = False) -> Dict[str, int]:
@@ -80,14 +78,10 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
     (torch.compile 89.47), 24576 rows 131.73 / 131.01, 32768 rows 176.48 / 175.07, 65536 rows
     352.96 / 351.02; fp32 8192 rows 84.48 / 87.17, 16384 rows 176.51 / 174.94 (torch.compile
     175.26), 32768 rows 353.31 / 351.33; bf16 16384 x 8192 176.13 / 175.04.
-    ``row_stages`` (resident rows of one block each, read in 16-byte vectors): rows each block
-    copies into shared memory ahead of the one it normalises (``staged_rms_program``; 0: none).
-    No heuristic takes it yet; it is there for sweeps.
     """
     row_threads = FAST_MEMORY_ROW_THREADS if fast_memory else MAX_THREADS
     per_thread = max(2 * max_vector(dtype), -(-N // row_threads))
-    return {"per_thread": per_thread, "stream_threads": 512, "stream_unroll": 2, "hinted_min_mib": HINTED_MIN_MIB,
-            "row_stages": 0}
+    return {"per_thread": per_thread, "stream_threads": 512, "stream_unroll": 2, "hinted_min_mib": HINTED_MIN_MIB}
 
 
 def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, policy: Optional[str],
@@ -161,78 +155,6 @@ def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, poli
                 each_vector(lane, store_normalized, Y, W, zb, st, row, lane)
 
     return _rms_signature(T, M, N, dtype, XT, RT, body, "fused_add_rms_norm_fwd" if residual else "rms_norm_fwd_resident")
-
-
-def staged_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, stages: int) -> Any:
-    """RMSNorm of rows held in registers, one a block (``layout``), by ``blocks`` resident blocks
-    that take the rows in turn (block b: rows b, b + blocks, ...) and copy their next ``stages``
-    rows into shared memory (``cp.async``) while they normalise the current one.  A block of
-    1024 threads runs alone on its SM; staging keeps the SM's loads in flight while it reduces
-    and stores.  A thread reads back only the vectors it copied: waiting on its own copies is
-    all the synchronisation the staging needs.  ``(X, W, Y, blocks)``."""
-    import tilelang.language as T  # deferred: importing tilelang costs seconds
-
-    if layout.rows_per_block != 1 or stages < 1:
-        raise ValueError("rms_norm_fwd_staged: one row a block (row_threads == block_threads), at least one "
-                         f"row ahead; got {layout.rows_per_block} rows a block, {stages} ahead")
-    M = T.dynamic("M")
-    XT, LDX = strided_rows(T, M, N, dtype, "LDX")
-    per_thread, vector, row_threads = layout.per_thread, layout.vector, layout.row_threads
-    loads = resident_macros(T, layout, M, None, dtype)
-    column, each_vector = loads["column"], loads["each_vector"]
-    row_sum = row_sum_macro(T, row_threads, 1)
-    inv_n = 1.0 / N
-
-    @T.macro
-    def copy_vector(X, staging, stage, row, lane, j):
-        T.ptx_cp_async(T.access_ptr(staging[stage, column(j, lane)], "w", vector),
-                       T.access_ptr(X[row, column(j, lane)], "r", vector), vector)
-
-    @T.macro
-    def stage_row(X, staging, stage, row, lane):
-        """One cp.async group: this thread's vectors of ``row`` (none past the last row)."""
-        if row < M:
-            each_vector(lane, copy_vector, X, staging, stage, row, lane)
-        T.ptx_commit_group()
-
-    @T.macro
-    def read_vector(staging, stage, xb, lane, j):
-        for k in T.vectorized(vector):
-            xb[j * vector + k] = staging[stage, column(j, lane) + k]
-
-    @T.macro
-    def store_normalized(Y, W, xb, st, row, lane, j):
-        for k in T.vectorized(vector):
-            Y[row, column(j, lane) + k] = T.cast(
-                T.cast(xb[j * vector + k], ACCUM) * st[0] * T.cast(W[column(j, lane) + k], ACCUM), dtype)
-
-    @T.prim_func
-    def rms_norm_fwd_staged(X: XT, W: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype), blocks: T.int32):
-        with T.Kernel(blocks, threads=row_threads) as block:
-            T.assume(LDX % vector == 0)
-            tx = T.get_thread_binding()
-            staging = T.alloc_shared((stages, layout.vecs * vector * row_threads), dtype)
-            xb = T.alloc_local((per_thread,), dtype)
-            st = T.alloc_local((1,), ACCUM)
-            scratch = T.alloc_shared(scratch_shape(row_threads, 1), ACCUM)
-            for j in T.unroll(stages):
-                stage_row(X, staging, j, block + j * blocks, tx)
-            for step in T.serial(T.ceildiv(M - block, blocks)):
-                # This step's copies are the oldest of the ``stages`` groups in flight.
-                T.ptx_wait_group(stages - 1)
-                loads["zero"](xb)
-                each_vector(tx, read_vector, staging, step % stages, xb, tx)
-                st[0] = T.cast(0, ACCUM)
-                for i in T.unroll(per_thread):  # missing elements are zeros and add nothing
-                    st[0] = st[0] + T.cast(xb[i], ACCUM) * T.cast(xb[i], ACCUM)
-                # The sum has consumed ``xb``: the slot may take the row ``stages`` ahead.
-                stage_row(X, staging, step % stages, block + (step + stages) * blocks, tx)
-                # Consecutive rows alternate the scratch slots (see ``row_sum_macro``).
-                row_sum(st, 0, scratch, step % 2, tx)
-                st[0] = T.rsqrt(st[0] * inv_n + eps)
-                each_vector(tx, store_normalized, Y, W, xb, st, block + step * blocks, tx)
-
-    return rms_norm_fwd_staged.with_attr("global_symbol", STAGED)
 
 
 def streamed_rms_program(N: int, dtype: str, eps: float, layout: StreamLayout, residual: bool) -> Any:
@@ -341,27 +263,9 @@ class RMSNormFwdKernel(RowNormFwdKernel):
     def resident_fits(self, layout: RowLayout) -> bool:
         return layout.per_thread <= RESIDENT_CAP
 
-    def stages_rows(self, config: Optional[Dict[str, Any]] = None) -> bool:
-        """Whether rows take the staged program under ``config`` (default: the current one):
-        ``row_stages`` asks for it and rows are resident, one a block, in 16-byte vectors (the
-        fused residual add never takes it)."""
-        if config is None:
-            return self.cached("staged", lambda: self.stages_rows(self.config))
-        layout = self.layout(config)
-        return (not self.residual and config.get("row_stages", 0) > 0 and isinstance(layout, RowLayout)
-                and layout.rows_per_block == 1 and layout.vector == max_vector(self.dtype))
-
-    def main_program(self) -> str:
-        return STAGED if self.stages_rows() else super().main_program()
-
-    def hinted_program(self) -> Optional[str]:
-        return None if self.stages_rows() else super().hinted_program()
-
     def build_program(self, name: str, config: Dict[str, Any]) -> Any:
         layout = self.layout(config)
         dtype = torch_dtype_to_tl(self.dtype)
-        if name == STAGED:
-            return staged_rms_program(self.N, dtype, self.eps, layout, config["row_stages"])
         if isinstance(layout, RowLayout):
             policy: Optional[str] = EVICT_LAST if name == self.hinted_name else None
             return resident_rms_program(self.N, dtype, self.eps, layout, policy, self.residual)
@@ -375,13 +279,10 @@ class RMSNormFwdKernel(RowNormFwdKernel):
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """Write ``rms_norm(x) * weight`` into ``out`` and return it."""
-        program = self.row_program(x.nbytes)
-        launch = self.launcher(program)
-        # The staged program takes one wave of resident blocks, each taking its rows in turn.
-        blocks = (max(1, min(x.shape[0], self.sm_count(x.device))),) if program == STAGED else ()
+        launch = self.launcher(self.row_program(x.nbytes))
         if x.shape[0] <= MAX_EXTENT:
-            launch(x, weight, out, *blocks)
+            launch(x, weight, out)
             return out
         for start, stop in row_slices(x.shape[0]):
-            launch(x[start:stop], weight, out[start:stop], *blocks)
+            launch(x[start:stop], weight, out[start:stop])
         return out
