@@ -685,8 +685,8 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     With ``staged`` (the row staged program, forward only, one row a block, 16-byte accesses),
     ``blocks`` resident blocks take the rows in turn (block b: rows b, b + blocks, ...) and
     copy each of their next ``row_stages`` rows into shared memory (``cp.async``) while they
-    reduce and write the current one, so an SM's loads never wait on its math.  A thread reads
-    back only the vectors it copied itself: waiting on its own copies is all the
+    reduce and write the current one, so an SM's next loads are in flight during its math.  A
+    thread reads back only the vectors it copied itself: waiting on its own copies is all the
     synchronisation the staging needs.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
