@@ -82,6 +82,10 @@ def inventory() -> List[Task]:
         for N, dtype, rows, threads in t.CLUSTER_ROWS:
             op, kernel = t._cluster_kernel(name, N, dtype, threads)
             tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=rows))
+        if not name.endswith("BwdOp"):
+            for N, dtype, stages in t.STAGED_ROWS:
+                op, kernel = t._staged_kernel(name, N, dtype, stages)
+                tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=1024))
         for shape, dtype, _ in t.COLUMN_CLUSTERS:
             op, kernel = t._column_kernel(name, shape[1], dtype)
             tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(shape[2], outer=shape[0]))

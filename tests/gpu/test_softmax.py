@@ -187,6 +187,11 @@ STAGED_ROWS = [(32768, torch.bfloat16, 1), (32768, torch.bfloat16, 2), (20000, t
                (6000, torch.float16, 1), (16384, torch.float32, 1)]
 
 
+def _staged_kernel(name: str, N: int, dtype: torch.dtype, stages: int):
+    op = _op(name, N, dtype, -1)
+    return op, op.kernel_map[op.kernel_key](N, dtype, config={"row_stages": stages})
+
+
 @pytest.mark.parametrize("name", ("SoftmaxFwdOp", "LogSoftmaxFwdOp"))
 @pytest.mark.parametrize("N, dtype, stages", STAGED_ROWS, ids=str)
 def test_staged_rows(name, N, dtype, stages):
@@ -194,8 +199,7 @@ def test_staged_rows(name, N, dtype, stages):
     a block with a ragged last turn, and strided rows; masked rows give NaN (all ``-inf``) or one."""
     from tileops.kernels.softmax.softmax import ROW_STAGED
 
-    op = _op(name, N, dtype, -1)
-    kernel = op.kernel_map[op.kernel_key](N, dtype, config={"row_stages": stages})
+    op, kernel = _staged_kernel(name, N, dtype, stages)
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     for rows in (1, sm_count + 1, 5 * sm_count - 7):
         x = torch.randn(rows, N + 8, device="cuda", dtype=dtype)[:, :N]
