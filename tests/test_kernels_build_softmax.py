@@ -225,6 +225,8 @@ def test_fast_memory_stages_forward_rows_that_take_a_whole_block(monkeypatch: py
             # A misaligned call's narrower accesses cannot be cp.async copies of 16 bytes.
             assert kernel.row_programs(8192, vector // 2, sm_count)[0] == (ROW_FUSED,)
         assert kernel_cls(4096, torch.bfloat16).config["row_stages"] == 0
+        # The program ``build_for_sm90`` checks is the one such calls launch: it takes the grid.
+        assert [param.name for param in kernel_cls(32768, torch.bfloat16).program().params][-1] == "blocks"
         assert kernel_cls(262144, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
     # Two float32 rows of 32768 take 256 KiB: the log-softmax's stay fused, the softmax's are staged.
     assert LogSoftmaxFwdKernel(32768, torch.float32).config["row_stages"] == 0
@@ -235,6 +237,7 @@ def test_fast_memory_stages_forward_rows_that_take_a_whole_block(monkeypatch: py
         assert staged.row_programs(8192, 8, sm_count)[0] == (ROW_FUSED,)
     monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: False)
     assert SoftmaxFwdKernel(32768, torch.bfloat16).config["row_stages"] == 0
+    assert "blocks" not in [param.name for param in SoftmaxFwdKernel(32768, torch.bfloat16).program().params]
     assert SoftmaxFwdKernel(32768, torch.bfloat16).row_programs(8192, 8, sm_count)[0] == (ROW_FUSED,)
 
 

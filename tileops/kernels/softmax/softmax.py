@@ -1843,10 +1843,14 @@ class SoftmaxFamilyKernel(Kernel):
 
     # ---- programs ----------------------------------------------------------------------------
     def program(self, **config: Any) -> Any:
-        """The first row program of aligned, contiguous rows (fused, or the stats step)."""
+        """The first row program of aligned, contiguous rows (fused or staged, or the stats step)."""
         config = {**self.default_config, **config}
-        name = ROW_FUSED if self.fused(config) else ROW_STATS
-        return build_program(name, self.N, self.dtype, self.variant, config, self.row_params(row_vector(self.N, self.dtype)))
+        vector = row_vector(self.N, self.dtype)
+        if not self.fused(config):
+            name = ROW_STATS
+        else:
+            name = ROW_STAGED if self.stages_rows(vector, config) else ROW_FUSED
+        return build_program(name, self.N, self.dtype, self.variant, config, self.row_params(vector))
 
     def least_hinted_rows(self) -> int:
         """The fewest rows whose inputs take ``row_hinted_min_mib`` MiB."""
