@@ -156,8 +156,31 @@ def test_long_rows_take_wide_blocks_but_for_argmax_and_log_sum_exp(kernel_cls, t
     assert dict(params)["threads"] == threads and segments == 1
 
 
+def test_fast_memory_gives_argmax_and_log_sum_exp_narrow_long_row_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where memory is fast, half-precision argmax and log-sum-exp walk long rows with 64 and 128
+    threads a block; float32, the other reducers and rows below the long-row length keep theirs."""
+    def long_row_threads(kernel_cls, dtype: torch.dtype, N: int = 16384) -> int:
+        kernel = kernel_cls(dtype, config={})
+        rows = torch.empty(1, N, dtype=dtype).expand(16384, N)
+        name, params, segments = kernel.launch_plan(rows, 132)
+        assert name == programs.ROW and segments == 1
+        assert (name, params) in kernel.program_specs()
+        return dict(params)["threads"]
+
+    monkeypatch.setattr(programs, "has_fast_memory", lambda: True)
+    for dtype in (torch.bfloat16, torch.float16):
+        assert long_row_threads(programs.ArgmaxKernel, dtype) == 64
+        assert long_row_threads(programs.LogSumExpKernel, dtype) == 128
+        assert long_row_threads(programs.ArgmaxKernel, dtype, N=8192) == 256
+        assert long_row_threads(programs.SumKernel, dtype) == 512
+    assert long_row_threads(programs.ArgmaxKernel, torch.float32) == 256
+    assert long_row_threads(programs.LogSumExpKernel, torch.float32) == 256
+    monkeypatch.setattr(programs, "has_fast_memory", lambda: False)
+    assert long_row_threads(programs.ArgmaxKernel, torch.bfloat16) == 256
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("config", [{}, {"long_row_threads": 256}, {"long_row_threads": 1024, "row_unroll": 2},
+@pytest.mark.parametrize("config", [{}, {"long_row_threads": 256}, {"long_row_threads": 64}, {"long_row_threads": 1024, "row_unroll": 2},
                                     {"row_threads": 128, "long_row_unroll": 4},
                                     {"long_row_threads": 128, "long_row_unroll": 1}, {"long_row_unroll": 1}])
 def test_program_specs_hold_every_fused_row_program(dtype: torch.dtype, config) -> None:
