@@ -294,6 +294,24 @@ def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
 
 
 @needs_nvcc
+@pytest.mark.parametrize("N, dtype, counted", [(4096, torch.bfloat16, False), (4097, torch.float16, True),
+                                               (127, torch.bfloat16, True), (3, torch.float32, False)])
+def test_layer_norm_resident_rows_reduce_both_moments_at_one_barrier(N: int, dtype: torch.dtype,
+                                                                     counted: bool) -> None:
+    """The resident forward merges each lane's (mean, squared deviations) over the row in one
+    reduction: one barrier where a row spans warps, none within a warp.  Lanes of equal counts
+    merge with compile-time counts; a tail makes the counts travel with the moments."""
+    kernel = LayerNormFwdKernel(N, dtype)
+    layout = kernel.layout()
+    assert isinstance(layout, RowLayout) and layout.has_tail == counted
+    source = _source(kernel, layer_norm.RESIDENT, has_weight=True, has_bias=True)
+    assert source.count("__syncthreads()") == (1 if layout.row_threads > 32 else 0)
+    shuffles = [line for line in source.splitlines() if "__shfl_xor_sync" in line]
+    assert len(shuffles) == (2 if layout.row_threads > 32 else 1) * (layout.row_threads > 1)
+    assert any("for (int v" in line and "= 0; v" in line for line in source.splitlines()) == counted
+
+
+@needs_nvcc
 @pytest.mark.parametrize("N", [16384, 65536])
 def test_fast_memory_forward_programs_build_for_sm90(N: int) -> None:
     """The layouts devices with fast memory take: RMSNorm's rows on 512 threads, LayerNorm's
