@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from tileops.kernels.cache_hints import EVICT_LAST, HINTED_MIN_MIB
+from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST, HINTED_MIN_MIB
 from tileops.kernels.device_traits import has_fast_memory
 from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
@@ -68,7 +68,11 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
     µs, 100.5 % of copy bandwidth) but not an H200's.  There, bf16, median of 7 rounds in
     turns, µs: 16384 x 16384 on 1024 threads 373.5, on 512 threads 262.6, streamed 264.4
     (torch.compile 256.7); 8192 x 32768 on 1024 threads 285.6, streamed 266.7 (torch.compile
-    256.4; 256 streaming threads 329.6, 1024 282.1).
+    256.4; 256 streaming threads 329.6, 1024 282.1).  Half-precision rows streamed on fast memory
+    take 1024 threads with one vector in flight each and L2 hints on both passes
+    (``stream_hints``: see ``streamed_rms_program``): 8192 x 32768 bf16, µs, 512 x 2 265.9-266.3,
+    with the hints 266.8; 1024 x 1 280.4, with the hints 261.4 (twice); 1024 x 2 281.7-281.9 with
+    or without (torch.compile 256.5).
 
     ``hinted_min_mib``: resident calls whose input takes at least this many MiB load it with L2's
     ``evict_last`` (the ``RESIDENT_HINTED`` program; 0: every call whose loads can take it).  The
@@ -81,7 +85,11 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
     """
     row_threads = FAST_MEMORY_ROW_THREADS if fast_memory else MAX_THREADS
     per_thread = max(2 * max_vector(dtype), -(-N // row_threads))
-    return {"per_thread": per_thread, "stream_threads": 512, "stream_unroll": 2, "hinted_min_mib": HINTED_MIN_MIB}
+    config = {"per_thread": per_thread, "stream_threads": 512, "stream_unroll": 2, "hinted_min_mib": HINTED_MIN_MIB,
+              "stream_hints": 0}
+    if fast_memory and dtype.itemsize == 2:
+        config.update(stream_threads=1024, stream_unroll=1, stream_hints=1)
+    return config
 
 
 def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, policy: Optional[str],
@@ -157,17 +165,20 @@ def resident_rms_program(N: int, dtype: str, eps: float, layout: RowLayout, poli
     return _rms_signature(T, M, N, dtype, XT, RT, body, "fused_add_rms_norm_fwd" if residual else "rms_norm_fwd_resident")
 
 
-def streamed_rms_program(N: int, dtype: str, eps: float, layout: StreamLayout, residual: bool) -> Any:
+def streamed_rms_program(N: int, dtype: str, eps: float, layout: StreamLayout, residual: bool,
+                         hints: bool = False) -> Any:
     """RMSNorm of rows walked in chunks (``layout``): one pass sums squares, a second (in reverse)
     writes.  ``residual``: the fused residual add's program, ``(X, R, W, Y, RO)``, whose first pass
-    also stores ``RO = X + R`` and whose second re-reads both inputs; else ``(X, W, Y)``."""
+    also stores ``RO = X + R`` and whose second re-reads both inputs; else ``(X, W, Y)``.
+    ``hints``: the first pass loads the rows with L2's ``evict_last``, the second with
+    ``evict_first`` (``cache_hints``), so that the lines read again stay in L2 until then."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
     XT, LDX = strided_rows(T, M, N, dtype, "LDX")
     RT, LDR = strided_rows(T, M, N, dtype, "LDR") if residual else (None, None)
     vector, unroll, threads, steps = layout.vector, layout.unroll, layout.threads, layout.steps
-    walk = stream_macros(T, layout)
+    walk = stream_macros(T, layout, dtype)
     column, valid = walk["column"], walk["valid"]
     row_sum = row_sum_macro(T, threads, 1)
     inv_n = 1.0 / N
@@ -178,15 +189,23 @@ def streamed_rms_program(N: int, dtype: str, eps: float, layout: StreamLayout, r
             return T.cast(xb[i], ACCUM) + T.cast(rb[i], ACCUM)
         return T.cast(xb[i], ACCUM)
 
-    @T.macro
-    def load_step(X, R, xb, rb, row, step, tx):
-        walk["load_step"](X, xb, row, step, tx)
-        if residual:
-            walk["load_step"](R, rb, row, step, tx)
+    def rows_loader(policy: Optional[str]) -> Any:
+        load = walk["hinted_load_step"](policy)
+
+        @T.macro
+        def load_rows(X, R, xb, rb, row, step, tx):
+            load(X, xb, row, step, tx)
+            if residual:
+                load(R, rb, row, step, tx)
+
+        return load_rows
+
+    first_load = rows_loader(EVICT_LAST if hints else None)
+    second_load = rows_loader(EVICT_FIRST if hints else None)
 
     @T.macro
     def body(X, R, W, Y, RO):
-        with T.Kernel(M, threads=threads) as row:
+        with T.Kernel(M, threads=threads, prelude=CACHE_HINT_PRELUDE if hints else None) as row:
             T.assume(LDX % vector == 0)
             if residual:
                 T.assume(LDR % vector == 0)
@@ -198,7 +217,7 @@ def streamed_rms_program(N: int, dtype: str, eps: float, layout: StreamLayout, r
             scratch = T.alloc_shared(scratch_shape(threads, 1), ACCUM)
             st[0] = T.cast(0, ACCUM)
             for step in T.serial(steps):
-                load_step(X, R, xb, rb, row, step, tx)
+                first_load(X, R, xb, rb, row, step, tx)
                 if residual:
                     for u in T.unroll(unroll):
                         if valid(step, u, tx):
@@ -210,7 +229,7 @@ def streamed_rms_program(N: int, dtype: str, eps: float, layout: StreamLayout, r
             st[0] = T.rsqrt(st[0] * inv_n + eps)
             # Reverse order: the chunks read last are the likeliest L2 hits.
             for back in T.serial(steps):
-                load_step(X, R, xb, rb, row, steps - 1 - back, tx)
+                second_load(X, R, xb, rb, row, steps - 1 - back, tx)
                 walk["load_step_vector"](W, wb, steps - 1 - back, tx)
                 for u in T.unroll(unroll):
                     if valid(steps - 1 - back, u, tx):
@@ -250,8 +269,9 @@ class RMSNormFwdKernel(RowNormFwdKernel):
     is contiguous, ``weight`` contiguous ``(N,)``; all 16-byte aligned, on one GPU.
     """
 
-    # "3": the norm family's resident and streamed row programs (``per_thread`` and ``stream_*`` keys).
-    version = "3"
+    # "3": the norm family's resident and streamed row programs (``per_thread`` and ``stream_*`` keys);
+    # "4": ``stream_hints``.
+    version = "4"
     resident_name, streamed_name, hinted_name = RESIDENT, STREAMED, RESIDENT_HINTED
     # Whether the rows are ``x + residual`` (the fused residual add's programs).
     residual = False
@@ -269,7 +289,7 @@ class RMSNormFwdKernel(RowNormFwdKernel):
         if isinstance(layout, RowLayout):
             policy: Optional[str] = EVICT_LAST if name == self.hinted_name else None
             return resident_rms_program(self.N, dtype, self.eps, layout, policy, self.residual)
-        return streamed_rms_program(self.N, dtype, self.eps, layout, self.residual)
+        return streamed_rms_program(self.N, dtype, self.eps, layout, self.residual, bool(config["stream_hints"]))
 
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         """Random ``(x, weight, out)`` on the current GPU to time a candidate on."""

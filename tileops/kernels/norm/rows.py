@@ -318,11 +318,14 @@ def resident_macros(T: Any, layout: RowLayout, M: Any, policy: Optional[str] = N
             "each_vector": each_vector, "prelude": prelude}
 
 
-def stream_macros(T: Any, layout: StreamLayout) -> Dict[str, Any]:
+def stream_macros(T: Any, layout: StreamLayout, dtype: str = "float32") -> Dict[str, Any]:
     """Loads of one step of a streamed row walk: ``unroll`` chunks of ``threads * vector`` elements.
 
     Element ``u * vector + k`` of a thread's buffer is column ``column(step, u, tx) + k``;
-    ``valid(step, u, tx)`` says whether that vector lies inside the row.
+    ``valid(step, u, tx)`` says whether that vector lies inside the row.  ``load_step`` loads
+    plainly; ``hinted_load_step(policy)`` is the same macro whose 16-byte loads of ``dtype``
+    (TileLang's name) carry L2 eviction ``policy`` (``cache_hints``: the program's kernel then
+    needs ``CACHE_HINT_PRELUDE``).
     """
     N, vector, threads, unroll, chunks = layout.N, layout.vector, layout.threads, layout.unroll, layout.chunks
 
@@ -332,14 +335,20 @@ def stream_macros(T: Any, layout: StreamLayout) -> Dict[str, Any]:
     def valid(step: Any, u: int, tx: Any) -> Any:
         return T.And(step * unroll + u < chunks, column(step, u, tx) < N)
 
-    @T.macro
-    def load_step(src, buf, row, step, tx):
-        for i in T.unroll(unroll * vector):
-            buf[i] = T.cast(0, buf.dtype)
-        for u in T.unroll(unroll):
-            if valid(step, u, tx):
-                for k in T.vectorized(vector):
-                    buf[u * vector + k] = src[row, column(step, u, tx) + k]
+    def hinted_load_step(policy: Optional[str]) -> Any:
+        load = vector_load(T, policy, vector, dtype)
+
+        @T.macro
+        def load_step(src, buf, row, step, tx):
+            for i in T.unroll(unroll * vector):
+                buf[i] = T.cast(0, buf.dtype)
+            for u in T.unroll(unroll):
+                if valid(step, u, tx):
+                    load(buf, u * vector, src, row, column(step, u, tx))
+
+        return load_step
+
+    load_step = hinted_load_step(None)
 
     @T.macro
     def load_step_vector(src, buf, step, tx):
@@ -350,7 +359,8 @@ def stream_macros(T: Any, layout: StreamLayout) -> Dict[str, Any]:
                 for k in T.vectorized(vector):
                     buf[u * vector + k] = src[column(step, u, tx) + k]
 
-    return {"column": column, "valid": valid, "load_step": load_step, "load_step_vector": load_step_vector}
+    return {"column": column, "valid": valid, "load_step": load_step, "load_step_vector": load_step_vector,
+            "hinted_load_step": hinted_load_step}
 
 
 def column_sum_program(N: int, dtype: str, count: int = 1) -> Any:
