@@ -151,6 +151,30 @@ def test_layer_norm_gradients_match_autograd(rows, N, dtype, affine):
         torch.testing.assert_close(direct[2], ours[2].grad, rtol=0, atol=0)
 
 
+# Rows far from zero, (rows, N, dtype, mean, spread): float32 rows a thousand spreads out, where a
+# variance taken as mean(x**2) - mean**2 would keep about 6 % of its value (1e6 - 1e6 in float32),
+# and half-precision rows a hundred out.  Resident rows with and without a tail, streamed rows.
+FAR_ROWS = [(64, 4096, torch.float32, 1000.0, 1.0), (37, 4097, torch.float32, 1000.0, 1.0),
+            (64, 4096, torch.bfloat16, 1024.0, 10.0), (5, 127, torch.float16, 1024.0, 10.0),
+            (16, 32768, torch.bfloat16, 1024.0, 10.0), (9, 65537, torch.float32, 1000.0, 1.0)]
+
+
+@pytest.mark.parametrize("rows, N, dtype, mean, spread", FAR_ROWS, ids=str)
+def test_layer_norm_forward_of_rows_far_from_zero(rows, N, dtype, mean, spread):
+    """The moments of rows far from zero do not cancel: the output matches the float64 reference
+    within what float32 rounding of the inputs' magnitude allows (eight times mean * 2**-23 a spread)."""
+    generator = torch.Generator().manual_seed(rows + N)
+    x = (_randn(rows, N, dtype=torch.float32, generator=generator) * spread + mean).to(dtype)
+    weight, bias = _randn(N, dtype=dtype, generator=generator), _randn(N, dtype=dtype, generator=generator)
+    y = _op("LayerNormFwdOp", N, dtype)(x, weight, bias)
+    expected = torch.nn.functional.layer_norm(x.double(), (N,), weight.double(), bias.double(), 1e-5)
+    if dtype == torch.float32:
+        scale = expected.abs().max().item()
+        torch.testing.assert_close(y.double(), expected, rtol=0, atol=8 * mean / spread * 2.0**-23 * scale)
+    else:
+        assert_close(y, expected, dtype)
+
+
 def schedule_kernels(N: int, dtype: torch.dtype) -> List[Any]:
     """The LayerNorm and RMSNorm backward kernels for ``N``, with the next row summed during the
     write walk and without."""
