@@ -160,7 +160,8 @@ def test_rms_norm_default_layout_is_valid(N: int, dtype: torch.dtype) -> None:
 
 def test_rms_norm_default_config_uses_full_vectors_for_aligned_rows() -> None:
     config = rms_norm_default_config(4096, torch.bfloat16)
-    assert config == {"per_thread": 16, "stream_threads": 512, "stream_unroll": 2, "hinted_min_mib": 160}
+    assert config == {"per_thread": 16, "stream_threads": 512, "stream_unroll": 2, "hinted_min_mib": 160,
+                      "stream_hints": 0}
     assert RMSNormFwdKernel(4096, torch.bfloat16).layout() == RowLayout(4096, 8, 256, 256)
     # Short rows share a block instead of idling most of its threads.
     assert RMSNormFwdKernel(127, torch.float16).layout().rows_per_block > 1
