@@ -74,6 +74,8 @@ def inventory() -> List[Task]:
         add(kernel_tasks(_op_kernel("LayerNormFwdOp", N, dtype, 1e-5)))
         add(kernel_tasks(_op_kernel("LayerNormBwdOp", N, dtype, 1e-5), {"has_weight": weight}))
         add(kernel_tasks(_op_kernel("LayerNormBwdOp", N, dtype, 1e-5)))
+    for rows, N, dtype, mean, spread in t.FAR_ROWS:
+        add(kernel_tasks(_op_kernel("LayerNormFwdOp", N, dtype, 1e-5)))
     for rows, N, dtype in t.SCHEDULE_CASES:
         for kernel in t.schedule_kernels(N, dtype):
             add(kernel_tasks(kernel))
