@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tileops.kernels.norm import backward, layer_norm, rms_norm
+from tileops.kernels.norm import backward, layer_norm, rms_norm, rows
 from tileops.kernels.device_traits import has_fast_memory, memory_is_fast, peak_memory_gbps
 from tileops.kernels.norm.backward import CLUSTER, COLUMN_SUM, RESIDENT, STREAMED, ClusterLayout, NormBwdKernel
 from tileops.kernels.norm.fused_add_rms_norm import FusedAddRMSNormFwdKernel
@@ -301,21 +301,28 @@ def test_forward_programs_build_for_sm90(cls, N, dtype, shape) -> None:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("N, dtype, counted", [(4096, torch.bfloat16, False), (4097, torch.float16, True),
-                                               (127, torch.bfloat16, True), (3, torch.float32, False)])
+@pytest.mark.parametrize("N, dtype, merged", [(4096, torch.bfloat16, True), (8192, torch.float32, True),
+                                              (3, torch.float32, True), (5120, torch.bfloat16, False),
+                                              (4097, torch.float16, False), (127, torch.bfloat16, False)])
 def test_layer_norm_resident_rows_reduce_both_moments_at_one_barrier(N: int, dtype: torch.dtype,
-                                                                     counted: bool) -> None:
+                                                                     merged: bool) -> None:
     """The resident forward merges each lane's (mean, squared deviations) over the row in one
-    reduction: one barrier where a row spans warps, none within a warp.  Lanes of equal counts
-    merge with compile-time counts; a tail makes the counts travel with the moments."""
+    reduction where the lanes hold equal shares: one barrier where a row spans warps, none within
+    a warp, and no division.  Rows with a tail take the mean, then the centred squares, in two."""
     kernel = LayerNormFwdKernel(N, dtype)
     layout = kernel.layout()
-    assert isinstance(layout, RowLayout) and layout.has_tail == counted
+    assert isinstance(layout, RowLayout) and layout.has_tail != merged
     source = _source(kernel, layer_norm.RESIDENT, has_weight=True, has_bias=True)
-    assert source.count("__syncthreads()") == (1 if layout.row_threads > 32 else 0)
+    reductions = 1 if merged else 2
+    assert source.count("__syncthreads()") == (reductions if layout.row_threads > 32 else 0)
     shuffles = [line for line in source.splitlines() if "__shfl_xor_sync" in line]
-    assert len(shuffles) == (2 if layout.row_threads > 32 else 1) * (layout.row_threads > 1)
-    assert any("for (int v" in line and "= 0; v" in line for line in source.splitlines()) == counted
+    assert len(shuffles) == reductions * (2 if layout.row_threads > 32 else 1) * (layout.row_threads > 1)
+    assert " / " not in source.split("__global__", 1)[1]
+
+
+def test_row_moments_need_lanes_of_equal_shares() -> None:
+    with pytest.raises(ValueError, match="unequal shares"):
+        rows.row_moments_macro(None, resident_layout(5120, torch.bfloat16, 16))
 
 
 @needs_nvcc

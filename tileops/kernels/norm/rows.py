@@ -191,70 +191,52 @@ def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
 
 
 def row_moments_macro(T: Any, layout: RowLayout) -> Callable[..., Any]:
-    """Macro reducing each lane's ``st = [count, mean, m2]`` (its elements' count, mean and sum of
-    squared deviations from that mean) to the row's, over the lanes of each row of ``layout``.
+    """Macro reducing each lane's ``st = [mean, m2]`` (the mean of its elements and the sum of
+    their squared deviations from it) to the row's, over the lanes of each row of ``layout``.
 
-    One reduction for both moments (Chan's pairwise merge): the two-pass mean-then-variance
-    costs a second round of shuffles and a second barrier.  A merge adds the pair's squared
-    mean difference weighted by their counts, so it never cancels as sums of squares do.
-    Partners order the pair by lane, so every lane ends with the same bits.  Without a tail
-    every lane holds ``full_vecs`` vectors, and the counts are compile-time constants.
-    ``other`` is a local buffer of 6; uses ``scratch[0, 0:3, warp]`` (``scratch_shape(block_threads,
-    3)``); every thread of the block must call it, once.
+    One reduction for both moments (Chan's pairwise merge), where the two-pass mean, then
+    variance, takes a second round of shuffles and a second barrier.  A merge adds the pair's
+    squared mean difference weighted by their counts, so it never cancels as sums of squares
+    do, and both partners compute it from the same operands, so every lane ends with the same
+    bits.  Lanes must hold equal shares of the row (a layout without a tail): the counts are
+    then compile-time constants.  ``other`` is a local buffer of 3; uses ``scratch[0, 0:2,
+    warp]`` (``scratch_shape(block_threads, 2)``); every thread of the block must call it, once.
     """
+    if layout.has_tail:
+        raise ValueError(f"row_moments: lanes of a row of {layout.N} hold unequal shares (a tail)")
     row_threads = layout.row_threads
     in_warp = min(row_threads, WARP)
     shuffle_steps = in_warp.bit_length() - 1
     warps_per_row = max(1, row_threads // WARP)
     warp_steps = warps_per_row.bit_length() - 1
-    # Each lane's count where all are equal, else 0 (each merge reads the counts).
-    lane_count = 0 if layout.has_tail else layout.full_vecs * layout.vector
-    first = 1 if lane_count else 0  # the first of st's values that travel (equal counts stay put)
+    lane_count = layout.full_vecs * layout.vector
 
     @T.macro
-    def merge_equal(st, other, side_count):
-        """``st`` merged with the partner's ``other[0:3]`` (``other[3]`` is scratch), each side
-        holding ``side_count`` elements: the counts are left as they are."""
-        other[3] = other[1] - st[1]
-        st[1] = (st[1] + other[1]) * T.cast(0.5, ACCUM)
-        st[2] = (st[2] + other[2]) + other[3] * other[3] * (T.cast(side_count, ACCUM) * T.cast(0.5, ACCUM))
+    def merge(st, other, side_count):
+        """``st`` merged with the partner's ``other[0:2]`` (``other[2]`` is scratch), each side
+        holding ``side_count`` elements."""
+        other[2] = other[0] - st[0]
+        st[0] = (st[0] + other[0]) * T.cast(0.5, ACCUM)
+        st[1] = (st[1] + other[1]) + other[2] * other[2] * (T.cast(side_count, ACCUM) * T.cast(0.5, ACCUM))
 
     @T.macro
-    def merge_counted(st, other, lower):
-        """``st`` merged with the partner's ``other[0:3]`` (``other[3:6]`` is scratch); ``lower``:
-        ``st`` covers the earlier lanes."""
-        # The earlier side into other[3:6], the later one into st.
-        for v in T.unroll(3):
-            other[3 + v] = T.if_then_else(lower, st[v], other[v])
-        for v in T.unroll(3):
-            st[v] = T.if_then_else(lower, other[v], st[v])
-        other[0] = st[1] - other[4]  # the later mean's lead
-        other[1] = st[0] / T.max(st[0] + other[3], T.cast(1, ACCUM))  # the later side's share
-        st[2] = (other[5] + st[2]) + other[0] * other[0] * other[3] * other[1]
-        st[1] = other[4] + other[0] * other[1]
-        st[0] = st[0] + other[3]
-
-    @T.macro
-    def shuffle_merge(st, other, tx, steps, side_unit):
+    def shuffle_merge(st, other, steps, side_unit):
         for step in T.unroll(steps):
-            for v in T.unroll(first, 3):
+            for v in T.unroll(2):
                 other[v] = T.shfl_xor(st[v], 1 << step)
-            if lane_count:
-                merge_equal(st, other, side_unit << step)
-            else:
-                merge_counted(st, other, (tx >> step) % 2 == 0)
+            merge(st, other, side_unit << step)
 
     @T.macro
     def row_moments(st, other, scratch, tx):
-        shuffle_merge(st, other, tx, shuffle_steps, lane_count)
+        shuffle_merge(st, other, shuffle_steps, lane_count)
         if warps_per_row > 1:
             if tx % WARP == 0:
-                for v in T.unroll(first, 3):
+                for v in T.unroll(2):
                     scratch[0, v, tx // WARP] = st[v]
             T.sync_threads()
-            for v in T.unroll(first, 3):
+            for v in T.unroll(2):
                 st[v] = scratch[0, v, (tx // row_threads) * warps_per_row + tx % warps_per_row]
-            shuffle_merge(st, other, tx, warp_steps, lane_count * WARP)
+            shuffle_merge(st, other, warp_steps, lane_count * WARP)
 
     return row_moments
 
