@@ -361,24 +361,22 @@ def test_column_tile_follows_inner_extent() -> None:
     assert column_tile(4096, 8) == 32
 
 
+@pytest.mark.parametrize("program, N, kernel_cls, changed, message", [
+    (ROW_FUSED, 16, SoftmaxFwdKernel, {"row_threads": 48}, "row_threads must be a power of two"),
+    (ROW_FUSED, 16, SoftmaxFwdKernel, {"max_cluster": 16}, "max_cluster must be a power of two"),
+    (ROW_FUSED, 16, SoftmaxFwdKernel, {"row_stages": -1}, "row_stages must be at least 0"),
+    (ROW_STAGED, 16, SoftmaxFwdKernel, {"row_stages": 1}, "row staged program holds one row a block"),
+    (ROW_STAGED, 4096, SoftmaxBwdKernel, {"row_stages": 1}, "row staged program holds one row a block"),
+])
+def test_bad_program_configs_are_rejected(program, N, kernel_cls, changed, message) -> None:
+    config = {**softmax_default_config(N, torch.float16), **changed}
+    with pytest.raises(ValueError, match=message):
+        build_program(program, N, torch.float16, kernel_cls.variant, config, (("vector", 8),))
+
+
 def test_bad_configs_and_dtypes_are_rejected() -> None:
     with pytest.raises(ValueError, match="unknown config keys"):
         SoftmaxFwdKernel(4096, torch.float16, config={"bogus": 1})
-    with pytest.raises(ValueError, match="row_threads must be a power of two"):
-        build_program(ROW_FUSED, 16, torch.float16, SoftmaxFwdKernel.variant,
-                      {**softmax_default_config(16, torch.float16), "row_threads": 48}, (("vector", 8),))
-    with pytest.raises(ValueError, match="max_cluster must be a power of two"):
-        build_program(ROW_FUSED, 16, torch.float16, SoftmaxFwdKernel.variant,
-                      {**softmax_default_config(16, torch.float16), "max_cluster": 16}, (("vector", 8),))
-    with pytest.raises(ValueError, match="row_stages must be at least 0"):
-        build_program(ROW_FUSED, 16, torch.float16, SoftmaxFwdKernel.variant,
-                      {**softmax_default_config(16, torch.float16), "row_stages": -1}, (("vector", 8),))
-    with pytest.raises(ValueError, match="row staged program holds one row a block"):
-        build_program(ROW_STAGED, 16, torch.float16, SoftmaxFwdKernel.variant,
-                      {**softmax_default_config(16, torch.float16), "row_stages": 1}, (("vector", 8),))
-    with pytest.raises(ValueError, match="row staged program holds one row a block"):
-        build_program(ROW_STAGED, 4096, torch.float16, SoftmaxBwdKernel.variant,
-                      {**softmax_default_config(4096, torch.float16), "row_stages": 1}, (("vector", 8),))
     with pytest.raises(TypeError):
         SoftmaxFwdKernel(16, torch.int32)
     with pytest.raises(ValueError):
