@@ -575,6 +575,51 @@ def test_cluster_program_builds_for_sm90() -> None:
     assert "__launch_bounds__(1024, 1)" in wide and "tma_store_cluster" in wide
 
 
+@pytest.mark.parametrize("fast", [False, True], ids=["h100", "fast-memory"])
+@pytest.mark.parametrize("cls", [LayerNormBwdKernel, RMSNormBwdKernel, FusedAddRMSNormBwdKernel])
+def test_fast_memory_stages_the_next_row_of_wide_cluster_slices(monkeypatch: pytest.MonkeyPatch, cls,
+                                                                fast: bool) -> None:
+    """Blocks of 1024 threads (many half-precision rows, slices of 16384) bulk-copy the next row into
+    shared memory where memory is fast; blocks that hold it in registers (few rows, slices of 4096
+    and 8192 on 256 and 512 threads) keep doing so."""
+    monkeypatch.setattr(backward, "has_fast_memory", lambda: fast)
+    for N, dtype in ((32768, torch.bfloat16), (65536, torch.float16)):
+        kernel = cls(N, dtype)
+        wide = kernel.split_layout(ctas=kernel.split_ctas(8192))
+        assert wide.threads == 1024 and wide.slice.N == 16384
+        assert kernel.stages(wide) == fast and not kernel.partials_in_registers(wide)
+        assert kernel.blocks_per_sm(wide) == 1
+        few = kernel.split_layout(ctas=kernel.split_ctas(1))
+        assert few.threads == N // 128 and not kernel.stages(few)
+    # Staging 512-thread slices moves their partial sums out of registers, and lets two blocks share
+    # an SM: 64 KiB of LayerNorm partial sums and 32 KiB of stage each.
+    kernel = LayerNormBwdKernel(32768, torch.bfloat16, config={"many_rows_ctas": 4, "cluster_stage": 512})
+    four = kernel.split_layout(ctas=4)
+    assert four.threads == 512 and kernel.stages(four) and not kernel.partials_in_registers(four)
+    assert kernel.smem_slots(four) == (8192, 8192) and kernel.blocks_per_sm(four) == 2
+    # A stage that does not fit next to the partial sums (float32 slices of 16384: 128 KiB each) is left out.
+    wide32 = LayerNormBwdKernel(131072, torch.float32, config={"resident_row_bytes": 64, "cluster_stage": 1024})
+    split = wide32.split_layout(ctas=8)
+    assert split.threads == 1024 and not wide32.stages(split) and wide32.blocks_per_sm(split) == 1
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cls, copies", [(LayerNormBwdKernel, 3), (RMSNormBwdKernel, 2), (FusedAddRMSNormBwdKernel, 2)])
+def test_staged_cluster_program_builds_for_sm90(cls, copies: int) -> None:
+    kernel = cls(32768, torch.bfloat16, config={"cluster_stage": 1024})
+    source = _source(kernel, CLUSTER, ctas=2, direct=False, has_weight=True, strided=False)
+    assert "__launch_bounds__(1024, 1)" in source
+    # One thread starts a row's copies (grad_y's and x's slices, and LayerNorm's shift) before the
+    # loop and once in it; no thread loads either tensor itself.
+    assert source.count("tileops_bulk_load(") == 1 + 2 * copies
+    assert source.count("tileops_arrive_expecting(") == 1 + 2
+    assert "(uint4*)(G +" not in source and "(uint4*)(X +" not in source
+    assert "loaded[0].wait(" in source
+    plain = _source(cls(32768, torch.bfloat16, config={"cluster_stage": 0}), CLUSTER, ctas=2, direct=False,
+                    has_weight=True, strided=False)
+    assert "tileops_bulk_load" not in plain and "loaded" not in plain
+
+
 @needs_nvcc
 def test_a_single_row_launches_a_block_of_one_row_group() -> None:
     # Many rows fold two row groups of 256 threads into a block; a single row's launch takes one.

@@ -238,6 +238,46 @@ def test_layer_norm_backward_layouts_of_both_memory_tiers(rows, N, dtype):
     assert len(layouts) == 2, layouts
 
 
+# (rows, N, dtype, config) of rows split over clusters whose blocks stage the next row in shared
+# memory: 1024-thread slices (with a tail group at 24576; four blocks a row at 65536 fp16) and,
+# pinned, 512-thread slices two blocks an SM.  More rows than clusters, so that some clusters'
+# last step lies past the last row.
+STAGE_CASES = [(1100, 24576, torch.bfloat16, {}), (1100, 65536, torch.float16, {}),
+               (1500, 32768, torch.bfloat16, {"many_rows_ctas": 4})]
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("rows, N, dtype, config", STAGE_CASES, ids=str)
+@pytest.mark.parametrize("layer", [True, False], ids=["layer", "rms"])
+def test_cluster_backward_with_and_without_staged_rows(layer, rows, N, dtype, config, strided):
+    """The cluster program with its blocks loading each row themselves and bulk-copying it ahead
+    (``cluster_stage``), each pinned, on whatever GPU runs the test."""
+    from tileops.kernels.norm.layer_norm import LayerNormBwdKernel
+    from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
+
+    generator = torch.Generator().manual_seed(rows + N)
+    pad = 64 if strided else 0
+    x = (_randn(rows, N + pad, dtype=torch.float32, generator=generator) * 2 + 3).to(dtype)[:, :N]
+    grad = _randn(rows, N + pad, dtype=dtype, generator=generator)[:, :N]
+    weight = _randn(N, dtype=dtype, generator=generator)
+    affine = [weight, _randn(N, dtype=dtype, generator=generator)] if layer else [weight]
+    wide = _leaves([x, *affine], torch.float64)
+    if layer:
+        torch.nn.functional.layer_norm(wide[0], (N,), wide[1], wide[2], 1e-5).backward(grad.double())
+    else:
+        torch.nn.functional.rms_norm(wide[0], (N,), wide[1], 1e-5).backward(grad.double())
+    cls = LayerNormBwdKernel if layer else RMSNormBwdKernel
+    threads = 512 if config else 1024
+    for stage in (0, threads):
+        kernel = cls(N, dtype, eps=1e-5, config={**config, "cluster_stage": stage})
+        split = kernel.split_layout(ctas=kernel.split_ctas(rows))
+        assert split is not None and split.threads == threads and kernel.stages(split) == bool(stage)
+        grads = [torch.empty(rows, N, device="cuda", dtype=dtype)] + [torch.empty_like(t) for t in affine]
+        kernel.forward(grad, x, weight, *grads)
+        for mine, theirs in zip(grads, wide):
+            assert_close(mine, theirs.grad, dtype)
+
+
 def _double(tensor: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return None if tensor is None else tensor.double()
 

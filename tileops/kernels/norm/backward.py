@@ -48,6 +48,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from tileops.kernels.bulk_copy import BULK_COPY_PRELUDE, arrive_expecting, bulk_load
 from tileops.kernels.device_traits import has_fast_memory
 from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
@@ -64,7 +65,7 @@ from tileops.kernels.norm.rows import (
     stream_layout,
     stream_macros,
 )
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, THREADS_PER_SM, max_vector
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, THREADS_PER_SM, WARP, max_vector
 
 __all__ = ["NormBwdKernel", "norm_bwd_default_config", "RESIDENT", "STREAMED", "CLUSTER", "COLUMN_SUM"]
 
@@ -157,6 +158,10 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False,
     ``many_rows_ctas``: calls of more than ``cluster_rows`` streamed rows split each row over
     a cluster of this many blocks (0: they are streamed); see ``many_rows_ctas``.
 
+    ``cluster_stage``: blocks of a cluster of at least this many threads bulk-copy the next row's
+    slices into shared memory, where that fits next to their partial sums, which then live there
+    too (see ``_cluster_bwd_program``); 0: none.  ``MAX_THREADS`` with ``fast_memory``, else 0.
+
     ``stream_overlap`` (streamed rows): sum the next row during the walk that writes
     this one (see ``_streamed_bwd_program``); on for LayerNorm only.  (Measured on
     H100, bf16 8192x32768: LayerNorm 854 us against 908 with the two walks apart;
@@ -167,7 +172,7 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False,
             "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024, "stream_overlap": int(layer),
             "fold_threads": 0 if fast_memory and layer else FOLD_THREADS,
             "cluster_ctas": CLUSTER_CTAS, "cluster_rows": CLUSTER_ROWS,
-            "many_rows_ctas": many_rows_ctas(N, dtype)}
+            "many_rows_ctas": many_rows_ctas(N, dtype), "cluster_stage": MAX_THREADS if fast_memory else 0}
 
 
 def many_rows_ctas(N: int, dtype: torch.dtype) -> int:
@@ -949,7 +954,8 @@ class ClusterLayout:
 
 def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, layer: bool, has_weight: bool,
                          smem_slots: Tuple[int, ...], register_partials: bool, blocks_per_sm: int,
-                         direct: bool = False, strided: bool = False, residual: bool = False) -> Any:
+                         direct: bool = False, strided: bool = False, residual: bool = False,
+                         staged: bool = False) -> Any:
     """Rows too long for one block's registers, read once: a cluster of ``layout.ctas`` blocks
     (on as many SMs) takes each row, every block its slice of columns, and the blocks swap their
     slices' row sums through distributed shared memory.
@@ -966,6 +972,10 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     and the variance.  A block keeps its slice's partial sums in registers
     (``register_partials``) or shared memory and writes them to row ``q`` of the partials
     buffer at the end.
+    ``staged``: the next row's slices of ``grad_y`` and ``x`` are bulk-copied into shared memory
+    (``bulk_copy``) while the block sums, exchanges and writes the current one, rather than held in
+    registers (blocks of few threads) or loaded when the block reaches the row; the block's memory
+    traffic then never waits on the exchange, and the registers stay free for a second block.
     ``direct``: see ``_partials_out``; ``residual``: see ``_added_gradient`` (read as the slice is written)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -995,7 +1005,14 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     # ones reload the weight each row and load a row's slices when they reach it.  (At 1024
     # threads, 64 registers each, holding the next row spills: H100, bf16 8192x32768 over 2
     # blocks a row, LayerNorm 1032.3 us against 631.9, RMSNorm 587.5 against 566.3.)
-    hold = threads <= CLUSTER_REGISTER_THREADS
+    hold = threads <= CLUSTER_REGISTER_THREADS and not staged
+    if staged and (register_partials or threads <= WARP):
+        # The row sum's block barrier is what orders every thread's reads of a stage before the
+        # copy of the next row into it; staging frees registers for a second block an SM.
+        raise ValueError(f"norm backward: a cluster slice of {threads} threads a row with partial sums in "
+                         f"{'registers' if register_partials else 'shared memory'} is not staged")
+    itemsize = getattr(torch, dtype).itemsize
+    stage_bytes, shift_bytes = width * itemsize, vector * itemsize
     # Column groups of a lane, unrolled so that each partial sum kept in registers is named.
     groups = functools.partial(T.unroll, explicit=True) if register_partials else T.unroll
 
@@ -1007,6 +1024,38 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             # The shift of the row's sums (a vector load: see the streamed program's ``start_sums``).
             for k in T.vectorized(vector):
                 first[k] = X[T.min(row, M - 1), k]
+
+    @T.macro
+    def stage(G, X, staged_g, staged_x, staged_first, loaded, row, base, tx):
+        """One thread starts the copies of row ``row``'s slices into the stage, and LayerNorm's of
+        the row's first vector (its shift: no block then waits on a global load to start its sums).
+        Rows past the last are never staged, so that no copy is left in flight at exit."""
+        if tx == 0:
+            if row < M:
+                arrive_expecting(T, loaded[0], 2 * stage_bytes + (shift_bytes if layer else 0))
+                bulk_load(T, staged_g[0], G[row, base], loaded[0], stage_bytes)
+                bulk_load(T, staged_x[0], X[row, base], loaded[0], stage_bytes)
+                if layer:
+                    # The row's start, reached from the slice's (see ``bulk_load``).
+                    bulk_load(T, staged_first[0], X[row, base], loaded[0], shift_bytes, -base * itemsize)
+
+    @T.macro
+    def unstage(staged_g, staged_x, staged_first, loaded, gb, xb, first, row, it, tx):
+        """This lane's share of the staged slices, and the shift (zeros past the last row: their
+        terms of the partial sums must be zeros, not products of a stale stage)."""
+        if row < M:
+            T.mbarrier_wait_parity(loaded[0], it % 2)
+            loads["load_vector"](staged_g, gb, tx)
+            loads["load_vector"](staged_x, xb, tx)
+            if layer:
+                for k in T.vectorized(vector):
+                    first[k] = staged_first[k]
+        else:
+            loads["zero"](gb)
+            loads["zero"](xb)
+            if layer:
+                for k in T.vectorized(vector):
+                    first[k] = T.cast(0, dtype)
 
     @T.macro
     def slice_sums(gb, xb, wb, xs, gw, first, st, lane):
@@ -1106,7 +1155,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
 
     @T.macro
     def body(G, X, W, DX, PW, PB, R):
-        with T.Kernel(Q * ctas, threads=threads, cluster_dims=ctas) as bx:
+        with T.Kernel(Q * ctas, threads=threads, cluster_dims=ctas,
+                      prelude=BULK_COPY_PRELUDE if staged else None) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
@@ -1132,6 +1182,12 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             acc_smem = T.alloc_shared((max(sum(smem_slots), 1),), ACCUM)
             # Set up (with a cluster barrier) before any block sends: one arrival a block.
             arrived = T.alloc_cluster_barrier([ctas, ctas])
+            staged_g = staged_x = staged_first = loaded = None
+            if staged:
+                staged_g = T.alloc_shared((width,), dtype)
+                staged_x = T.alloc_shared((width,), dtype)
+                staged_first = T.alloc_shared((vector,), dtype)
+                loaded = T.alloc_barrier(1)
             for j in groups(full_vecs):
                 reset_group(acc_smem, accr, tx, j)
             if has_tail:
@@ -1141,15 +1197,21 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                 loads["load_vector"](W, wb, tx, base)
             if hold:
                 load_slice(G, X, gb, xb, first, q, base, tx)
+            if staged:
+                stage(G, X, staged_g, staged_x, staged_first, loaded, q, base, tx)
             for it in T.serial(T.ceildiv(M, Q)):
                 if has_weight and not hold:
                     loads["load_vector"](W, wb, tx, base)
                 if hold:
                     load_slice(G, X, gn, xn, fn, (it + 1) * Q + q, base, tx)
+                elif staged:
+                    unstage(staged_g, staged_x, staged_first, loaded, gb, xb, first, it * Q + q, it, tx)
                 else:
                     load_slice(G, X, gb, xb, first, it * Q + q, base, tx)
                 slice_sums(gb, xb, wb, xs, gw, first, st, tx)
                 row_sum(st, 0, scratch, it % 2, tx)
+                if staged:  # every thread has its share of the stage: the next row may land
+                    stage(G, X, staged_g, staged_x, staged_first, loaded, (it + 1) * Q + q, base, tx)
                 send(st, mine, swap, arrived, rank, it, tx)
                 receive(st, swap, arrived, it)
                 one_pass["row_state"](st)
@@ -1224,6 +1286,8 @@ class NormBwdKernel(RowNormKernel):
     vectors on one GPU, and fills the preallocated gradients.
     """
 
+    # "2": ``cluster_stage``.
+    version = "2"
     layer: bool = False
     # Per-column gradients summed over rows: the weight's, and the bias's for LayerNorm.
     accumulators: int = 1
@@ -1311,8 +1375,22 @@ class NormBwdKernel(RowNormKernel):
         ``CLUSTER_REGISTER_THREADS`` threads (see ``blocks_per_sm``)."""
         if isinstance(layout, ClusterLayout):
             return (layout.slice.per_thread * self.accumulators <= MAX_REGISTER_PARTIALS
-                    and layout.threads <= CLUSTER_REGISTER_THREADS)
+                    and layout.threads <= CLUSTER_REGISTER_THREADS and not self.stages(layout))
         return isinstance(layout, RowLayout) and layout.per_thread <= resident_cap(self.dtype, self.layer)
+
+    def stages(self, layout: Any, config: Optional[Dict[str, Any]] = None) -> bool:
+        """Whether the cluster program over ``layout`` stages the next row's slices in shared memory:
+        blocks of ``cluster_stage`` threads or more, where both slices fit next to the whole slice's
+        partial sums."""
+        config = self.config if config is None else config
+        if not isinstance(layout, ClusterLayout) or not 0 < config["cluster_stage"] <= layout.threads:
+            return False
+        partials = self.accumulators * 4 * layout.slice.row_threads * layout.slice.per_thread
+        return partials + self.stage_bytes(layout) <= SMEM_ACC_BUDGET
+
+    def stage_bytes(self, layout: ClusterLayout) -> int:
+        """Shared memory of a staged row: its slices of ``grad_y`` and ``x``."""
+        return 2 * layout.slice.N * self.dtype.itemsize
 
     def smem_slots(self, layout: Any) -> Tuple[int, ...]:
         """Shared-memory slots of each partial sum (see ``_accumulator_macros``), in whole column
@@ -1374,7 +1452,8 @@ class NormBwdKernel(RowNormKernel):
             split = self.split_layout(config, ctas)
             return _cluster_bwd_program(self.N, dtype, self.eps, split, self.layer, has_weight,
                                         self.smem_slots(split), self.partials_in_registers(split),
-                                        self.blocks_per_sm(split, config), direct, strided, self.residual)
+                                        self.blocks_per_sm(split, config), direct, strided, self.residual,
+                                        self.stages(split, config))
         layout = self._direct_layout(config) if direct else self.layout(config)
         if isinstance(layout, RowLayout):
             smem = None if self.partials_in_registers(layout) else self.smem_slots(layout)
@@ -1431,6 +1510,8 @@ class NormBwdKernel(RowNormKernel):
             return self.cached(("blocks_per_sm", layout), lambda: self.blocks_per_sm(layout, self.config))
         threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
         smem = 4 * sum(self.smem_slots(layout)) * (layout.rows_per_block if self.folds(layout) else 1)
+        if self.stages(layout, config):
+            smem += self.stage_bytes(layout)
         fit = min(THREADS_PER_SM // threads, SMEM_PER_SM // smem if smem else THREADS_PER_SM)
         sm_threads = config["sm_threads"]
         if isinstance(layout, ClusterLayout) and self.partials_in_registers(layout):
