@@ -637,6 +637,8 @@ def test_tuning_weighs_the_split_of_many_rows_against_streaming() -> None:
     assert {**kernel.default_config, "many_rows_ctas": 0} in streamed
     assert {(config["stream_threads"], config["stream_unroll"]) for config in streamed} == {
         (512, 2), (512, 4), (1024, 1), (1024, 4)}
+    # The clusters' blocks compete with and without staged rows.
+    assert {config["cluster_stage"] for config in candidates if config["many_rows_ctas"]} == {0, 1024}
     # Float32 rows are streamed by default: no split candidates to add.
     assert all(config["many_rows_ctas"] == 0 for config in RMSNormBwdKernel(32768, torch.float32).autotune_configs)
 

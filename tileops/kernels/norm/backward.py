@@ -1307,9 +1307,12 @@ class NormBwdKernel(RowNormKernel):
         if isinstance(self.layout(), StreamLayout):  # the other schedule of the default streamed layout
             streams += ({"stream_overlap": 1 - self.default_config["stream_overlap"]},)
         default = self.default_config
-        if default["many_rows_ctas"] and self.split_layout(default, default["many_rows_ctas"]) is not None:
-            # The tuning rows split over clusters: the streamed shapes compete only where taken.
-            streams = ({"many_rows_ctas": 0},) + tuple({**stream, "many_rows_ctas": 0} for stream in streams)
+        split = self.split_layout(default, default["many_rows_ctas"]) if default["many_rows_ctas"] else None
+        if split is not None:
+            # The tuning rows split over clusters: the streamed shapes compete only where taken, and
+            # the clusters' blocks with and without staged rows.
+            staging = ({"cluster_stage": 0 if self.stages(split, default) else split.threads},)
+            streams = ({"many_rows_ctas": 0},) + tuple({**stream, "many_rows_ctas": 0} for stream in streams) + staging
         for threads in (0, MAX_THREADS):  # a block per row group, and the largest folding blocks
             if self.layout({**self.default_config, "fold_threads": threads}) != self.layout():
                 streams += ({"fold_threads": threads},)
