@@ -74,6 +74,11 @@ def inventory() -> List[Task]:
         add(kernel_tasks(_op_kernel("LayerNormFwdOp", N, dtype, 1e-5)))
         add(kernel_tasks(_op_kernel("LayerNormBwdOp", N, dtype, 1e-5), {"has_weight": weight}))
         add(kernel_tasks(_op_kernel("LayerNormBwdOp", N, dtype, 1e-5)))
+    for rows, N, dtype, config in t.STAGE_CASES:
+        for layer in (True, False):
+            for kernel in t.stage_kernels(layer, N, dtype, config):
+                add(kernel_tasks(kernel))
+                add(kernel_tasks(kernel, {"strided": True}))
     for rows, N, dtype, mean, spread in t.FAR_ROWS:
         add(kernel_tasks(_op_kernel("LayerNormFwdOp", N, dtype, 1e-5)))
     for rows, N, dtype in t.SCHEDULE_CASES:

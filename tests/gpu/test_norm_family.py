@@ -17,7 +17,7 @@ in parallel first, so the tests find them in TileLang's cache.
 """
 
 import math
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import torch
@@ -246,15 +246,23 @@ STAGE_CASES = [(1100, 24576, torch.bfloat16, {}), (1100, 65536, torch.float16, {
                (1500, 32768, torch.bfloat16, {"many_rows_ctas": 4})]
 
 
+def stage_kernels(layer: bool, N: int, dtype: torch.dtype, config: Dict[str, int]) -> List[Any]:
+    """The LayerNorm (``layer``) or RMSNorm backward kernel for ``N`` under ``config``, its cluster
+    blocks loading each row themselves and staging it (``cluster_stage``)."""
+    from tileops.kernels.norm.layer_norm import LayerNormBwdKernel
+    from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
+
+    cls = LayerNormBwdKernel if layer else RMSNormBwdKernel
+    threads = 512 if config else 1024
+    return [cls(N, dtype, eps=1e-5, config={**config, "cluster_stage": stage}) for stage in (0, threads)]
+
+
 @pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
 @pytest.mark.parametrize("rows, N, dtype, config", STAGE_CASES, ids=str)
 @pytest.mark.parametrize("layer", [True, False], ids=["layer", "rms"])
 def test_cluster_backward_with_and_without_staged_rows(layer, rows, N, dtype, config, strided):
     """The cluster program with its blocks loading each row themselves and bulk-copying it ahead
     (``cluster_stage``), each pinned, on whatever GPU runs the test."""
-    from tileops.kernels.norm.layer_norm import LayerNormBwdKernel
-    from tileops.kernels.norm.rms_norm_bwd import RMSNormBwdKernel
-
     generator = torch.Generator().manual_seed(rows + N)
     pad = 64 if strided else 0
     x = (_randn(rows, N + pad, dtype=torch.float32, generator=generator) * 2 + 3).to(dtype)[:, :N]
@@ -266,12 +274,10 @@ def test_cluster_backward_with_and_without_staged_rows(layer, rows, N, dtype, co
         torch.nn.functional.layer_norm(wide[0], (N,), wide[1], wide[2], 1e-5).backward(grad.double())
     else:
         torch.nn.functional.rms_norm(wide[0], (N,), wide[1], 1e-5).backward(grad.double())
-    cls = LayerNormBwdKernel if layer else RMSNormBwdKernel
-    threads = 512 if config else 1024
-    for stage in (0, threads):
-        kernel = cls(N, dtype, eps=1e-5, config={**config, "cluster_stage": stage})
+    for kernel in stage_kernels(layer, N, dtype, config):
         split = kernel.split_layout(ctas=kernel.split_ctas(rows))
-        assert split is not None and split.threads == threads and kernel.stages(split) == bool(stage)
+        assert split is not None and split.threads == (512 if config else 1024)
+        assert kernel.stages(split) == bool(kernel.config["cluster_stage"])
         grads = [torch.empty(rows, N, device="cuda", dtype=dtype)] + [torch.empty_like(t) for t in affine]
         kernel.forward(grad, x, weight, *grads)
         for mine, theirs in zip(grads, wide):
