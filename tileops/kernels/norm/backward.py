@@ -34,7 +34,9 @@ Calls of a few rows too long for a block's registers would leave most SMs idle
 under the streamed program (a row group per row); they take a third program
 instead, which splits every row over a cluster of blocks (``_cluster_bwd_program``).
 Calls of many such half-precision rows take it too, with slices as wide as a block
-holds: each row is then read once, and its sums cross the cluster once.
+holds: each row is then read once, and its sums cross the cluster once.  Where memory is
+fast, blocks too large to hold the next row's slices in registers copy them into shared
+memory while they work on the current row (``cluster_stage``).
 
 No atomics: every partial sum has one owner and a fixed summation order, so
 results are reproducible.
@@ -1009,8 +1011,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     if staged and (register_partials or threads <= WARP):
         # The row sum's block barrier is what orders every thread's reads of a stage before the
         # copy of the next row into it; staging frees registers for a second block an SM.
-        raise ValueError(f"norm backward: a cluster slice of {threads} threads a row with partial sums in "
-                         f"{'registers' if register_partials else 'shared memory'} is not staged")
+        raise ValueError(f"norm backward: cluster slices of {threads} threads a row "
+                         f"{'with partial sums in registers ' if register_partials else ''}are not staged")
     itemsize = getattr(torch, dtype).itemsize
     stage_bytes, shift_bytes = width * itemsize, vector * itemsize
     # Column groups of a lane, unrolled so that each partial sum kept in registers is named.
@@ -1375,7 +1377,7 @@ class NormBwdKernel(RowNormKernel):
 
     def partials_in_registers(self, layout: Any) -> bool:
         """Short resident rows, and cluster slices of few elements a thread in blocks of at most
-        ``CLUSTER_REGISTER_THREADS`` threads (see ``blocks_per_sm``)."""
+        ``CLUSTER_REGISTER_THREADS`` threads that do not stage their rows (see ``blocks_per_sm``)."""
         if isinstance(layout, ClusterLayout):
             return (layout.slice.per_thread * self.accumulators <= MAX_REGISTER_PARTIALS
                     and layout.threads <= CLUSTER_REGISTER_THREADS and not self.stages(layout))
