@@ -1008,6 +1008,9 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     # threads, 64 registers each, holding the next row spills: H100, bf16 8192x32768 over 2
     # blocks a row, LayerNorm 1032.3 us against 631.9, RMSNorm 587.5 against 566.3.)
     hold = threads <= CLUSTER_REGISTER_THREADS and not staged
+    # Staged blocks keep the weight's slice in registers too, where RMSNorm's write reads it anyway
+    # (LayerNorm's is spent once ``g * w`` is taken, and holding it would spill).
+    keep_weight = hold or (staged and not layer)
     if staged and (register_partials or threads <= WARP):
         # The row sum's block barrier is what orders every thread's reads of a stage before the
         # copy of the next row into it; staging frees registers for a second block an SM.
@@ -1195,14 +1198,14 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             if has_tail:
                 if column(full_vecs, tx) < width:
                     reset_group(acc_smem, accr, tx, full_vecs)
-            if has_weight and hold:
+            if has_weight and keep_weight:
                 loads["load_vector"](W, wb, tx, base)
             if hold:
                 load_slice(G, X, gb, xb, first, q, base, tx)
             if staged:
                 stage(G, X, staged_g, staged_x, staged_first, loaded, q, base, tx)
             for it in T.serial(T.ceildiv(M, Q)):
-                if has_weight and not hold:
+                if has_weight and not keep_weight:
                     loads["load_vector"](W, wb, tx, base)
                 if hold:
                     load_slice(G, X, gn, xn, fn, (it + 1) * Q + q, base, tx)
