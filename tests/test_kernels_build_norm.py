@@ -615,6 +615,11 @@ def test_staged_cluster_program_builds_for_sm90(cls, copies: int) -> None:
     assert source.count("tileops_arrive_expecting(") == 1 + 2
     assert "(uint4*)(G +" not in source and "(uint4*)(X +" not in source
     assert "loaded[0].wait(" in source
+    # RMSNorm's blocks load the weight's slice once, before the row loop (its write reads it
+    # anyway); LayerNorm's reload it each row, as holding it would spill.
+    before, loop = source.split("for (int it = 0;", 1)
+    weight_loads = ("(uint4*)(W +" in before, "(uint4*)(W +" in loop)
+    assert weight_loads == ((False, True) if cls is LayerNormBwdKernel else (True, False))
     plain = _source(cls(32768, torch.bfloat16, config={"cluster_stage": 0}), CLUSTER, ctas=2, direct=False,
                     has_weight=True, strided=False)
     assert "tileops_bulk_load" not in plain and "loaded" not in plain
