@@ -152,6 +152,32 @@ def scratch_shape(block_threads: int, count: int) -> Tuple[int, int, int]:
     return (2, count, max(1, block_threads // WARP))
 
 
+def _warp_exchange(T: Any, row_threads: int, name: str) -> Tuple[int, int, int, Callable[..., Any], Callable[..., Any]]:
+    """What a reduction over the lanes of each row needs: its shuffle steps within a warp, the
+    warps a row spans and the shuffle steps over them, a macro ``publish(st, base, count, scratch,
+    slot, tx)`` putting each warp's values ``st[base:base + count]`` in ``scratch[slot, value,
+    warp]`` (then a block barrier), and ``warp_value(scratch, slot, v, tx)``, the value ``v`` of
+    the row's warp that lane ``tx`` reads back (each lane one warp's, which the warp then combines
+    with shuffles: one shared-memory read per thread instead of one per warp of the row)."""
+    if row_threads & (row_threads - 1):
+        raise ValueError(f"{name}: {row_threads} threads a row is not a power of two")
+    shuffle_steps = min(row_threads, WARP).bit_length() - 1
+    warps_per_row = max(1, row_threads // WARP)
+    warp_steps = warps_per_row.bit_length() - 1
+
+    @T.macro
+    def publish(st, base, count, scratch, slot, tx):
+        if tx % WARP == 0:
+            for v in T.unroll(count):
+                scratch[slot, v, tx // WARP] = st[base + v]
+        T.sync_threads()
+
+    def warp_value(scratch, slot, v, tx):
+        return scratch[slot, v, (tx // row_threads) * warps_per_row + tx % warps_per_row]
+
+    return shuffle_steps, warps_per_row, warp_steps, publish, warp_value
+
+
 def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
     """Macro summing ``st[base:base + count]`` over the lanes of each row.
 
@@ -162,12 +188,7 @@ def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
     slower thread is still reading from the one before (the barrier of the
     reduction in between orders them).  Every thread of the block must call it.
     """
-    if row_threads & (row_threads - 1):
-        raise ValueError(f"row_sum: {row_threads} threads a row is not a power of two")
-    in_warp = min(row_threads, WARP)
-    shuffle_steps = in_warp.bit_length() - 1
-    warps_per_row = max(1, row_threads // WARP)
-    warp_steps = warps_per_row.bit_length() - 1
+    shuffle_steps, warps_per_row, warp_steps, publish, warp_value = _warp_exchange(T, row_threads, "row_sum")
 
     @T.macro
     def row_sum(st, base, scratch, slot, tx):
@@ -176,14 +197,9 @@ def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
                 for step in T.unroll(shuffle_steps):
                     st[base + v] = st[base + v] + T.shfl_xor(st[base + v], 1 << step)
         if warps_per_row > 1:
-            if tx % WARP == 0:
-                for v in T.unroll(count):
-                    scratch[slot, v, tx // WARP] = st[base + v]
-            T.sync_threads()
-            # Each lane loads one warp's sum and the warp adds them with shuffles: one
-            # shared-memory read per thread instead of one per warp of the row.
+            publish(st, base, count, scratch, slot, tx)
             for v in T.unroll(count):
-                st[base + v] = scratch[slot, v, (tx // row_threads) * warps_per_row + tx % warps_per_row]
+                st[base + v] = warp_value(scratch, slot, v, tx)
                 for step in T.unroll(warp_steps):
                     st[base + v] = st[base + v] + T.shfl_xor(st[base + v], 1 << step)
 
@@ -204,11 +220,8 @@ def row_moments_macro(T: Any, layout: RowLayout) -> Callable[..., Any]:
     """
     if layout.has_tail:
         raise ValueError(f"row_moments: lanes of a row of {layout.N} hold unequal shares (a tail)")
-    row_threads = layout.row_threads
-    in_warp = min(row_threads, WARP)
-    shuffle_steps = in_warp.bit_length() - 1
-    warps_per_row = max(1, row_threads // WARP)
-    warp_steps = warps_per_row.bit_length() - 1
+    shuffle_steps, warps_per_row, warp_steps, publish, warp_value = _warp_exchange(T, layout.row_threads,
+                                                                                    "row_moments")
     lane_count = layout.full_vecs * layout.vector
 
     @T.macro
@@ -230,12 +243,9 @@ def row_moments_macro(T: Any, layout: RowLayout) -> Callable[..., Any]:
     def row_moments(st, other, scratch, tx):
         shuffle_merge(st, other, shuffle_steps, lane_count)
         if warps_per_row > 1:
-            if tx % WARP == 0:
-                for v in T.unroll(2):
-                    scratch[0, v, tx // WARP] = st[v]
-            T.sync_threads()
+            publish(st, 0, 2, scratch, 0, tx)
             for v in T.unroll(2):
-                st[v] = scratch[0, v, (tx // row_threads) * warps_per_row + tx % warps_per_row]
+                st[v] = warp_value(scratch, 0, v, tx)
             shuffle_merge(st, other, warp_steps, lane_count * WARP)
 
     return row_moments

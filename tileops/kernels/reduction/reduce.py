@@ -987,9 +987,10 @@ class ArgmaxKernel(ReductionKernel):
     min_column_steps = 8
     long_row_threads = 256
     # Fewer threads a row: more blocks an SM, and a shorter closing merge of (value, index)
-    # pairs for each block's loads (timed, not profiled).  H200, bf16 16384 x 16384 rows, median of 7 rounds in turns,
-    # µs with 32 / 64 / 128 / 256 / 512 threads: 126.8 / 126.0 / 130.6-130.9 / 145.1 / 294.0
-    # (torch.compile 289.0); 64 threads and four vectors in flight 127.8.
+    # pairs for each block's loads (timed, not profiled).  H200, bf16 16384 x 16384 rows,
+    # median of 7 rounds in turns, µs with 32 / 64 / 128 / 256 / 512 threads: 126.8 / 126.0 /
+    # 130.6-130.9 / 145.1 / 294.0 (torch.compile 289.0); 64 threads and four vectors in flight
+    # 127.8.
     fast_memory_long_row_threads = 64
     out_dtype = torch.int64
 
