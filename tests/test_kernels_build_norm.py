@@ -267,6 +267,12 @@ def _source(kernel: Any, name: str, **shape: Any) -> str:
     return source
 
 
+def _signature(source: str) -> str:
+    """The kernel's parameter list (past any device functions of its prelude)."""
+    start = source.index("__global__")
+    return source[start:source.index("{", start)]
+
+
 def assert_strided_reads_are_16_bytes(source: str, *strides: str) -> None:
     """Inputs read in place address rows through their symbolic stride, with 16-byte accesses still
     (plain, or the hinted loads of ``cache_hints``, which move 16 bytes)."""
@@ -380,7 +386,7 @@ def test_fused_add_backward_programs_read_the_sum_s_gradient_in_place(N, dtype, 
     kernel = FusedAddRMSNormBwdKernel(N, dtype)
     assert program == CLUSTER or kernel.main_program() == program
     source = _source(kernel, program, direct=False, has_weight=True, strided=True, **shape)
-    signature = source[source.index("__global__"):source.index("{")]
+    signature = _signature(source)
     assert signature.index(" G,") < signature.index(" R,") < signature.index(" X,")
     assert_strided_reads_are_16_bytes(source, "LDG", "LDR", "LDX")
 
@@ -391,7 +397,7 @@ def test_fused_add_backward_programs_read_the_sum_s_gradient_in_place(N, dtype, 
 def test_single_row_backward_programs_write_the_gradients_in_their_dtype(cls, N) -> None:
     kernel = cls(N, torch.bfloat16)
     source = _source(kernel, kernel.main_program(), direct=True, has_weight=True)
-    signature = source[source.index("__global__"):source.index("{")]
+    signature = _signature(source)
     assert "float* __restrict__ PW" not in signature and "bfloat16_t* __restrict__ PW" in signature
 
 
@@ -563,16 +569,25 @@ def test_cluster_program_builds_for_sm90() -> None:
     source = _source(kernel, CLUSTER, ctas=8, direct=False, has_weight=True, strided=False)
     assert_strided_reads_are_16_bytes(_source(kernel, CLUSTER, ctas=8, direct=False, has_weight=True, strided=True),
                                       "LDG", "LDX")
-    # Sums swapped through distributed shared memory: asynchronous copies that count on the
+    # Sums swapped through distributed shared memory: stores from registers that count on the
     # receiving block's barrier, which each block waits on alone.
-    assert "tma_store_cluster" in source and ".wait(" in source
+    body = source[source.index("__global__"):]
+    assert "tileops_send_two(" in body and "tileops_send_four(" not in body and ".wait(" in body
     assert source.count("cluster_sync") == 2  # barriers set up, and no block leaving early
+    # The row sum's is the only block barrier: no other thread reads what a thread writes to
+    # shared memory but through the mbarriers.
+    assert body.count("__syncthreads()") == 1
     assert "atomic" not in source.lower()
     split = kernel.split_layout()
     assert f"__launch_bounds__({split.threads}, {kernel.blocks_per_sm(split)})" in source
     # Many rows: slices of 16384 columns, a block of 1024 threads an SM, sums in shared memory.
     wide = _source(kernel, CLUSTER, ctas=2, direct=False, has_weight=True)
-    assert "__launch_bounds__(1024, 1)" in wide and "tma_store_cluster" in wide
+    assert "__launch_bounds__(1024, 1)" in wide and wide.count("__syncthreads()") == 1
+    layer = _source(LayerNormBwdKernel(32768, torch.bfloat16), CLUSTER, ctas=2, direct=False, has_weight=True)
+    assert "tileops_send_four(" in layer[layer.index("__global__"):]
+    # LayerNorm's four sums are split among the lanes and broadcast back from one lane of each
+    # group; RMSNorm's two take the plain xor reduction.
+    assert "__shfl_sync(" in layer and "__shfl_sync(" not in wide
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["h100", "fast-memory"])
@@ -616,10 +631,10 @@ def test_staged_cluster_program_builds_for_sm90(cls, copies: int) -> None:
     assert "(uint4*)(G +" not in source and "(uint4*)(X +" not in source
     assert "loaded[0].wait(" in source
     # RMSNorm's blocks load the weight's slice once, before the row loop (its write reads it
-    # anyway); LayerNorm's reload it each row, as holding it would spill.
+    # anyway); LayerNorm's and the fused add's reload it each row, as holding it would spill.
     before, loop = source.split("for (int it = 0;", 1)
     weight_loads = ("(uint4*)(W +" in before, "(uint4*)(W +" in loop)
-    assert weight_loads == ((False, True) if cls is LayerNormBwdKernel else (True, False))
+    assert weight_loads == ((True, False) if cls is RMSNormBwdKernel else (False, True))
     plain = _source(cls(32768, torch.bfloat16, config={"cluster_stage": 0}), CLUSTER, ctas=2, direct=False,
                     has_weight=True, strided=False)
     assert "tileops_bulk_load" not in plain and "loaded" not in plain

@@ -50,9 +50,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from tileops.kernels.bulk_copy import BULK_COPY_PRELUDE, arrive_expecting, bulk_load
+from tileops.kernels.bulk_copy import BULK_COPY_PRELUDE, CLUSTER_SEND_PRELUDE, arrive_expecting, bulk_load, send
 from tileops.kernels.device_traits import has_fast_memory
-from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
+from tileops.kernels.kernel_base import PASS_CONFIGS, strided_rows, torch_dtype_to_tl
 from tileops.kernels.norm.rows import (
     MAX_EXTENT,
     RowLayout,
@@ -104,8 +104,8 @@ CLUSTER_ROWS = 1024
 CLUSTER_REGISTER_THREADS = 512
 # Floats of a partial-sum access to shared memory (16 bytes; see ``_accumulator_macros``).
 SMEM_PIECE = 4
-# Floats a block sends in one exchange of row sums: an asynchronous shared-memory copy moves
-# whole 16-byte units.
+# Floats of a block's slot in a peer's exchange buffer: its row sums (two or four), stored with one
+# vector store (``bulk_copy.send``).
 EXCHANGE_SLOTS = 4
 # Floats of a row's state: its sums, and what ``_one_pass_sums``'s ``row_state`` makes of them.
 ROW_STATE = 10
@@ -964,8 +964,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
 
     Cluster ``q`` walks rows ``q, q + Q, ...``; blocks of few threads load each row's slice
     while the one before is summed and written.  A block sums its slice, and one thread sends
-    the sums to every block's exchange slots (by its rank) with asynchronous shared-memory
-    copies that count on the receiver's barrier; each block waits on its own barrier alone,
+    the sums from its registers to every block's exchange slots (by its rank) with asynchronous
+    stores that count on the receiver's barrier; each block waits on its own barrier alone,
     then adds the slots in rank order: all blocks get the same row statistics, in a fixed
     order, and no block waits for the whole cluster.  The slots and barriers alternate between
     two sets row by row.  A block sends into a set again only after receiving every block's
@@ -1008,9 +1008,12 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     # threads, 64 registers each, holding the next row spills: H100, bf16 8192x32768 over 2
     # blocks a row, LayerNorm 1032.3 us against 631.9, RMSNorm 587.5 against 566.3.)
     hold = threads <= CLUSTER_REGISTER_THREADS and not staged
-    # Staged blocks keep the weight's slice in registers too, where RMSNorm's write reads it anyway
-    # (LayerNorm's is spent once ``g * w`` is taken, and holding it would spill).
-    keep_weight = hold or (staged and not layer)
+    # Staged RMSNorm blocks keep the weight's slice in registers too (their write reads it anyway).
+    # LayerNorm's is spent once ``g * w`` is taken, and holding it would spill; so would the fused
+    # add's, whose write also reads the added gradient: two bf16 values a thread went to local memory
+    # across the exchange, and reloading them cost more than reloading the weight (see "The norm
+    # backwards' exchange from registers" in docs/performance.md).
+    keep_weight = hold or (staged and not layer and not residual)
     if staged and (register_partials or threads <= WARP):
         # The row sum's block barrier is what orders every thread's reads of a stage before the
         # copy of the next row into it; staging frees registers for a second block an SM.
@@ -1079,21 +1082,14 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             one_pass["add_rms"](gb, xb, wb, st, per_thread)
 
     @T.macro
-    def send(st, mine, swap, arrived, rank, it, tx):
-        """This block's sums of row step ``it`` to every block of the cluster.
-
-        TileLang's ThreadSync pass warns here that it hoists a barrier out of ``tx == 0`` and
-        that "the race remains": the write of ``mine`` and the copies reading it are one
-        thread's, and each copy fences the asynchronous proxy before it reads (the copy of
-        ``tl::tma_store_cluster``), so there is no race.  ``mine[it % 2]`` is written again
-        two steps on, after this block has received every block's sums of the step in between,
-        which each block sends only once this step's copies have reached it."""
+    def send_sums(st, swap, arrived, rank, it, tx):
+        """This block's sums of row step ``it``, from thread 0's registers into every block's
+        exchange slots of the step's set (``bulk_copy.send``).  A block sends into a set again only two
+        steps on, after receiving every block's sums of the step in between, which each block sends
+        only after its threads have read this step's slots (the row sum's barrier orders them)."""
         if tx == 0:
-            for v in T.unroll(EXCHANGE_SLOTS):
-                mine[it % 2, v] = st[v] if v < sums else T.cast(0, ACCUM)
             for peer in T.unroll(ctas):
-                T.copy_cluster(mine[it % 2, 0:EXCHANGE_SLOTS], swap[it % 2, rank, 0:EXCHANGE_SLOTS],
-                               dst_block=peer, remote_barrier=arrived[it % 2])
+                send(T, swap[it % 2, rank, 0], arrived[it % 2], peer, [st[v] for v in range(sums)])
 
     @T.macro
     def receive(st, swap, arrived, it):
@@ -1161,7 +1157,7 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     @T.macro
     def body(G, X, W, DX, PW, PB, R):
         with T.Kernel(Q * ctas, threads=threads, cluster_dims=ctas,
-                      prelude=BULK_COPY_PRELUDE if staged else None) as bx:
+                      prelude=CLUSTER_SEND_PRELUDE + (BULK_COPY_PRELUDE if staged else "")) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
@@ -1182,7 +1178,6 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             st = T.alloc_local((ROW_STATE,), ACCUM)
             accr = T.alloc_local((max(sum(register_groups), 1) * vector,), ACCUM)
             scratch = T.alloc_shared(scratch_shape(threads, sums), ACCUM)
-            mine = T.alloc_shared((2, EXCHANGE_SLOTS), ACCUM)
             swap = T.alloc_shared((2, ctas, EXCHANGE_SLOTS), ACCUM)
             acc_smem = T.alloc_shared((max(sum(smem_slots), 1),), ACCUM)
             # Set up (with a cluster barrier) before any block sends: one arrival a block.
@@ -1217,7 +1212,7 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
                 row_sum(st, 0, scratch, it % 2, tx)
                 if staged:  # every thread has its share of the stage: the next row may land
                     stage(G, X, staged_g, staged_x, staged_first, loaded, (it + 1) * Q + q, base, tx)
-                send(st, mine, swap, arrived, rank, it, tx)
+                send_sums(st, swap, arrived, rank, it, tx)
                 receive(st, swap, arrived, it)
                 one_pass["row_state"](st)
                 write_slice(DX, R, gb, xb, wb, xs, gw, st, acc_smem, accr, it * Q + q, base, tx, tmp)
@@ -1234,7 +1229,11 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
             # No block leaves while a copy it sent may still read its shared memory.
             T.cluster_sync()
 
-    return _signature_variants(T, M, Q, N, dtype, row_types, layer, has_weight, body, partial_dtype)
+    # Every block barrier the program needs is its own (the row sum's): each thread reads back only
+    # the partial sums it wrote, and the stage and the exchange slots are ordered by mbarriers.
+    # TileLang's barrier pass would add one a row before the writes, stalling all 32 warps.
+    return _signature_variants(T, M, Q, N, dtype, row_types, layer, has_weight, body, partial_dtype).with_attr(
+        "tilelang_pass_configs", {**PASS_CONFIGS, "tl.disable_thread_storage_sync": True})
 
 
 def _signature_variants(T: Any, M: Any, Q: Any, N: int, dtype: str, row_types: Tuple[Any, ...], layer: bool,
@@ -1291,8 +1290,9 @@ class NormBwdKernel(RowNormKernel):
     vectors on one GPU, and fills the preallocated gradients.
     """
 
-    # "2": ``cluster_stage``.
-    version = "2"
+    # "2": ``cluster_stage``; "3": cluster sums sent from registers, four row sums scattered over
+    # lanes (configs tuned on "2" were timed on other programs).
+    version = "3"
     layer: bool = False
     # Per-column gradients summed over rows: the weight's, and the bias's for LayerNorm.
     accumulators: int = 1

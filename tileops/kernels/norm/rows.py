@@ -183,11 +183,17 @@ def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
 
     Lanes of a row combine with xor shuffles, then (rows wider than a warp)
     through ``scratch[slot, value, warp]`` (see ``scratch_shape``).  Every
-    lane ends with the row's sums.  Callers alternate ``slot`` between
-    consecutive reductions, so a reduction never overwrites scratch that a
-    slower thread is still reading from the one before (the barrier of the
+    lane ends with the row's sums, the same bits in every lane.  Callers alternate
+    ``slot`` between consecutive reductions, so a reduction never overwrites scratch
+    that a slower thread is still reading from the one before (the barrier of the
     reduction in between orders them).  Every thread of the block must call it.
+
+    Several sums over rows of whole warps are split among the lanes rather than each shuffled
+    over all of them (``_scattered_row_sum``): shuffles share the SM's shared-memory pipe with
+    the loads of a staged row and of partial sums.
     """
+    if count > 2 and count & (count - 1) == 0 and row_threads >= WARP:
+        return _scattered_row_sum(T, row_threads, count)
     shuffle_steps, warps_per_row, warp_steps, publish, warp_value = _warp_exchange(T, row_threads, "row_sum")
 
     @T.macro
@@ -202,6 +208,69 @@ def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
                 st[base + v] = warp_value(scratch, slot, v, tx)
                 for step in T.unroll(warp_steps):
                     st[base + v] = st[base + v] + T.shfl_xor(st[base + v], 1 << step)
+
+    return row_sum
+
+
+def _scattered_row_sum(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
+    """``row_sum`` of ``count`` (a power of two) sums over rows of whole warps, in a few shuffles.
+
+    Each xor step between lanes ``WARP / 2``, ``WARP / 4``, ... apart first halves the values a
+    lane holds (it keeps one half, adds its partner's copy of it, and sends the other), until
+    a lane holds one: the warp's total of value ``lane // group`` once the remaining steps within
+    groups of ``group = WARP / count`` lanes have run (4 sums: 6 shuffles, not 20).  Rows of
+    several warps publish those totals and read them back as runs of ``per_lane`` consecutive
+    warps' values, one run a lane, summed and shuffled within the group; a broadcast from each
+    group's first lane then gives every lane all the sums.  Float addition commutes, so the
+    partners of every step compute the same bits.
+    """
+    warps_per_row = row_threads // WARP
+    group = WARP // count
+    halvings = count.bit_length() - 1
+    per_lane = count * warps_per_row // WARP  # warps' values a lane reads back (0: fewer than lanes)
+
+    @T.macro
+    def butterfly(st, base, width):
+        for step in T.unroll(width.bit_length() - 1):
+            st[base] = st[base] + T.shfl_xor(st[base], width >> (step + 1))
+
+    @T.macro
+    def broadcast(st, base):
+        # st[base] is read by the last broadcast, so it is overwritten last.
+        for u in T.unroll(count):
+            st[base + count - 1 - u] = T.shfl_sync(st[base], (count - 1 - u) * group)
+
+    @T.macro
+    def scatter(st, base, tx):
+        for h in T.unroll(halvings):
+            half = count >> (h + 1)
+            upper = (tx & (WARP >> (h + 1))) != 0  # this lane keeps the upper half
+            for i in T.unroll(half):
+                st[base + i] = T.if_then_else(upper, st[base + half + i], st[base + i]) + T.shfl_xor(
+                    T.if_then_else(upper, st[base + i], st[base + half + i]), WARP >> (h + 1))
+        butterfly(st, base, group)
+
+    @T.macro
+    def row_sum(st, base, scratch, slot, tx):
+        scatter(st, base, tx)
+        if warps_per_row == 1:
+            broadcast(st, base)
+        else:
+            if tx % group == 0:
+                scratch[slot, (tx % WARP) // group, tx // WARP] = st[base]
+            T.sync_threads()
+            if per_lane > 0:
+                run = (tx // row_threads) * warps_per_row + (tx % group) * per_lane
+                st[base] = scratch[slot, (tx % WARP) // group, run]
+                for p in T.unroll(1, per_lane):
+                    st[base] = st[base] + scratch[slot, (tx % WARP) // group, run + p]
+                butterfly(st, base, group)
+                broadcast(st, base)
+            else:
+                for v in T.unroll(count):
+                    st[base + v] = scratch[slot, v, (tx // row_threads) * warps_per_row + tx % warps_per_row]
+                    for step in T.unroll(warps_per_row.bit_length() - 1):
+                        st[base + v] = st[base + v] + T.shfl_xor(st[base + v], 1 << step)
 
     return row_sum
 
