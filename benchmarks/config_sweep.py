@@ -44,8 +44,8 @@ from .runner import (
 from .variants import COMPILE, OURS, InputSet, Variant
 from .workloads import Case
 
-__all__ = ["ConfigResult", "SweepRecipe", "compile_config", "compile_configs", "parse_shape", "reshaped_case",
-           "sweep_configs", "main"]
+__all__ = ["ConfigResult", "SweepRecipe", "compile_config", "compile_configs", "parse_shape", "pick_kernel",
+           "reshaped_case", "sweep_configs", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,8 @@ def _with_config(variant: Variant, kernel: Any, config: Dict[str, Any], name: st
     return Variant(name, bind, json.dumps(config, sort_keys=True))
 
 
-def _pick_kernel(op: Any, label: Optional[str]) -> Any:
+def pick_kernel(op: Any, label: Optional[str]) -> Any:
+    """The kernel of ``op`` that ``label`` (its kernel key) names; the only one where ``label`` is None."""
     from tileops.tuning.ops import built_kernels  # deferred: the package imports no torch at start
 
     kernels = dict(built_kernels(op))
@@ -155,7 +156,7 @@ def compile_config(config: Dict[str, Any], recipe: SweepRecipe, device_name: str
         variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
         ours, inputs = next(v for v in variants if v.name == OURS), make_inputs()
         ours.bind(inputs)()  # builds the kernels
-        _pick_kernel(op, recipe.kernel).config = dict(config)
+        pick_kernel(op, recipe.kernel).config = dict(config)
         ours.bind(inputs)()
 
     return noted(launch_under_config, device_name)
@@ -193,7 +194,7 @@ def sweep_configs(case: Case, ctx: RunContext, partial: Sequence[Dict[str, Any]]
     oracle, own_error, expected_dtypes = float64_oracle(op, input_sets[0].args)
     ours = next(v for v in variants if v.name == OURS)
     ours.bind(input_sets[0])()  # builds the kernels
-    kernel = _pick_kernel(op, kernel_label)
+    kernel = pick_kernel(op, kernel_label)
     own = dict(kernel.config)
     configs = _swept_configs(kernel, partial, candidates)
     if compile_ahead is not None:

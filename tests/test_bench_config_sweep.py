@@ -7,43 +7,17 @@ kernel's config, so a config can be made wrong.
 from __future__ import annotations
 
 import argparse
-import threading
 
 import pytest
 import torch
 
-from bench_fakes import FakeBackend, FakeRMSNorm, fake_resolver, identity_compiler, make_class
+from bench_fakes import FakeBackend, KernelRMSNorm, fake_resolver, identity_compiler, make_class
 from benchmarks.config_sweep import (
     SweepRecipe, compile_config, compile_configs, parse_shape, render, reshaped_case, sweep_configs,
 )
 from benchmarks.runner import RunContext
 from benchmarks.workloads import Case
 from codegen.loader import load_manifest
-
-
-class FakeKernel:
-    default_config = {"threads": 256, "scale": 1.0}
-    autotune_configs = [{"threads": 256, "scale": 1.0}, {"threads": 128, "scale": 1.0}, {"threads": 64, "scale": 2.0}]
-
-    def __init__(self) -> None:
-        self.config = dict(self.default_config)
-        self.seen = []
-
-
-class KernelRMSNorm(FakeRMSNorm):
-    """Builds its kernel on the first call, as a generated op does; ``scale`` != 1 is a wrong result."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._kernel_cache = {}
-        self._kernel_cache_lock = threading.Lock()
-
-    def __call__(self, x, weight):
-        kernel = self._kernel_cache.setdefault(("rms_norm", ()), FakeKernel())
-        type(self).kernel = kernel
-        kernel.seen.append(dict(kernel.config))
-        type(self).shapes.append((tuple(x.shape), self.N))
-        return super().__call__(x, weight) * kernel.config["scale"]
 
 
 def decode_case():
