@@ -188,13 +188,16 @@ def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
     that a slower thread is still reading from the one before (the barrier of the
     reduction in between orders them).  Every thread of the block must call it.
 
-    Several sums over rows of whole warps are split among the lanes rather than each shuffled
-    over all of them (``_scattered_row_sum``): shuffles share the SM's shared-memory pipe with
-    the loads of a staged row and of partial sums.
+    Four or more sums (a power of two) over rows of whole warps are split among the lanes
+    rather than each shuffled over all of them (``_scattered_row_sum``): shuffles share the SM's
+    shared-memory pipe with the loads of a staged row and of partial sums.  Two are not: that made
+    RMSNorm's backward over rows of 4096 slower (see docs/performance.md, "The norm backwards'
+    exchange from registers").
     """
     if count > 2 and count & (count - 1) == 0 and row_threads >= WARP:
         return _scattered_row_sum(T, row_threads, count)
     shuffle_steps, warps_per_row, warp_steps, publish, warp_value = _warp_exchange(T, row_threads, "row_sum")
+    combine_warps = _combine_warps(T, count, warp_steps, warp_value)
 
     @T.macro
     def row_sum(st, base, scratch, slot, tx):
@@ -204,12 +207,23 @@ def row_sum_macro(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
                     st[base + v] = st[base + v] + T.shfl_xor(st[base + v], 1 << step)
         if warps_per_row > 1:
             publish(st, base, count, scratch, slot, tx)
-            for v in T.unroll(count):
-                st[base + v] = warp_value(scratch, slot, v, tx)
-                for step in T.unroll(warp_steps):
-                    st[base + v] = st[base + v] + T.shfl_xor(st[base + v], 1 << step)
+            combine_warps(st, base, scratch, slot, tx)
 
     return row_sum
+
+
+def _combine_warps(T: Any, count: int, warp_steps: int, warp_value: Callable[..., Any]) -> Callable[..., Any]:
+    """Macro giving every lane the row's ``count`` sums from its warps' published ones: each lane
+    reads one warp's (``warp_value``), and xor shuffles over ``warp_steps`` steps add them."""
+
+    @T.macro
+    def combine_warps(st, base, scratch, slot, tx):
+        for v in T.unroll(count):
+            st[base + v] = warp_value(scratch, slot, v, tx)
+            for step in T.unroll(warp_steps):
+                st[base + v] = st[base + v] + T.shfl_xor(st[base + v], 1 << step)
+
+    return combine_warps
 
 
 def _scattered_row_sum(T: Any, row_threads: int, count: int) -> Callable[..., Any]:
@@ -224,7 +238,8 @@ def _scattered_row_sum(T: Any, row_threads: int, count: int) -> Callable[..., An
     group's first lane then gives every lane all the sums.  Float addition commutes, so the
     partners of every step compute the same bits.
     """
-    warps_per_row = row_threads // WARP
+    _, warps_per_row, warp_steps, _, warp_value = _warp_exchange(T, row_threads, "row_sum")
+    combine_warps = _combine_warps(T, count, warp_steps, warp_value)
     group = WARP // count
     halvings = count.bit_length() - 1
     per_lane = count * warps_per_row // WARP  # warps' values a lane reads back (0: fewer than lanes)
@@ -267,10 +282,7 @@ def _scattered_row_sum(T: Any, row_threads: int, count: int) -> Callable[..., An
                 butterfly(st, base, group)
                 broadcast(st, base)
             else:
-                for v in T.unroll(count):
-                    st[base + v] = scratch[slot, v, (tx // row_threads) * warps_per_row + tx % warps_per_row]
-                    for step in T.unroll(warps_per_row.bit_length() - 1):
-                        st[base + v] = st[base + v] + T.shfl_xor(st[base + v], 1 << step)
+                combine_warps(st, base, scratch, slot, tx)
 
     return row_sum
 
