@@ -97,10 +97,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        logger.error("profile_call: no CUDA device")
+        print("python -m benchmarks.profile_call needs a CUDA device", file=sys.stderr)
+        return 2
+    if not isinstance(args.param, dict):
+        print(f"--param wants a JSON object, got {args.param!r}", file=sys.stderr)
         return 2
     recipe = SweepRecipe(args.op, args.workload, args.dtype, tuple(args.shape), tuple(args.param.items()), args.kernel)
-    manifest, case = recipe.case()
+    try:
+        manifest, case = recipe.case()
+    except (LookupError, ValueError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
     ctx = RunContext(manifest, None, torch.device("cuda"), generator=torch.Generator("cuda").manual_seed(args.seed))
     config = profile_calls(case, ctx, CudaProfilerRange(), args.config, args.kernel, args.warmup, args.calls,
                            torch.cuda.synchronize)
