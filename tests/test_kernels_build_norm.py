@@ -619,6 +619,21 @@ def test_fast_memory_stages_the_next_row_of_wide_cluster_slices(monkeypatch: pyt
 
 
 @needs_nvcc
+def test_a_cluster_program_follows_the_config_it_is_built_for() -> None:
+    """A program built for a config other than the kernel's current one (here unstaged, 512-thread
+    slices keeping their partial sums in registers) stages, and keeps its partial sums in shared
+    memory, as that config says."""
+    kernel = LayerNormBwdKernel(32768, torch.bfloat16, config={"cluster_stage": 0})
+    staged = {**kernel.config, "many_rows_ctas": 4, "cluster_stage": 512}
+    split = kernel.split_layout(staged, 4)
+    assert kernel.partials_in_registers(split) and not kernel.partials_in_registers(split, staged)
+    assert kernel.smem_slots(split, staged) == (8192, 8192) and kernel.blocks_per_sm(split, staged) == 2
+    source = kernel.compile_program(CLUSTER, (("ctas", 4), ("direct", False), ("has_weight", True),
+                                              ("strided", False)), config=staged, target=SM90).get_kernel_source()
+    assert "tileops_bulk_load(" in source and "__launch_bounds__(512, 2)" in source
+
+
+@needs_nvcc
 @pytest.mark.parametrize("cls, copies", [(LayerNormBwdKernel, 3), (RMSNormBwdKernel, 2), (FusedAddRMSNormBwdKernel, 2)])
 def test_staged_cluster_program_builds_for_sm90(cls, copies: int) -> None:
     kernel = cls(32768, torch.bfloat16, config={"cluster_stage": 1024})

@@ -1378,12 +1378,13 @@ class NormBwdKernel(RowNormKernel):
         return (isinstance(layout, RowLayout) and not self.partials_in_registers(layout)
                 and all(held >= self.N for held in self.smem_slots(layout)))
 
-    def partials_in_registers(self, layout: Any) -> bool:
+    def partials_in_registers(self, layout: Any, config: Optional[Dict[str, Any]] = None) -> bool:
         """Short resident rows, and cluster slices of few elements a thread in blocks of at most
-        ``CLUSTER_REGISTER_THREADS`` threads that do not stage their rows (see ``blocks_per_sm``)."""
+        ``CLUSTER_REGISTER_THREADS`` threads that do not stage their rows under ``config`` (default:
+        the current one; see ``blocks_per_sm``)."""
         if isinstance(layout, ClusterLayout):
             return (layout.slice.per_thread * self.accumulators <= MAX_REGISTER_PARTIALS
-                    and layout.threads <= CLUSTER_REGISTER_THREADS and not self.stages(layout))
+                    and layout.threads <= CLUSTER_REGISTER_THREADS and not self.stages(layout, config))
         return isinstance(layout, RowLayout) and layout.per_thread <= resident_cap(self.dtype, self.layer)
 
     def stages(self, layout: Any, config: Optional[Dict[str, Any]] = None) -> bool:
@@ -1400,11 +1401,12 @@ class NormBwdKernel(RowNormKernel):
         """Shared memory of a staged row: its slices of ``grad_y`` and ``x``."""
         return 2 * layout.slice.N * self.dtype.itemsize
 
-    def smem_slots(self, layout: Any) -> Tuple[int, ...]:
+    def smem_slots(self, layout: Any, config: Optional[Dict[str, Any]] = None) -> Tuple[int, ...]:
         """Shared-memory slots of each partial sum (see ``_accumulator_macros``), in whole column
         groups: the weight's first, then the bias's, as many as the budget holds (the rest live in
-        registers or the partials buffer).  A cluster's block holds its slice's, all of them."""
-        if self.partials_in_registers(layout):
+        registers or the partials buffer).  A cluster's block holds its slice's, all of them (unless
+        they live in registers under ``config``, default the current one)."""
+        if self.partials_in_registers(layout, config):
             return (0,) * self.accumulators
         if isinstance(layout, ClusterLayout):
             return (layout.slice.row_threads * layout.slice.per_thread,) * self.accumulators
@@ -1459,7 +1461,7 @@ class NormBwdKernel(RowNormKernel):
         if name == CLUSTER:
             split = self.split_layout(config, ctas)
             return _cluster_bwd_program(self.N, dtype, self.eps, split, self.layer, has_weight,
-                                        self.smem_slots(split), self.partials_in_registers(split),
+                                        self.smem_slots(split, config), self.partials_in_registers(split, config),
                                         self.blocks_per_sm(split, config), direct, strided, self.residual,
                                         self.stages(split, config))
         layout = self._direct_layout(config) if direct else self.layout(config)
@@ -1517,12 +1519,12 @@ class NormBwdKernel(RowNormKernel):
         if config is None:
             return self.cached(("blocks_per_sm", layout), lambda: self.blocks_per_sm(layout, self.config))
         threads = layout.block_threads if isinstance(layout, RowLayout) else layout.threads
-        smem = 4 * sum(self.smem_slots(layout)) * (layout.rows_per_block if self.folds(layout) else 1)
+        smem = 4 * sum(self.smem_slots(layout, config)) * (layout.rows_per_block if self.folds(layout) else 1)
         if self.stages(layout, config):
             smem += self.stage_bytes(layout)
         fit = min(THREADS_PER_SM // threads, SMEM_PER_SM // smem if smem else THREADS_PER_SM)
         sm_threads = config["sm_threads"]
-        if isinstance(layout, ClusterLayout) and self.partials_in_registers(layout):
+        if isinstance(layout, ClusterLayout) and self.partials_in_registers(layout, config):
             sm_threads = min(sm_threads, CLUSTER_REGISTER_THREADS)
         return max(1, min(fit, sm_threads // threads))
 
