@@ -44,8 +44,8 @@ from .runner import (
 from .variants import COMPILE, OURS, InputSet, Variant
 from .workloads import Case
 
-__all__ = ["ConfigResult", "SweepRecipe", "compile_config", "compile_configs", "parse_shape", "pick_kernel",
-           "reshaped_case", "sweep_configs", "main"]
+__all__ = ["ConfigResult", "SweepRecipe", "compile_config", "compile_configs", "configured_call", "parse_shape",
+           "pick_kernel", "reshaped_case", "sweep_configs", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,20 @@ def pick_kernel(op: Any, label: Optional[str]) -> Any:
     return kernels[label]
 
 
+def configured_call(case: Case, ctx: RunContext, config: Optional[Dict[str, Any]] = None,
+                    kernel_label: Optional[str] = None) -> Tuple[Callable[[], Any], Any]:
+    """``case``'s op on a set of its inputs, as a call without arguments, run once to build its
+    kernels, and its kernel (``pick_kernel``) with the keys of ``config`` (if any) replaced."""
+    op = build_op(case, ctx)
+    variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
+    call = next(v for v in variants if v.name == OURS).bind(make_inputs())
+    call()  # builds the kernels
+    kernel = pick_kernel(op, kernel_label)
+    if config:
+        kernel.config = {**kernel.config, **config}
+    return call, kernel
+
+
 def _swept_configs(kernel: Any, partial: Sequence[Dict[str, Any]], candidates: bool) -> List[Dict[str, Any]]:
     configs = [dict(kernel.config)]
     extra = list(kernel.autotune_configs) if candidates else []
@@ -152,12 +166,8 @@ def compile_config(config: Dict[str, Any], recipe: SweepRecipe, device_name: str
         manifest, case = recipe.case()
         ctx = RunContext(manifest, None, torch.device(device_name),  # nothing timed: no backend
                          generator=torch.Generator(device_name).manual_seed(0))
-        op = build_op(case, ctx)
-        variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
-        ours, inputs = next(v for v in variants if v.name == OURS), make_inputs()
-        ours.bind(inputs)()  # builds the kernels
-        pick_kernel(op, recipe.kernel).config = dict(config)
-        ours.bind(inputs)()
+        call, _ = configured_call(case, ctx, config, recipe.kernel)
+        call()
 
     return noted(launch_under_config, device_name)
 

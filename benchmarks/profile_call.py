@@ -21,9 +21,8 @@ import logging
 import sys
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from .config_sweep import SweepRecipe, parse_shape, pick_kernel
-from .runner import RunContext, build_op, variants_and_inputs
-from .variants import OURS
+from .config_sweep import SweepRecipe, configured_call, parse_shape
+from .runner import RunContext
 from .workloads import Case
 
 __all__ = ["CudaProfilerRange", "profile_calls", "main"]
@@ -53,13 +52,7 @@ def profile_calls(case: Case, ctx: RunContext, profiler: Any, config: Optional[D
     (``synchronize`` waits for the device before each); returns the kernel config it ran under."""
     if warmup < 0 or calls < 1:
         raise ValueError(f"profile_call: warmup must be >= 0 and calls >= 1, got {warmup} and {calls}")
-    op = build_op(case, ctx)
-    variants, make_inputs, _ = variants_and_inputs(case, op, ctx)
-    call = next(v for v in variants if v.name == OURS).bind(make_inputs())
-    call()  # builds (compiles) the kernels
-    kernel = pick_kernel(op, kernel_label)
-    if config:
-        kernel.config = {**kernel.config, **config}
+    call, kernel = configured_call(case, ctx, config, kernel_label)
     for _ in range(warmup):
         call()
     synchronize()
