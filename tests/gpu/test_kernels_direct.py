@@ -252,10 +252,13 @@ def test_cumsum_few_long_rows_every_path_agrees(dtype: torch.dtype, N: int) -> N
     assert any(key[0] == LOOKBACK_ROW_SCAN for key in lookback._compiled)
 
 
-def test_cumsum_lookback_across_many_windows_is_race_free() -> None:
-    """256 tiles a row: the look-back crosses several 32-tile windows; repeated on fresh inputs."""
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_cumsum_lookback_across_many_windows_is_race_free(stages: int) -> None:
+    """256 tiles a row: the look-back crosses several 32-tile windows; repeated on fresh inputs.
+    Two stages leave no tile in flight while the next is reduced; more keep some."""
     N = 262144
-    config = {"threads": 256, "items": 4, "row_threads": 256, "lookback": 1, "segments": 256}
+    config = {"threads": 256, "items": 4, "row_threads": 256, "lookback": 1, "segments": 256,
+              "lookback_stages": stages}
     kernel = _kernel(CumsumFwdKernel, N, torch.float32, config=config)
     assert LOOKBACK_ROW_SCAN in kernel.program_names()
     for _ in range(5):

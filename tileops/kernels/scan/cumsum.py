@@ -19,12 +19,12 @@ for a forward sum):
   slice in its own block, starting from the sum of the slices before it
   (reduce-then-scan: the second read of the input is partly an L2 hit).
 * **look-back row scan**, the single-pass alternative for the same rows: a
-  fixed set of resident blocks walks the rows' tiles, each keeping the next
-  tiles in flight into shared memory (``cp.async``) while it scans one: it
-  publishes the tile's sum, adds the sums its predecessors published, then
-  scans and stores.  Which predecessors had published varies run to run, and
-  with it the last bits of float results: under
-  ``torch.use_deterministic_algorithms`` these rows take the split scan.
+  fixed set of resident blocks walks the rows' tiles, copying them into
+  shared memory (``cp.async``).  A block sums each tile and publishes the
+  sum a step before it scans the tile; then it adds the sums its
+  predecessors published, scans and stores.  Which predecessors had
+  published varies run to run, and with it the last bits of float results:
+  under ``torch.use_deterministic_algorithms`` these rows take the split scan.
 * **column scan** (``inner > 1``): a block takes a tile of neighbouring
   columns (16-byte vectors where the row allows, the tile narrowed until
   the blocks fill the GPU) and its threads walk the axis, neighbouring
@@ -160,7 +160,10 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     # 27.7-28.0 us, with 6 28.6; 8-chunk with 3 27.6, 6-chunk with 4 28.4;
     # 2-chunk with 6 or 8 33.5 / 31.2; 128-thread blocks (4-chunk tiles, 10
     # or 12 blocks) 29.5 / 28.7; 512-thread blocks 29.0-31.7.  The forward
-    # ran alike (27.5 us as it is).
+    # ran alike (27.5 us as it is).  H200, with each tile reduced a step before
+    # its scan (median of 7 in turns, bf16): 4-chunk tiles with 5 blocks 20.6-21.4
+    # us, with 6 20.8-21.3, 3 stages with 4 blocks 21.4-21.7; 3-chunk tiles 23.4;
+    # float32 8-chunk tiles with 3 blocks 36.9-37.3 (docs/performance.md).
     config["split_max_rows"] = 128
     config["lookback"] = 1
     config["segments"] = _default_segments(
@@ -169,7 +172,8 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     # A lower bound on resident blocks (``__launch_bounds__``): it caps registers
     # per thread, and the look-back scan launches this many blocks an SM.
     config["blocks_per_sm"] = LOOKBACK_BLOCKS_PER_SM[elem_bytes >= 4]
-    # Tiles a look-back block keeps in shared memory: the one it scans and those in flight.
+    # Tiles a look-back block keeps in shared memory: the one it scans, the next
+    # (reduced a step ahead) and those in flight besides.
     config["lookback_stages"] = 2
     config["column_threads"] = 256
     config["column_items"] = 16  # H100, 8 x 4096 x 4096 bf16 over dim 1: 16 beats 8 by 15%
@@ -314,12 +318,18 @@ def row_scan_program(
     * ``lookback``: a single pass over rows cut into tiles of up to
       ``MAX_PRELOAD_CHUNKS`` chunks (``lookback_layout``).  ``blocks`` blocks,
       all resident at once, take the tiles in turn (block b: b, b + blocks,
-      ...); each keeps ``lookback_stages - 1`` tiles in flight into shared
-      memory while it scans one.  Per tile it publishes the tile's sum in a
-      status word (one 64-bit word a tile: status and float32 value together),
-      and its first warp looks back over the predecessors, 32 at a time, until
-      it meets an inclusive prefix; then it publishes its own, scans the staged
-      tile from the predecessors' total and stores.  A tile waits only on
+      ...), staging them in ``lookback_stages`` slots of shared memory.  A
+      block reduces each tile a step before it scans it: at step ``s`` it
+      starts copying the tile of step ``s + stages - 1``, waits for the one
+      of step ``s + 1``, sums it and publishes the sum in a status word (one
+      64-bit word a tile: status and float32 value together); then its first
+      warp looks back over the predecessors of step ``s``'s tile, 32 at a
+      time, until it meets an inclusive prefix, publishes the tile's own, and
+      the block scans the tile from the predecessors' total and stores.  By
+      then the predecessors, staged by other blocks about as early, have had
+      a step to publish (publishing and looking back in the same step, a
+      block mostly found them empty: 23.6 against 20.6-21.4 us on an H200,
+      64 x 262144 bf16).  A tile waits only on
       earlier tiles, which resident blocks reach first, so the scan always
       finishes.  The status words live in a workspace that is left ready for
       the next launch (see ``ScanKernel.lookback_workspace``): no launch zeroes them.
@@ -624,17 +634,21 @@ def row_scan_program(
                 )
 
     @T.macro
-    def look_back(Status, side, row, tile, lane, found, window, word):
-        """Warp 0: ``found[0]`` = the total of the row's tiles before ``tile``, from their published words."""
+    def read_window(Status, side, row, lane, window, word):
+        """Lane j: ``word[0]`` = the published word of predecessor ``window[0] - j``; lanes
+        before the row start see an inclusive prefix of nothing."""
+        word[0] = pack(STATUS_PREFIX, T.cast(identity, ACCUM))
+        if window[0] - lane >= 0:
+            word[0] = T.atomic_load(Status[side, row, window[0] - lane], memory_order="relaxed")
+
+    @T.macro
+    def look_back(Status, side, row, lane, found, window, word):
+        """Warp 0: ``found[0]`` = the total of the row's tiles before the one being scanned, from
+        their published words, starting from the window ``read_window`` read (the 32
+        predecessors nearest the tile)."""
         found[0] = T.cast(identity, ACCUM)
-        window[0] = tile - 1
         window[1] = 0
         while window[1] == 0:
-            # Lane j reads predecessor window[0] - j; lanes before the row start
-            # see an inclusive prefix of nothing.
-            word[0] = pack(STATUS_PREFIX, T.cast(identity, ACCUM))
-            if window[0] - lane >= 0:
-                word[0] = T.atomic_load(Status[side, row, window[0] - lane], memory_order="relaxed")
             window[2] = word_status(word[0])
             if T.ballot_sync(window[2] == STATUS_EMPTY) == T.uint64(0):
                 # window[2] becomes 1 + the lane of the nearest inclusive prefix (0: none).
@@ -647,12 +661,14 @@ def row_scan_program(
                     window[1] = 1
                 else:
                     window[0] = window[0] - WARP
+                    read_window(Status, side, row, lane, window, word)
                 for step in T.unroll(5):
                     found[1] = op(found[1], T.shfl_xor(found[1], 1 << step))
                 found[0] = op(found[0], found[1])
             else:
                 # Back off: spinning at full rate steals L2 bandwidth from the loads being waited on.
                 T.call_extern("handle", "__nanosleep", LOOKBACK_BACKOFF_NS)
+                read_window(Status, side, row, lane, window, word)
 
     S = T.dynamic("S")
 
@@ -676,6 +692,44 @@ def row_scan_program(
                 Control[0] = 0
                 Control[1] = 1 - side
 
+    @T.macro
+    def reduce_tile(Status, side, staging, stage, index, tx, lane, warp, raw, spans, total, running, warp_totals):
+        """``spans[c]`` = the total of staged tile ``index`` before this thread's span of chunk
+        ``c``; ``total[0]`` = the tile's total (every thread), which thread 0 publishes (an
+        inclusive prefix for a row's first tile).  Per chunk the span totals, a warp scan of
+        them, and one exchange of warp totals through ``warp_totals``."""
+        for c in T.unroll(per_tile):
+            read_span(staging, stage, raw, index, c, tx)
+            spans[c] = T.cast(identity, ACCUM)
+            for k in T.unroll(items):
+                spans[c] = op(spans[c], T.cast(raw[k], ACCUM))
+            for sh in T.unroll(5):
+                neighbour = T.shfl_up(spans[c], 1 << sh)
+                if lane >= (1 << sh):
+                    spans[c] = op(spans[c], neighbour)
+            if lane == WARP - 1:
+                warp_totals[c, warp] = spans[c]
+            spans[c] = T.shfl_up(spans[c], 1)
+            if lane == 0:
+                spans[c] = T.cast(identity, ACCUM)
+        T.sync_threads()
+        total[0] = T.cast(identity, ACCUM)
+        for c in T.unroll(per_tile):
+            running[0] = T.cast(identity, ACCUM)
+            running[1] = T.cast(identity, ACCUM)
+            for w in T.unroll(warps):
+                if w < warp:
+                    running[0] = op(running[0], warp_totals[c, w])
+                running[1] = op(running[1], warp_totals[c, w])
+            spans[c] = op(total[0], op(running[0], spans[c]))
+            total[0] = op(total[0], running[1])
+        if tx == 0:
+            T.atomic_store(
+                Status[side, index // used_tiles, index % used_tiles],
+                pack(T.if_then_else(index % used_tiles == 0, STATUS_PREFIX, STATUS_AGGREGATE), total[0]),
+                memory_order="relaxed",
+            )
+
     @T.prim_func
     def cumsum_lookback_row_scan(
         X: XT,
@@ -691,13 +745,20 @@ def row_scan_program(
             tx = T.get_thread_binding()
             staging = T.alloc_shared((stages, tile_items), dtype)
             warp_totals = T.alloc_shared((per_tile, warps), ACCUM)
-            tile_offset = T.alloc_shared((1,), ACCUM)
+            # By step parity: the last step has one barrier, so warp 0 may set its offset
+            # while other warps still read the one before.
+            tile_offset = T.alloc_shared((2,), ACCUM)
             raw = T.alloc_local((items,), dtype)
             staged = T.alloc_local((items,), dtype)  # used by reverse scans only
             vals = T.alloc_local((items,), ACCUM)
+            # Per chunk, the tile's total before this thread's span, and the tile's total: of
+            # the tile being scanned, and of the next one, reduced a step ahead.
             spans = T.alloc_local((per_tile,), ACCUM)
-            # [tile total so far, warps before this one, all warps]
-            running = T.alloc_local((3,), ACCUM)
+            total = T.alloc_local((1,), ACCUM)
+            next_spans = T.alloc_local((per_tile,), ACCUM)
+            next_total = T.alloc_local((1,), ACCUM)
+            # [warps before this one, all warps]
+            running = T.alloc_local((2,), ACCUM)
             # [sum of predecessors found so far, this lane's contribution]
             found = T.alloc_local((2,), ACCUM)
             # [nearest predecessor of the window, look-back done, this lane's status / nearest prefix]
@@ -709,67 +770,51 @@ def row_scan_program(
                 T.annotate_min_blocks_per_sm(blocks_per_sm)
             lane = tx % WARP
             warp = tx // WARP
+            steps = T.ceildiv(R * used_tiles - block, blocks)
             for j in T.unroll(stages - 1):
                 issue_tile(X, staging, j, block + j * blocks, tx)
             sides[0] = Control[1]
             clear_other_side(Status, sides[0], block, blocks, tx)
-            for step in T.serial(T.ceildiv(R * used_tiles - block, blocks)):
-                # Keep stages - 1 tiles in flight: issue the one this block scans
-                # stages - 1 steps from now, then wait for this step's.
-                issue_tile(X, staging, (step + stages - 1) % stages, block + (step + stages - 1) * blocks, tx)
-                T.ptx_wait_group(stages - 1)
+            # Each tile is reduced and its total published a step before it is scanned:
+            # by the time a block looks back, its predecessors (tiles other blocks staged
+            # about as early) have had a step to publish theirs.
+            T.ptx_wait_group(stages - 2)
+            reduce_tile(Status, sides[0], staging, 0, block, tx, lane, warp, raw, next_spans, next_total, running,
+                        warp_totals)
+            # The loop's first reduction rewrites the warp totals this one read.
+            T.sync_threads()
+            for step in T.serial(steps):
                 index = block + step * blocks
                 row = index // used_tiles
                 tile = index % used_tiles
-                stage = step % stages
-                # Each thread's span totals, a warp scan of them, one exchange of warp totals.
+                total[0] = next_total[0]
                 for c in T.unroll(per_tile):
-                    read_span(staging, stage, raw, index, c, tx)
-                    spans[c] = T.cast(identity, ACCUM)
-                    for k in T.unroll(items):
-                        spans[c] = op(spans[c], T.cast(raw[k], ACCUM))
-                    for sh in T.unroll(5):
-                        neighbour = T.shfl_up(spans[c], 1 << sh)
-                        if lane >= (1 << sh):
-                            spans[c] = op(spans[c], neighbour)
-                    if lane == WARP - 1:
-                        warp_totals[c, warp] = spans[c]
-                    spans[c] = T.shfl_up(spans[c], 1)
-                    if lane == 0:
-                        spans[c] = T.cast(identity, ACCUM)
-                T.sync_threads()
-                # spans[c] becomes the total of the tile before this thread's span of chunk c.
-                running[0] = T.cast(identity, ACCUM)
-                for c in T.unroll(per_tile):
-                    running[1] = T.cast(identity, ACCUM)
-                    running[2] = T.cast(identity, ACCUM)
-                    for w in T.unroll(warps):
-                        if w < warp:
-                            running[1] = op(running[1], warp_totals[c, w])
-                        running[2] = op(running[2], warp_totals[c, w])
-                    spans[c] = op(running[0], op(running[1], spans[c]))
-                    running[0] = op(running[0], running[2])
-                # Warp 0 publishes the tile's total and looks back while the other warps wait.
+                    spans[c] = next_spans[c]
+                issue_tile(X, staging, (step + stages - 1) % stages, block + (step + stages - 1) * blocks, tx)
+                if step + 1 < steps:
+                    T.ptx_wait_group(stages - 2)
+                    reduce_tile(Status, sides[0], staging, (step + 1) % stages, index + blocks, tx, lane, warp, raw,
+                                next_spans, next_total, running, warp_totals)
+                # Warp 0 finishes the look-back while the other warps wait.
                 if tx < WARP:
-                    if tx == 0:
-                        status = T.if_then_else(tile == 0, STATUS_PREFIX, STATUS_AGGREGATE)
-                        T.atomic_store(Status[sides[0], row, tile], pack(status, running[0]), memory_order="relaxed")
-                    look_back(Status, sides[0], row, tile, tx, found, window, word)
+                    window[0] = tile - 1
+                    read_window(Status, sides[0], row, tx, window, word)
+                    look_back(Status, sides[0], row, tx, found, window, word)
                     if tx == 0:
                         if tile > 0:
                             T.atomic_store(
                                 Status[sides[0], row, tile],
-                                pack(STATUS_PREFIX, op(found[0], running[0])),
+                                pack(STATUS_PREFIX, op(found[0], total[0])),
                                 memory_order="relaxed",
                             )
-                        tile_offset[0] = found[0]
+                        tile_offset[step % 2] = found[0]
                 T.sync_threads()
                 first_chunk = tile * per_tile
                 for c in T.unroll(per_tile):
                     if first_chunk + c < total_chunks:
-                        read_span(staging, stage, raw, index, c, tx)
+                        read_span(staging, step % stages, raw, index, c, tx)
                         widen(raw, 0, vals)
-                        vals[0] = op(op(tile_offset[0], spans[c]), vals[0])
+                        vals[0] = op(op(tile_offset[step % 2], spans[c]), vals[0])
                         for k in T.unroll(1, items):
                             vals[k] = op(vals[k - 1], vals[k])
                         if first_chunk + c < full_chunks:
