@@ -327,9 +327,9 @@ def row_scan_program(
       time, until it meets an inclusive prefix, publishes the tile's own, and
       the block scans the tile from the predecessors' total and stores.  By
       then the predecessors, staged by other blocks about as early, have had
-      a step to publish (publishing and looking back in the same step, a
-      block mostly found them empty: 23.6 against 20.6-21.4 us on an H200,
-      64 x 262144 bf16).  A tile waits only on
+      a step to publish (publishing and looking back in the same step, the
+      block waited on them: 23.6 against 20.6-21.4 us on an H200, 64 x
+      262144 bf16).  A tile waits only on
       earlier tiles, which resident blocks reach first, so the scan always
       finishes.  The status words live in a workspace that is left ready for
       the next launch (see ``ScanKernel.lookback_workspace``): no launch zeroes them.
@@ -642,10 +642,10 @@ def row_scan_program(
             word[0] = T.atomic_load(Status[side, row, window[0] - lane], memory_order="relaxed")
 
     @T.macro
-    def look_back(Status, side, row, lane, found, window, word):
-        """Warp 0: ``found[0]`` = the total of the row's tiles before the one being scanned, from
-        their published words, starting from the window ``read_window`` read (the 32
-        predecessors nearest the tile)."""
+    def look_back(Status, side, row, tile, lane, found, window, word):
+        """Warp 0: ``found[0]`` = the total of the row's tiles before ``tile``, from their published words."""
+        window[0] = tile - 1
+        read_window(Status, side, row, lane, window, word)
         found[0] = T.cast(identity, ACCUM)
         window[1] = 0
         while window[1] == 0:
@@ -795,11 +795,9 @@ def row_scan_program(
                     T.ptx_wait_group(stages - 2)
                     reduce_tile(Status, sides[0], staging, (step + 1) % stages, index + blocks, tx, lane, warp, raw,
                                 next_spans, next_total, running, warp_totals)
-                # Warp 0 finishes the look-back while the other warps wait.
+                # Warp 0 looks back while the other warps wait.
                 if tx < WARP:
-                    window[0] = tile - 1
-                    read_window(Status, sides[0], row, tx, window, word)
-                    look_back(Status, sides[0], row, tx, found, window, word)
+                    look_back(Status, sides[0], row, tile, tx, found, window, word)
                     if tx == 0:
                         if tile > 0:
                             T.atomic_store(
