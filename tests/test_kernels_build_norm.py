@@ -650,6 +650,13 @@ def test_staged_cluster_program_builds_for_sm90(cls, copies: int) -> None:
     before, loop = source.split("for (int it = 0;", 1)
     weight_loads = ("(uint4*)(W +" in before, "(uint4*)(W +" in loop)
     assert weight_loads == ((True, False) if cls is RMSNormBwdKernel else (False, True))
+    # RMSNorm's blocks start the next row's copies before the row sum's barrier, once every thread
+    # has arrived on the consumed barrier and thread 0 has fenced the async proxy; the others after.
+    early = cls is RMSNormBwdKernel
+    assert kernel.config["cluster_stage_early"] == int(early)
+    copies_first = loop.index("tileops_bulk_load(") < loop.index("__syncthreads()")
+    assert copies_first == early
+    assert ("consumed[0].arrive()" in loop and "tl::fence_proxy_async()" in loop) == early
     plain = _source(cls(32768, torch.bfloat16, config={"cluster_stage": 0}), CLUSTER, ctas=2, direct=False,
                     has_weight=True, strided=False)
     assert "tileops_bulk_load" not in plain and "loaded" not in plain
@@ -672,8 +679,10 @@ def test_tuning_weighs_the_split_of_many_rows_against_streaming() -> None:
     assert {**kernel.default_config, "many_rows_ctas": 0} in streamed
     assert {(config["stream_threads"], config["stream_unroll"]) for config in streamed} == {
         (512, 2), (512, 4), (1024, 1), (1024, 4)}
-    # The clusters' blocks compete with and without staged rows.
-    assert {config["cluster_stage"] for config in candidates if config["many_rows_ctas"]} == {0, 1024}
+    # The clusters' blocks compete with and without staged rows, staged early and after the row sum.
+    # (The same set whether the device's default stages or not.)
+    assert {(config["cluster_stage"], config["cluster_stage_early"]) for config in candidates
+            if config["many_rows_ctas"]} == {(0, 1), (1024, 0), (1024, 1)}
     # Float32 rows are streamed by default: no split candidates to add.
     assert all(config["many_rows_ctas"] == 0 for config in RMSNormBwdKernel(32768, torch.float32).autotune_configs)
 

@@ -169,6 +169,8 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False,
     blocks then spilling 12 bytes a thread; an earlier form, a block barrier with no proxy fence,
     which raced, put the fused add at 529.4 -> 605.1 in a sweep.)
 
+    ``residual``: the backward of the fused residual add.
+
     ``stream_overlap`` (streamed rows): sum the next row during the walk that writes
     this one (see ``_streamed_bwd_program``); on for LayerNorm only.  (Measured on
     H100, bf16 8192x32768: LayerNorm 854 us against 908 with the two walks apart;
@@ -1334,8 +1336,11 @@ class NormBwdKernel(RowNormKernel):
         split = self.split_layout(default, default["many_rows_ctas"]) if default["many_rows_ctas"] else None
         if split is not None:
             # The tuning rows split over clusters: the streamed shapes compete only where taken, and
-            # the clusters' blocks with and without staged rows.
-            staging = ({"cluster_stage": 0 if self.stages(split, default) else split.threads},)
+            # the clusters' blocks with and without staged rows, staged early and after the row sum.
+            if self.stages(split, default):
+                staging = ({"cluster_stage": 0}, {"cluster_stage_early": 1 - default["cluster_stage_early"]})
+            else:
+                staging = tuple({"cluster_stage": split.threads, "cluster_stage_early": early} for early in (0, 1))
             streams = ({"many_rows_ctas": 0},) + tuple({**stream, "many_rows_ctas": 0} for stream in streams) + staging
         for threads in (0, MAX_THREADS):  # a block per row group, and the largest folding blocks
             if self.layout({**self.default_config, "fold_threads": threads}) != self.layout():
@@ -1479,11 +1484,11 @@ class NormBwdKernel(RowNormKernel):
             return column_sum_program(self.N, dtype, self.accumulators)
         if name == CLUSTER:
             split = self.split_layout(config, ctas)
+            staged = self.stages(split, config)
             return _cluster_bwd_program(self.N, dtype, self.eps, split, self.layer, has_weight,
                                         self.smem_slots(split, config), self.partials_in_registers(split, config),
                                         self.blocks_per_sm(split, config), direct, strided, self.residual,
-                                        self.stages(split, config),
-                                        self.stages(split, config) and bool(config["cluster_stage_early"]))
+                                        staged, staged and bool(config["cluster_stage_early"]))
         layout = self._direct_layout(config) if direct else self.layout(config)
         if isinstance(layout, RowLayout):
             smem = None if self.partials_in_registers(layout) else self.smem_slots(layout)
