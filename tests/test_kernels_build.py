@@ -94,6 +94,13 @@ def test_cumsum_builds_every_program_for_sm90() -> None:
     # The look-back scan stages rows at any stride through 16-byte asynchronous copies.
     staged = [line for line in built["lookback"].get_kernel_source().splitlines() if "(&(X[" in line]
     assert staged and all("cp_async_gs<16>" in line and "LDX" in line for line in staged)
+    # A block reduces each tile a step ahead: its first tile's total is published before the loop,
+    # and each step publishes the next tile's before it looks back for the current one, with two
+    # block barriers a step (the warp totals', the look-back's).
+    before, loop = built["lookback"].get_kernel_source().split("for (int step = 0;", 1)
+    assert "AtomicStore(" in before and "AtomicLoad(" not in before
+    assert loop.index("AtomicStore(") < loop.index("AtomicLoad(")
+    assert loop.count("__syncthreads()") == 3  # the two a step, and the one before the block's arrival
 
 
 @needs_nvcc
