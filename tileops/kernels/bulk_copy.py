@@ -12,8 +12,11 @@ copies are device functions in the kernel's prelude (``BULK_COPY_PRELUDE``), cal
 ``T.call_extern`` on the addresses of the first elements.
 
 Both addresses and the size must be multiples of 16 bytes.  A block reading the shared buffer
-must order every thread's reads before the next copy into it (a block barrier), and must wait for
-every copy it started before it exits.
+must order every thread's reads before the next copy into it: a block barrier, or an mbarrier
+every reader arrives on once it has read, which the copying thread waits on and follows with
+``T.fence_proxy_async()`` (the reads go through the generic proxy, the copy through the async
+one; the norm backwards' ``cluster_stage_early``).  It must wait for every copy it started
+before it exits.
 
 Blocks of a cluster swap a few values (their shares of a row's sums) the same way, counted on the
 receiver's mbarrier: ``send`` stores two or four floats from the sender's registers straight into a
