@@ -61,15 +61,18 @@ def test_fast_memory_is_told_apart_by_its_peak_an_sm() -> None:
 @pytest.mark.parametrize("fast", [False, True], ids=["h100", "fast-memory"])
 def test_fast_memory_keeps_two_blocks_an_sm_on_long_rows(monkeypatch: pytest.MonkeyPatch, fast: bool) -> None:
     """Where the memory is fast, RMSNorm holds a row on at most 512 threads (streaming longer
-    half-precision ones on 1024 threads, one vector in flight each, with L2 hints) and LayerNorm
+    ones, and half-precision rows of 16384 or more on 1024 threads, two vectors in flight each,
+    with L2 hints) and LayerNorm
     streams rows of 32 KiB or more in quarter-row chunks; shorter rows and the fused residual add
     keep the H100's layouts."""
     for module in (rms_norm, layer_norm):
         monkeypatch.setattr(module, "has_fast_memory", lambda: fast)
     rms = {N: RMSNormFwdKernel(N, torch.bfloat16).layout() for N in (8192, 16384, 32768)}
     assert rms[8192] == RowLayout(8192, 8, 512, 512)
-    assert rms[16384] == RowLayout(16384, 8, 512 if fast else 1024, 512 if fast else 1024)
-    assert rms[32768] == (StreamLayout(32768, 8, 1024, 1) if fast else RowLayout(32768, 8, 1024, 1024))
+    assert rms[16384] == (StreamLayout(16384, 8, 1024, 2) if fast else RowLayout(16384, 8, 1024, 1024))
+    assert rms[32768] == (StreamLayout(32768, 8, 1024, 2) if fast else RowLayout(32768, 8, 1024, 1024))
+    assert RMSNormFwdKernel(16384, torch.float32).layout() == RowLayout(16384, 4, 512 if fast else 1024,
+                                                                        512 if fast else 1024)
     assert RMSNormFwdKernel(32768, torch.bfloat16).config["stream_hints"] == int(fast)
     assert RMSNormFwdKernel(32768, torch.float32).layout() == (StreamLayout(32768, 4, 512, 2) if fast
                                                                else RowLayout(32768, 4, 1024, 1024))
@@ -334,8 +337,8 @@ def test_row_moments_need_lanes_of_equal_shares() -> None:
 @needs_nvcc
 @pytest.mark.parametrize("N", [16384, 65536])
 def test_fast_memory_forward_programs_build_for_sm90(N: int) -> None:
-    """The layouts devices with fast memory take: RMSNorm's rows on 512 threads, LayerNorm's
-    quarter-row chunks."""
+    """The layouts devices with fast memory take: RMSNorm's half-precision rows of 16384 or more
+    streamed, two blocks an SM, LayerNorm's quarter-row chunks."""
     rms = RMSNormFwdKernel(N, torch.bfloat16, config=rms_norm.rms_norm_default_config(N, torch.bfloat16, True))
     layer = LayerNormFwdKernel(N, torch.bfloat16,
                                config=layer_norm.layer_norm_fwd_default_config(N, torch.bfloat16, True))
@@ -346,6 +349,8 @@ def test_fast_memory_forward_programs_build_for_sm90(N: int) -> None:
         assert_strided_reads_are_16_bytes(source, "LDX")
         # Streamed RMSNorm rows keep their first pass's lines in L2 for the second (LayerNorm's plain).
         streamed_rms = kernel is rms and isinstance(rms.layout(), StreamLayout)
+        if streamed_rms:  # two 1024-thread blocks an SM: 32 registers a thread
+            assert "__launch_bounds__(1024, 2)" in source
         body = source.split("__global__", 1)[1]
         first_pass, second_pass = body.split("__syncthreads()", 1) if streamed_rms else (body, body)
         assert ("tileops_load_evict_last((&(xb[" in first_pass) == streamed_rms

@@ -19,7 +19,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from tileops.kernels.norm.rms_norm import RESIDENT_HINTED, RMSNormFwdKernel, rms_norm_default_config
+from tileops.kernels.norm.rms_norm import RESIDENT_HINTED, STREAMED, RMSNormFwdKernel, rms_norm_default_config
 from tileops.kernels.scan.cumprod import CumprodFwdKernel
 from tileops.kernels.scan.cumsum import (
     COLUMN_SCAN,
@@ -161,6 +161,22 @@ def test_rms_norm_hinted_program(dtype: torch.dtype, N: int, rows: int, padding:
     torch.cuda.synchronize()
     _assert_matches(out, _rms_norm_reference(x, weight))
     assert any(key[0] == RESIDENT_HINTED for key in kernel._compiled)
+
+
+@pytest.mark.parametrize("padding", [0, 8], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("N", (16384, 20000, 32768))
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+def test_rms_norm_fast_memory_streamed_rows(dtype: torch.dtype, N: int, rows: int, padding: int) -> None:
+    # The layout of fast memory, on any GPU: rows streamed by 1024-thread blocks, two an SM.
+    kernel = _kernel(RMSNormFwdKernel, N, dtype, eps=EPS, config=rms_norm_default_config(N, dtype, fast_memory=True))
+    assert kernel.main_program() == STREAMED
+    x = torch.randn(rows, N + padding, device="cuda", dtype=dtype)[:, :N]
+    weight = torch.randn(N, device="cuda", dtype=dtype)
+    out = _poisoned_like(x)
+    kernel(x, weight, out)
+    torch.cuda.synchronize()
+    _assert_matches(out, _rms_norm_reference(x, weight))
 
 
 def test_rms_norm_takes_the_hinted_program_from_hinted_min_mib_on() -> None:

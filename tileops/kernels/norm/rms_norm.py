@@ -41,7 +41,7 @@ from tileops.kernels.norm.rows import (
     scratch_shape,
     stream_macros,
 )
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, THREADS_PER_SM, max_vector
 
 __all__ = ["RMSNormFwdKernel", "rms_norm_default_config", "resident_rms_program", "streamed_rms_program"]
 
@@ -50,6 +50,8 @@ __all__ = ["RMSNormFwdKernel", "rms_norm_default_config", "resident_rms_program"
 RESIDENT_CAP = 32
 # The most threads a row held in registers gets on devices with fast memory.
 FAST_MEMORY_ROW_THREADS = MAX_THREADS // 2
+# Half-precision rows of at least this many elements are streamed on devices with fast memory.
+FAST_MEMORY_STREAMED_ROW = 16384
 
 RESIDENT = "rms_norm_fwd_resident"
 RESIDENT_HINTED = "rms_norm_fwd_resident_hinted"
@@ -63,7 +65,8 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
 
     ``fast_memory`` (``device_traits.has_fast_memory``): a row gets at most
     ``FAST_MEMORY_ROW_THREADS`` threads in registers, so that two blocks share an SM, and rows
-    that would need more than ``RESIDENT_CAP`` elements a thread then are streamed.  A row on
+    that would need more than ``RESIDENT_CAP`` elements a thread then are streamed, as are
+    half-precision rows of ``FAST_MEMORY_STREAMED_ROW`` elements or more.  A row on
     1024 threads runs alone on its SM, which feeds an H100's memory (bf16 8192 x 32768: 352.3
     µs, 100.5 % of copy bandwidth) but not an H200's.  There, bf16, median of 7 rounds in
     turns, µs: 16384 x 16384 on 1024 threads 373.5, on 512 threads 262.6, streamed 264.4
@@ -72,7 +75,10 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
     take 1024 threads with one vector in flight each and L2 hints on both passes
     (``stream_hints``: see ``streamed_rms_program``): 8192 x 32768 bf16, µs, 512 x 2 265.9-266.3,
     with the hints 266.8; 1024 x 1 280.4, with the hints 261.4 (twice); 1024 x 2 281.7-281.9 with
-    or without (torch.compile 256.5).
+    or without (torch.compile 256.5).  Those 1024 x 2 blocks took 40 registers a thread, one block
+    an SM; held to 32 (two blocks), two vectors in flight won: 1024 x 1 262.7, x 2 260.8, x 4
+    261.1, x 4 without the hints 267.3, 512 x 2 311.2 (torch.compile 257.7); 16384 x 16384
+    streamed 1024 x 2 259.0, x 4 259.9, against 262.4 held on 512 threads (torch.compile 256.6).
 
     ``hinted_min_mib``: resident calls whose input takes at least this many MiB load it with L2's
     ``evict_last`` (the ``RESIDENT_HINTED`` program; 0: every call whose loads can take it).  The
@@ -88,7 +94,9 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
     config = {"per_thread": per_thread, "stream_threads": 512, "stream_unroll": 2, "hinted_min_mib": HINTED_MIN_MIB,
               "stream_hints": 0}
     if fast_memory and dtype.itemsize == 2:
-        config.update(stream_threads=1024, stream_unroll=1, stream_hints=1)
+        config.update(stream_threads=1024, stream_unroll=2, stream_hints=1)
+        if N >= FAST_MEMORY_STREAMED_ROW:
+            config["per_thread"] = 2 * RESIDENT_CAP  # more than a thread holds: the rows are streamed
     return config
 
 
@@ -206,6 +214,10 @@ def streamed_rms_program(N: int, dtype: str, eps: float, layout: StreamLayout, r
     @T.macro
     def body(X, R, W, Y, RO):
         with T.Kernel(M, threads=threads, prelude=CACHE_HINT_PRELUDE if hints else None) as row:
+            if threads == MAX_THREADS:
+                # Two blocks an SM (32 registers a thread): one alone leaves the memory idle while
+                # it sums its row, and more vectors in flight took 40 registers or more.
+                T.annotate_min_blocks_per_sm(THREADS_PER_SM // threads)
             T.assume(LDX % vector == 0)
             if residual:
                 T.assume(LDR % vector == 0)
@@ -270,8 +282,8 @@ class RMSNormFwdKernel(RowNormFwdKernel):
     """
 
     # "3": the norm family's resident and streamed row programs (``per_thread`` and ``stream_*`` keys);
-    # "4": ``stream_hints``.
-    version = "4"
+    # "4": ``stream_hints``; "5": 1024-thread streamed blocks held to two an SM.
+    version = "5"
     resident_name, streamed_name, hinted_name = RESIDENT, STREAMED, RESIDENT_HINTED
     # Whether the rows are ``x + residual`` (the fused residual add's programs).
     residual = False
