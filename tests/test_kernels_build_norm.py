@@ -101,8 +101,15 @@ def test_fast_memory_keeps_two_blocks_an_sm_on_long_rows(monkeypatch: pytest.Mon
     for N in (4096, 8192):
         assert RMSNormFwdKernel(N, torch.bfloat16).config == rms_norm.rms_norm_default_config(N, torch.bfloat16,
                                                                                               fast)
-        assert LayerNormFwdKernel(N, torch.bfloat16).config == layer_norm.layer_norm_fwd_default_config(
+        layer_config = LayerNormFwdKernel(N, torch.bfloat16).config
+        assert layer_config == layer_norm.layer_norm_fwd_default_config(N, torch.bfloat16, fast)
+        # Rows held in registers keep the H100's layout; fast memory caps their registers only.
+        assert {**layer_config, "resident_blocks_per_sm": 0} == layer_norm.layer_norm_fwd_default_config(
             N, torch.bfloat16)
+    held = {(N, dtype): LayerNormFwdKernel(N, dtype).config["resident_blocks_per_sm"]
+            for N, dtype in ((4096, torch.bfloat16), (8192, torch.bfloat16), (4096, torch.float32))}
+    assert held == ({(4096, torch.bfloat16): 6, (8192, torch.bfloat16): 3, (4096, torch.float32): 4} if fast
+                    else dict.fromkeys(held, 0))
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["h100", "fast-memory"])
@@ -327,6 +334,25 @@ def test_layer_norm_resident_rows_reduce_both_moments_at_one_barrier(N: int, dty
     shuffles = [line for line in source.splitlines() if "__shfl_xor_sync" in line]
     assert len(shuffles) == reductions * (2 if layout.row_threads > 32 else 1) * (layout.row_threads > 1)
     assert " / " not in source.split("__global__", 1)[1]
+
+
+@needs_nvcc
+def test_layer_norm_large_calls_take_the_program_held_to_more_blocks_an_sm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On fast memory, resident LayerNorm calls of ``HELD_MIN_MIB`` or more (and the hinted ones)
+    take a program whose registers let six 256-thread blocks share an SM; smaller calls keep the
+    compiler's choice, which a single row runs faster with."""
+    monkeypatch.setattr(layer_norm, "has_fast_memory", lambda: True)
+    kernel = LayerNormFwdKernel(4096, torch.bfloat16)
+    held_min = layer_norm.HELD_MIN_MIB << 20
+    assert kernel.row_program(held_min - 1) == layer_norm.RESIDENT
+    assert kernel.row_program(held_min) == layer_norm.RESIDENT_HELD
+    assert kernel.row_program(kernel.config["hinted_min_mib"] << 20) == layer_norm.RESIDENT_HINTED
+    shape = {"has_weight": True, "has_bias": True}
+    assert "__launch_bounds__(256, 1)" in _source(kernel, layer_norm.RESIDENT, **shape)
+    for name in (layer_norm.RESIDENT_HELD, layer_norm.RESIDENT_HINTED):
+        assert "__launch_bounds__(256, 6)" in _source(kernel, name, **shape)
+    assert LayerNormFwdKernel(4096, torch.bfloat16, config={**kernel.config, "resident_blocks_per_sm": 0}
+                              ).row_program(held_min) == layer_norm.RESIDENT
 
 
 def test_row_moments_need_lanes_of_equal_shares() -> None:

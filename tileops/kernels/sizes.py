@@ -3,7 +3,7 @@
 import torch
 
 __all__ = [
-    "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "THREADS_PER_SM", "MIN_BLOCK_THREADS", "VECTOR_BYTES", "MAX_EXTENT",
+    "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "THREADS_PER_SM", "REGISTERS_PER_SM", "MIN_BLOCK_THREADS", "VECTOR_BYTES", "MAX_EXTENT",
     "is_pow2", "next_pow2", "largest_pow2_divisor", "max_vector", "row_vector", "check_kernel_args",
 ]
 
@@ -14,6 +14,8 @@ WARP = 32
 MAX_THREADS = 1024
 # Threads an SM holds at once (sm_80 and sm_90).
 THREADS_PER_SM = 2048
+# 32-bit registers of an SM (sm_80 to sm_90).
+REGISTERS_PER_SM = 65536
 # Short rows share a block: never launch fewer threads than this per block.
 MIN_BLOCK_THREADS = 128
 # The widest global-memory access of one thread (one 128-bit load or store).

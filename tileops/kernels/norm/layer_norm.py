@@ -30,6 +30,7 @@ from tileops.kernels.norm.rows import (
     RowLayout,
     RowNormFwdKernel,
     StreamLayout,
+    resident_layout,
     resident_macros,
     row_moments_macro,
     row_sum_macro,
@@ -37,7 +38,7 @@ from tileops.kernels.norm.rows import (
     scratch_shape,
     stream_macros,
 )
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, max_vector, next_pow2
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, REGISTERS_PER_SM, THREADS_PER_SM, max_vector, next_pow2
 
 __all__ = ["LayerNormFwdKernel", "LayerNormBwdKernel", "layer_norm_fwd_default_config"]
 
@@ -50,9 +51,19 @@ RESIDENT_BYTES = 32
 FAST_MEMORY_STREAMED_BYTES = MAX_THREADS * RESIDENT_BYTES
 FAST_MEMORY_CHUNKS_A_ROW = 4
 FAST_MEMORY_STREAM_UNROLL = 2
+# Registers a thread of the resident program may take on devices with fast memory, by element
+# size: what its two vectors of x (and x in float32) need without spilling, so that more blocks
+# share an SM (see ``layer_norm_fwd_default_config``).
+FAST_MEMORY_RESIDENT_REGISTERS = {2: 40, 4: 32}
 
 RESIDENT = "layer_norm_fwd_resident"
 RESIDENT_HINTED = "layer_norm_fwd_resident_hinted"
+# The resident program held to ``resident_blocks_per_sm``, taken by calls of ``HELD_MIN_MIB`` or more.
+RESIDENT_HELD = "layer_norm_fwd_resident_held"
+# Calls whose input takes this many MiB or more fill the GPU many times over: only they gain from
+# more blocks an SM, while a call of a few rows waits longer on each held block (see
+# ``layer_norm_fwd_default_config``).
+HELD_MIN_MIB = 16
 STREAMED = "layer_norm_fwd_streamed"
 
 
@@ -69,7 +80,15 @@ def layer_norm_fwd_default_config(N: int, dtype: torch.dtype, fast_memory: bool 
     467.4, streamed 256/2 277.3, 512/2 313.1, 256/4 281.6, 512/4 442.6, 1024/1 418.2
     (torch.compile 257.1); 8192 x 32768 512/2 276.6, 1024/1 326.6, 1024/2 351.9, 512/1 283.8,
     512/4 377.7, 256/2 338.6 (torch.compile 338.6); 4096 x 65536 1024/2 292.1, 1024/1 304.5,
-    512/2 345.0, 256/2 375.2 (torch.compile 442.7).
+    512/2 345.0, 256/2 375.2 (torch.compile 442.7).  Resident rows there are held to
+    ``FAST_MEMORY_RESIDENT_REGISTERS`` a thread (``resident_blocks_per_sm``; 0: the compiler
+    chooses): the compiler took 48 (bf16, 16 elements a thread) and 40 (float32, 8), five and
+    three blocks an SM.  H200, median of 7 rounds in turns, µs, compiler's / held: bf16 32768 x
+    4096 137.4 / 129.2 (six 256-thread blocks, 40 registers; 32 spilled 20 bytes), float32 8 x
+    2048 x 4096 128.1 / 124.9 (four 512-thread blocks, 32 registers); torch.compile 187.3 and
+    127.2.  A single row of 4096 bf16 ran slower held (bench: 5.54 µs against 4.90 before,
+    torch.compile 5.31), so only calls of ``HELD_MIN_MIB`` or more take the held program
+    (``RESIDENT_HELD``, and the hinted one).
 
     ``hinted_min_mib``: resident calls whose input takes at least this many MiB load it with L2's
     ``evict_last`` (the ``RESIDENT_HINTED`` program; 0: every call whose loads can take it), as
@@ -84,13 +103,19 @@ def layer_norm_fwd_default_config(N: int, dtype: torch.dtype, fast_memory: bool 
         per_thread = 4 * vector_elems  # more than a thread holds: the rows are streamed
         unroll = FAST_MEMORY_STREAM_UNROLL
         threads = min(MAX_THREADS, next_pow2(-(-N // (FAST_MEMORY_CHUNKS_A_ROW * unroll * vector_elems))))
+    blocks_per_sm = 0
+    if fast_memory:
+        block_threads = resident_layout(N, dtype, per_thread).block_threads
+        blocks_per_sm = min(THREADS_PER_SM // block_threads,
+                            REGISTERS_PER_SM // (FAST_MEMORY_RESIDENT_REGISTERS[dtype.itemsize] * block_threads))
     return {"per_thread": per_thread, "stream_threads": threads, "stream_unroll": unroll,
-            "hinted_min_mib": HINTED_MIN_MIB}
+            "hinted_min_mib": HINTED_MIN_MIB, "resident_blocks_per_sm": blocks_per_sm}
 
 
 def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has_weight: bool, has_bias: bool,
-                          policy: Optional[str] = None) -> Any:
-    """``policy``: the L2 eviction hint of the row's loads (``cache_hints``; None: plain loads)."""
+                          policy: Optional[str] = None, blocks_per_sm: int = 0) -> Any:
+    """``policy``: the L2 eviction hint of the row's loads (``cache_hints``; None: plain loads);
+    ``blocks_per_sm``: blocks an SM must hold at once, which caps a thread's registers (0: none)."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     M = T.dynamic("M")
@@ -143,6 +168,8 @@ def _resident_fwd_program(N: int, dtype: str, eps: float, layout: RowLayout, has
     @T.macro
     def body(X, W, B, Y):
         with T.Kernel(T.ceildiv(M, rows_per_block), threads=layout.block_threads, prelude=prelude) as bx:
+            if blocks_per_sm:
+                T.annotate_min_blocks_per_sm(blocks_per_sm)
             T.assume(LDX % vector == 0)
             tx = T.get_thread_binding()
             xb = T.alloc_local((per_thread,), dtype)
@@ -289,8 +316,9 @@ class LayerNormFwdKernel(RowNormFwdKernel):
     all 16-byte aligned on one GPU.
     """
 
-    # "2": large resident calls take the hinted program (``hinted_min_mib``).
-    version = "2"
+    # "2": large resident calls take the hinted program (``hinted_min_mib``); "3":
+    # ``resident_blocks_per_sm``.
+    version = "3"
     resident_name, streamed_name, hinted_name = RESIDENT, STREAMED, RESIDENT_HINTED
 
     @property
@@ -306,8 +334,23 @@ class LayerNormFwdKernel(RowNormFwdKernel):
         dtype = torch_dtype_to_tl(self.dtype)
         if isinstance(layout, RowLayout):
             policy = EVICT_LAST if name == RESIDENT_HINTED else None
-            return _resident_fwd_program(self.N, dtype, self.eps, layout, has_weight, has_bias, policy)
+            blocks_per_sm = 0 if name == RESIDENT else config["resident_blocks_per_sm"]
+            return _resident_fwd_program(self.N, dtype, self.eps, layout, has_weight, has_bias, policy, blocks_per_sm)
         return _streamed_fwd_program(self.N, dtype, self.eps, layout, has_weight, has_bias)
+
+    def row_program(self, input_bytes: int) -> str:
+        """``RowNormKernel.row_program``; under a ``resident_blocks_per_sm``, resident calls of
+        ``HELD_MIN_MIB`` or more take the program held to it (the hinted program always is)."""
+        name = super().row_program(input_bytes)
+        if name == RESIDENT and self.config["resident_blocks_per_sm"] and input_bytes >= HELD_MIN_MIB << 20:
+            return RESIDENT_HELD
+        return name
+
+    def row_program_names(self) -> List[str]:
+        names = super().row_program_names()
+        if RESIDENT in names and self.config["resident_blocks_per_sm"]:
+            names.append(RESIDENT_HELD)
+        return names
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
         return [(name, (("has_bias", True), ("has_weight", True))) for name in self.row_program_names()]
