@@ -144,6 +144,16 @@ def test_rms_norm(dtype: torch.dtype, N: int, rows: int) -> None:
     _assert_matches(out, _rms_norm_reference(x, weight))
 
 
+def _check_rows_apart(kernel: RMSNormFwdKernel, rows: int, N: int, dtype: torch.dtype, padding: int) -> None:
+    """RMSNorm of ``rows`` rows of ``N`` lying ``N + padding`` elements apart, against the reference."""
+    x = torch.randn(rows, N + padding, device="cuda", dtype=dtype)[:, :N]
+    weight = torch.randn(N, device="cuda", dtype=dtype)
+    out = _poisoned_like(x)
+    kernel(x, weight, out)
+    torch.cuda.synchronize()
+    _assert_matches(out, _rms_norm_reference(x, weight))
+
+
 @pytest.mark.parametrize("padding", [0, 8], ids=["contiguous", "strided"])
 @pytest.mark.parametrize("rows", ROWS)
 @pytest.mark.parametrize("N", (8, 24, 4096, 5120, 8192, 32768))
@@ -154,12 +164,7 @@ def test_rms_norm_hinted_program(dtype: torch.dtype, N: int, rows: int, padding:
     kernel = _kernel(RMSNormFwdKernel, N, dtype, eps=EPS,
                      config={**rms_norm_default_config(N, dtype), "hinted_min_mib": 0})
     assert kernel.hinted_program() == RESIDENT_HINTED
-    x = torch.randn(rows, N + padding, device="cuda", dtype=dtype)[:, :N]
-    weight = torch.randn(N, device="cuda", dtype=dtype)
-    out = _poisoned_like(x)
-    kernel(x, weight, out)
-    torch.cuda.synchronize()
-    _assert_matches(out, _rms_norm_reference(x, weight))
+    _check_rows_apart(kernel, rows, N, dtype, padding)
     assert any(key[0] == RESIDENT_HINTED for key in kernel._compiled)
 
 
@@ -171,12 +176,7 @@ def test_rms_norm_fast_memory_streamed_rows(dtype: torch.dtype, N: int, rows: in
     # The layout of fast memory, on any GPU: rows streamed by 1024-thread blocks, two an SM.
     kernel = _kernel(RMSNormFwdKernel, N, dtype, eps=EPS, config=rms_norm_default_config(N, dtype, fast_memory=True))
     assert kernel.main_program() == STREAMED
-    x = torch.randn(rows, N + padding, device="cuda", dtype=dtype)[:, :N]
-    weight = torch.randn(N, device="cuda", dtype=dtype)
-    out = _poisoned_like(x)
-    kernel(x, weight, out)
-    torch.cuda.synchronize()
-    _assert_matches(out, _rms_norm_reference(x, weight))
+    _check_rows_apart(kernel, rows, N, dtype, padding)
 
 
 def test_rms_norm_takes_the_hinted_program_from_hinted_min_mib_on() -> None:
