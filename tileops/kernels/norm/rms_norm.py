@@ -72,7 +72,7 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
     turns, µs: 16384 x 16384 on 1024 threads 373.5, on 512 threads 262.6, streamed 264.4
     (torch.compile 256.7); 8192 x 32768 on 1024 threads 285.6, streamed 266.7 (torch.compile
     256.4; 256 streaming threads 329.6, 1024 282.1).  Half-precision rows streamed on fast memory
-    take 1024 threads with one vector in flight each and L2 hints on both passes
+    take 1024 threads with two vectors in flight each and L2 hints on both passes
     (``stream_hints``: see ``streamed_rms_program``): 8192 x 32768 bf16, µs, 512 x 2 265.9-266.3,
     with the hints 266.8; 1024 x 1 280.4, with the hints 261.4 (twice); 1024 x 2 281.7-281.9 with
     or without (torch.compile 256.5).  Those 1024 x 2 blocks took 40 registers a thread, one block
