@@ -62,9 +62,9 @@ def test_fast_memory_is_told_apart_by_its_peak_an_sm() -> None:
 def test_fast_memory_keeps_two_blocks_an_sm_on_long_rows(monkeypatch: pytest.MonkeyPatch, fast: bool) -> None:
     """Where the memory is fast, RMSNorm holds a row on at most 512 threads (streaming longer
     ones, and half-precision rows of 16384 or more on 1024 threads, two vectors in flight each,
-    with L2 hints) and LayerNorm
-    streams rows of 32 KiB or more in quarter-row chunks; shorter rows and the fused residual add
-    keep the H100's layouts."""
+    with L2 hints) and LayerNorm streams rows of 32 KiB or more in quarter-row chunks (holding
+    shorter ones to fewer registers); shorter rows and the fused residual add keep the H100's
+    layouts."""
     for module in (rms_norm, layer_norm):
         monkeypatch.setattr(module, "has_fast_memory", lambda: fast)
     rms = {N: RMSNormFwdKernel(N, torch.bfloat16).layout() for N in (8192, 16384, 32768)}
