@@ -98,13 +98,12 @@ def layer_norm_fwd_default_config(N: int, dtype: torch.dtype, fast_memory: bool 
     84.93 / 87.68, 16384 rows 176.30 / 174.88 (torch.compile 175.62)."""
     vector_elems = max_vector(dtype)
     per_thread = max(2 * vector_elems, -(-N // MAX_THREADS))
-    threads, unroll = 1024, 1
+    threads, unroll, blocks_per_sm = 1024, 1, 0
     if fast_memory and N * dtype.itemsize >= FAST_MEMORY_STREAMED_BYTES:
         per_thread = 4 * vector_elems  # more than a thread holds: the rows are streamed
         unroll = FAST_MEMORY_STREAM_UNROLL
         threads = min(MAX_THREADS, next_pow2(-(-N // (FAST_MEMORY_CHUNKS_A_ROW * unroll * vector_elems))))
-    blocks_per_sm = 0
-    if fast_memory:
+    elif fast_memory:  # rows held in registers
         block_threads = resident_layout(N, dtype, per_thread).block_threads
         blocks_per_sm = min(THREADS_PER_SM // block_threads,
                             REGISTERS_PER_SM // (FAST_MEMORY_RESIDENT_REGISTERS[dtype.itemsize] * block_threads))
