@@ -142,7 +142,9 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False,
     keeps a block per row group: four 256-thread blocks an SM rather than two of 512 overlap one
     group's row sum with the others' loads (H200, 32768 x 4096, median of 7 rounds in turns, µs,
     two groups a block / one: bf16 235.6 / 226.3, fp16 228.6 / 217.2; 768 threads an SM, more
-    registers, 234.2 and 225.1).
+    registers, 234.2 and 225.1).  The fused add's backward in float16 keeps a block per row group
+    too: folded, its rows of 2048 and 4096 took 64 registers a thread and spilled 32 bytes
+    (bfloat16's fold does not spill; float16's widening takes more registers).
 
     ``cluster_ctas``, ``cluster_rows``: calls of at most ``cluster_rows`` streamed rows split
     each row over a cluster of ``cluster_ctas`` blocks (see ``_cluster_bwd_program``).  (Measured
@@ -179,7 +181,7 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False,
     per_thread = 2 * vector_elems if N >= 2048 else vector_elems
     return {"per_thread": max(per_thread, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 4,
             "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024, "stream_overlap": int(layer),
-            "fold_threads": 0 if fast_memory and layer else FOLD_THREADS,
+            "fold_threads": 0 if (fast_memory and layer) or (residual and dtype == torch.float16) else FOLD_THREADS,
             "cluster_ctas": CLUSTER_CTAS, "cluster_rows": CLUSTER_ROWS,
             "many_rows_ctas": many_rows_ctas(N, dtype), "cluster_stage": MAX_THREADS if fast_memory else 0,
             "cluster_stage_early": int(not layer and not residual)}
