@@ -129,6 +129,12 @@ class AutogradPlan:
                              f"{self.backward.name} does not take all of its inputs")
         shapes = dict(workload.shapes)
         fwd_shapes = tuple((fwd, tuple(shapes[bwd])) for fwd, bwd in self.fwd_inputs if bwd in shapes)
+        # A gradient the Bwd op returns of a Fwd input it does not take (LayerNorm's bias) needs
+        # that input in the autograd baseline, and only a Fwd workload gives its shape.
+        absent = sorted({fwd for _, fwd in self.wrt} - {fwd for fwd, _ in fwd_shapes})
+        if absent:
+            raise ValueError(f"{self.forward.name} has no workload {workload.label!r} and "
+                             f"{self.backward.name} returns the gradient of its {absent} but does not take them")
         return Workload(workload.label, fwd_shapes, workload.dtypes, tuple(shared.items()), workload.location)
 
 

@@ -345,3 +345,33 @@ def test_an_absent_gradient_input_is_no_root_of_the_autograd_baseline(manifest):
                      generator=torch.Generator().manual_seed(0))
     result = run_case(case, ctx)
     assert [(o.variant, o.status) for o in result.outcomes] == [("tileops", "ok"), ("eager", "ok"), ("compile", "ok")]
+
+
+def test_a_reshaped_bwd_case_missing_a_fwd_input_it_returns_the_gradient_of_takes_its_own_reference(manifest):
+    # A sweep's reshaped LayerNorm backward matches no LayerNormFwdOp workload by label, and the
+    # backward takes no bias, whose gradient it returns: autograd of the forward cannot stand in,
+    # so its own reference is the baseline (it computes the same three gradients).
+    from benchmarks.config_sweep import reshaped_case
+    from benchmarks.runner import variants_and_inputs
+
+    spec = manifest.op("LayerNormBwdOp")
+    case = reshaped_case(Case(spec, next(w for w in spec.workloads if w.label == "decode-1x4k"), "bfloat16"),
+                         {"grad_y": (3, 64), "x": (3, 64), "weight": (64,)}, {})
+    plan, _ = plan_autograd(manifest, spec)
+    with pytest.raises(ValueError, match=r"LayerNormBwdOp returns the gradient of its \['bias'\]"):
+        plan.forward_workload(case.workload)
+
+    class Reference:
+        def reference(self, *args):
+            return args
+
+    ctx = RunContext(manifest, FakeBackend(), "cpu", compiler=identity_compiler)
+    variants, _, note = variants_and_inputs(case, Reference(), ctx)
+    assert [v.name for v in variants] == ["tileops", "eager", "compile"]
+    assert note.startswith("baseline: LayerNormBwdOp.reference (") and "'bias'" in note
+    # RMSNorm's backward returns gradients of inputs it takes only: the reshaped case keeps autograd.
+    rms = manifest.op("RMSNormBwdOp")
+    rms_case = reshaped_case(Case(rms, next(w for w in rms.workloads if w.label == "decode-1x4k"), "bfloat16"),
+                             {"grad_y": (3, 64), "x": (3, 64), "weight": (64,)}, {})
+    rms_plan, _ = plan_autograd(manifest, rms)
+    assert dict(rms_plan.forward_workload(rms_case.workload).shapes) == {"x": (3, 64), "weight": (64,)}
