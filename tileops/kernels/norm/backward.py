@@ -180,9 +180,10 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False,
     RMSNorm 775 against 645, its second reads of a row then missing L2 more often.)"""
     vector_elems = max_vector(dtype)
     per_thread = 2 * vector_elems if N >= 2048 else vector_elems
+    folds = not (fast_memory and layer) and not (residual and dtype == torch.float16)
     return {"per_thread": max(per_thread, -(-N // MAX_THREADS)), "stream_threads": 512, "stream_unroll": 4,
             "resident_row_bytes": RESIDENT_ROW_BYTES, "sm_threads": 1024, "stream_overlap": int(layer),
-            "fold_threads": 0 if (fast_memory and layer) or (residual and dtype == torch.float16) else FOLD_THREADS,
+            "fold_threads": FOLD_THREADS if folds else 0,
             "cluster_ctas": CLUSTER_CTAS, "cluster_rows": CLUSTER_ROWS,
             "many_rows_ctas": many_rows_ctas(N, dtype), "cluster_stage": MAX_THREADS if fast_memory else 0,
             "cluster_stage_early": int(not layer and not residual)}
