@@ -387,6 +387,20 @@ def test_fast_memory_forward_programs_build_for_sm90(N: int) -> None:
 
 
 @needs_nvcc
+@pytest.mark.parametrize("cls", [RMSNormFwdKernel, LayerNormFwdKernel, FusedAddRMSNormFwdKernel])
+@pytest.mark.parametrize("N, dtype, fast", [(4096, torch.bfloat16, True), (4096, torch.float32, True),
+                                            (32768, torch.bfloat16, True), (32768, torch.bfloat16, False)])
+def test_forward_programs_hold_their_rows_without_spilling(monkeypatch: pytest.MonkeyPatch, cls, N, dtype, fast,
+                                                           tmp_path) -> None:
+    """Every program a forward call may launch keeps its values in registers, the ones held to
+    more blocks an SM (``resident_blocks_per_sm``, the streamed RMSNorm's two blocks) included."""
+    for module in (rms_norm, layer_norm):
+        monkeypatch.setattr(module, "has_fast_memory", lambda: fast)
+    for name, program in cls(N, dtype).build_all_for_sm90().items():
+        assert ptxas_report(program.get_kernel_source(), str(tmp_path))["spill_bytes"] == 0, name
+
+
+@needs_nvcc
 @pytest.mark.parametrize("cls, N, dtype, has_weight", [
     (RMSNormBwdKernel, 1024, torch.bfloat16, True),
     (LayerNormBwdKernel, 16384, torch.bfloat16, True),
