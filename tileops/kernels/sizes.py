@@ -3,7 +3,8 @@
 import torch
 
 __all__ = [
-    "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "THREADS_PER_SM", "REGISTERS_PER_SM", "MIN_BLOCK_THREADS", "VECTOR_BYTES", "MAX_EXTENT",
+    "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "THREADS_PER_SM", "REGISTERS_PER_SM", "MIN_BLOCK_THREADS",
+    "VECTOR_BYTES", "MAX_EXTENT",
     "is_pow2", "next_pow2", "largest_pow2_divisor", "max_vector", "row_vector", "check_kernel_args",
 ]
 
