@@ -432,6 +432,41 @@ def test_float16_fused_add_backward_keeps_a_block_a_row_group(monkeypatch: pytes
     assert FusedAddRMSNormBwdKernel(8192, torch.float16).layout() == RowLayout(8192, 8, 512, 512)
 
 
+@pytest.mark.parametrize("fast", [False, True], ids=["h100", "fast-memory"])
+def test_bfloat16_backward_widens_by_word_where_it_pays(monkeypatch: pytest.MonkeyPatch, fast: bool) -> None:
+    """Widening by word keeps more float32 values live (see ``NormBwdKernel.widening_pays``): not
+    for the fused add's resident rows, nor for rows split over clusters whose blocks stage the
+    next row early (RMSNorm's on fast memory); never for other dtypes."""
+    monkeypatch.setattr(backward, "has_fast_memory", lambda: fast)
+
+    def widens(cls, N, dtype=torch.bfloat16):
+        return cls(N, dtype).config["widen_by_word"] == 1
+
+    for N in (1024, 4096, 8192, 32768):
+        assert widens(LayerNormBwdKernel, N)
+        assert not widens(LayerNormBwdKernel, N, torch.float16) and not widens(RMSNormBwdKernel, N, torch.float32)
+    assert widens(RMSNormBwdKernel, 4096) and not widens(FusedAddRMSNormBwdKernel, 4096)
+    assert widens(FusedAddRMSNormBwdKernel, 32768)
+    assert widens(RMSNormBwdKernel, 32768) == (not fast)
+    # The tuner weighs the other choice.
+    kernel = RMSNormBwdKernel(4096, torch.bfloat16)
+    assert {**kernel.default_config, "widen_by_word": 0} in kernel.autotune_configs
+    assert all(config["widen_by_word"] == 0 for config in RMSNormBwdKernel(4096, torch.float16).autotune_configs)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("widen", [0, 1])
+def test_widened_backward_reads_bfloat16_by_whole_words(widen: int) -> None:
+    """Every element the widened program reads from a bfloat16 row buffer goes through the prelude's
+    word function; by cast, none do; float16 ignores the key."""
+    kernel = RMSNormBwdKernel(4096, torch.bfloat16, config={"widen_by_word": widen})
+    source = _source(kernel, RESIDENT, direct=False, has_weight=True, strided=False)
+    assert ("tileops_bf16_at(" in source) == bool(widen)
+    half = _source(RMSNormBwdKernel(4096, torch.float16, config={"widen_by_word": widen}), RESIDENT,
+                   direct=False, has_weight=True, strided=False)
+    assert "tileops_bf16_at" not in half
+
+
 @needs_nvcc
 # Fast memory changes the resident layout of LayerNorm's backward only.
 @pytest.mark.parametrize("cls, fast", [(RMSNormBwdKernel, False), (FusedAddRMSNormBwdKernel, False),

@@ -68,6 +68,7 @@ from tileops.kernels.norm.rows import (
     stream_macros,
 )
 from tileops.kernels.sizes import ACCUM, MAX_THREADS, THREADS_PER_SM, WARP, max_vector
+from tileops.kernels.widening import BF16_WIDEN_PRELUDE, to_float32
 
 __all__ = ["NormBwdKernel", "norm_bwd_default_config", "RESIDENT", "STREAMED", "CLUSTER", "COLUMN_SUM"]
 
@@ -174,6 +175,9 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False,
 
     ``residual``: the backward of the fused residual add.
 
+    ``widen_by_word``: bfloat16 elements widen by their whole 32-bit word (``widening``); 0 here,
+    the kernel's ``default_config`` sets it where ``NormBwdKernel.widening_pays``.
+
     ``stream_overlap`` (streamed rows): sum the next row during the walk that writes
     this one (see ``_streamed_bwd_program``); on for LayerNorm only.  (Measured on
     H100, bf16 8192x32768: LayerNorm 854 us against 908 with the two walks apart;
@@ -186,7 +190,7 @@ def norm_bwd_default_config(N: int, dtype: torch.dtype, layer: bool = False,
             "fold_threads": FOLD_THREADS if folds else 0,
             "cluster_ctas": CLUSTER_CTAS, "cluster_rows": CLUSTER_ROWS,
             "many_rows_ctas": many_rows_ctas(N, dtype), "cluster_stage": MAX_THREADS if fast_memory else 0,
-            "cluster_stage_early": int(not layer and not residual)}
+            "cluster_stage_early": int(not layer and not residual), "widen_by_word": 0}
 
 
 def many_rows_ctas(N: int, dtype: torch.dtype) -> int:
@@ -389,17 +393,20 @@ def _added_gradient(residual: bool) -> Callable[[Any, Any], Any]:
     return added
 
 
-def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int) -> Dict[str, Callable[..., Any]]:
+def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int,
+                  widen: bool = False) -> Dict[str, Callable[..., Any]]:
     """Per-element expressions of both backward programs, reading the row state ``st``.
 
     RMSNorm rows leave ``r`` in ``st[0]`` and ``mean(g * w * x) * r^2`` in ``st[1]``;
     LayerNorm rows leave their mean and rstd in ``st[mean]`` and ``st[rstd]``,
     ``mean(g * w)`` in ``st[2]``, ``mean(g * w * xhat)`` in ``st[3]``, their shift ``s`` in
     ``st[4]`` and, for the ``widened_`` expressions, the constants ``st[7..9]``.
+    ``widen``: bfloat16 elements of local buffers widen by their whole word (``widening``; the
+    program's kernel must name ``BF16_WIDEN_PRELUDE``).
     """
 
     def f32(v):
-        return T.cast(v, ACCUM)
+        return to_float32(T, v) if widen else T.cast(v, ACCUM)
 
     def scaled(g, w):
         """``g * w`` in float32 (``g`` without a weight)."""
@@ -515,7 +522,8 @@ def _one_pass_sums(T: Any, element: Dict[str, Callable[..., Any]], layer: bool, 
 
 def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, layer: bool, has_weight: bool,
                           smem_slots: Optional[Tuple[int, ...]], blocks_per_sm: int, direct: bool = False,
-                          fold: bool = False, strided: bool = False, residual: bool = False) -> Any:
+                          fold: bool = False, strided: bool = False, residual: bool = False,
+                          widen: bool = False) -> Any:
     """``smem_slots`` None: partial sums in registers, a partials row per row group; else the
     shared-memory slots of each partial sum of a row group (see ``_accumulator_macros``), the
     rest being in the partials buffer.
@@ -554,7 +562,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     block_threads = layout.block_threads
     group_vectors = layout.vecs * row_threads  # (column group, lane) pairs of a row group
 
-    element = _element_math(T, dtype, has_weight, 5, 6)
+    element = _element_math(T, dtype, has_weight, 5, 6, widen)
     f32, rms_grad = element["f32"], element["rms_grad"]
     # LayerNorm rows are widened once (see ``_one_pass_sums``): its terms read ``x - s`` where
     # RMSNorm's read ``x``.
@@ -708,7 +716,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
     def body(G, X, W, DX, PW, PB, R):
         # ``Q``: the partials rows; the row groups striding over the rows are ``groups``.
         groups = Q * rows_per_block if fold else Q
-        with T.Kernel(Q if fold else T.ceildiv(Q, rows_per_block), threads=block_threads) as bx:
+        with T.Kernel(Q if fold else T.ceildiv(Q, rows_per_block), threads=block_threads,
+                      prelude=BF16_WIDEN_PRELUDE if widen else None) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
@@ -760,7 +769,8 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
 
 def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, layer: bool, has_weight: bool,
                           smem_slots: Tuple[int, ...], register_groups: Tuple[int, ...], blocks_per_sm: int,
-                          overlap: bool, direct: bool = False, strided: bool = False, residual: bool = False) -> Any:
+                          overlap: bool, direct: bool = False, strided: bool = False, residual: bool = False,
+                          widen: bool = False) -> Any:
     """A row group walks each of its rows twice: once for the row sums, then again (mostly from L2)
     to write the gradient and add the partial-sum terms.
 
@@ -783,7 +793,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
     row_sum = row_sum_macro(T, threads, sums)
     accumulators = 2 if layer else 1
 
-    element = _element_math(T, dtype, has_weight, 5, 6)
+    element = _element_math(T, dtype, has_weight, 5, 6, widen)
     f32, rms_grad, layer_grad = element["f32"], element["rms_grad"], element["layer_grad"]
     rms_weight_term, layer_weight_term, bias_term = (
         element["rms_weight_term"], element["layer_weight_term"], element["bias_term"])
@@ -908,7 +918,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
 
     @T.macro
     def body(G, X, W, DX, PW, PB, R):
-        with T.Kernel(Q, threads=threads) as block:
+        with T.Kernel(Q, threads=threads, prelude=BF16_WIDEN_PRELUDE if widen else None) as block:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
@@ -969,7 +979,7 @@ class ClusterLayout:
 def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, layer: bool, has_weight: bool,
                          smem_slots: Tuple[int, ...], register_partials: bool, blocks_per_sm: int,
                          direct: bool = False, strided: bool = False, residual: bool = False,
-                         staged: bool = False, early: bool = False) -> Any:
+                         staged: bool = False, early: bool = False, widen: bool = False) -> Any:
     """Rows too long for one block's registers, read once: a cluster of ``layout.ctas`` blocks
     (on as many SMs) takes each row, every block its slice of columns, and the blocks swap their
     slices' row sums through distributed shared memory.
@@ -1009,7 +1019,7 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     register_groups = (part.vecs if register_partials else 0,) * accumulators
     acc_store, acc_add_group, _, slot = _accumulator_macros(T, smem_slots, width, vector, threads, register_groups,
                                                             out)
-    element = _element_math(T, dtype, has_weight, 5, 6)
+    element = _element_math(T, dtype, has_weight, 5, 6, widen)
     f32, rms_grad, widened_grad = element["f32"], element["rms_grad"], element["widened_grad"]
     # LayerNorm slices are widened once (see ``_one_pass_sums``): its terms read ``x - s``.
     weight_term = element["widened_weight_term"] if layer else element["rms_weight_term"]
@@ -1172,7 +1182,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     @T.macro
     def body(G, X, W, DX, PW, PB, R):
         with T.Kernel(Q * ctas, threads=threads, cluster_dims=ctas,
-                      prelude=CLUSTER_SEND_PRELUDE + (BULK_COPY_PRELUDE if staged else "")) as bx:
+                      prelude=((BF16_WIDEN_PRELUDE if widen else "") + CLUSTER_SEND_PRELUDE
+                               + (BULK_COPY_PRELUDE if staged else ""))) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
@@ -1316,8 +1327,9 @@ class NormBwdKernel(RowNormKernel):
     """
 
     # "2": ``cluster_stage``; "3": cluster sums sent from registers, four row sums scattered over
-    # lanes (configs tuned on "2" were timed on other programs); "4": ``cluster_stage_early``.
-    version = "4"
+    # lanes (configs tuned on "2" were timed on other programs); "4": ``cluster_stage_early``;
+    # "5": ``widen_by_word``.
+    version = "5"
     layer: bool = False
     # Per-column gradients summed over rows: the weight's, and the bias's for LayerNorm.
     accumulators: int = 1
@@ -1327,7 +1339,29 @@ class NormBwdKernel(RowNormKernel):
 
     @property
     def default_config(self) -> Dict[str, Any]:
-        return norm_bwd_default_config(self.N, self.dtype, self.layer, has_fast_memory(), self.residual)
+        config = norm_bwd_default_config(self.N, self.dtype, self.layer, has_fast_memory(), self.residual)
+        return {**config, "widen_by_word": int(self.widening_pays(config))}
+
+    def widening_pays(self, config: Dict[str, Any]) -> bool:
+        """Whether bfloat16 rows under ``config`` widen by whole words (``widening``): everywhere but
+        the fused add's resident rows and rows split over clusters that stage the next row early.
+
+        Widening by word drops the ``PRMT`` and shift of every high half (RMSNorm's resident sm_90
+        program: 544 -> 392 instructions, LayerNorm's 560 -> 504), and both passes over a row then
+        share the widened values, which keeps more of them live: the fused add's resident program
+        (a third row tensor) spills 24 bytes with it, RMSNorm's early-staging cluster blocks (64
+        registers a thread) 32.  (H200, bf16, µs, by cast / by word: RMSNorm 32768 x 4096 205.9 /
+        195.8, 8192 x 32768 396.5 / 506.0; LayerNorm 218.6 / 211.1, 473.4 / 457.8 (its
+        cluster blocks spilling 16 bytes rather than 2); the fused add 257.4 / 277.2 (264.8 a block
+        a row group), 528.8 / 523.7.)"""
+        if self.dtype != torch.bfloat16:
+            return False
+        layout = self.layout(config)
+        if isinstance(layout, RowLayout):
+            return not self.residual
+        many = config["many_rows_ctas"]
+        split = self.split_layout(config, many) if many else None
+        return not (split is not None and self.stages(split, config) and config["cluster_stage_early"])
 
     @property
     def autotune_configs(self) -> List[Dict[str, Any]]:
@@ -1349,6 +1383,8 @@ class NormBwdKernel(RowNormKernel):
         for threads in (0, MAX_THREADS):  # a block per row group, and the largest folding blocks
             if self.layout({**self.default_config, "fold_threads": threads}) != self.layout():
                 streams += ({"fold_threads": threads},)
+        if self.dtype == torch.bfloat16:
+            streams += ({"widen_by_word": 1 - default["widen_by_word"]},)
         return self._autotune_candidates((vector_elems // 2, vector_elems, 2 * vector_elems), streams)
 
     def layout(self, config: Optional[Dict[str, Any]] = None) -> Any:
@@ -1492,17 +1528,22 @@ class NormBwdKernel(RowNormKernel):
             return _cluster_bwd_program(self.N, dtype, self.eps, split, self.layer, has_weight,
                                         self.smem_slots(split, config), self.partials_in_registers(split, config),
                                         self.blocks_per_sm(split, config), direct, strided, self.residual,
-                                        staged, staged and bool(config["cluster_stage_early"]))
+                                        staged, staged and bool(config["cluster_stage_early"]),
+                                        self.widens(config))
         layout = self._direct_layout(config) if direct else self.layout(config)
         if isinstance(layout, RowLayout):
             smem = None if self.partials_in_registers(layout) else self.smem_slots(layout)
             return _resident_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight, smem,
                                          self.blocks_per_sm(layout, config), direct, self.folds(layout), strided,
-                                         self.residual)
+                                         self.residual, self.widens(config))
         return _streamed_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight,
                                      self.smem_slots(layout), self.register_groups(layout),
                                      self.blocks_per_sm(layout, config), bool(config["stream_overlap"]), direct,
-                                     strided, self.residual)
+                                     strided, self.residual, self.widens(config))
+
+    def widens(self, config: Dict[str, Any]) -> bool:
+        """Whether the programs under ``config`` widen bfloat16 by whole words (``widen_by_word``)."""
+        return self.dtype == torch.bfloat16 and bool(config["widen_by_word"])
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
         """The programs contiguous calls launch (strided ones take the ``strided`` variants on demand)."""
