@@ -68,7 +68,7 @@ from tileops.kernels.norm.rows import (
     stream_macros,
 )
 from tileops.kernels.sizes import ACCUM, MAX_THREADS, THREADS_PER_SM, WARP, max_vector
-from tileops.kernels.widening import BF16_WIDEN_PRELUDE, to_float32
+from tileops.kernels.widening import float32_of, widening_prelude
 
 __all__ = ["NormBwdKernel", "norm_bwd_default_config", "RESIDENT", "STREAMED", "CLUSTER", "COLUMN_SUM"]
 
@@ -402,11 +402,10 @@ def _element_math(T: Any, dtype: str, has_weight: bool, mean: int, rstd: int,
     ``mean(g * w)`` in ``st[2]``, ``mean(g * w * xhat)`` in ``st[3]``, their shift ``s`` in
     ``st[4]`` and, for the ``widened_`` expressions, the constants ``st[7..9]``.
     ``widen``: bfloat16 elements of local buffers widen by their whole word (``widening``; the
-    program's kernel must name ``BF16_WIDEN_PRELUDE``).
+    program's kernel must take ``widening_prelude``).
     """
 
-    def f32(v):
-        return to_float32(T, v) if widen else T.cast(v, ACCUM)
+    f32 = float32_of(T, widen)
 
     def scaled(g, w):
         """``g * w`` in float32 (``g`` without a weight)."""
@@ -717,7 +716,7 @@ def _resident_bwd_program(N: int, dtype: str, eps: float, layout: RowLayout, lay
         # ``Q``: the partials rows; the row groups striding over the rows are ``groups``.
         groups = Q * rows_per_block if fold else Q
         with T.Kernel(Q if fold else T.ceildiv(Q, rows_per_block), threads=block_threads,
-                      prelude=BF16_WIDEN_PRELUDE if widen else None) as bx:
+                      prelude=widening_prelude(widen)) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
@@ -918,7 +917,7 @@ def _streamed_bwd_program(N: int, dtype: str, eps: float, layout: StreamLayout, 
 
     @T.macro
     def body(G, X, W, DX, PW, PB, R):
-        with T.Kernel(Q, threads=threads, prelude=BF16_WIDEN_PRELUDE if widen else None) as block:
+        with T.Kernel(Q, threads=threads, prelude=widening_prelude(widen)) as block:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
@@ -1182,8 +1181,8 @@ def _cluster_bwd_program(N: int, dtype: str, eps: float, layout: ClusterLayout, 
     @T.macro
     def body(G, X, W, DX, PW, PB, R):
         with T.Kernel(Q * ctas, threads=threads, cluster_dims=ctas,
-                      prelude=((BF16_WIDEN_PRELUDE if widen else "") + CLUSTER_SEND_PRELUDE
-                               + (BULK_COPY_PRELUDE if staged else ""))) as bx:
+                      prelude=widening_prelude(widen, CLUSTER_SEND_PRELUDE
+                                               + (BULK_COPY_PRELUDE if staged else ""))) as bx:
             T.pdl_trigger()  # the next launch may start early (see kernel_base)
             assume_aligned(vector)
             T.annotate_min_blocks_per_sm(blocks_per_sm)
@@ -1352,8 +1351,9 @@ class NormBwdKernel(RowNormKernel):
         (a third row tensor) spills 24 bytes with it, RMSNorm's early-staging cluster blocks (64
         registers a thread) 32.  (H200, bf16, µs, by cast / by word: RMSNorm 32768 x 4096 205.9 /
         195.8, 8192 x 32768 396.5 / 506.0; LayerNorm 218.6 / 211.1, 473.4 / 457.8 (its
-        cluster blocks spilling 16 bytes rather than 2); the fused add 257.4 / 277.2 (264.8 a block
-        a row group), 528.8 / 523.7.)"""
+        cluster blocks spilling 16 bytes rather than 2; its few-row blocks of 8 a cluster, 1024 x
+        32768, lose a little: 108.1 / 110.1, spilling 60 bytes rather than 36); the fused add 257.4 /
+        277.2 (264.8 a block a row group), 528.8 / 523.7.)"""
         if self.dtype != torch.bfloat16:
             return False
         layout = self.layout(config)
