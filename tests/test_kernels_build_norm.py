@@ -465,6 +465,9 @@ def test_widened_backward_reads_bfloat16_by_whole_words(widen: int) -> None:
     half = _source(RMSNormBwdKernel(4096, torch.float16, config={"widen_by_word": widen}), RESIDENT,
                    direct=False, has_weight=True, strided=False)
     assert "tileops_bf16_at" not in half
+    # A single row's one launch keeps the cast (see ``NormBwdKernel.widens``).
+    layer = LayerNormBwdKernel(4096, torch.bfloat16, config={"widen_by_word": widen})
+    assert "tileops_bf16_at" not in _source(layer, RESIDENT, direct=True, has_weight=True, strided=False)
 
 
 @needs_nvcc

@@ -1529,21 +1529,25 @@ class NormBwdKernel(RowNormKernel):
                                         self.smem_slots(split, config), self.partials_in_registers(split, config),
                                         self.blocks_per_sm(split, config), direct, strided, self.residual,
                                         staged, staged and bool(config["cluster_stage_early"]),
-                                        self.widens(config))
+                                        self.widens(config, direct))
         layout = self._direct_layout(config) if direct else self.layout(config)
         if isinstance(layout, RowLayout):
             smem = None if self.partials_in_registers(layout) else self.smem_slots(layout)
             return _resident_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight, smem,
                                          self.blocks_per_sm(layout, config), direct, self.folds(layout), strided,
-                                         self.residual, self.widens(config))
+                                         self.residual, self.widens(config, direct))
         return _streamed_bwd_program(self.N, dtype, self.eps, layout, self.layer, has_weight,
                                      self.smem_slots(layout), self.register_groups(layout),
                                      self.blocks_per_sm(layout, config), bool(config["stream_overlap"]), direct,
-                                     strided, self.residual, self.widens(config))
+                                     strided, self.residual, self.widens(config, direct))
 
-    def widens(self, config: Dict[str, Any]) -> bool:
-        """Whether the programs under ``config`` widen bfloat16 by whole words (``widen_by_word``)."""
-        return self.dtype == torch.bfloat16 and bool(config["widen_by_word"])
+    def widens(self, config: Dict[str, Any], direct: bool = False) -> bool:
+        """Whether the programs under ``config`` widen bfloat16 by whole words (``widen_by_word``);
+        never a single row's one launch (``direct``), whose time is latency rather than instructions,
+        and whose LayerNorm program then lost its vector stores of the weight's and bias's gradients
+        (an extern call in a vectorized loop scalarizes it: 4 ``STG.E.64`` a thread became 16
+        ``STG.E.U16``)."""
+        return self.dtype == torch.bfloat16 and bool(config["widen_by_word"]) and not direct
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
         """The programs contiguous calls launch (strided ones take the ``strided`` variants on demand)."""
