@@ -6,6 +6,7 @@ so only the first run pays ~3-5 s per program (eight programs here).
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -468,6 +469,33 @@ def test_widened_backward_reads_bfloat16_by_whole_words(widen: int) -> None:
     # A single row's one launch keeps the cast (see ``NormBwdKernel.widens``).
     layer = LayerNormBwdKernel(4096, torch.bfloat16, config={"widen_by_word": widen})
     assert "tileops_bf16_at" not in _source(layer, RESIDENT, direct=True, has_weight=True, strided=False)
+
+
+def _global_stores(source: str) -> "list[str]":
+    """How each store to the gradients or partial sums is written: its vector type, or ``scalar``."""
+    pattern = r"\*\((uint4|uint2|uint1|float4|float2)\*\)\((?:DX|PW|PB) |\b(?:DX|PW|PB)\["
+    return sorted(match.group(1) or "scalar" for match in re.finditer(pattern, source))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cls", [RMSNormBwdKernel, LayerNormBwdKernel, FusedAddRMSNormBwdKernel],
+                         ids=["rms", "layer", "fused-add"])
+@pytest.mark.parametrize("N", [4096, 32768])
+def test_widening_keeps_every_program_s_vector_stores(monkeypatch: pytest.MonkeyPatch, cls, N: int) -> None:
+    """TileLang does not vectorize a loop that calls an extern function: a widened element stored
+    straight to memory would turn a program's vector stores into scalar ones (LayerNorm's one-row
+    program did, which is why one-row launches keep the cast).  Every program a widened kernel
+    launches stores as its by-cast build does."""
+    monkeypatch.setattr(backward, "has_fast_memory", lambda: False)
+    widened = cls(N, torch.bfloat16)
+    by_cast = cls(N, torch.bfloat16, config={**widened.config, "widen_by_word": 0})
+    programs = [(name, shape) for name, shape in widened.program_keys() if name != COLUMN_SUM]
+    assert widened.config["widen_by_word"] == int(not (cls is FusedAddRMSNormBwdKernel and N == 4096))
+    for name, shape in programs:
+        sources = [kernel.compile_program(name, shape, target=SM90).get_kernel_source() for kernel in (widened, by_cast)]
+        assert ("tileops_bf16_at(" in sources[0]) == (widened.widens(widened.config, dict(shape)["direct"]))
+        assert _global_stores(sources[0]) == _global_stores(sources[1]), (name, shape)
+        assert _global_stores(sources[0]), (name, shape)
 
 
 @needs_nvcc
