@@ -26,7 +26,7 @@ __device__ __forceinline__ float tileops_bf16_at(const void* buffer, int index) 
 """
 
 
-def widens_by_word(value: Any) -> bool:
+def _is_local_bfloat16_element(value: Any) -> bool:
     """Whether ``value`` is an element of a one-axis local bfloat16 buffer (a buffer load: it has
     ``buffer`` and ``indices``)."""
     buffer, indices = getattr(value, "buffer", None), getattr(value, "indices", None)
@@ -37,7 +37,7 @@ def widens_by_word(value: Any) -> bool:
 def to_float32(T: Any, value: Any) -> Any:
     """``value`` in float32: local bfloat16 elements through ``BF16_WIDEN_PRELUDE``'s function (the
     kernel must take ``widening_prelude``), anything else by a plain cast."""
-    if widens_by_word(value):
+    if _is_local_bfloat16_element(value):
         return T.call_extern("float32", BF16_WIDEN, T.address_of(value.buffer[0]), value.indices[0])
     return T.cast(value, "float32")
 
