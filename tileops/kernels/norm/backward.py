@@ -1545,8 +1545,8 @@ class NormBwdKernel(RowNormKernel):
         """Whether the programs under ``config`` widen bfloat16 by whole words (``widen_by_word``);
         never a single row's one launch (``direct``), whose time is latency rather than instructions,
         and whose LayerNorm program then lost its vector stores of the weight's and bias's gradients
-        (an extern call in a vectorized loop scalarizes it: 4 ``STG.E.64`` a thread became 16
-        ``STG.E.U16``)."""
+        (an extern call in a vectorized loop scalarizes it: over rows of 4096, 8 ``STG.E.64`` a
+        thread became 32 ``STG.E.U16``; H200, one row, 5.66 µs by cast against 7.62 widened)."""
         return self.dtype == torch.bfloat16 and bool(config["widen_by_word"]) and not direct
 
     def program_keys(self) -> List[Tuple[str, Tuple[Tuple[str, Any], ...]]]:
