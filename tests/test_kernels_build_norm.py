@@ -492,7 +492,8 @@ def test_widening_keeps_every_program_s_vector_stores(monkeypatch: pytest.Monkey
     programs = [(name, shape) for name, shape in widened.program_keys() if name != COLUMN_SUM]
     assert widened.config["widen_by_word"] == int(not (cls is FusedAddRMSNormBwdKernel and N == 4096))
     for name, shape in programs:
-        sources = [kernel.compile_program(name, shape, target=SM90).get_kernel_source() for kernel in (widened, by_cast)]
+        sources = [kernel.compile_program(name, shape, target=SM90).get_kernel_source()
+                   for kernel in (widened, by_cast)]
         assert ("tileops_bf16_at(" in sources[0]) == (widened.widens(widened.config, dict(shape)["direct"]))
         assert _global_stores(sources[0]) == _global_stores(sources[1]), (name, shape)
         assert _global_stores(sources[0]), (name, shape)
