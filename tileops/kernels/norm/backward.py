@@ -1368,9 +1368,9 @@ class NormBwdKernel(RowNormKernel):
         vector_elems = max_vector(self.dtype)
         streams = tuple({"stream_threads": threads, "stream_unroll": unroll}
                         for threads, unroll in ((512, 2), (512, 4), (1024, 1), (1024, 4)))
-        if isinstance(self.layout(), StreamLayout):  # the other schedule of the default streamed layout
-            streams += ({"stream_overlap": 1 - self.default_config["stream_overlap"]},)
         default = self.default_config
+        if isinstance(self.layout(), StreamLayout):  # the other schedule of the default streamed layout
+            streams += ({"stream_overlap": 1 - default["stream_overlap"]},)
         split = self.split_layout(default, default["many_rows_ctas"]) if default["many_rows_ctas"] else None
         if split is not None:
             # The tuning rows split over clusters: the streamed shapes compete only where taken, and
@@ -1381,7 +1381,7 @@ class NormBwdKernel(RowNormKernel):
                 staging = tuple({"cluster_stage": split.threads, "cluster_stage_early": early} for early in (0, 1))
             streams = ({"many_rows_ctas": 0},) + tuple({**stream, "many_rows_ctas": 0} for stream in streams) + staging
         for threads in (0, MAX_THREADS):  # a block per row group, and the largest folding blocks
-            if self.layout({**self.default_config, "fold_threads": threads}) != self.layout():
+            if self.layout({**default, "fold_threads": threads}) != self.layout():
                 streams += ({"fold_threads": threads},)
         if self.dtype == torch.bfloat16:
             streams += ({"widen_by_word": 1 - default["widen_by_word"]},)
