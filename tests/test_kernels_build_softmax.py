@@ -20,6 +20,7 @@ from tileops.kernels.softmax.softmax import (
     COLUMN_STATS,
     ROW_APPLY,
     ROW_CLUSTER,
+    ROW_CLUSTER_STAGED,
     ROW_FUSED,
     ROW_STAGED,
     ROW_STATS,
@@ -170,7 +171,8 @@ def test_row_hints_mark_every_16_byte_row_load(kernel_cls, N: int, outer: int, p
 def test_row_clusters_hold_their_rows_in_registers(kernel_cls, N: int, dtype: torch.dtype, threads: int,
                                                     cluster: int, tmp_path) -> None:
     # 512-thread blocks are built to fit two an SM: 64 registers a thread at most.
-    kernel = kernel_cls(N, dtype, config={"cluster_threads": threads, "cluster_min_blocks": 1024 // threads})
+    kernel = kernel_cls(N, dtype, config={"cluster_threads": threads, "cluster_min_blocks": 1024 // threads,
+                                          "cluster_stages": 0})
     assert kernel.row_cluster() == cluster
     (spec,) = kernel.program_specs(1, outer=1 << 10)
     assert spec == (ROW_CLUSTER, (("vector", row_vector(N, dtype)), ("cluster", cluster)))
@@ -188,6 +190,61 @@ def test_row_clusters_hold_their_rows_in_registers(kernel_cls, N: int, dtype: to
     assert f"__launch_bounds__({threads}, {1024 // threads})" in body
     report = ptxas_report(source, str(tmp_path))
     assert report["spill_bytes"] == 0, report
+
+
+def test_fast_memory_stages_forward_rows_of_two_block_clusters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where memory is fast, forward rows that two 1024-thread blocks hold take the row cluster
+    staged program once the rows give each cluster of a wave (66 on 132 SMs) two; fewer rows,
+    rows of larger clusters, float32 rows whose two stages do not fit, narrower accesses and
+    backward rows keep the row cluster program."""
+    sm_count = 132
+    monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: True)
+    for kernel_cls in (SoftmaxFwdKernel, LogSoftmaxFwdKernel):
+        for N, dtype in ((65536, torch.bfloat16), (49160, torch.bfloat16), (60000, torch.float16),
+                         (40000, torch.float32)):
+            kernel = kernel_cls(N, dtype)
+            assert kernel.config["cluster_stages"] == 2 and kernel.least_staged_cluster_rows(sm_count) == 132
+            vector = row_vector(N, dtype)
+            assert kernel.row_programs(132, vector, sm_count) == ((ROW_CLUSTER_STAGED,),
+                                                                  (("vector", vector), ("cluster", 2)))
+            assert kernel.row_programs(131, vector, sm_count)[0] == (ROW_CLUSTER,)
+            assert kernel.row_programs(1 << 10, vector // 2, sm_count)[0] == (ROW_CLUSTER,)
+        for N, dtype in ((131072, torch.bfloat16), (65536, torch.float32), (65537, torch.bfloat16)):
+            assert kernel_cls(N, dtype).row_programs(1 << 10, row_vector(N, dtype), sm_count)[0] == (ROW_CLUSTER,)
+        # One row ahead, float32 rows of 65536 fit.
+        assert kernel_cls(65536, torch.float32, config={"cluster_stages": 1}).row_programs(
+            1 << 10, 4, sm_count)[0] == (ROW_CLUSTER_STAGED,)
+    for kernel_cls in (SoftmaxBwdKernel, LogSoftmaxBwdKernel):
+        assert kernel_cls(65536, torch.bfloat16).config["cluster_stages"] == 0
+        staged = kernel_cls(65536, torch.bfloat16, config={"cluster_stages": 2})
+        assert staged.row_programs(1 << 10, 8, sm_count)[0] == (ROW_CLUSTER,)
+    monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: False)
+    assert SoftmaxFwdKernel(65536, torch.bfloat16).row_programs(1 << 10, 8, sm_count)[0] == (ROW_CLUSTER,)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls", [SoftmaxFwdKernel, LogSoftmaxFwdKernel])
+@pytest.mark.parametrize("N, dtype, stages", [(65536, torch.bfloat16, 2), (60000, torch.float16, 1),
+                                              (40000, torch.float32, 2)], ids=str)
+def test_staged_row_clusters_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, stages: int, tmp_path) -> None:
+    """Each block of a two-block cluster copies its share of the rows ahead with cp.async and
+    exchanges its pair once a row, into one of two halves of the exchange buffer by the row's
+    parity, with one full cluster barrier a row; the first row's stores wait on the arrival each
+    block made when it started."""
+    kernel = kernel_cls(N, dtype, config={"cluster_stages": stages})
+    spec = (ROW_CLUSTER_STAGED, (("vector", row_vector(N, dtype)), ("cluster", 2)))
+    source = kernel.compile_program(*spec, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
+    body = source[source.index("__global__ void __launch_bounds__"):]
+    assert "__launch_bounds__(1024, 1)" in body and "int blocks)" in body
+    assert "tl::cp_async_gs<16>" in body and f"tl::cp_async_wait<{stages - 1}>()" in body
+    assert "__shared__ __align__(16) float gathered[8]" in body
+    loop = body[body.index("for (int step = 0;"):]
+    assert body.index("cluster_arrive_relaxed()") < body.index("cluster_wait()") < body.index("for (int step = 0;")
+    assert loop.count("cluster_sync()") == 1 and "cluster_wait()" not in loop
+    assert loop.index("tileops_store_to_peer(") < loop.index("cluster_sync()")
+    assert "(step & 1) * 4" in loop
+    report = ptxas_report(source, str(tmp_path))
+    assert report["registers"] <= 64 and report["spill_bytes"] == 0, report
 
 
 def test_row_clusters_take_the_rows_that_fill_the_gpu() -> None:
@@ -365,6 +422,7 @@ def test_column_tile_follows_inner_extent() -> None:
     (ROW_FUSED, 16, SoftmaxFwdKernel, {"row_threads": 48}, "row_threads must be a power of two"),
     (ROW_FUSED, 16, SoftmaxFwdKernel, {"max_cluster": 16}, "max_cluster must be a power of two"),
     (ROW_FUSED, 16, SoftmaxFwdKernel, {"row_stages": -1}, "row_stages must be at least 0"),
+    (ROW_FUSED, 16, SoftmaxFwdKernel, {"cluster_stages": -1}, "cluster_stages must be at least 0"),
     (ROW_STAGED, 16, SoftmaxFwdKernel, {"row_stages": 1}, "row staged program holds one row a block"),
     (ROW_STAGED, 4096, SoftmaxBwdKernel, {"row_stages": 1}, "row staged program holds one row a block"),
 ])

@@ -86,6 +86,9 @@ def inventory() -> List[Task]:
             for N, dtype, stages in t.STAGED_ROWS:
                 op, kernel = t._staged_kernel(name, N, dtype, stages)
                 tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=1024))
+            for N, dtype, stages in t.CLUSTER_STAGED_ROWS:
+                op, kernel = t._staged_cluster_kernel(name, N, dtype, stages)
+                tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=1024))
         for shape, dtype, _ in t.COLUMN_CLUSTERS:
             op, kernel = t._column_kernel(name, shape[1], dtype)
             tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(shape[2], outer=shape[0]))

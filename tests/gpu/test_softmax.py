@@ -8,7 +8,8 @@
   forced on short rows;
 * rows, and middle-axis columns, held by clusters of blocks (every variant, masked
   forward slices);
-* forward rows staged in shared memory ahead of the one a block reduces;
+* forward rows staged in shared memory ahead of the one a block reduces, by a block or by
+  a row cluster's blocks;
 * views that need no copy (row and column slices, broadcast rows, misaligned
   starts) and views that do (transposes);
 * masked rows (``-inf``), and tensors of more than 2**31 elements.
@@ -217,8 +218,20 @@ def test_staged_rows(name, N, dtype, stages):
 
 def _cluster_kernel(name: str, N: int, dtype: torch.dtype, threads: int):
     op = _op(name, N, dtype, -1)
-    config = {"max_cluster": 8, "cluster_threads": threads, "cluster_min_blocks": 1024 // threads}
+    config = {"max_cluster": 8, "cluster_threads": threads, "cluster_min_blocks": 1024 // threads,
+              "cluster_stages": 0}
     return op, op.kernel_map[op.kernel_key](N, dtype, config=config)
+
+
+def _mask_forward_rows(x: torch.Tensor) -> None:
+    """All -inf (NaN, as PyTorch), a lone finite element (so most blocks of its cluster hold only
+    -inf), and every other element; and the last row all -inf."""
+    N = x.shape[1]
+    x[0] = float("-inf")
+    x[1] = float("-inf")
+    x[1, N - 3] = 2.0
+    x[2, ::2] = float("-inf")
+    x[-1] = float("-inf")
 
 
 @pytest.mark.parametrize("name", OPS)
@@ -229,12 +242,7 @@ def test_row_clusters(name, N, dtype, rows, threads):
     op, kernel = _cluster_kernel(name, N, dtype, threads)
     x = torch.randn(rows, N, device="cuda", dtype=dtype)
     if not name.endswith("BwdOp"):
-        # Masked forward rows: all -inf (NaN, as PyTorch), a lone finite element (so most blocks
-        # of its cluster hold only -inf), and every other element.
-        x[0] = float("-inf")
-        x[1] = float("-inf")
-        x[1, N - 3] = 2.0
-        x[2, ::2] = float("-inf")
+        _mask_forward_rows(x)
     inputs = _inputs_like(name, x)
     out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
     assert [name for name, _ in kernel.programs_for(*inputs, out)] == [ROW_CLUSTER]
@@ -242,6 +250,40 @@ def test_row_clusters(name, N, dtype, rows, threads):
     expected = _reference(name, op, inputs)
     assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))
     assert_close(out, expected, dtype)
+
+
+# (N, dtype, cluster_stages) of forward rows staged by clusters of two 1024-thread blocks: one and
+# two rows ahead; tail vectors (60000 = 3 x 16384 + 10848, 49160 = 3 x 16384 + 8, float32 40000 =
+# 4 x 8192 + 7232).
+CLUSTER_STAGED_ROWS = [(65536, torch.bfloat16, 1), (65536, torch.bfloat16, 2), (60000, torch.float16, 2),
+                       (49160, torch.bfloat16, 1), (40000, torch.float32, 2)]
+
+
+def _staged_cluster_kernel(name: str, N: int, dtype: torch.dtype, stages: int):
+    op = _op(name, N, dtype, -1)
+    return op, op.kernel_map[op.kernel_key](N, dtype, config={"cluster_stages": stages})
+
+
+@pytest.mark.parametrize("name", ("SoftmaxFwdOp", "LogSoftmaxFwdOp"))
+@pytest.mark.parametrize("N, dtype, stages", CLUSTER_STAGED_ROWS, ids=str)
+def test_staged_row_clusters(name, N, dtype, stages):
+    """Each cluster takes rows g, g + groups, ...: two rows a cluster (the fewest that take the
+    program), one more, several with a ragged last turn; strided rows, masked as in
+    ``test_row_clusters``."""
+    from tileops.kernels.softmax.softmax import ROW_CLUSTER_STAGED
+
+    op, kernel = _staged_cluster_kernel(name, N, dtype, stages)
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    least = kernel.least_staged_cluster_rows(sm_count)
+    for rows in (least, least + 1, 5 * sm_count - 7):
+        x = torch.randn(rows, N + 8, device="cuda", dtype=dtype)[:, :N]
+        _mask_forward_rows(x)
+        out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
+        assert [program for program, _ in kernel.programs_for(x, out)] == [ROW_CLUSTER_STAGED]
+        kernel(x, out)
+        expected = _reference(name, op, [x])
+        assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))
+        assert_close(out, expected, dtype)
 
 
 def _column_kernel(name: str, N: int, dtype: torch.dtype):

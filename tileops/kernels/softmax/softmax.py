@@ -34,6 +34,10 @@ Programs:
   each block reduces its share, the blocks exchange their partial results
   through distributed shared memory (sm_90 thread block clusters), and
   each writes its share.  One read, one write, as the fused program.
+* **row cluster staged** (forward rows two 1024-thread blocks hold, on devices with fast
+  memory, where the rows give each cluster of a resident wave at least two): the row cluster
+  program's rows taken in turn by a wave of clusters, each block copying its share of the next
+  rows into shared memory while the cluster reduces and writes the current one.
 * **row stats + row apply** (longer or fewer rows): a row is cut into ``S`` segments,
   one block each.  The first program writes each segment's partial
   reduction (for the forward, a running max and a sum of exponentials
@@ -109,6 +113,7 @@ __all__ = [
     "ROW_STATS",
     "ROW_APPLY",
     "ROW_CLUSTER",
+    "ROW_CLUSTER_STAGED",
     "COLUMN_STATS",
     "COLUMN_APPLY",
     "COLUMN_FUSED",
@@ -138,6 +143,13 @@ BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS = 1024, 1
 # Row clusters serve rows too long for one block's registers when the rows give at least
 # this many blocks per SM; fewer rows take the two-step programs, which split a row finer.
 CLUSTER_MIN_BLOCKS_PER_SM = 1
+# The row cluster staged program: clusters of two 1024-thread blocks, one an SM, so that a whole
+# wave of clusters is resident at once (an SM pair's worth each; with four-block clusters a
+# 16-SM GPC holds four and an 18-SM one four too, and the clusters left over ran a second wave:
+# H200, softmax 256 x 131072 bf16 75.1 us against 51.2 for one row a cluster), on calls of at
+# least this many rows a cluster (fewer leave no next row to stage).
+STAGED_CLUSTER = 2
+STAGED_CLUSTER_MIN_TURNS = 2
 # Column tiles span at most this many threads across the inner extent.
 MAX_COL_THREADS = 32
 LOG2E = 1.4426950408889634
@@ -162,10 +174,12 @@ ROW_STAGED = "row_staged"
 ROW_STATS = "row_stats"
 ROW_APPLY = "row_apply"
 ROW_CLUSTER = "row_cluster"
+ROW_CLUSTER_STAGED = "row_cluster_staged"
 COLUMN_STATS = "column_stats"
 COLUMN_APPLY = "column_apply"
 COLUMN_FUSED = "column_fused"
-PROGRAMS = (ROW_FUSED, ROW_STAGED, ROW_STATS, ROW_APPLY, ROW_CLUSTER, COLUMN_STATS, COLUMN_APPLY, COLUMN_FUSED)
+PROGRAMS = (ROW_FUSED, ROW_STAGED, ROW_STATS, ROW_APPLY, ROW_CLUSTER, ROW_CLUSTER_STAGED, COLUMN_STATS, COLUMN_APPLY,
+            COLUMN_FUSED)
 
 
 @dataclass(frozen=True)
@@ -272,6 +286,14 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
     48.0; 256 x 512 x 64, one block a column group, 23.2 against 31.9;
     8 x 8192 x 256 in clusters of four 69.3 against 68.7, log-softmax 69.7
     against 72.3; 1 x 4096 x 1024 23.2 against 23.4).
+    ``cluster_stages`` (forward, fast memory): rows each block of the row cluster staged program
+    copies ahead (``stages_clusters``; 0: rows too long for a block take the row cluster
+    program).  H200, bf16 1024 x 65536, median of 7 rounds in turns, µs: softmax one row a
+    cluster of four 512-thread blocks (the row cluster program) 87.2, of two 1024-thread blocks
+    100.2, staged in clusters of two 1024-thread blocks one row ahead 88.4, two rows 85.6,
+    in clusters of four 512-thread blocks 111.5 / 109.3, torch.compile 145.5; log-softmax 93.2 /
+    - / 89.2 / 85.2 / 109.9 / -, torch.compile 125.5.  Over 64 x 65536 (one row a cluster)
+    staging lost: 13.2 against 11.9.
     ``row_hinted_min_mib``: fused rows load with ``evict_last`` on calls whose inputs take at
     least this many MiB (0: every call), ``HINTED_MIN_MIB``.  H100, bf16 rows of 4096, median
     of 7 rounds in turns, µs without / with the hint: forward 4096 rows 21.70 / 21.54, 8192
@@ -298,6 +320,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
     return {
         **rows,
         "row_stages": stages if staged else 0,
+        "cluster_stages": 2 if fast_memory and not backward else 0,
         "cache_exp": 1,
         "row_hinted_min_mib": HINTED_MIN_MIB,
         "cluster_cache_hints": 0,
@@ -339,6 +362,9 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False,
         candidates.append({**default, "max_cluster": 1})
         candidates.append({**default, "cluster_cache_hints": 1 - default["cluster_cache_hints"]})
         candidates.append({**default, "split_cache_hints": 1 - default["split_cache_hints"]})
+        if not backward:
+            for stages in (0, 1, 2):
+                candidates.append({**default, "cluster_stages": stages})
         for threads, min_blocks in ((BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS),
                                     (FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS)):
             candidates.append({**default, "cluster_threads": threads, "cluster_min_blocks": min_blocks})
@@ -362,8 +388,9 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("cluster_threads", "split_threads", "column_threads", "fused_column_threads"):
         if config[key] < WARP:
             raise ValueError(f"softmax kernels: {key} must be >= 32")
-    if config["row_stages"] < 0:
-        raise ValueError(f"softmax kernels: row_stages must be at least 0, got {config['row_stages']}")
+    for key in ("row_stages", "cluster_stages"):
+        if config[key] < 0:
+            raise ValueError(f"softmax kernels: {key} must be at least 0, got {config[key]}")
     for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks", "cluster_min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
@@ -383,11 +410,12 @@ def fused_fits(N: int, dtype: torch.dtype, backward: bool, row_threads: int) -> 
     return -(-N // row_threads) <= fused_elements_cap(dtype, backward)
 
 
-def staged_fits(N: int, dtype: torch.dtype, row_threads: int, stages: int) -> bool:
+def staged_fits(N: int, dtype: torch.dtype, row_threads: int, stages: int, cluster: int = 1) -> bool:
     """Whether ``stages`` rows of ``N`` copied by ``row_threads`` threads (whole 16-byte vectors
-    each) fit in ``STAGED_MAX_BYTES`` of shared memory."""
+    each; in a cluster of ``cluster`` blocks, a block's share of them) fit in ``STAGED_MAX_BYTES``
+    of shared memory."""
     span = row_threads * max_vector(dtype)
-    return stages * -(-N // span) * span * dtype.itemsize <= STAGED_MAX_BYTES
+    return stages * -(-N // (cluster * span)) * span * dtype.itemsize <= STAGED_MAX_BYTES
 
 
 def row_cluster_size(N: int, dtype: torch.dtype, backward: bool, threads: int,
@@ -638,23 +666,27 @@ __device__ __forceinline__ void tileops_store_to_peer(float* local, int rank, fl
 """
 
 
-def _cluster_share(T: Any, cluster: int) -> Callable[..., Any]:
-    """Macro: every block of the cluster gets ``gathered[rank, :] = (first, second)`` from each block.
+def _cluster_share(T: Any, cluster: int, once: bool = True) -> Callable[..., Any]:
+    """Macro: every block of the cluster gets ``gathered[base + rank, :] = (first, second)`` from
+    each block.
 
     Thread ``k`` of a block stores the block's pair into block ``k``.  A block's
-    shared memory may be written only once it runs, hence the wait on the
-    cluster barrier the program arrived at when it started; the full barrier
-    after the stores makes them visible, and since no block touches another's
-    memory after it, blocks may then finish in any order.
+    shared memory may be written only once it runs: with ``once`` (one exchange a
+    launch) that is the wait on the cluster barrier the program arrived at when it
+    started; a program that exchanges once a row waits on that barrier before its
+    first row instead.  The full barrier after the stores makes them visible, and
+    since no block touches another's memory after its last one, blocks may then
+    finish in any order.
     """
 
     @T.macro
-    def share(gathered, rank, first, second):
-        T.cluster_wait()
+    def share(gathered, base, rank, first, second):
+        if once:
+            T.cluster_wait()
         if T.get_thread_binding() < cluster:
-            T.call_extern("handle", "tileops_store_to_peer", T.address_of(gathered[rank, 0]),
+            T.call_extern("handle", "tileops_store_to_peer", T.address_of(gathered[base + rank, 0]),
                           T.get_thread_binding(), first)
-            T.call_extern("handle", "tileops_store_to_peer", T.address_of(gathered[rank, 1]),
+            T.call_extern("handle", "tileops_store_to_peer", T.address_of(gathered[base + rank, 1]),
                           T.get_thread_binding(), second)
         T.cluster_sync()
 
@@ -687,14 +719,16 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     copy each of their next ``row_stages`` rows into shared memory (``cp.async``) while they
     reduce and write the current one, so an SM's next loads are in flight during its math.  A
     thread reads back only the vectors it copied itself: waiting on its own copies is all the
-    synchronisation the staging needs.
+    synchronisation the staging needs.  With a cluster as well (the row cluster staged
+    program), the groups that take rows in turn are clusters, each block staging its share of
+    the row, and the blocks exchange their pairs once a row.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     clustered = cluster > 1
-    if staged and (clustered or variant.backward or block_threads != row_threads or row_stages < 1):
+    if staged and (variant.backward or block_threads != row_threads or row_stages < 1):
         raise ValueError("softmax kernels: the row staged program holds one row a block (block_threads == "
-                         "row_threads), of a forward, without clusters, at least one row ahead")
+                         "row_threads; in a row cluster, a share of one), of a forward, at least one row ahead")
     if clustered and block_threads != row_threads:
         raise ValueError("softmax kernels: each block of a row cluster holds one share of the row "
                          "(block_threads == row_threads)")
@@ -726,36 +760,38 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                     for k in T.vectorized(vector):
                         buf[full_vecs * vector + k] = src[row, (full_vecs * span + lane) * vector + k]
 
+    # A block stages only its own share of a row: vector ``j`` of thread ``tx`` at
+    # ``(j * row_threads + tx) * vector`` (with no cluster, where it lies in the row).
     @T.macro
-    def copy_vector(src, staging, stage, row, j, lane):
+    def copy_vector(src, staging, stage, row, j, lane, tx):
         T.ptx_cp_async(
-            T.access_ptr(staging[stage, (j * span + lane) * vector], "w", vector),
+            T.access_ptr(staging[stage, (j * row_threads + tx) * vector], "w", vector),
             T.access_ptr(src[row, (j * span + lane) * vector], "r", vector),
             vector,
         )
 
     @T.macro
-    def stage_row(src, staging, stage, row, lane):
+    def stage_row(src, staging, stage, row, lane, tx):
         """Start copying this thread's vectors of ``row`` into ``staging[stage]``: one cp.async
         group, empty past the last row."""
         if row < R:
             for j in T.unroll(full_vecs):
-                copy_vector(src, staging, stage, row, j, lane)
+                copy_vector(src, staging, stage, row, j, lane, tx)
             if has_tail:
                 if (full_vecs * span + lane) * vector < N:
-                    copy_vector(src, staging, stage, row, full_vecs, lane)
+                    copy_vector(src, staging, stage, row, full_vecs, lane, tx)
         T.ptx_commit_group()
 
     @T.macro
-    def read_staged(staging, stage, buf, lane):
+    def read_staged(staging, stage, buf, lane, tx):
         """``buf`` = this thread's vectors of ``staging[stage]`` (past the row's end: not read)."""
         for j in T.unroll(full_vecs):
             for k in T.vectorized(vector):
-                buf[j * vector + k] = staging[stage, (j * span + lane) * vector + k]
+                buf[j * vector + k] = staging[stage, (j * row_threads + tx) * vector + k]
         if has_tail:
             if (full_vecs * span + lane) * vector < N:
                 for k in T.vectorized(vector):
-                    buf[full_vecs * vector + k] = staging[stage, (full_vecs * span + lane) * vector + k]
+                    buf[full_vecs * vector + k] = staging[stage, (full_vecs * row_threads + tx) * vector + k]
 
     @T.macro
     def fold_row(st, slot, a, b, lane, use_max):
@@ -824,17 +860,18 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                         )
 
     online = _online_macros(T)
-    share = _cluster_share(T, cluster)
+    # The staged program exchanges once a row, into ``gathered[base:base + cluster]``.
+    share = _cluster_share(T, cluster, once=not staged)
 
     @T.macro
-    def merge_cluster_forward(st, gathered, rank):
+    def merge_cluster_forward(st, gathered, base, rank):
         """The row's (max, sum) from the blocks' pairs; ``st[_T2]`` keeps this block's exponent offset."""
         st[_T2] = st[_OFFSET]
-        share(gathered, rank, st[_MAX], st[_SUM])
+        share(gathered, base, rank, st[_MAX], st[_SUM])
         st[_MAX] = -T.infinity(ACCUM)
         st[_SUM] = T.cast(0, ACCUM)
         for k in T.unroll(cluster):
-            online["merge"](st, _MAX, _SUM, gathered[k, 0], gathered[k, 1], _T0, _T1)
+            online["merge"](st, _MAX, _SUM, gathered[base + k, 0], gathered[base + k, 1], _T0, _T1)
 
     def launch(rows):
         """The grid: blocks of ``rows_per_block`` rows, or one cluster a row.  Either way one
@@ -862,8 +899,9 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             fold_row(st, _MAX, a, a, lane, True)
 
         @T.macro
-        def finish_row(Y, a, e, st, scratch, gathered, row, lane, rank, tx):
-            """Reduce this thread's row maximum, sum the exponentials, and write the row."""
+        def finish_row(Y, a, e, st, scratch, gathered, base, row, lane, rank, tx):
+            """Reduce this thread's row maximum, sum the exponentials, and write the row (a cluster's
+            blocks exchange their pairs through ``gathered[base:base + cluster]``)."""
             reduce(st, _MAX, scratch, 0, tx, True)
             safe_scaled(st, _OFFSET, _MAX)
             st[_SUM] = T.cast(0, ACCUM)
@@ -873,14 +911,15 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                 fold_row(st, _SUM, a, a, lane, False)
             reduce(st, _SUM, scratch, 1, tx, False)
             if clustered:
-                merge_cluster_forward(st, gathered, rank)
+                merge_cluster_forward(st, gathered, base, rank)
             finalize(st, 0)
             if cached:
                 if clustered:
                     # The exponentials were taken from this block's maximum: move them to the
                     # row's (a block whose share is all -inf holds zeros, and keeps them).
                     st[_FINAL] = st[_FINAL] * T.if_then_else(
-                        gathered[rank, 0] == -T.infinity(ACCUM), T.cast(0, ACCUM), T.exp2(st[_T2] - st[_OFFSET])
+                        gathered[base + rank, 0] == -T.infinity(ACCUM), T.cast(0, ACCUM),
+                        T.exp2(st[_T2] - st[_OFFSET]),
                     )
                 store_cached(Y, e, st, row, lane)
             else:
@@ -890,29 +929,41 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 
             @T.prim_func
             def softmax_row_staged(X: XT, Y: T.Tensor((R, N), dtype), blocks: T.int32):
-                # Block b takes rows b, b + blocks, ...; no block waits on another, so any
-                # ``blocks`` is correct (the caller picks about one wave).
-                with T.Kernel(blocks, threads=block_threads) as block:
+                # Group g (a block, or a cluster of blocks) takes rows g, g + groups, ... (groups:
+                # ``blocks // cluster``, not bound to a name: the parameter would take it); no group
+                # waits on another, so any ``blocks`` that is a multiple of the cluster is correct
+                # (the caller picks about one wave).
+                with launch(blocks // cluster) as block:
                     if min_blocks > 1:
                         T.annotate_min_blocks_per_sm(min_blocks)
                     tx = T.get_thread_binding()
-                    staging = T.alloc_shared((row_stages, vecs * vector * span), dtype)
+                    staging = T.alloc_shared((row_stages, vecs * vector * row_threads), dtype)
                     a = T.alloc_local((vecs * vector,), dtype)
                     e = T.alloc_local((vecs * vector,), ACCUM) if cached else None
                     st = T.alloc_local((_STATE,), ACCUM)
                     scratch = T.alloc_shared(scratch_shape, ACCUM)
+                    group, lane, rank = place(block, tx)
+                    # Two rows' pairs, by the row's parity: a peer writes the next row's pairs while
+                    # this block may still read this row's, and the row after that's only once this
+                    # block has passed the next row's exchange (see ``_cluster_share``).
+                    gathered = T.alloc_shared((2 * cluster, 2), ACCUM, scope="shared") if clustered else None
+                    if clustered:
+                        T.cluster_arrive_relaxed()  # paired with the wait before the first row
                     T.assume(LDX % vector == 0)
                     for j in T.unroll(row_stages):
-                        stage_row(X, staging, j, block + j * blocks, tx)
-                    for step in T.serial(T.ceildiv(R - block, blocks)):
+                        stage_row(X, staging, j, group + j * (blocks // cluster), lane, tx)
+                    if clustered:
+                        T.cluster_wait()
+                    for step in T.serial(T.ceildiv(R - group, blocks // cluster)):
                         stage = step % row_stages
                         # This step's copies are the oldest of the row_stages groups in flight.
                         T.ptx_wait_group(row_stages - 1)
-                        read_staged(staging, stage, a, tx)
-                        fold_max(st, a, tx)
+                        read_staged(staging, stage, a, lane, tx)
+                        fold_max(st, a, lane)
                         # The maximum has consumed ``a``: the slot may take the row row_stages ahead.
-                        stage_row(X, staging, stage, block + (step + row_stages) * blocks, tx)
-                        finish_row(Y, a, e, st, scratch, None, block + step * blocks, tx, 0, tx)
+                        stage_row(X, staging, stage, group + (step + row_stages) * (blocks // cluster), lane, tx)
+                        finish_row(Y, a, e, st, scratch, gathered, (step % 2) * cluster,
+                                   group + step * (blocks // cluster), lane, rank, tx)
 
             return softmax_row_staged
 
@@ -935,7 +986,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                 T.assume(LDX % vector == 0)
                 load_row(X, a, row, lane)
                 fold_max(st, a, lane)
-                finish_row(Y, a, e, st, scratch, gathered, row, lane, rank, tx)
+                finish_row(Y, a, e, st, scratch, gathered, 0, row, lane, rank, tx)
 
         return softmax_row_fused
 
@@ -968,7 +1019,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             fold_row(st, _SUM, a, b, lane, False)
             reduce(st, _SUM, scratch, 0, tx, False)
             if clustered:
-                share(gathered, rank, st[_SUM], st[_SUM])
+                share(gathered, 0, rank, st[_SUM], st[_SUM])
                 st[_SUM] = gathered[0, 0]
                 for k in T.unroll(1, cluster):
                     st[_SUM] = st[_SUM] + gathered[k, 0]
@@ -1738,10 +1789,21 @@ def row_staged_program(N: int, dtype: str, variant: SoftmaxVariant, **config: An
     return row_fused_program(N, dtype, variant, **config, staged=1)
 
 
+def row_cluster_staged_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, cluster: int,
+                               cache_exp: int = 0, cluster_stages: int = 1, **_: Any) -> Any:
+    """The row cluster program's rows taken in turn by a wave of resident clusters of 1024-thread
+    blocks, each block staging its share of the next ``cluster_stages`` rows (see
+    ``row_fused_program``); it takes the number of resident blocks (a multiple of ``cluster``) as
+    its last argument."""
+    return row_fused_program(N, dtype, variant, vector=vector, row_threads=MAX_THREADS, block_threads=MAX_THREADS,
+                             cache_exp=cache_exp, cluster=cluster, staged=1, row_stages=cluster_stages)
+
+
 _BUILDERS: Dict[str, Callable[..., Any]] = {
     ROW_FUSED: row_fused_program,
     ROW_STAGED: row_staged_program,
     ROW_CLUSTER: row_cluster_program,
+    ROW_CLUSTER_STAGED: row_cluster_staged_program,
     ROW_STATS: row_stats_program,
     ROW_APPLY: row_apply_program,
     COLUMN_STATS: column_stats_program,
@@ -1777,8 +1839,8 @@ class SoftmaxFamilyKernel(Kernel):
 
     variant: SoftmaxVariant = SoftmaxVariant(backward=False, log=False)
     # "2": fused rows take the hint per call, from ``row_hinted_min_mib`` on (was ``row_cache_hints``);
-    # "3": the row staged program (``row_stages``).
-    version = "3"
+    # "3": the row staged program (``row_stages``); "4": the row cluster staged program (``cluster_stages``).
+    version = "4"
 
     def __init__(
         self,
@@ -1831,12 +1893,31 @@ class SoftmaxFamilyKernel(Kernel):
         return (config["row_stages"] > 0 and not self.variant.backward and vector == self._max_vector
                 and config["row_threads"] == config["block_threads"] and self.fused(config))
 
+    def stages_clusters(self, vector: int, config: Optional[Dict[str, Any]] = None) -> bool:
+        """Whether rows too long for one block, read ``vector`` elements at a time, may take the row
+        cluster staged program: a forward's, ``cluster_stages`` rows ahead, whose rows two
+        1024-thread blocks hold (``STAGED_CLUSTER``), in 16-byte copies that fit in shared memory."""
+        config = self.config if config is None else config
+        return (config["cluster_stages"] > 0 and not self.variant.backward and not self.fused(config)
+                and vector == self._max_vector
+                and row_cluster_size(self.N, self.dtype, False, MAX_THREADS, config["max_cluster"]) == STAGED_CLUSTER
+                and staged_fits(self.N, self.dtype, MAX_THREADS, config["cluster_stages"], STAGED_CLUSTER))
+
+    def least_staged_cluster_rows(self, sm_count: int) -> float:
+        """The fewest rows that take the row cluster staged program (inf: none do), rows read in
+        16-byte vectors."""
+        if not self.stages_clusters(self._max_vector):
+            return math.inf
+        return STAGED_CLUSTER_MIN_TURNS * (sm_count // STAGED_CLUSTER)
+
     def row_programs(self, rows: int, vector: int, sm_count: int) -> Tuple[Tuple[str, ...], ProgramParams]:
         """The programs ``rows`` rows launch, with their shape parameters."""
         if self.fused():
             if self.stages_rows(vector):
                 return (ROW_STAGED,), self.row_params(vector)
             return (ROW_FUSED,), self.row_params(vector) + (("hinted", int(self.hints_rows(rows, vector))),)
+        if self.stages_clusters(vector) and rows >= self.least_staged_cluster_rows(sm_count):
+            return (ROW_CLUSTER_STAGED,), self.row_params(vector) + (("cluster", STAGED_CLUSTER),)
         if rows >= self.least_cluster_rows(sm_count):
             return (ROW_CLUSTER,), self.row_params(vector) + (("cluster", self.row_cluster()),)
         return (ROW_STATS, ROW_APPLY), self.row_params(vector)
@@ -1923,25 +2004,30 @@ class SoftmaxFamilyKernel(Kernel):
     def _fuses_rows(self) -> bool:
         return self._launch_plans.get("fused", self.fused)
 
-    def _clusters_rows(self, rows: int, device: torch.device) -> bool:
-        """Whether ``rows`` rows of a call on ``device`` take the row cluster program."""
-        least = self._launch_plans.get(("cluster rows", device),
-                                       lambda: self.least_cluster_rows(self.sm_count(device)))
-        return rows >= least
+    def _clusters_rows(self, rows: int, device: torch.device) -> Tuple[bool, bool]:
+        """Whether ``rows`` rows of a call on ``device`` are enough for the row cluster program, and
+        for the row cluster staged one."""
+        least = self._launch_plans.get(("cluster rows", device), lambda: (
+            self.least_cluster_rows(self.sm_count(device)), self.least_staged_cluster_rows(self.sm_count(device))))
+        return rows >= least[0], rows >= least[1]
 
     def _launcher(self, name: str, params: ProgramParams) -> Any:
         return self._launch_plans.get(("launcher", name, params), lambda: self._make_launcher(name, params))
 
     def _make_launcher(self, name: str, params: ProgramParams) -> Any:
         launch = direct_launcher(self.compile_program(name, params))
-        if name != ROW_STAGED:
+        if name == ROW_STAGED:
+            per_sm, cluster = max(1, self.config["min_blocks"]), 1
+        elif name == ROW_CLUSTER_STAGED:
+            per_sm, cluster = 1, dict(params)["cluster"]
+        else:
             return launch
-        per_sm = max(1, self.config["min_blocks"])
 
         def launch_staged(*tensors: torch.Tensor) -> None:
-            # One wave of resident blocks, each taking its rows in turn.
+            # One wave of resident blocks in whole clusters, each group taking its rows in turn.
             out = tensors[-1]
-            launch(*tensors, max(1, min(out.shape[0], per_sm * self.sm_count(out.device))))
+            groups = max(1, min(out.shape[0], per_sm * self.sm_count(out.device) // cluster))
+            launch(*tensors, groups * cluster)
 
         return launch_staged
 
@@ -1972,7 +2058,8 @@ class SoftmaxFamilyKernel(Kernel):
         A plan depends on the tensors' addresses and strides only through the access
         width they allow (at most 16 bytes), so it is derived once per alignment,
         rank and, for rows, whether there are enough of them for the hint (fused rows) or
-        a row cluster; for columns, per extents and device: a small call then costs a lookup.
+        a row cluster (or a staged one); for columns, per extents and device: a small call then
+        costs a lookup.
         """
         out = tensors[-1]
         if out.dim() == 2:
