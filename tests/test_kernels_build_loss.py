@@ -84,19 +84,30 @@ def test_default_configs_cover_short_and_long_rows(kernel_cls, long_config, llam
 
 
 @needs_nvcc
-@pytest.mark.parametrize("V", [32000, 131072, 262144])
-def test_fast_memory_forward_rows_keep_several_blocks_an_sm(monkeypatch: pytest.MonkeyPatch, tmp_path, V: int) -> None:
-    """Where memory is fast, a forward row takes at most 256 threads and four vectors in flight, in
-    few enough registers that several blocks share an SM (one block of 512 threads and eight vectors,
-    116 registers each, left its SM's memory idle while it reduced its row)."""
+@pytest.mark.parametrize("V, soft", [(32000, False), (131072, False), (262144, False), (32000, True)], ids=str)
+def test_fast_memory_forward_rows_keep_several_blocks_an_sm(monkeypatch: pytest.MonkeyPatch, tmp_path, V: int,
+                                                            soft: bool) -> None:
+    """Where memory is fast, a forward row (of soft targets: a short one) takes at most 256 threads
+    and four vectors in flight, in few enough registers that several blocks share an SM (one block
+    of 512 threads and eight vectors, 116 registers each, left its SM's memory idle while it
+    reduced its row)."""
     monkeypatch.setattr(cross_entropy, "has_fast_memory", lambda: True)
-    kernel = CrossEntropyFwdKernel(V, torch.bfloat16)
+    # Long rows of soft targets keep their layout.
+    assert SoftCrossEntropyFwdKernel(131072, torch.bfloat16, target_dtype=torch.bfloat16).config == {
+        "threads": 512, "unroll": 8, "blocks_per_sm": 0}
+    if soft:
+        kernel = SoftCrossEntropyFwdKernel(V, torch.bfloat16, target_dtype=torch.bfloat16)
+    else:
+        kernel = CrossEntropyFwdKernel(V, torch.bfloat16)
     assert kernel.config == {"threads": 256, "unroll": 4, "blocks_per_sm": 0}
-    source = kernel.build_all_for_sm90()["main"].get_kernel_source()
-    report = ptxas_report(source, str(tmp_path))
-    assert report["spill_bytes"] == 0 and report["registers"] * 256 * 3 <= 65536, report
-    # The backward keeps its layout.
+    mains = [program for name, program in kernel.build_all_for_sm90().items() if name.startswith("main")]
+    assert mains
+    for program in mains:
+        report = ptxas_report(program.get_kernel_source(), str(tmp_path))
+        assert report["spill_bytes"] == 0 and report["registers"] * 256 * 3 <= 65536, report
+    # The backwards keep their layouts.
     assert CrossEntropyBwdKernel(V, torch.bfloat16).config == {"threads": 256, "unroll": 4, "blocks_per_sm": 4}
+    assert SoftCrossEntropyBwdKernel(V, torch.bfloat16, target_dtype=torch.bfloat16).config["threads"] == 256
 
 
 def test_bwd_program_caps_registers_only_when_asked() -> None:

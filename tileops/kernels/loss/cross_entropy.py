@@ -519,12 +519,15 @@ class _CrossEntropyKernel(Kernel):
     # (``device_traits``); 0: as on others.
     fast_memory_threads = 0
     fast_memory_unroll = 0
+    # Rows shorter than this take the fast-memory layout (0: rows of any length).
+    fast_memory_below = 0
 
     @property
     def default_config(self) -> Dict[str, Any]:
         most = self.short_row_threads if self.V < self.short_row else self.most_threads
         most_unroll = self.most_unroll
-        if self.fast_memory_threads and has_fast_memory():
+        fast_row = not self.fast_memory_below or self.V < self.fast_memory_below
+        if self.fast_memory_threads and fast_row and has_fast_memory():
             most, most_unroll = min(most, self.fast_memory_threads), min(most_unroll, self.fast_memory_unroll)
         threads = _threads_for(self.V, self._vector, most)
         step = threads * self._vector
