@@ -188,6 +188,17 @@ STAGED_ROWS = [(32768, torch.bfloat16, 1), (32768, torch.bfloat16, 2), (20000, t
                (6000, torch.float16, 1), (16384, torch.float32, 1)]
 
 
+def _check_program(name: str, op, kernel, inputs: List[torch.Tensor], program: str) -> None:
+    """``kernel`` launches ``program`` alone on ``inputs`` and matches the reference, NaNs included."""
+    rows, N = inputs[0].shape
+    out = torch.full((rows, N), float("nan"), device="cuda", dtype=inputs[0].dtype)
+    assert [launched for launched, _ in kernel.programs_for(*inputs, out)] == [program]
+    kernel(*inputs, out)
+    expected = _reference(name, op, inputs)
+    assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))
+    assert_close(out, expected, inputs[0].dtype)
+
+
 def _staged_kernel(name: str, N: int, dtype: torch.dtype, stages: int):
     op = _op(name, N, dtype, -1)
     return op, op.kernel_map[op.kernel_key](N, dtype, config={"row_stages": stages})
@@ -208,12 +219,7 @@ def test_staged_rows(name, N, dtype, stages):
         x[0, : N - 1] = float("-inf")
         if rows > 1:
             x[1, ::2] = float("-inf")
-        out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
-        assert [program for program, _ in kernel.programs_for(x, out)] == [ROW_STAGED]
-        kernel(x, out)
-        expected = _reference(name, op, [x])
-        assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))
-        assert_close(out, expected, dtype)
+        _check_program(name, op, kernel, [x], ROW_STAGED)
 
 
 def _cluster_kernel(name: str, N: int, dtype: torch.dtype, threads: int):
@@ -243,13 +249,7 @@ def test_row_clusters(name, N, dtype, rows, threads):
     x = torch.randn(rows, N, device="cuda", dtype=dtype)
     if not name.endswith("BwdOp"):
         _mask_forward_rows(x)
-    inputs = _inputs_like(name, x)
-    out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
-    assert [name for name, _ in kernel.programs_for(*inputs, out)] == [ROW_CLUSTER]
-    kernel(*inputs, out)
-    expected = _reference(name, op, inputs)
-    assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))
-    assert_close(out, expected, dtype)
+    _check_program(name, op, kernel, _inputs_like(name, x), ROW_CLUSTER)
 
 
 # (N, dtype, cluster_stages) of forward rows staged by clusters of two 1024-thread blocks: one and
@@ -278,12 +278,7 @@ def test_staged_row_clusters(name, N, dtype, stages):
     for rows in (least, least + 1, 5 * sm_count - 7):
         x = torch.randn(rows, N + 8, device="cuda", dtype=dtype)[:, :N]
         _mask_forward_rows(x)
-        out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
-        assert [program for program, _ in kernel.programs_for(x, out)] == [ROW_CLUSTER_STAGED]
-        kernel(x, out)
-        expected = _reference(name, op, [x])
-        assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))
-        assert_close(out, expected, dtype)
+        _check_program(name, op, kernel, [x], ROW_CLUSTER_STAGED)
 
 
 def _column_kernel(name: str, N: int, dtype: torch.dtype):
