@@ -143,11 +143,11 @@ BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS = 1024, 1
 # Row clusters serve rows too long for one block's registers when the rows give at least
 # this many blocks per SM; fewer rows take the two-step programs, which split a row finer.
 CLUSTER_MIN_BLOCKS_PER_SM = 1
-# The row cluster staged program: clusters of two 1024-thread blocks, one an SM, so that a whole
-# wave of clusters is resident at once (an SM pair's worth each; with four-block clusters a
-# 16-SM GPC holds four and an 18-SM one four too, and the clusters left over ran a second wave:
-# H200, softmax 256 x 131072 bf16 75.1 us against 51.2 for one row a cluster), on calls of at
-# least this many rows a cluster (fewer leave no next row to stage).
+# The row cluster staged program: clusters of two 1024-thread blocks, one an SM, a wave of 66 on
+# 132 SMs.  Four-block clusters, a wave of 33, lost by far (H200, softmax 256 x 131072 bf16 75.1
+# us against 51.2 for one row a cluster), as if some clusters ran after the rest: a cluster's
+# blocks must share a GPC, and GPCs need not have a multiple of four SMs.  It serves calls of at
+# least this many rows a cluster of the wave (fewer leave no next row to stage).
 STAGED_CLUSTER = 2
 STAGED_CLUSTER_MIN_TURNS = 2
 # Column tiles span at most this many threads across the inner extent.
