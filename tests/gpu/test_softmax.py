@@ -382,9 +382,11 @@ def test_masked_rows_match_pytorch(family, shape, dim, dtype):
 
 
 def _big_case_shapes() -> List[Tuple[Tuple[int, ...], int]]:
-    # Rows; more than 65535 rows in two-block clusters; columns in two steps; one-vector-wide
-    # columns in the fused program.
-    return [((2**19 + 1, 4096), -1), ((2**16 + 1, 49153), -1), ((3, 2**20, 2**10), 1), ((2**16 + 1, 4096, 8), 1)]
+    # Rows; more than 65535 rows in two-block clusters; rows of two-block clusters taken in turn
+    # (where memory is fast, staged); columns in two steps; one-vector-wide columns in the fused
+    # program.
+    return [((2**19 + 1, 4096), -1), ((2**16 + 1, 49153), -1), ((2**15 + 1, 65536), -1), ((3, 2**20, 2**10), 1),
+            ((2**16 + 1, 4096, 8), 1)]
 
 
 @pytest.mark.big_memory
