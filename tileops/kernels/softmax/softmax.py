@@ -292,7 +292,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
     cluster of four 512-thread blocks (the row cluster program) 87.2, of two 1024-thread blocks
     100.2, staged in clusters of two 1024-thread blocks one row ahead 88.4, two rows 85.6,
     in clusters of four 512-thread blocks 111.5 / 109.3, torch.compile 145.5; log-softmax 93.2 /
-    - / 89.2 / 85.2 / 109.9 / -, torch.compile 125.5.  Over 64 x 65536 (one row a cluster)
+    - / 89.2 / 85.2 / 109.9 / 108.1, torch.compile 125.5.  Over 64 x 65536 (one row a cluster)
     staging lost: 13.2 against 11.9.
     ``row_hinted_min_mib``: fused rows load with ``evict_last`` on calls whose inputs take at
     least this many MiB (0: every call), ``HINTED_MIN_MIB``.  H100, bf16 rows of 4096, median
