@@ -1916,7 +1916,8 @@ class SoftmaxFamilyKernel(Kernel):
             if self.stages_rows(vector):
                 return (ROW_STAGED,), self.row_params(vector)
             return (ROW_FUSED,), self.row_params(vector) + (("hinted", int(self.hints_rows(rows, vector))),)
-        if self.stages_clusters(vector) and rows >= self.least_staged_cluster_rows(sm_count):
+        # Staged clusters copy 16-byte vectors; ``least_staged_cluster_rows`` is inf where they never run.
+        if vector == self._max_vector and rows >= self.least_staged_cluster_rows(sm_count):
             return (ROW_CLUSTER_STAGED,), self.row_params(vector) + (("cluster", STAGED_CLUSTER),)
         if rows >= self.least_cluster_rows(sm_count):
             return (ROW_CLUSTER,), self.row_params(vector) + (("cluster", self.row_cluster()),)
@@ -1935,7 +1936,8 @@ class SoftmaxFamilyKernel(Kernel):
 
     def least_hinted_rows(self) -> int:
         """The fewest rows whose inputs take ``row_hinted_min_mib`` MiB."""
-        return -(-hinted_min_bytes(self.config["row_hinted_min_mib"]) // (self.N * self.dtype.itemsize * self.variant.inputs))
+        row_bytes = self.N * self.dtype.itemsize * self.variant.inputs
+        return -(-hinted_min_bytes(self.config["row_hinted_min_mib"]) // row_bytes)
 
     def hints_rows(self, rows: int, vector: int) -> bool:
         """Whether a call of ``rows`` fused rows, read ``vector`` elements at a time, loads them with
