@@ -179,6 +179,29 @@ def test_fast_memory_gives_argmax_and_log_sum_exp_narrow_long_row_blocks(monkeyp
     assert long_row_threads(programs.ArgmaxKernel, torch.bfloat16) == 256
 
 
+def test_fast_memory_gives_row_segments_wide_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where memory is fast, a half-precision row cut across blocks (a whole-tensor sum, mean,
+    amax, amin or 2-norm) takes 512-thread segments, four blocks an SM; float32, the wide-state
+    reducers and slow memory keep 256."""
+    def segment_plan(kernel_cls, dtype: torch.dtype) -> "tuple[int, int]":
+        kernel = kernel_cls(dtype, config={})
+        name, params, segments = kernel.launch_plan(torch.empty(1, 2**28, dtype=dtype), 132)
+        assert name == programs.ROW and dict(params)["fused"] == 0
+        assert (name, params) in kernel.program_specs()
+        return dict(params)["threads"], segments
+
+    monkeypatch.setattr(programs, "has_fast_memory", lambda: True)
+    for dtype in (torch.bfloat16, torch.float16):
+        for kernel_cls in (programs.SumKernel, programs.MeanKernel, programs.AmaxKernel, programs.AminKernel,
+                           programs.L2NormKernel):
+            assert segment_plan(kernel_cls, dtype) == (512, 528)
+        for kernel_cls in (programs.VarKernel, programs.LogSumExpKernel, programs.ArgmaxKernel):
+            assert segment_plan(kernel_cls, dtype) == (256, 528)
+    assert segment_plan(programs.SumKernel, torch.float32) == (256, 528)
+    monkeypatch.setattr(programs, "has_fast_memory", lambda: False)
+    assert segment_plan(programs.AmaxKernel, torch.bfloat16) == (256, 528)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("config", [{}, {"long_row_threads": 256}, {"long_row_threads": 64}, {"long_row_threads": 1024, "row_unroll": 2},
                                     {"row_threads": 128, "long_row_unroll": 4},

@@ -64,6 +64,10 @@ def inventory() -> List[Task]:
             for shape, _ in t.WIDE_COLUMNS:
                 with overlay({name.replace("FwdOp", "Kernel"): t.WIDE_SPLIT_CONFIG}):
                     tasks.update(_tasks_for(t.wide_column_op(name, dtype), torch.empty(shape, dtype=dtype)))
+    for op_name in t.OPS:  # over 2**31 elements
+        for axes in t.BIG_DIMS:
+            x = torch.empty(t.BIG_SHAPE, dtype=torch.bfloat16, device="meta")
+            tasks.update(_tasks_for(t.build_extra_op(op_name, torch.bfloat16, t.big_params(op_name, axes)), x))
     for op_name in t.OPS:  # the timed workloads
         for workload in manifest.op(op_name).workloads:
             params = {k: tuple(v) if isinstance(v, list) else v for k, v in workload.params}

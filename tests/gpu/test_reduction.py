@@ -200,6 +200,47 @@ def test_variance_of_a_large_mean() -> None:
     torch.testing.assert_close(VarFwdOp(dtype=torch.float32, dim=(1,))(x), x.double().var(1).float(), rtol=1e-4, atol=1e-4)
 
 
+# ---- more than 2**31 elements ----------------------------------------------------------------------
+
+# Rows of 4096 whose offsets pass 2**31, reduced whole (row segments over a 64-bit length), along
+# the rows (fused rows past element 2**31) and down the columns (the one-pass column program).
+BIG_SHAPE = (2**31 // 4096 + 64, 4096)
+BIG_DIMS = {"all": None, "rows": -1, "columns": 0}
+
+
+def big_params(name: str, axes: str) -> Dict[str, Any]:
+    dim = BIG_DIMS[axes]
+    return {"dim": dim if dim is None or name == "ArgmaxFwdOp" else (dim,)}
+
+
+@pytest.fixture(scope="module")
+def big_input() -> torch.Tensor:
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(BIG_SHAPE, device="cuda", dtype=torch.bfloat16, generator=generator)
+    # The largest element lies past element 2**31: amax and argmax must reach it there.
+    x[-1, -7] = 64.0
+    return x
+
+
+@pytest.mark.big_memory
+@pytest.mark.parametrize("axes", sorted(BIG_DIMS))
+@pytest.mark.parametrize("name", OPS)
+def test_over_2_31_elements(big_input: torch.Tensor, name: str, axes: str) -> None:
+    assert big_input.numel() > 2**31
+    op = build_extra_op(name, torch.bfloat16, big_params(name, axes))
+    y = op(big_input)
+    assert op.last_backend == "kernel"
+    expected = op.reference(big_input.double())
+    if name == "ArgmaxFwdOp":
+        torch.testing.assert_close(y.cpu(), expected.cpu())
+        if axes == "all":
+            assert y.item() == big_input.numel() - 7
+    else:
+        assert_close(y, expected, torch.bfloat16)
+    del expected
+    torch.cuda.empty_cache()
+
+
 def test_torch_compile_fullgraph() -> None:
     from tileops.ops import SumFwdOp
 

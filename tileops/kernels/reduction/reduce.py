@@ -622,7 +622,7 @@ def build_program(name: str, reducer: str, dtype: torch.dtype, out_dtype: torch.
 
 
 def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] = (0, 0, 0),
-                             long_row_threads: int = 512) -> Dict[str, int]:
+                             long_row_threads: int = 512, split_row_threads: int = 256) -> Dict[str, int]:
     """Heuristic config: 256-thread blocks, four 16-byte vectors in flight per thread; eight
     (``long_row_unroll``) over rows a block reduces alone that take that many.
 
@@ -641,6 +641,9 @@ def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] 
     173.4 / 172.7 / 173.6 (172.9).  1024 gained on some and lost on the variance and the fp32
     sum.  In the bench (bf16 16384 x 16384, µs with 256 / 512 threads): argmax 173.9 / 296.3
     and log-sum-exp 173.8 / 174.6, so those two keep 256.
+
+    Row segments (a row cut across blocks, as in a whole-tensor reduction) take
+    ``split_row_threads``-thread blocks (``ReductionKernel.fast_memory_split_row_threads``).
 
     ``one_pass`` is the one-pass column program's (col_threads, threads,
     unroll); col_threads 0 never takes it.  ``one_pass_min_tile_bytes`` (the
@@ -671,6 +674,7 @@ def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] 
     """
     col_threads, threads, unroll = one_pass
     return {"row_threads": 256, "row_unroll": 4, "long_row_unroll": 8, "long_row_threads": long_row_threads,
+            "split_row_threads": split_row_threads,
             "column_threads": 256, "column_unroll": 4,
             "combine_threads": 256, "one_pass_col_threads": col_threads, "one_pass_threads": threads,
             "one_pass_unroll": unroll, "one_pass_min_tile_bytes": 256, "one_pass_split_blocks_per_sm": 2,
@@ -709,6 +713,17 @@ class ReductionKernel(Kernel):
     # ``long_row_threads`` of half-precision inputs on devices with fast memory
     # (``device_traits``), where it differs (0: it does not).
     fast_memory_long_row_threads: int = 0
+    # Threads a block over row segments for half-precision inputs on devices with fast
+    # memory (0: ``row_threads``, as elsewhere).  H200, bf16 2^28 elements reduced whole (one
+    # row over 528 segments, four blocks an SM), partials and combine, median of 7 rounds in
+    # turns, µs with 256 / 512 / 1024 threads (4 vectors in flight a thread): sum 123.7 /
+    # 121.8 / 123.0, amax 124.6 / 123.1 / 125.0 (over 264 segments 129.9 / 123.2 / 121.7 and
+    # 143.5 / 124.5 / 123.8; eight vectors in flight at 256 threads 122.9 and 123.9; the same
+    # tensor as 16384 rows of 16384, 118.8 and 119.4).  The segment programs of the sum and
+    # amax take 30-34 registers a thread at any of these counts, so four 512-thread blocks fill
+    # an SM's 2048 threads where four of 256 held half.  The variance, log-sum-exp and argmax,
+    # whose merges carry wider states, were not timed with it and keep ``row_threads``.
+    fast_memory_split_row_threads: int = 512
     # "5": wide one-pass column tiles and their few-segment split.
     version = "5"
 
@@ -725,10 +740,11 @@ class ReductionKernel(Kernel):
 
     @property
     def default_config(self) -> Dict[str, Any]:
-        long_row_threads = self.long_row_threads
-        if self.fast_memory_long_row_threads and self.dtype.itemsize == 2 and has_fast_memory():
-            long_row_threads = self.fast_memory_long_row_threads
-        return reduction_default_config(self.dtype, self.one_pass, long_row_threads)
+        long_row_threads, split_row_threads = self.long_row_threads, 256
+        if self.dtype.itemsize == 2 and has_fast_memory():
+            long_row_threads = self.fast_memory_long_row_threads or long_row_threads
+            split_row_threads = self.fast_memory_split_row_threads or split_row_threads
+        return reduction_default_config(self.dtype, self.one_pass, long_row_threads, split_row_threads)
 
     # ---- programs ----------------------------------------------------------------------------
     def program(self, **config: Any) -> Any:
@@ -741,8 +757,8 @@ class ReductionKernel(Kernel):
                     long_rows: bool = False, exact_unroll: int = 0, threads: int = 0) -> ProgramParams:
         config = self.config if config is None else config
         unroll = exact_unroll or (config["long_row_unroll"] if long_rows else config["row_unroll"])
-        params = (("vector", vector), ("threads", threads or config["row_threads"]), ("unroll", unroll),
-                  ("fused", int(fused)))
+        threads = threads or config["row_threads" if fused else "split_row_threads"]
+        params = (("vector", vector), ("threads", threads), ("unroll", unroll), ("fused", int(fused)))
         return params + ((("exact", 1),) if exact_unroll else ())
 
     def _fused_row_threads(self, N: int, vector: int) -> int:
@@ -888,7 +904,7 @@ class ReductionKernel(Kernel):
         N = x.shape[1]
         if x.dim() == 2:
             vector = widest_access(x, x.stride(0) | N, self._max_vector)
-            threads, unroll = self.config["row_threads"], self.config["row_unroll"]
+            threads, unroll = self.config["split_row_threads"], self.config["row_unroll"]
             most = max(1, -(-N // (threads * vector * unroll)))
             segments = max(1, min(-(-ROW_BLOCKS_PER_SM * sm_count // x.shape[0]), most))
             if segments == 1:
@@ -959,6 +975,7 @@ class VarKernel(ReductionKernel):
 
     reducer = "var"
     min_column_steps = 8
+    fast_memory_split_row_threads = 0
     # Four rows a lane between merges, not eight: the variance keeps three sums a column, and at
     # eight the one-pass column program ran 1.9 % behind torch.compile over a middle axis.  H100,
     # bf16 columns, median of 9 rounds in turns, µs with 8 / 6 / 4 (torch.compile): 16384 x 16384
@@ -974,6 +991,7 @@ class LogSumExpKernel(ReductionKernel):
 
     reducer = "logsumexp"
     min_column_steps = 8
+    fast_memory_split_row_threads = 0
     long_row_threads = 256
     # H200, bf16 16384 x 16384 rows, median of 7 rounds in turns, µs with 64 / 128 / 256 / 512
     # threads: 123.3 / 121.6 / 126.8-127.4 / 134.2 (torch.compile 210.1).
@@ -985,6 +1003,7 @@ class ArgmaxKernel(ReductionKernel):
 
     reducer = "argmax"
     min_column_steps = 8
+    fast_memory_split_row_threads = 0
     long_row_threads = 256
     # Fewer threads a row: more blocks an SM, and a shorter closing merge of (value, index)
     # pairs for each block's loads (timed, not profiled).  H200, bf16 16384 x 16384 rows,
