@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from tileops.kernels.fast_math import FAST_EXP2
-from tileops.kernels.kernel_base import with_pass_configs
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET, with_pass_configs
+from tileops.kernels.sizes import REGISTERS_PER_SM
 from tileops.kernels.reduction import reduce as programs
-from tests.toolchain import divisions_at_accesses
+from tests.toolchain import divisions_at_accesses, needs_nvcc, ptxas_report
 
 # (reducer, program, shape parameters): every program kind, and every reducer at least once.
 CASES = [
@@ -180,9 +181,10 @@ def test_fast_memory_gives_argmax_and_log_sum_exp_narrow_long_row_blocks(monkeyp
 
 
 def test_fast_memory_gives_row_segments_wide_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where memory is fast, a half-precision row cut across blocks (a whole-tensor sum, mean,
-    amax, amin or 2-norm) takes 512-thread segments, four blocks an SM; float32, the wide-state
-    reducers and slow memory keep 256."""
+    """Where memory is fast, a half-precision row cut across blocks (a whole-tensor sum, amax,
+    amin or 2-norm) takes 512-thread segments, four blocks an SM; float32, the mean (whose
+    segment program holds too many registers for four), the wide-state reducers and slow
+    memory keep 256."""
     def segment_plan(kernel_cls, dtype: torch.dtype) -> "tuple[int, int]":
         kernel = kernel_cls(dtype, config={})
         name, params, segments = kernel.launch_plan(torch.empty(1, 2**28, dtype=dtype), 132)
@@ -192,14 +194,35 @@ def test_fast_memory_gives_row_segments_wide_blocks(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(programs, "has_fast_memory", lambda: True)
     for dtype in (torch.bfloat16, torch.float16):
-        for kernel_cls in (programs.SumKernel, programs.MeanKernel, programs.AmaxKernel, programs.AminKernel,
-                           programs.L2NormKernel):
+        for kernel_cls in (programs.SumKernel, programs.AmaxKernel, programs.AminKernel, programs.L2NormKernel):
             assert segment_plan(kernel_cls, dtype) == (512, 528)
-        for kernel_cls in (programs.VarKernel, programs.LogSumExpKernel, programs.ArgmaxKernel):
+        for kernel_cls in (programs.MeanKernel, programs.VarKernel, programs.LogSumExpKernel, programs.ArgmaxKernel):
             assert segment_plan(kernel_cls, dtype) == (256, 528)
     assert segment_plan(programs.SumKernel, torch.float32) == (256, 528)
     monkeypatch.setattr(programs, "has_fast_memory", lambda: False)
     assert segment_plan(programs.AmaxKernel, torch.bfloat16) == (256, 528)
+
+
+WIDE_SEGMENT_KERNELS = [cls for cls in (programs.SumKernel, programs.MeanKernel, programs.AmaxKernel,
+                                         programs.AminKernel, programs.VarKernel, programs.LogSumExpKernel,
+                                         programs.ArgmaxKernel, programs.L2NormKernel)
+                        if cls.fast_memory_split_row_threads]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls", WIDE_SEGMENT_KERNELS)
+def test_wide_row_segments_fill_an_sm(kernel_cls, tmp_path) -> None:
+    """The segment programs that take 512 threads on fast memory hold at most 32 registers a
+    thread, so the four blocks an SM that the segment count assumes are resident at once (the
+    mean's held 38: three fit, and its segments ran past one wave)."""
+    threads = kernel_cls.fast_memory_split_row_threads
+    kernel = kernel_cls(torch.bfloat16, config={"split_row_threads": threads})
+    params = kernel._row_params(8, False)
+    assert dict(params)["threads"] == threads
+    program = kernel.compile_program(programs.ROW, params, target=SM90_BUILD_TARGET)
+    report = ptxas_report(program.get_kernel_source(), str(tmp_path))
+    assert report["spill_bytes"] == 0, report
+    assert report["registers"] * threads * programs.ROW_BLOCKS_PER_SM <= REGISTERS_PER_SM, report
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
