@@ -181,22 +181,24 @@ def test_fast_memory_gives_argmax_and_log_sum_exp_narrow_long_row_blocks(monkeyp
 
 
 def test_fast_memory_gives_row_segments_wide_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where memory is fast, a half-precision row cut across blocks (a whole-tensor sum, amax,
-    amin or 2-norm) takes 512-thread segments, four blocks an SM; float32, the mean (whose
-    segment program holds too many registers for four), the wide-state reducers and slow
-    memory keep 256."""
-    def segment_plan(kernel_cls, dtype: torch.dtype) -> "tuple[int, int]":
+    """Where memory is fast, an aligned half-precision row cut across blocks (a whole-tensor sum,
+    mean, amax, amin or 2-norm) takes 512-thread segments, four blocks an SM; narrower accesses,
+    float32, the wide-state reducers and slow memory keep 256."""
+    def segment_plan(kernel_cls, dtype: torch.dtype, misaligned: bool = False) -> "tuple[int, int]":
         kernel = kernel_cls(dtype, config={})
-        name, params, segments = kernel.launch_plan(torch.empty(1, 2**28, dtype=dtype), 132)
+        x = torch.empty(2**28 + 1, dtype=dtype)[int(misaligned):2**28 + int(misaligned)].view(1, 2**28)
+        name, params, segments = kernel.launch_plan(x, 132)
         assert name == programs.ROW and dict(params)["fused"] == 0
-        assert (name, params) in kernel.program_specs()
+        assert misaligned or (name, params) in kernel.program_specs()  # the specs: aligned programs
         return dict(params)["threads"], segments
 
     monkeypatch.setattr(programs, "has_fast_memory", lambda: True)
     for dtype in (torch.bfloat16, torch.float16):
-        for kernel_cls in (programs.SumKernel, programs.AmaxKernel, programs.AminKernel, programs.L2NormKernel):
+        for kernel_cls in (programs.SumKernel, programs.MeanKernel, programs.AmaxKernel, programs.AminKernel,
+                           programs.L2NormKernel):
             assert segment_plan(kernel_cls, dtype) == (512, 528)
-        for kernel_cls in (programs.MeanKernel, programs.VarKernel, programs.LogSumExpKernel, programs.ArgmaxKernel):
+            assert segment_plan(kernel_cls, dtype, misaligned=True) == (256, 528)
+        for kernel_cls in (programs.VarKernel, programs.LogSumExpKernel, programs.ArgmaxKernel):
             assert segment_plan(kernel_cls, dtype) == (256, 528)
     assert segment_plan(programs.SumKernel, torch.float32) == (256, 528)
     monkeypatch.setattr(programs, "has_fast_memory", lambda: False)
@@ -212,9 +214,10 @@ WIDE_SEGMENT_KERNELS = [cls for cls in (programs.SumKernel, programs.MeanKernel,
 @needs_nvcc
 @pytest.mark.parametrize("kernel_cls", WIDE_SEGMENT_KERNELS)
 def test_wide_row_segments_fill_an_sm(kernel_cls, tmp_path) -> None:
-    """The segment programs that take 512 threads on fast memory hold at most 32 registers a
-    thread, so the four blocks an SM that the segment count assumes are resident at once (the
-    mean's held 38: three fit, and its segments ran past one wave)."""
+    """The segment programs that take 512 threads on fast memory (16-byte accesses) hold at most
+    32 registers a thread, so the four blocks an SM that the segment count assumes are resident
+    at once (the mean's, when each thread also counted, held 38: three fit, and its segments ran
+    past one wave)."""
     threads = kernel_cls.fast_memory_split_row_threads
     kernel = kernel_cls(torch.bfloat16, config={"split_row_threads": threads})
     params = kernel._row_params(8, False)

@@ -172,9 +172,36 @@ def test_cross_entropy_loss_is_a_drop_in_for_class_indices(shape, reduction: str
     target = torch.randint(0, shape[1] if len(shape) > 1 else shape[0], target_shape)
     got, expected = ours(logits, target), theirs(logits, target)
     assert got.shape == expected.shape
-    torch.testing.assert_close(got, expected)
+    # A mean over targets that are all ignored (one class index of 11 may well be) is NaN in both.
+    torch.testing.assert_close(got, expected, equal_nan=True)
     grad = torch.randn(expected.shape)
-    torch.testing.assert_close(torch.autograd.grad(got, logits, grad), torch.autograd.grad(expected, logits, grad))
+    torch.testing.assert_close(torch.autograd.grad(got, logits, grad), torch.autograd.grad(expected, logits, grad),
+                               equal_nan=True)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "class-weights"])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("target", [[2], [2, 2, 2]], ids=["one-row", "three-rows"])
+def test_cross_entropy_mean_of_only_ignored_targets_is_nan_with_zero_gradient(target, label_smoothing: float,
+                                                                               weighted: bool) -> None:
+    """As in PyTorch: a padding-only batch gives a NaN mean loss, but a gradient of 0, not NaN."""
+    weight = torch.rand(11) + 0.25 if weighted else None
+    logits = torch.randn(len(target), 11, requires_grad=True)
+    target = torch.tensor(target)
+    got = tnn.CrossEntropyLoss(weight, ignore_index=2, label_smoothing=label_smoothing)(logits, target)
+    expected = torch.nn.CrossEntropyLoss(weight, ignore_index=2, label_smoothing=label_smoothing)(logits, target)
+    assert torch.isnan(got) and torch.isnan(expected)
+    grad = torch.autograd.grad(got, logits)[0]
+    assert torch.equal(grad, torch.zeros_like(logits))
+    torch.testing.assert_close(grad, torch.autograd.grad(expected, logits)[0])
+
+
+def test_cross_entropy_mean_over_kept_rows_of_weight_zero_stays_nan_as_in_pytorch() -> None:
+    weight = torch.zeros(11)
+    logits = torch.randn(3, 11, requires_grad=True)
+    target = torch.tensor([1, 3, 4])
+    got = tnn.CrossEntropyLoss(weight, ignore_index=2)(logits, target)
+    assert torch.isnan(got) and torch.isnan(torch.autograd.grad(got, logits)[0]).all()
 
 
 def test_cross_entropy_loss_passes_inplace_backward_on() -> None:

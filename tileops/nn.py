@@ -223,7 +223,7 @@ def class_weighted_cross_entropy(logits: torch.Tensor, target: torch.Tensor, wei
     With ``w`` the class weights and ``s`` the label smoothing, row ``n`` loses
     ``(1 - s) * w[t_n] * (lse_n - x[n, t_n]) + (s / C) * (lse_n * sum(w) - x[n] @ w)``, nothing
     where ``t_n`` is ``ignore_index``; the mean divides the sum by the kept rows' ``w[t_n]``, as
-    PyTorch does (NaN when no row is kept).  Without smoothing the logits are read once, by the
+    PyTorch does (NaN when no row is kept, with a gradient of 0).  Without smoothing the logits are read once, by the
     op, and the backward is the op's.  With it, ``x[n] @ w`` is a float32 matrix-vector product:
     one more read of the logits, and in the backward an ``[N, C]`` term added to the op's gradient.
     """
@@ -238,7 +238,11 @@ def class_weighted_cross_entropy(logits: torch.Tensor, target: torch.Tensor, wei
         smooth = lse * class_weight.sum() - torch.mv(logits.float(), class_weight)
         loss = (1 - label_smoothing) * loss + (label_smoothing / classes) * torch.where(kept, smooth, 0.0)
     if reduction == "mean":
-        return (loss.sum() / row_weight.sum()).to(logits.dtype)
+        # No kept row: PyTorch's loss is NaN and its gradient 0.  Dividing by 1 there keeps the
+        # gradient 0 (0 / 0 would make it NaN); kept rows of weight 0 still divide by 0, as PyTorch.
+        any_kept = kept.any()
+        mean = loss.sum() / torch.where(any_kept, row_weight.sum(), 1.0)
+        return torch.where(any_kept, mean, torch.nan).to(logits.dtype)
     return (loss.sum() if reduction == "sum" else loss).to(logits.dtype)
 
 

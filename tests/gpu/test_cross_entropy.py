@@ -152,9 +152,23 @@ def test_every_row_ignored_gives_nan_mean_and_zero_gradient() -> None:
     target = torch.full((5,), -100, device="cuda")
     loss, _ = fwd(logits, target)
     assert torch.isnan(loss) and torch.isnan(F.cross_entropy(logits.detach(), target))
+    loss.backward()  # the mean's gradient is 0, as autograd's (its 1 / 0 scale is never applied)
+    assert torch.count_nonzero(logits.grad) == 0
+    logits.grad = None
     fwd_sum, _ = _ops(127, torch.float32, -100, 0.0, "sum")
     fwd_sum(logits, target)[0].backward()
     assert torch.count_nonzero(logits.grad) == 0
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_every_row_ignored_in_a_class_weighted_mean_gives_nan_and_zero_gradient(label_smoothing: float) -> None:
+    from tileops.nn import CrossEntropyLoss
+
+    logits = torch.randn(5, 127, device="cuda", requires_grad=True)
+    target = torch.full((5,), -100, device="cuda")
+    loss = CrossEntropyLoss(torch.rand(127, device="cuda") + 0.5, label_smoothing=label_smoothing)(logits, target)
+    assert torch.isnan(loss)
+    assert torch.count_nonzero(torch.autograd.grad(loss, logits)[0]) == 0
 
 
 @pytest.mark.parametrize("reduction", ("mean", "sum"))

@@ -188,11 +188,13 @@ def _shuffle_merge(T: Any, spec: ReducerSpec, macros: Dict[str, Any], count: int
     return tree
 
 
-def _fold_reducer(reducer: str, fused: int) -> str:
+def _fold_reducer(reducer: str, fused: int, counted_segments: bool = False) -> str:
     """The reducer a program folds with.  A fused mean's count is the extent ``N``, which every
     thread knows, so it folds as a sum (one state slot, half the merge traffic) and its final
-    store divides by ``N`` (``_store_macros``)."""
-    return "sum" if fused and reducer == "mean" else reducer
+    store divides by ``N`` (``_store_macros``).  Where a program stores the counts of its
+    partial means itself (``counted_segments``: the row program, whose segments together
+    cover the extent ``N``), they fold as sums too."""
+    return "sum" if (fused or counted_segments) and reducer == "mean" else reducer
 
 
 def _store_macros(T: Any, spec: ReducerSpec, macros: Dict[str, Any], out_dtype: str,
@@ -239,7 +241,8 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
 
     if exact and not fused:
         raise ValueError("reduction row program: exact rows need the fused program (a segment per row)")
-    folded = _fold_reducer(reducer, fused)
+    # A mean folds as a sum: its count is the row's extent (see the partial store below).
+    folded = _fold_reducer(reducer, fused, counted_segments=True)
     spec = REDUCERS[folded]
     prelude = spec.prelude or None  # outside the programs: TVMScript would parse the `or`
     macros = reducer_macros(T, folded, 1, correction)
@@ -340,7 +343,8 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
             prepare(st, sti, 0, shift[0])
             tree(st, sti, ot, oti, sh, shi, tx)
 
-    width = spec.partial_width
+    # The partials' layout is the reducer's, whatever the program folds with.
+    width = REDUCERS[reducer].partial_width
 
     @T.macro
     def row_block(X, out, row, seg, segments):
@@ -366,6 +370,10 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
                 out[row] = stores["final"](st, sti, 0)
             else:
                 stores["store_partial"](out, st, sti, 0, 1, row, seg, 0)
+                if folded != reducer:
+                    # A mean's partial: the segment's sum, then a count.  The combine adds the
+                    # counts, so the first segment carries the whole row's and the others none.
+                    out[row, seg, 0, spec.slots] = T.cast(T.if_then_else(seg == 0, N, T.int64(0)), PARTIAL)
 
     if fused:
 
@@ -721,12 +729,16 @@ class ReductionKernel(Kernel):
     # 143.5 / 124.5 / 123.8; eight vectors in flight at 256 threads 122.9 and 123.9; the same
     # tensor as 16384 rows of 16384, 118.8 and 119.4).  The segment programs of the sum and
     # amax take 30-34 registers a thread at any of these counts, so four 512-thread blocks fill
-    # an SM's 2048 threads where four of 256 held half.  The mean keeps ``row_threads`` (see
-    # ``MeanKernel``); the variance, log-sum-exp and argmax, whose merges carry wider states,
-    # were not timed with it and keep theirs.
+    # an SM's 2048 threads where four of 256 held half (the mean's too, now that its segments
+    # fold as sums: when each thread also counted, it took 38 registers, three blocks fit an
+    # SM and the 528 segments ran past one wave, 132.1 µs against 122.1 for the sum).
+    # Narrower accesses keep ``row_threads``: their programs take 47 registers at 512 threads.
+    # The variance, log-sum-exp and argmax, whose merges carry wider states, were not timed
+    # with it and keep ``row_threads``.
     fast_memory_split_row_threads: int = 512
-    # "5": wide one-pass column tiles and their few-segment split.
-    version = "5"
+    # "5": wide one-pass column tiles and their few-segment split; "6": row segments take
+    # ``split_row_threads`` (before, ``row_threads``).
+    version = "6"
 
     def __init__(self, dtype: torch.dtype, *, correction: float = 0.0, config: Optional[Dict[str, Any]] = None,
                  tune: bool = False) -> None:
@@ -758,9 +770,13 @@ class ReductionKernel(Kernel):
                     long_rows: bool = False, exact_unroll: int = 0, threads: int = 0) -> ProgramParams:
         config = self.config if config is None else config
         unroll = exact_unroll or (config["long_row_unroll"] if long_rows else config["row_unroll"])
-        threads = threads or config["row_threads" if fused else "split_row_threads"]
+        threads = threads or (config["row_threads"] if fused else self._segment_threads(vector, config))
         params = (("vector", vector), ("threads", threads), ("unroll", unroll), ("fused", int(fused)))
         return params + ((("exact", 1),) if exact_unroll else ())
+
+    def _segment_threads(self, vector: int, config: Dict[str, Any]) -> int:
+        """Threads a block over row segments: ``split_row_threads`` with 16-byte accesses, else ``row_threads``."""
+        return config["split_row_threads"] if vector == self._max_vector else config["row_threads"]
 
     def _fused_row_threads(self, N: int, vector: int) -> int:
         """``long_row_threads`` for rows of ``long_row_unroll`` chunks of ``row_threads`` or more,
@@ -905,7 +921,7 @@ class ReductionKernel(Kernel):
         N = x.shape[1]
         if x.dim() == 2:
             vector = widest_access(x, x.stride(0) | N, self._max_vector)
-            threads, unroll = self.config["split_row_threads"], self.config["row_unroll"]
+            threads, unroll = self._segment_threads(vector, self.config), self.config["row_unroll"]
             most = max(1, -(-N // (threads * vector * unroll)))
             segments = max(1, min(-(-ROW_BLOCKS_PER_SM * sm_count // x.shape[0]), most))
             if segments == 1:
@@ -957,10 +973,6 @@ class MeanKernel(ReductionKernel):
     """``y = mean(x)`` along the reduced extent."""
 
     reducer = "mean"
-    # Its segment program (a sum and a count a thread) takes 38 registers, so only three
-    # 512-thread blocks fit an SM and 528 segments ran past one wave: H200, bf16 2^28
-    # elements reduced whole, 132.1 µs against 122.1 for the sum (torch.compile 122.6).
-    fast_memory_split_row_threads = 0
 
 
 class AmaxKernel(ReductionKernel):
