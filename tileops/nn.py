@@ -223,9 +223,10 @@ def class_weighted_cross_entropy(logits: torch.Tensor, target: torch.Tensor, wei
     With ``w`` the class weights and ``s`` the label smoothing, row ``n`` loses
     ``(1 - s) * w[t_n] * (lse_n - x[n, t_n]) + (s / C) * (lse_n * sum(w) - x[n] @ w)``, nothing
     where ``t_n`` is ``ignore_index``; the mean divides the sum by the kept rows' ``w[t_n]``, as
-    PyTorch does (NaN when no row is kept, with a gradient of 0).  Without smoothing the logits are read once, by the
-    op, and the backward is the op's.  With it, ``x[n] @ w`` is a float32 matrix-vector product:
-    one more read of the logits, and in the backward an ``[N, C]`` term added to the op's gradient.
+    PyTorch does (NaN when no row is kept, with a gradient of 0).  Without smoothing the logits
+    are read once, by the op, and the backward is the op's.  With it, ``x[n] @ w`` is a float32
+    matrix-vector product: one more read of the logits, and in the backward an ``[N, C]`` term
+    added to the op's gradient.
     """
     _check_reduction(reduction)
     classes = logits.shape[1]
