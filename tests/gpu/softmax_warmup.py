@@ -77,20 +77,20 @@ def inventory() -> List[Task]:
                     _, kernel, inputs = t.hint_case(name, N, dtype, threshold, 3, device="cpu")
                     out = torch.empty(3, N, dtype=dtype)
                     tasks.update(_task(kernel, n, p) for n, p in kernel.programs_for(*inputs, out))
-        op, kernel = t._two_step_kernel(name, 4096, torch.bfloat16)
+        op, kernel = t._op_and_kernel(name, 4096, torch.bfloat16, **t.TWO_STEP_CONFIG)
         tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1))
         for N, dtype, rows, threads in t.CLUSTER_ROWS:
             op, kernel = t._cluster_kernel(name, N, dtype, threads)
             tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=rows))
         if not name.endswith("BwdOp"):
             for N, dtype, stages in t.STAGED_ROWS:
-                op, kernel = t._staged_kernel(name, N, dtype, stages)
+                op, kernel = t._op_and_kernel(name, N, dtype, row_stages=stages)
                 tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=1024))
             for N, dtype, stages in t.CLUSTER_STAGED_ROWS:
-                op, kernel = t._staged_cluster_kernel(name, N, dtype, stages)
+                op, kernel = t._op_and_kernel(name, N, dtype, cluster_stages=stages)
                 tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=1024))
         for shape, dtype, _ in t.COLUMN_CLUSTERS:
-            op, kernel = t._column_kernel(name, shape[1], dtype)
+            op, kernel = t._op_and_kernel(name, shape[1], dtype, 1)
             tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(shape[2], outer=shape[0]))
         for _, x, dim in t.view_cases("cpu"):
             inputs = [x, torch.randn(x.shape, dtype=x.dtype)] if name.endswith("BwdOp") else [x]

@@ -19,7 +19,7 @@ launch in parallel first, so the tests themselves find them in TileLang's cache.
 """
 
 import math
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 import torch
@@ -73,6 +73,12 @@ def _op(name: str, N: int, dtype: torch.dtype, dim: int):
     import tileops.ops
 
     return getattr(tileops.ops, name)(N=N, dtype=dtype, dim=dim)
+
+
+def _op_and_kernel(name: str, N: int, dtype: torch.dtype, dim: int = -1, **config: Any):
+    """The op over ``dim``, and a kernel of its class with ``config`` over its defaults."""
+    op = _op(name, N, dtype, dim)
+    return op, op.kernel_map[op.kernel_key](N, dtype, config=config)
 
 
 def _inputs_like(name: str, x: torch.Tensor) -> List[torch.Tensor]:
@@ -129,16 +135,10 @@ def test_long_rows(name, N, dtype):
         assert_close(op(*inputs), _reference(name, op, inputs), dtype)
 
 
-def _two_step_kernel(name: str, N: int, dtype: torch.dtype):
-    op = _op(name, N, dtype, -1)
-    kernel = op.kernel_map[op.kernel_key](N, dtype, config=TWO_STEP_CONFIG)
-    return op, kernel
-
-
 @pytest.mark.parametrize("name", OPS)
 def test_two_step_programs_on_short_rows(name):
     N, dtype = 4096, torch.bfloat16
-    op, kernel = _two_step_kernel(name, N, dtype)
+    op, kernel = _op_and_kernel(name, N, dtype, **TWO_STEP_CONFIG)
     assert not kernel.fused()
     for rows in (1, 3, 700):
         inputs = _inputs_like(name, torch.randn(rows, N, device="cuda", dtype=dtype))
@@ -156,8 +156,7 @@ def hint_case(name: str, N: int, dtype: torch.dtype, threshold: int, rows: int, 
     """The op, its kernel with ``row_hinted_min_mib`` at ``threshold`` (and no rows staged, which
     devices with fast memory give rows of a whole block), and inputs of ``rows`` rows lying
     ``N + 8`` elements apart (aligned to 16 bytes where ``N`` is a multiple of 8)."""
-    op = _op(name, N, dtype, -1)
-    kernel = op.kernel_map[op.kernel_key](N, dtype, config={"row_hinted_min_mib": threshold, "row_stages": 0})
+    op, kernel = _op_and_kernel(name, N, dtype, row_hinted_min_mib=threshold, row_stages=0)
     x = torch.randn(rows, N + 8, device=device, dtype=dtype)[:, :N]
     if not name.endswith("BwdOp"):
         x[0, ::2] = float("-inf")
@@ -199,11 +198,6 @@ def _check_program(name: str, op, kernel, inputs: List[torch.Tensor], program: s
     assert_close(out, expected, inputs[0].dtype)
 
 
-def _staged_kernel(name: str, N: int, dtype: torch.dtype, stages: int):
-    op = _op(name, N, dtype, -1)
-    return op, op.kernel_map[op.kernel_key](N, dtype, config={"row_stages": stages})
-
-
 @pytest.mark.parametrize("name", ("SoftmaxFwdOp", "LogSoftmaxFwdOp"))
 @pytest.mark.parametrize("N, dtype, stages", STAGED_ROWS, ids=str)
 def test_staged_rows(name, N, dtype, stages):
@@ -211,7 +205,7 @@ def test_staged_rows(name, N, dtype, stages):
     a block with a ragged last turn, and strided rows; masked rows give NaN (all ``-inf``) or one."""
     from tileops.kernels.softmax.softmax import ROW_STAGED
 
-    op, kernel = _staged_kernel(name, N, dtype, stages)
+    op, kernel = _op_and_kernel(name, N, dtype, row_stages=stages)
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     for rows in (1, sm_count + 1, 5 * sm_count - 7):
         x = torch.randn(rows, N + 8, device="cuda", dtype=dtype)[:, :N]
@@ -223,10 +217,8 @@ def test_staged_rows(name, N, dtype, stages):
 
 
 def _cluster_kernel(name: str, N: int, dtype: torch.dtype, threads: int):
-    op = _op(name, N, dtype, -1)
-    config = {"max_cluster": 8, "cluster_threads": threads, "cluster_min_blocks": 1024 // threads,
-              "cluster_stages": 0}
-    return op, op.kernel_map[op.kernel_key](N, dtype, config=config)
+    return _op_and_kernel(name, N, dtype, max_cluster=8, cluster_threads=threads,
+                          cluster_min_blocks=1024 // threads, cluster_stages=0)
 
 
 def _mask_forward_rows(x: torch.Tensor) -> None:
@@ -259,11 +251,6 @@ CLUSTER_STAGED_ROWS = [(65536, torch.bfloat16, 1), (65536, torch.bfloat16, 2), (
                        (49160, torch.bfloat16, 1), (40000, torch.float32, 2)]
 
 
-def _staged_cluster_kernel(name: str, N: int, dtype: torch.dtype, stages: int):
-    op = _op(name, N, dtype, -1)
-    return op, op.kernel_map[op.kernel_key](N, dtype, config={"cluster_stages": stages})
-
-
 @pytest.mark.parametrize("name", ("SoftmaxFwdOp", "LogSoftmaxFwdOp"))
 @pytest.mark.parametrize("N, dtype, stages", CLUSTER_STAGED_ROWS, ids=str)
 def test_staged_row_clusters(name, N, dtype, stages):
@@ -272,7 +259,7 @@ def test_staged_row_clusters(name, N, dtype, stages):
     ``test_row_clusters``."""
     from tileops.kernels.softmax.softmax import ROW_CLUSTER_STAGED
 
-    op, kernel = _staged_cluster_kernel(name, N, dtype, stages)
+    op, kernel = _op_and_kernel(name, N, dtype, cluster_stages=stages)
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     least = kernel.least_staged_cluster_rows(sm_count)
     for rows in (least, least + 1, 5 * sm_count - 7):
@@ -281,19 +268,13 @@ def test_staged_row_clusters(name, N, dtype, stages):
         _check_program(name, op, kernel, [x], ROW_CLUSTER_STAGED)
 
 
-def _column_kernel(name: str, N: int, dtype: torch.dtype):
-    """The op over dim 1 and a kernel of its class with the default config."""
-    op = _op(name, N, dtype, 1)
-    return op, op.kernel_map[op.kernel_key](N, dtype)
-
-
 @pytest.mark.parametrize("name", OPS)
 @pytest.mark.parametrize("shape, dtype, cluster", COLUMN_CLUSTERS, ids=str)
 def test_column_clusters(name, shape, dtype, cluster):
     from tileops.kernels.softmax.softmax import COLUMN_FUSED
 
     N = shape[1]
-    op, kernel = _column_kernel(name, N, dtype)
+    op, kernel = _op_and_kernel(name, N, dtype, 1)
     x = torch.randn(shape, device="cuda", dtype=dtype)
     if not name.endswith("BwdOp"):
         # Masked columns: all -inf (NaN, as PyTorch); -inf over the first half of the axis, so
