@@ -167,10 +167,12 @@ def test_row_hints_mark_every_16_byte_row_load(kernel_cls, N: int, outer: int, p
     (SoftmaxBwdKernel, 262144, torch.bfloat16, 1024, 8),
     (LogSoftmaxBwdKernel, 131072, torch.float32, 1024, 8),
     (SoftmaxBwdKernel, 40000, torch.float32, 1024, 4),
+    (LogSoftmaxBwdKernel, 40000, torch.bfloat16, 256, 8),
+    (SoftmaxBwdKernel, 50257, torch.bfloat16, 256, 8),
 ], ids=str)
 def test_row_clusters_hold_their_rows_in_registers(kernel_cls, N: int, dtype: torch.dtype, threads: int,
                                                     cluster: int, tmp_path) -> None:
-    # 512-thread blocks are built to fit two an SM: 64 registers a thread at most.
+    # 512-thread blocks are built to fit two an SM, 256-thread ones four: 64 registers a thread at most.
     kernel = kernel_cls(N, dtype, config={"cluster_threads": threads, "cluster_min_blocks": 1024 // threads,
                                           "cluster_stages": 0})
     assert kernel.row_cluster() == cluster
@@ -220,6 +222,51 @@ def test_fast_memory_stages_forward_rows_of_two_block_clusters(monkeypatch: pyte
         assert staged.row_programs(1 << 10, 8, sm_count)[0] == (ROW_CLUSTER,)
     monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: False)
     assert SoftmaxFwdKernel(65536, torch.bfloat16).row_programs(1 << 10, 8, sm_count)[0] == (ROW_CLUSTER,)
+
+
+# (N, dtype, softmax backward's layout, log-softmax backward's layout) on fast memory:
+# (threads, blocks an SM) of their row clusters.
+FAST_MEMORY_BACKWARD_CLUSTERS = [
+    (40000, torch.bfloat16, (256, 4), (256, 4)),
+    (50257, torch.bfloat16, (256, 4), (256, 4)),
+    (57344, torch.bfloat16, (256, 4), (256, 4)),  # 3.5 vectors a thread in 1024-thread blocks
+    (65536, torch.bfloat16, (1024, 1), (256, 4)),  # 4 whole vectors a thread
+    (49152, torch.bfloat16, (1024, 1), (256, 4)),  # 3
+    (128256, torch.bfloat16, (512, 2), (512, 2)),  # too long for eight 256-thread blocks
+    (131072, torch.bfloat16, (1024, 1), (512, 2)),
+    (262144, torch.bfloat16, (1024, 1), (1024, 1)),
+    (65536, torch.float32, (1024, 1), (512, 2)),
+    (40000, torch.float32, (512, 2), (512, 2)),
+    (32769, torch.float16, (256, 4), (256, 4)),
+]
+
+
+@pytest.mark.parametrize("N, dtype, softmax_layout, log_layout", FAST_MEMORY_BACKWARD_CLUSTERS, ids=str)
+def test_fast_memory_backward_clusters_take_the_narrowest_blocks_that_hold_a_row(
+        monkeypatch: pytest.MonkeyPatch, N: int, dtype: torch.dtype, softmax_layout: Tuple[int, int],
+        log_layout: Tuple[int, int]) -> None:
+    """Where memory is fast, the backwards' row clusters take the narrowest blocks (256, 512 or
+    1024 threads, 1024 threads an SM) whose cluster holds a row; the softmax backward keeps
+    1024-thread blocks where they give every thread whole 16-byte vectors.  Each layout needs
+    as many rows as 1024-thread blocks did to take clusters (one such block an SM), and other
+    devices keep 1024-thread blocks."""
+    sm_count = 132
+    monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: True)
+    for kernel_cls, layout in ((SoftmaxBwdKernel, softmax_layout), (LogSoftmaxBwdKernel, log_layout)):
+        kernel = kernel_cls(N, dtype)
+        assert (kernel.config["cluster_threads"], kernel.config["cluster_min_blocks"]) == layout, kernel_cls
+        assert kernel.row_cluster() == row_cluster_size(N, dtype, True, layout[0])
+        wide = kernel_cls(N, dtype, config={"cluster_threads": 1024, "cluster_min_blocks": 1})
+        least = kernel.least_cluster_rows(sm_count)
+        assert least == wide.least_cluster_rows(sm_count) == -(-sm_count // wide.row_cluster())
+        vector = row_vector(N, dtype)
+        assert kernel.row_programs(least, vector, sm_count) == ((ROW_CLUSTER,), (
+            ("vector", vector), ("cluster", kernel.row_cluster())))
+        assert kernel.row_programs(least - 1, vector, sm_count)[0] == (ROW_STATS, ROW_APPLY)
+    monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: False)
+    for kernel_cls in (SoftmaxBwdKernel, LogSoftmaxBwdKernel):
+        config = kernel_cls(N, dtype).config
+        assert (config["cluster_threads"], config["cluster_min_blocks"]) == (1024, 1)
 
 
 @needs_nvcc

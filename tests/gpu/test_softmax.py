@@ -53,11 +53,13 @@ GRAD_CASES = [
 ]
 # (N, dtype) of rows past the fused program's register budget (and one just inside it).
 LONG_ROWS = [(65537, torch.float32), (262144, torch.bfloat16), (32769, torch.float16)]
-# (N, dtype, rows) held by row clusters: 4-block clusters of one-element vectors (forward and
-# backward), 4- and 8-block float32 clusters, 8-block 16-byte vectors; the rows give every SM a block.
-# (N, dtype, rows, cluster_threads): blocks of 512 threads (the forward's) and of 1024 (the backward's).
+# (N, dtype, rows, cluster_threads) held by row clusters: 4-block clusters of one-element vectors
+# (forward and backward), 4- and 8-block float32 clusters, 8-block 16-byte vectors, 8-block clusters of
+# 256 threads with a ragged last vector a thread and of one-element vectors; the rows give every SM a
+# block.  Blocks of 512 threads (the forward's), 1024 (the backward's) and 256 (the backward's on fast
+# memory).
 CLUSTER_ROWS = [(65537, torch.float16, 70, 512), (100003, torch.float32, 40, 1024), (40000, torch.float32, 140, 512),
-                (262144, torch.bfloat16, 17, 1024)]
+                (262144, torch.bfloat16, 17, 1024), (40000, torch.bfloat16, 70, 256), (50257, torch.bfloat16, 66, 256)]
 # (shape over dim 1, dtype, blocks of the column cluster the default config takes): the middle
 # axis cut among 2, 4 or 8 blocks; held in registers (2 x 1031 x 256) or read twice; ragged
 # last segments (1000, 3001, 1031 positions); 16-byte float32 accesses.

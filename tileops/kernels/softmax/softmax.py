@@ -140,9 +140,13 @@ MAX_CLUSTER = 8
 # backward (see ``softmax_default_config``).
 FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS = 512, 2
 BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS = 1024, 1
-# Row clusters serve rows too long for one block's registers when the rows give at least
-# this many blocks per SM; fewer rows take the two-step programs, which split a row finer.
-CLUSTER_MIN_BLOCKS_PER_SM = 1
+# The backward's row clusters on fast memory: the narrowest of these (threads, blocks an SM) whose
+# cluster holds a row (see ``backward_cluster_layout``).  Every one fills an SM with 1024 threads.
+FAST_MEMORY_BACKWARD_CLUSTERS = ((256, 4), (512, 2), (1024, 1))
+# Row clusters serve rows too long for one block's registers when the rows' clusters give every SM
+# at least as many threads as one block of the widest default layout (the backward's or the
+# forward's); fewer rows take the two-step programs, which split a row finer.
+CLUSTER_MIN_THREADS_PER_SM = {True: BACKWARD_CLUSTER_THREADS, False: FORWARD_CLUSTER_THREADS}
 # The row cluster staged program: clusters of two 1024-thread blocks, one an SM, a wave of 66 on
 # 132 SMs.  Four-block clusters, a wave of 33, lost by far (H200, softmax 256 x 131072 bf16 75.1
 # us against 51.2 for one row a cluster), as if some clusters ran after the rest: a cluster's
@@ -243,9 +247,11 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
     another block's loads: on an H100 one exponential per element instead of
     two took 8192 x 32768 bfloat16 rows from 86% to 96% of copy bandwidth).
     Rows too long for one block's registers take row clusters (at most
-    ``max_cluster`` blocks) where the rows give every SM a block; longer or
+    ``max_cluster`` blocks) where the rows give every SM a block (of the
+    backward's 1024 threads, of the forward's 512); longer or
     fewer rows take the two-step programs with 512 threads and four vectors
-    in flight per thread.  The backward's clusters have 1024-thread blocks,
+    in flight per thread.  The backward's clusters have 1024-thread blocks
+    (on fast memory, narrower where they hold a row: ``backward_cluster_layout``),
     the forward's 512-thread blocks built to fit two an SM, so one block
     loads or stores while the other waits on its cluster.  On an H100,
     bf16, in µs, row clusters against the two steps: softmax backward 64 x
@@ -326,8 +332,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
         "cluster_cache_hints": 0,
         "min_blocks": 1,
         "max_cluster": MAX_CLUSTER,
-        "cluster_threads": BACKWARD_CLUSTER_THREADS if backward else FORWARD_CLUSTER_THREADS,
-        "cluster_min_blocks": BACKWARD_CLUSTER_MIN_BLOCKS if backward else FORWARD_CLUSTER_MIN_BLOCKS,
+        **_cluster_layout(N, dtype, backward, fast_memory, log),
         "split_threads": 512,
         "split_unroll": 4,
         "split_cache_hints": 0 if backward else 1,
@@ -338,6 +343,43 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
         "column_cache_hints": 1 if backward else 0,
         "column_cluster": MAX_CLUSTER,
     }
+
+
+def backward_cluster_layout(N: int, dtype: torch.dtype, fast_memory: bool, log: bool) -> Tuple[int, int]:
+    """(threads, blocks an SM) of the backward's row clusters over rows of ``N``.
+
+    On fast memory, the narrowest of ``FAST_MEMORY_BACKWARD_CLUSTERS`` whose cluster (at most
+    ``MAX_CLUSTER`` blocks) holds a row; the softmax backward keeps 1024-thread blocks where they
+    give every thread whole 16-byte vectors.  Every layout runs 1024 threads an SM (64 registers a
+    thread), each thread holding the same share of a row; smaller blocks only cut the cluster
+    finer.  H200, bf16, median of 7 rounds in turns, µs, 1024 x 1 / 512 x 2 / 256 x 4 (torch.compile):
+    softmax 2048 x 40000 183.5 / 152.3 / 138.1 (182.4), 4096 x 50257 492.4 / 426.3 / 401.3 (613.9),
+    1024 x 57344 112.1 / 94.9 / 94.9 (134.6), 512 x 128256 130.6 / 112.4 / - (154.7); whole
+    vectors: 1024 x 65536 99.0 / 108.4 / 103.6 (156.4), 4096 x 49152 304.5 / 346.5 / 326.1 (441.5),
+    256 x 131072 58.0 / 57.9 / - , float32 1024 x 65536 192.7 / 192.8 / -.  Log-softmax: 40000
+    174.4 / 145.0 / 140.3 (143.3), 50257 491.8 / 425.8 / 396.5 (516.9), 57344 120.8 / 93.6 / 91.9
+    (105.5), 128256 128.0 / 107.2 / - (131.3), 65536 107.6 / 104.0 / 101.7 (122.7), 49152 341.9 /
+    316.1 / 311.2 (345.2), 256 x 131072 65.6 / 59.9 / - (86.0), float32 1024 x 65536 205.1 / 194.5
+    / - (255.1).  The H100 measured 1024-thread blocks faster (softmax 1024 x 65536 136.1 against
+    150.8 in 512-thread blocks), so elsewhere they stay.
+    """
+    wide = (BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS)
+    if not fast_memory:
+        return wide
+    if not log:
+        cluster = row_cluster_size(N, dtype, True, BACKWARD_CLUSTER_THREADS)
+        if cluster is not None and N % (cluster * BACKWARD_CLUSTER_THREADS * max_vector(dtype)) == 0:
+            return wide
+    for threads, min_blocks in FAST_MEMORY_BACKWARD_CLUSTERS:
+        if row_cluster_size(N, dtype, True, threads) is not None:
+            return threads, min_blocks
+    return wide
+
+
+def _cluster_layout(N: int, dtype: torch.dtype, backward: bool, fast_memory: bool, log: bool) -> Dict[str, int]:
+    threads, min_blocks = (backward_cluster_layout(N, dtype, fast_memory, log) if backward
+                           else (FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS))
+    return {"cluster_threads": threads, "cluster_min_blocks": min_blocks}
 
 
 def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False,
@@ -366,7 +408,8 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False,
             for stages in (0, 1, 2):
                 candidates.append({**default, "cluster_stages": stages})
         for threads, min_blocks in ((BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS),
-                                    (FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS)):
+                                    (FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS),
+                                    *FAST_MEMORY_BACKWARD_CLUSTERS):
             candidates.append({**default, "cluster_threads": threads, "cluster_min_blocks": min_blocks})
     # No column keys: the tuner times rows (``tuning_inputs``), where they change nothing, so a
     # column candidate would win or lose by noise alone.
@@ -1885,7 +1928,8 @@ class SoftmaxFamilyKernel(Kernel):
         cluster = self.row_cluster()
         if cluster is None:
             return math.inf
-        return -(-CLUSTER_MIN_BLOCKS_PER_SM * sm_count // cluster)
+        threads = CLUSTER_MIN_THREADS_PER_SM[self.variant.backward] * sm_count
+        return -(-threads // (cluster * self.config["cluster_threads"]))
 
     def stages_rows(self, vector: int, config: Optional[Dict[str, Any]] = None) -> bool:
         """Whether fused rows read ``vector`` elements at a time take the row staged program."""
