@@ -79,9 +79,6 @@ def inventory() -> List[Task]:
                     tasks.update(_task(kernel, n, p) for n, p in kernel.programs_for(*inputs, out))
         op, kernel = t._op_and_kernel(name, 4096, torch.bfloat16, **t.TWO_STEP_CONFIG)
         tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1))
-        for N, dtype, rows, threads in t.CLUSTER_ROWS:
-            op, kernel = t._cluster_kernel(name, N, dtype, threads)
-            tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=rows))
         if not name.endswith("BwdOp"):
             for N, dtype, stages in t.STAGED_ROWS:
                 op, kernel = t._op_and_kernel(name, N, dtype, row_stages=stages)
@@ -95,6 +92,9 @@ def inventory() -> List[Task]:
         for _, x, dim in t.view_cases("cpu"):
             inputs = [x, torch.randn(x.shape, dtype=x.dtype)] if name.endswith("BwdOp") else [x]
             tasks.update(_op_programs(t._op(name, x.shape[dim], x.dtype, dim), inputs))
+    for name, N, dtype, rows, threads in t.cluster_cases():
+        op, kernel = t._cluster_kernel(name, N, dtype, threads)
+        tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=rows))
     for shape, dim in t._big_case_shapes():
         op = t._op("SoftmaxFwdOp", shape[dim], torch.bfloat16, dim)
         kernel = op._build_kernel(op.kernel_key, (0,))

@@ -55,11 +55,19 @@ GRAD_CASES = [
 LONG_ROWS = [(65537, torch.float32), (262144, torch.bfloat16), (32769, torch.float16)]
 # (N, dtype, rows, cluster_threads) held by row clusters: 4-block clusters of one-element vectors
 # (forward and backward), 4- and 8-block float32 clusters, 8-block 16-byte vectors, 8-block clusters of
-# 256 threads with a ragged last vector a thread and of one-element vectors; the rows give every SM a
-# block.  Blocks of 512 threads (the forward's), 1024 (the backward's) and 256 (the backward's on fast
-# memory).
+# 256 threads of one-element vectors; the rows give every SM a block.  Blocks of 512 threads (the
+# forward's), 1024 (the backward's) and 256 (the backward's on fast memory).
 CLUSTER_ROWS = [(65537, torch.float16, 70, 512), (100003, torch.float32, 40, 1024), (40000, torch.float32, 140, 512),
-                (262144, torch.bfloat16, 17, 1024), (40000, torch.bfloat16, 70, 256), (50257, torch.bfloat16, 66, 256)]
+                (262144, torch.bfloat16, 17, 1024), (50257, torch.bfloat16, 66, 256)]
+# And of the backwards only (one forward block holds these rows): 256-thread blocks, a ragged last
+# vector a thread.
+BACKWARD_CLUSTER_ROWS = [(40000, torch.bfloat16, 70, 256)]
+
+
+def cluster_cases() -> List[Tuple[str, int, torch.dtype, int, int]]:
+    """(op, N, dtype, rows, cluster_threads) of ``test_row_clusters``."""
+    return [(name, *case) for name in OPS for case in CLUSTER_ROWS] + [
+        (name, *case) for name in OPS if name.endswith("BwdOp") for case in BACKWARD_CLUSTER_ROWS]
 # (shape over dim 1, dtype, blocks of the column cluster the default config takes): the middle
 # axis cut among 2, 4 or 8 blocks; held in registers (2 x 1031 x 256) or read twice; ragged
 # last segments (1000, 3001, 1031 positions); 16-byte float32 accesses.
@@ -234,8 +242,7 @@ def _mask_forward_rows(x: torch.Tensor) -> None:
     x[-1] = float("-inf")
 
 
-@pytest.mark.parametrize("name", OPS)
-@pytest.mark.parametrize("N, dtype, rows, threads", CLUSTER_ROWS, ids=str)
+@pytest.mark.parametrize("name, N, dtype, rows, threads", cluster_cases(), ids=str)
 def test_row_clusters(name, N, dtype, rows, threads):
     from tileops.kernels.softmax.softmax import ROW_CLUSTER
 
