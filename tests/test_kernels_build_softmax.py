@@ -226,7 +226,7 @@ def test_fast_memory_stages_forward_rows_of_two_block_clusters(monkeypatch: pyte
 
 # (N, dtype, softmax backward's layout, log-softmax backward's layout) on fast memory:
 # (threads, blocks an SM) of their row clusters.
-FAST_MEMORY_BACKWARD_CLUSTERS = [
+BACKWARD_LAYOUTS_ON_FAST_MEMORY = [
     (40000, torch.bfloat16, (256, 4), (256, 4)),
     (50257, torch.bfloat16, (256, 4), (256, 4)),
     (57344, torch.bfloat16, (256, 4), (256, 4)),  # 3.5 vectors a thread in 1024-thread blocks
@@ -241,7 +241,7 @@ FAST_MEMORY_BACKWARD_CLUSTERS = [
 ]
 
 
-@pytest.mark.parametrize("N, dtype, softmax_layout, log_layout", FAST_MEMORY_BACKWARD_CLUSTERS, ids=str)
+@pytest.mark.parametrize("N, dtype, softmax_layout, log_layout", BACKWARD_LAYOUTS_ON_FAST_MEMORY, ids=str)
 def test_fast_memory_backward_clusters_take_the_narrowest_blocks_that_hold_a_row(
         monkeypatch: pytest.MonkeyPatch, N: int, dtype: torch.dtype, softmax_layout: Tuple[int, int],
         log_layout: Tuple[int, int]) -> None:

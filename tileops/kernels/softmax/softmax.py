@@ -140,9 +140,9 @@ MAX_CLUSTER = 8
 # backward (see ``softmax_default_config``).
 FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS = 512, 2
 BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS = 1024, 1
-# The backward's row clusters on fast memory: the narrowest of these (threads, blocks an SM) whose
-# cluster holds a row (see ``backward_cluster_layout``).  Every one fills an SM with 1024 threads.
-FAST_MEMORY_BACKWARD_CLUSTERS = ((256, 4), (512, 2), (1024, 1))
+# Row cluster layouts, (threads, blocks an SM), narrowest first: every one runs 1024 threads an SM.
+# On fast memory the backward takes the narrowest whose cluster holds a row (``backward_cluster_layout``).
+CLUSTER_LAYOUTS = ((256, 4), (512, 2), (1024, 1))
 # Row clusters serve rows too long for one block's registers when the rows' clusters give every SM
 # at least as many threads as one block of the widest default layout (the backward's or the
 # forward's); fewer rows take the two-step programs, which split a row finer.
@@ -348,7 +348,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
 def backward_cluster_layout(N: int, dtype: torch.dtype, fast_memory: bool, log: bool) -> Tuple[int, int]:
     """(threads, blocks an SM) of the backward's row clusters over rows of ``N``.
 
-    On fast memory, the narrowest of ``FAST_MEMORY_BACKWARD_CLUSTERS`` whose cluster (at most
+    On fast memory, the narrowest of ``CLUSTER_LAYOUTS`` whose cluster (at most
     ``MAX_CLUSTER`` blocks) holds a row; the softmax backward keeps 1024-thread blocks where they
     give every thread whole 16-byte vectors.  Every layout runs 1024 threads an SM (64 registers a
     thread), each thread holding the same share of a row; smaller blocks only cut the cluster
@@ -370,7 +370,7 @@ def backward_cluster_layout(N: int, dtype: torch.dtype, fast_memory: bool, log: 
         cluster = row_cluster_size(N, dtype, True, BACKWARD_CLUSTER_THREADS)
         if cluster is not None and N % (cluster * BACKWARD_CLUSTER_THREADS * max_vector(dtype)) == 0:
             return wide
-    for threads, min_blocks in FAST_MEMORY_BACKWARD_CLUSTERS:
+    for threads, min_blocks in CLUSTER_LAYOUTS:
         if row_cluster_size(N, dtype, True, threads) is not None:
             return threads, min_blocks
     return wide
@@ -407,9 +407,7 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False,
         if not backward:
             for stages in (0, 1, 2):
                 candidates.append({**default, "cluster_stages": stages})
-        for threads, min_blocks in ((BACKWARD_CLUSTER_THREADS, BACKWARD_CLUSTER_MIN_BLOCKS),
-                                    (FORWARD_CLUSTER_THREADS, FORWARD_CLUSTER_MIN_BLOCKS),
-                                    *FAST_MEMORY_BACKWARD_CLUSTERS):
+        for threads, min_blocks in CLUSTER_LAYOUTS:
             candidates.append({**default, "cluster_threads": threads, "cluster_min_blocks": min_blocks})
     # No column keys: the tuner times rows (``tuning_inputs``), where they change nothing, so a
     # column candidate would win or lose by noise alone.
