@@ -67,6 +67,7 @@ class RuleCheck:
     condition: str
     text: str
     guard: Optional[str]  # an optional tensor that must be present for the rule to apply
+    values: str  # a dict literal of the params and static dims the rule reads, for its error
 
 
 def tensors_annotation(count: int) -> str:
@@ -211,8 +212,16 @@ class OpView:
         for rule in self.op.shape_rules:
             used = rules.tensors_in(rule.expr, frozenset(self.op.input_names)) & optional
             guard = " and ".join(f"{t} is not None" for t in sorted(used)) or None
-            checks.append(RuleCheck(rules.render(rule.expr, self._fwd), rules.to_source(rule.expr), guard))
+            checks.append(RuleCheck(rules.render(rule.expr, self._fwd), rules.to_source(rule.expr), guard,
+                                    self._rule_values(rule.expr)))
         return checks
+
+    def _rule_values(self, expr: rules.Expr) -> str:
+        """The params and static dims ``expr`` reads, as a dict literal of their values on the op,
+        so a violation can show them beside the shapes."""
+        own = set(self.op.param_names) | set(self.op.static_dim_names)
+        read = [n for n in sorted(rules.names_in(expr)) if n in own]
+        return "{" + ", ".join(f'"{n}": {rules.render(rules.Name(n), self._fwd)}' for n in read) + "}"
 
     @property
     def static_dim_checks(self) -> List[Tuple[str, str, str, Optional[str]]]:

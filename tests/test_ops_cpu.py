@@ -115,7 +115,7 @@ def test_a_single_axis_reads_as_a_one_axis_tuple_as_in_torch() -> None:
 
 
 def test_shape_rule_violations_quote_the_rule() -> None:
-    from tileops.ops import AddFwdOp, CumsumFwdOp, MulFwdOp, RMSNormFwdOp
+    from tileops.ops import AddFwdOp, CumsumFwdOp, MulFwdOp, RMSNormFwdOp, SumFwdOp
 
     # Broadcasting is checked at every rank: here the tenth axis from the end disagrees.
     high = torch.randn(2, *([1] * 9))
@@ -125,10 +125,16 @@ def test_shape_rule_violations_quote_the_rule() -> None:
                                          r"for a.shape=\(8, 4096\), b.shape=\(4095,\)"):
         MulFwdOp(dtype=torch.float32)(torch.randn(8, 4096), torch.randn(4095))
 
-    with pytest.raises(ValueError, match=r"CumsumFwdOp: shape rule `-x.ndim <= dim < x.ndim` does not hold for x.shape=\(4, 3\)"):
+    # The params and static dims a rule reads follow the shapes.
+    with pytest.raises(ValueError, match=r"CumsumFwdOp: shape rule `-x.ndim <= dim < x.ndim` does not hold for "
+                                         r"x.shape=\(4, 3\), dim=2$"):
         CumsumFwdOp(N=4, dtype=torch.float32, dim=2)(torch.randn(4, 3))
-    with pytest.raises(ValueError, match=r"shape rule `weight.shape\[0\] == N`"):
+    with pytest.raises(ValueError, match=r"shape rule `weight.shape\[0\] == N` does not hold for x.shape=\(2, 8\), "
+                                         r"weight.shape=\(9,\), N=8$"):
         RMSNormFwdOp(N=8, dtype=torch.float32)(torch.randn(2, 8), torch.randn(9))
+    with pytest.raises(ValueError, match=r"SumFwdOp: shape rule `dim is None or len\(dim\) < 2 or .*` does not hold "
+                                         r"for x.shape=\(4, 8\), dim=\(0, -2\)$"):
+        SumFwdOp(dtype=torch.float32, dim=(0, -2))(torch.randn(4, 8))
     with pytest.raises(ValueError, match=r"shape rule `x.ndim >= 1`"):
         RMSNormFwdOp(N=8, dtype=torch.float32)(torch.randn(()), torch.randn(8))
 

@@ -421,11 +421,13 @@ class Op(torch.nn.Module):
             pass
 
     # ---- error wording ---------------------------------------------------------------
-    def _rule_violation(self, rule: str, **tensors: Optional[torch.Tensor]) -> ValueError:
-        seen = ", ".join(
-            f"{name}.shape={tuple(t.shape)}" for name, t in tensors.items() if t is not None
-        )
-        return ValueError(f"{type(self).__name__}: shape rule `{rule}` does not hold for {seen}")
+    def _rule_violation(self, rule: str, values: Mapping[str, Any], /,
+                        **tensors: Optional[torch.Tensor]) -> ValueError:
+        """The error of a shape rule that does not hold: the inputs' shapes, then the params and
+        static dims the rule reads (``values``)."""
+        seen = [f"{name}.shape={tuple(t.shape)}" for name, t in tensors.items() if t is not None]
+        seen += [f"{name}={value!r}" for name, value in values.items()]
+        return ValueError(f"{type(self).__name__}: shape rule `{rule}` does not hold for {', '.join(seen)}")
 
     def _static_dim_mismatch(self, name: str, source: str, committed: int, got: int) -> ValueError:
         return ValueError(

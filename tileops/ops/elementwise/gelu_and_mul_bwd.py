@@ -86,11 +86,11 @@ class GeluAndMulBwdOp(GatedElementwiseOp):
     def _check_shapes(self, grad_y: torch.Tensor, x: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (x.ndim >= 1):
-            raise self._rule_violation("x.ndim >= 1", grad_y=grad_y, x=x)
+            raise self._rule_violation("x.ndim >= 1", {}, grad_y=grad_y, x=x)
         if not (x.shape[-1] % 2 == 0):
-            raise self._rule_violation("x.shape[-1] % 2 == 0", grad_y=grad_y, x=x)
+            raise self._rule_violation("x.shape[-1] % 2 == 0", {}, grad_y=grad_y, x=x)
         if not (grad_y.shape == x.shape[:-1] + (x.shape[-1] // 2,)):
-            raise self._rule_violation("grad_y.shape == x.shape[:-1] + (x.shape[-1] // 2,)", grad_y=grad_y, x=x)
+            raise self._rule_violation("grad_y.shape == x.shape[:-1] + (x.shape[-1] // 2,)", {}, grad_y=grad_y, x=x)
         if x.shape[-1] != self.N:
             raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
 

@@ -86,9 +86,9 @@ class GeluAndMulFwdOp(GatedElementwiseOp):
     def _check_shapes(self, x: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (x.ndim >= 1):
-            raise self._rule_violation("x.ndim >= 1", x=x)
+            raise self._rule_violation("x.ndim >= 1", {}, x=x)
         if not (x.shape[-1] % 2 == 0):
-            raise self._rule_violation("x.shape[-1] % 2 == 0", x=x)
+            raise self._rule_violation("x.shape[-1] % 2 == 0", {}, x=x)
         if x.shape[-1] != self.N:
             raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
 

@@ -78,7 +78,7 @@ class MulFwdOp(BinaryElementwiseOp):
     def _check_shapes(self, a: torch.Tensor, b: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (rules.broadcastable(a.shape, b.shape)):
-            raise self._rule_violation("broadcastable(a.shape, b.shape)", a=a, b=b)
+            raise self._rule_violation("broadcastable(a.shape, b.shape)", {}, a=a, b=b)
 
     def reference(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""

@@ -76,7 +76,7 @@ class SiluBwdOp(UnaryElementwiseOp):
     def _check_shapes(self, grad_y: torch.Tensor, x: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (grad_y.shape == x.shape):
-            raise self._rule_violation("grad_y.shape == x.shape", grad_y=grad_y, x=x)
+            raise self._rule_violation("grad_y.shape == x.shape", {}, grad_y=grad_y, x=x)
 
     def reference(self, grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""

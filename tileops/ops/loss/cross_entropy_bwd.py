@@ -96,31 +96,31 @@ class CrossEntropyBwdOp(CrossEntropyBwdBase):
     def _check_shapes(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if grad_lse is not None and not (grad_lse.ndim == 1):
-            raise self._rule_violation("grad_lse.ndim == 1", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("grad_lse.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("logits.ndim == 2", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if grad_lse is not None and not (logits.shape[0] == grad_lse.shape[0]):
-            raise self._rule_violation("logits.shape[0] == grad_lse.shape[0]", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("logits.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (logits.shape[1] == self.V):
-            raise self._rule_violation("logits.shape[1] == V", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("logits.shape[1] == V", {"V": self.V}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (target.ndim == 1):
-            raise self._rule_violation("target.ndim == 1", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("target.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if grad_lse is not None and not (target.shape[0] == grad_lse.shape[0]):
-            raise self._rule_violation("target.shape[0] == grad_lse.shape[0]", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("target.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (lse.ndim == 1):
-            raise self._rule_violation("lse.ndim == 1", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("lse.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if grad_lse is not None and not (lse.shape[0] == grad_lse.shape[0]):
-            raise self._rule_violation("lse.shape[0] == grad_lse.shape[0]", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("lse.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("logits.ndim == 2", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (target.shape == (logits.shape[0],)):
-            raise self._rule_violation("target.shape == (logits.shape[0],)", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("target.shape == (logits.shape[0],)", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (lse.shape == (logits.shape[0],)):
-            raise self._rule_violation("lse.shape == (logits.shape[0],)", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("lse.shape == (logits.shape[0],)", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (grad_loss.shape == ((logits.shape[0],) if self.reduction == 'none' else ())):
-            raise self._rule_violation("grad_loss.shape == ((logits.shape[0],) if reduction == 'none' else ())", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("grad_loss.shape == ((logits.shape[0],) if reduction == 'none' else ())", {"reduction": self.reduction}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if grad_lse is not None and not (grad_lse.shape == (logits.shape[0],)):
-            raise self._rule_violation("grad_lse.shape == (logits.shape[0],)", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("grad_lse.shape == (logits.shape[0],)", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if logits.shape[1] != self.V:
             raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, logits.shape[1])
 

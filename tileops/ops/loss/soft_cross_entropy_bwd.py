@@ -94,45 +94,45 @@ class SoftCrossEntropyBwdOp(SoftCrossEntropyBwdBase):
     def _check_shapes(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor, probabilities: torch.Tensor, weight: Optional[torch.Tensor], lse: torch.Tensor, mass: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if grad_lse is not None and not (grad_lse.ndim == 1):
-            raise self._rule_violation("grad_lse.ndim == 1", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("grad_lse.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("logits.ndim == 2", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if grad_lse is not None and not (logits.shape[0] == grad_lse.shape[0]):
-            raise self._rule_violation("logits.shape[0] == grad_lse.shape[0]", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("logits.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (logits.shape[1] == self.V):
-            raise self._rule_violation("logits.shape[1] == V", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("logits.shape[1] == V", {"V": self.V}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (probabilities.ndim == 2):
-            raise self._rule_violation("probabilities.ndim == 2", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("probabilities.ndim == 2", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if grad_lse is not None and not (probabilities.shape[0] == grad_lse.shape[0]):
-            raise self._rule_violation("probabilities.shape[0] == grad_lse.shape[0]", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("probabilities.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (probabilities.shape[1] == self.V):
-            raise self._rule_violation("probabilities.shape[1] == V", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("probabilities.shape[1] == V", {"V": self.V}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if weight is not None and not (weight.ndim == 1):
-            raise self._rule_violation("weight.ndim == 1", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("weight.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if weight is not None and not (weight.shape[0] == self.V):
-            raise self._rule_violation("weight.shape[0] == V", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("weight.shape[0] == V", {"V": self.V}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (lse.ndim == 1):
-            raise self._rule_violation("lse.ndim == 1", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("lse.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if grad_lse is not None and not (lse.shape[0] == grad_lse.shape[0]):
-            raise self._rule_violation("lse.shape[0] == grad_lse.shape[0]", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("lse.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (mass.ndim == 1):
-            raise self._rule_violation("mass.ndim == 1", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("mass.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if grad_lse is not None and not (mass.shape[0] == grad_lse.shape[0]):
-            raise self._rule_violation("mass.shape[0] == grad_lse.shape[0]", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("mass.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("logits.ndim == 2", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (probabilities.shape == logits.shape):
-            raise self._rule_violation("probabilities.shape == logits.shape", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("probabilities.shape == logits.shape", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if weight is not None and not (weight.shape == (logits.shape[1],)):
-            raise self._rule_violation("weight.shape == (logits.shape[1],)", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("weight.shape == (logits.shape[1],)", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (lse.shape == (logits.shape[0],)):
-            raise self._rule_violation("lse.shape == (logits.shape[0],)", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("lse.shape == (logits.shape[0],)", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (mass.shape == (logits.shape[0],)):
-            raise self._rule_violation("mass.shape == (logits.shape[0],)", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("mass.shape == (logits.shape[0],)", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (grad_loss.shape == ((logits.shape[0],) if self.reduction == 'none' else ())):
-            raise self._rule_violation("grad_loss.shape == ((logits.shape[0],) if reduction == 'none' else ())", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("grad_loss.shape == ((logits.shape[0],) if reduction == 'none' else ())", {"reduction": self.reduction}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if grad_lse is not None and not (grad_lse.shape == (logits.shape[0],)):
-            raise self._rule_violation("grad_lse.shape == (logits.shape[0],)", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("grad_lse.shape == (logits.shape[0],)", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if logits.shape[1] != self.V:
             raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, logits.shape[1])
 

@@ -97,25 +97,25 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
     def _check_shapes(self, logits: torch.Tensor, probabilities: torch.Tensor, weight: Optional[torch.Tensor] = None) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("logits.ndim == 2", {}, logits=logits, probabilities=probabilities, weight=weight)
         if not (logits.shape[1] == self.V):
-            raise self._rule_violation("logits.shape[1] == V", logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("logits.shape[1] == V", {"V": self.V}, logits=logits, probabilities=probabilities, weight=weight)
         if not (probabilities.ndim == 2):
-            raise self._rule_violation("probabilities.ndim == 2", logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("probabilities.ndim == 2", {}, logits=logits, probabilities=probabilities, weight=weight)
         if not (probabilities.shape[0] == logits.shape[0]):
-            raise self._rule_violation("probabilities.shape[0] == logits.shape[0]", logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("probabilities.shape[0] == logits.shape[0]", {}, logits=logits, probabilities=probabilities, weight=weight)
         if not (probabilities.shape[1] == self.V):
-            raise self._rule_violation("probabilities.shape[1] == V", logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("probabilities.shape[1] == V", {"V": self.V}, logits=logits, probabilities=probabilities, weight=weight)
         if weight is not None and not (weight.ndim == 1):
-            raise self._rule_violation("weight.ndim == 1", logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("weight.ndim == 1", {}, logits=logits, probabilities=probabilities, weight=weight)
         if weight is not None and not (weight.shape[0] == self.V):
-            raise self._rule_violation("weight.shape[0] == V", logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("weight.shape[0] == V", {"V": self.V}, logits=logits, probabilities=probabilities, weight=weight)
         if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("logits.ndim == 2", {}, logits=logits, probabilities=probabilities, weight=weight)
         if not (probabilities.shape == logits.shape):
-            raise self._rule_violation("probabilities.shape == logits.shape", logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("probabilities.shape == logits.shape", {}, logits=logits, probabilities=probabilities, weight=weight)
         if weight is not None and not (weight.shape == (logits.shape[1],)):
-            raise self._rule_violation("weight.shape == (logits.shape[1],)", logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("weight.shape == (logits.shape[1],)", {}, logits=logits, probabilities=probabilities, weight=weight)
         if logits.shape[1] != self.V:
             raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, logits.shape[1])
 

@@ -87,15 +87,15 @@ class FusedAddRMSNormBwdOp(FusedAddNormBwdOp):
     def _check_shapes(self, grad_y: torch.Tensor, grad_residual_out: torch.Tensor, residual_out: torch.Tensor, weight: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (weight.ndim == 1):
-            raise self._rule_violation("weight.ndim == 1", grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
+            raise self._rule_violation("weight.ndim == 1", {}, grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
         if not (weight.shape[0] == self.N):
-            raise self._rule_violation("weight.shape[0] == N", grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
+            raise self._rule_violation("weight.shape[0] == N", {"N": self.N}, grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
         if not (residual_out.ndim >= 1):
-            raise self._rule_violation("residual_out.ndim >= 1", grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
+            raise self._rule_violation("residual_out.ndim >= 1", {}, grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
         if not (grad_y.shape == residual_out.shape):
-            raise self._rule_violation("grad_y.shape == residual_out.shape", grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
+            raise self._rule_violation("grad_y.shape == residual_out.shape", {}, grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
         if not (grad_residual_out.shape == residual_out.shape):
-            raise self._rule_violation("grad_residual_out.shape == residual_out.shape", grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
+            raise self._rule_violation("grad_residual_out.shape == residual_out.shape", {}, grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
         if residual_out.shape[-1] != self.N:
             raise self._static_dim_mismatch("N", "residual_out.shape[-1]", self.N, residual_out.shape[-1])
 

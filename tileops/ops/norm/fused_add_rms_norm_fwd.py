@@ -86,13 +86,13 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
     def _check_shapes(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (weight.ndim == 1):
-            raise self._rule_violation("weight.ndim == 1", x=x, residual=residual, weight=weight)
+            raise self._rule_violation("weight.ndim == 1", {}, x=x, residual=residual, weight=weight)
         if not (weight.shape[0] == self.N):
-            raise self._rule_violation("weight.shape[0] == N", x=x, residual=residual, weight=weight)
+            raise self._rule_violation("weight.shape[0] == N", {"N": self.N}, x=x, residual=residual, weight=weight)
         if not (x.ndim >= 1):
-            raise self._rule_violation("x.ndim >= 1", x=x, residual=residual, weight=weight)
+            raise self._rule_violation("x.ndim >= 1", {}, x=x, residual=residual, weight=weight)
         if not (residual.shape == x.shape):
-            raise self._rule_violation("residual.shape == x.shape", x=x, residual=residual, weight=weight)
+            raise self._rule_violation("residual.shape == x.shape", {}, x=x, residual=residual, weight=weight)
         if x.shape[-1] != self.N:
             raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
 

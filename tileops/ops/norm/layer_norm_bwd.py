@@ -86,13 +86,13 @@ class LayerNormBwdOp(NormBwdOp):
     def _check_shapes(self, grad_y: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor] = None) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if weight is not None and not (weight.ndim == 1):
-            raise self._rule_violation("weight.ndim == 1", grad_y=grad_y, x=x, weight=weight)
+            raise self._rule_violation("weight.ndim == 1", {}, grad_y=grad_y, x=x, weight=weight)
         if weight is not None and not (weight.shape[0] == self.N):
-            raise self._rule_violation("weight.shape[0] == N", grad_y=grad_y, x=x, weight=weight)
+            raise self._rule_violation("weight.shape[0] == N", {"N": self.N}, grad_y=grad_y, x=x, weight=weight)
         if not (x.ndim >= 1):
-            raise self._rule_violation("x.ndim >= 1", grad_y=grad_y, x=x, weight=weight)
+            raise self._rule_violation("x.ndim >= 1", {}, grad_y=grad_y, x=x, weight=weight)
         if not (grad_y.shape == x.shape):
-            raise self._rule_violation("grad_y.shape == x.shape", grad_y=grad_y, x=x, weight=weight)
+            raise self._rule_violation("grad_y.shape == x.shape", {}, grad_y=grad_y, x=x, weight=weight)
         if x.shape[-1] != self.N:
             raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
 

@@ -86,15 +86,15 @@ class LayerNormFwdOp(LayerNormOp):
     def _check_shapes(self, x: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if weight is not None and not (weight.ndim == 1):
-            raise self._rule_violation("weight.ndim == 1", x=x, weight=weight, bias=bias)
+            raise self._rule_violation("weight.ndim == 1", {}, x=x, weight=weight, bias=bias)
         if weight is not None and not (weight.shape[0] == self.N):
-            raise self._rule_violation("weight.shape[0] == N", x=x, weight=weight, bias=bias)
+            raise self._rule_violation("weight.shape[0] == N", {"N": self.N}, x=x, weight=weight, bias=bias)
         if bias is not None and not (bias.ndim == 1):
-            raise self._rule_violation("bias.ndim == 1", x=x, weight=weight, bias=bias)
+            raise self._rule_violation("bias.ndim == 1", {}, x=x, weight=weight, bias=bias)
         if bias is not None and not (bias.shape[0] == self.N):
-            raise self._rule_violation("bias.shape[0] == N", x=x, weight=weight, bias=bias)
+            raise self._rule_violation("bias.shape[0] == N", {"N": self.N}, x=x, weight=weight, bias=bias)
         if not (x.ndim >= 1):
-            raise self._rule_violation("x.ndim >= 1", x=x, weight=weight, bias=bias)
+            raise self._rule_violation("x.ndim >= 1", {}, x=x, weight=weight, bias=bias)
         if x.shape[-1] != self.N:
             raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
 

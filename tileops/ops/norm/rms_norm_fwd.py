@@ -85,11 +85,11 @@ class RMSNormFwdOp(NormOp):
     def _check_shapes(self, x: torch.Tensor, weight: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (weight.ndim == 1):
-            raise self._rule_violation("weight.ndim == 1", x=x, weight=weight)
+            raise self._rule_violation("weight.ndim == 1", {}, x=x, weight=weight)
         if not (weight.shape[0] == self.N):
-            raise self._rule_violation("weight.shape[0] == N", x=x, weight=weight)
+            raise self._rule_violation("weight.shape[0] == N", {"N": self.N}, x=x, weight=weight)
         if not (x.ndim >= 1):
-            raise self._rule_violation("x.ndim >= 1", x=x, weight=weight)
+            raise self._rule_violation("x.ndim >= 1", {}, x=x, weight=weight)
         if x.shape[-1] != self.N:
             raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
 

@@ -84,9 +84,9 @@ class CumprodFwdOp(ScanOp):
     def _check_shapes(self, x: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (x.ndim >= 1):
-            raise self._rule_violation("x.ndim >= 1", x=x)
+            raise self._rule_violation("x.ndim >= 1", {}, x=x)
         if not (-x.ndim <= self.dim < x.ndim):
-            raise self._rule_violation("-x.ndim <= dim < x.ndim", x=x)
+            raise self._rule_violation("-x.ndim <= dim < x.ndim", {"dim": self.dim}, x=x)
         if x.shape[self.dim] != self.N:
             raise self._static_dim_mismatch("N", "x.shape[dim]", self.N, x.shape[self.dim])
 

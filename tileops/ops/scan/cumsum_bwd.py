@@ -84,9 +84,9 @@ class CumsumBwdOp(ScanOp):
     def _check_shapes(self, grad_y: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (grad_y.ndim >= 1):
-            raise self._rule_violation("grad_y.ndim >= 1", grad_y=grad_y)
+            raise self._rule_violation("grad_y.ndim >= 1", {}, grad_y=grad_y)
         if not (-grad_y.ndim <= self.dim < grad_y.ndim):
-            raise self._rule_violation("-grad_y.ndim <= dim < grad_y.ndim", grad_y=grad_y)
+            raise self._rule_violation("-grad_y.ndim <= dim < grad_y.ndim", {"dim": self.dim}, grad_y=grad_y)
         if grad_y.shape[self.dim] != self.N:
             raise self._static_dim_mismatch("N", "grad_y.shape[dim]", self.N, grad_y.shape[self.dim])
 

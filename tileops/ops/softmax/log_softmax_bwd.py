@@ -87,11 +87,11 @@ class LogSoftmaxBwdOp(SoftmaxFamilyOp):
     def _check_shapes(self, grad_y: torch.Tensor, y: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (y.ndim >= 1):
-            raise self._rule_violation("y.ndim >= 1", grad_y=grad_y, y=y)
+            raise self._rule_violation("y.ndim >= 1", {}, grad_y=grad_y, y=y)
         if not (-y.ndim <= self.dim < y.ndim):
-            raise self._rule_violation("-y.ndim <= dim < y.ndim", grad_y=grad_y, y=y)
+            raise self._rule_violation("-y.ndim <= dim < y.ndim", {"dim": self.dim}, grad_y=grad_y, y=y)
         if not (grad_y.shape == y.shape):
-            raise self._rule_violation("grad_y.shape == y.shape", grad_y=grad_y, y=y)
+            raise self._rule_violation("grad_y.shape == y.shape", {}, grad_y=grad_y, y=y)
         if y.shape[self.dim] != self.N:
             raise self._static_dim_mismatch("N", "y.shape[dim]", self.N, y.shape[self.dim])
 
