@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import jsonschema
 import yaml
@@ -39,6 +39,8 @@ RESERVED_NAMES = frozenset({"self", "dtype", "kernel_map", "tune", "torch", "mat
                             "elem_bytes", "Kernel", "Op"})
 # ``backward: reference``: differentiate the op through its reference (see ``OpSpec.backward_by_reference``).
 REFERENCE_BACKWARD = "reference"
+# Param types a manifest may bound with ``minimum`` and ``maximum``.
+NUMBER_PARAM_TYPES = ("int", "float", "Optional[int]", "Optional[float]")
 REFERENCE_GLOBALS = frozenset({"torch", "math"})
 _STATIC_DIM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\.shape\[\s*(-?\d+|[A-Za-z_][A-Za-z0-9_]*)\s*\]\s*$")
 
@@ -299,9 +301,29 @@ class _EntryBuilder:
             if choices is not None and has_default and default not in choices:
                 raise self.fail(f"default {default!r} is not one of the choices {list(choices)}",
                                 "signature", "params", name, "default")
+            minimum, maximum = self._param_bounds(name, p, default if has_default else None)
             out.append(ParamSpec(name, p["type"], has_default, default, choices,
-                                 p.get("description", ""), self.at("signature", "params", name)))
+                                 p.get("description", ""), self.at("signature", "params", name), minimum, maximum))
         return tuple(out)
+
+    def _param_bounds(self, name: str, spec: Dict[str, Any],
+                      default: Any) -> Tuple[Optional[float], Optional[float]]:
+        """A number param's inclusive ``minimum`` and ``maximum`` (None where absent), checked
+        against its type and its default."""
+        minimum, maximum = spec.get("minimum"), spec.get("maximum")
+        for key, bound in (("minimum", minimum), ("maximum", maximum)):
+            if bound is not None and spec["type"] not in NUMBER_PARAM_TYPES:
+                raise self.fail(f"{key} applies to {' and '.join(NUMBER_PARAM_TYPES)} params, not {spec['type']}",
+                                "signature", "params", name, key)
+            if bound is not None and spec["type"] in ("int", "Optional[int]") and not isinstance(bound, int):
+                raise self.fail(f"{key} of an int param must be an int, got {bound!r}", "signature", "params", name, key)
+        if minimum is not None and maximum is not None and minimum > maximum:
+            raise self.fail(f"minimum {minimum!r} is above maximum {maximum!r}", "signature", "params", name, "minimum")
+        if default is not None and ((minimum is not None and default < minimum)
+                                    or (maximum is not None and default > maximum)):
+            raise self.fail(f"default {default!r} lies outside [{minimum}, {maximum}]",
+                            "signature", "params", name, "default")
+        return minimum, maximum
 
     def _static_dims(self, spec: Dict[str, str], inputs: Sequence[TensorSpec],
                      params: Sequence[ParamSpec]) -> Tuple[StaticDim, ...]:

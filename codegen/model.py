@@ -70,6 +70,9 @@ class ParamSpec:
     choices: Optional[Tuple[Any, ...]]
     description: str
     location: Location
+    # Inclusive bounds of a number (None: unbounded on that side).
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
 
 
 @dataclass(frozen=True)

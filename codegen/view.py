@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 from tileops._params import annotation as param_annotation
 
 from . import rules
-from .model import FORMULA_HELPERS, OpSpec, snake_case
+from .model import FORMULA_HELPERS, OpSpec, ParamSpec, snake_case
 
 __all__ = ["OpView", "FunctionView", "forward_naming", "shapes_naming"]
 
@@ -70,6 +70,17 @@ class RuleCheck:
     values: str  # a dict literal of the params and static dims the rule reads, for its error
 
 
+def _bounds_doc(param: ParamSpec) -> str:
+    """The docstring's words on a param's bounds (empty where it has none)."""
+    if param.minimum is not None and param.maximum is not None:
+        return f" From {param.minimum!r} to {param.maximum!r}."
+    if param.minimum is not None:
+        return f" At least {param.minimum!r}."
+    if param.maximum is not None:
+        return f" At most {param.maximum!r}."
+    return ""
+
+
 def tensors_annotation(count: int) -> str:
     """The annotation of ``count`` returned tensors."""
     if count == 1:
@@ -107,7 +118,7 @@ class OpView:
         for p in self.op.params:
             default = f" Default: {repr(p.default)}." if p.has_default else ""
             choices = f" One of {list(p.choices)}." if p.choices else ""
-            docs.append((p.name, f"{p.description or p.type}{choices}{default}".strip()))
+            docs.append((p.name, f"{p.description or p.type}{choices}{_bounds_doc(p)}{default}".strip()))
         docs.append(("kernel_map", "Overrides of entries of default_kernel_map."))
         docs.append(("tune", "Autotune kernel configs on first use instead of using heuristics."))
         return docs
@@ -158,6 +169,12 @@ class OpView:
     @property
     def param_choices(self) -> List[Tuple[str, str]]:
         return [(p.name, repr(tuple(p.choices))) for p in self.op.params if p.choices]
+
+    @property
+    def param_bounds(self) -> List[Tuple[str, str, str]]:
+        """(name, minimum, maximum) of the bounded params, as Python literals (``Op._check_bounds``)."""
+        return [(p.name, repr(p.minimum), repr(p.maximum)) for p in self.op.params
+                if p.minimum is not None or p.maximum is not None]
 
     # ---- S14 -----------------------------------------------------------------------
     @property

@@ -32,7 +32,7 @@ ScaleShiftFwdOp:
       y: {dtype: "same_as(x)"}
     params:
       dim: {type: int, default: -1}
-      alpha: {type: float, default: 2.0}
+      alpha: {type: float, default: 2.0, minimum: 0.0}
       mode: {type: str, default: fast, choices: [fast, exact]}
   static_dims:
     N: "x.shape[dim]"
@@ -128,6 +128,17 @@ x, shift = torch.randn(2, 3, 4), torch.randn(3)
 y = op(x, shift)
 assert torch.allclose(y, x * 2.0 + shift.reshape(3, 1)), "reference path"
 assert op.last_backend == "reference"
+# The manifest's choices and bounds are checked at construction and documented.
+for bad, error in (({"mode": "slow"}, "ScaleShiftFwdOp: mode must be one of ['fast', 'exact'], got 'slow'"),
+                   ({"alpha": -0.5}, "ScaleShiftFwdOp: alpha must be at least 0.0, got -0.5")):
+    try:
+        ScaleShiftFwdOp(N=3, dtype=torch.float32, **bad)
+    except ValueError as caught:
+        assert str(caught) == error, caught
+    else:
+        raise AssertionError(bad)
+ScaleShiftFwdOp(N=3, dtype=torch.float32, alpha=0.0)
+assert "At least 0.0. Default: 2.0." in ScaleShiftFwdOp.__doc__
 print(json.dumps(params))
 """)
     params = json.loads(out)

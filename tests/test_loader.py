@@ -89,6 +89,17 @@ def test_good_manifest_builds_a_located_model(tmp_path: Path) -> None:
      "saved: true", "only outputs can be saved"),
     (lambda t: t.replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", saved: true}'),
      "saved: true", "every output is saved"),
+    # Bounds: on numbers only, ints on int params, in order, around the default.
+    (lambda t: t.replace("dim: {type: int, default: -1}", "mode: {type: str, default: a, minimum: 0}"),
+     "mode: {type: str", "minimum applies to int and float"),
+    (lambda t: t.replace("dim: {type: int, default: -1}", "dim: {type: int, default: -1, maximum: 0.5}"),
+     "maximum: 0.5", "maximum of an int param must be an int, got 0.5"),
+    (lambda t: t.replace("dim: {type: int, default: -1}", "dim: {type: int, default: -1, minimum: 1, maximum: 0}"),
+     "minimum: 1", "minimum 1 is above maximum 0"),
+    (lambda t: t.replace("dim: {type: int, default: -1}", "dim: {type: int, default: -1, minimum: 0}"),
+     "minimum: 0", "default -1 lies outside [0, None]"),
+    (lambda t: t.replace("dim: {type: int, default: -1}", "dim: {type: int, default: -1, minimum: low}"),
+     "minimum: low", "expected number, got 'low'"),
 ])
 def test_each_defect_is_one_located_error(tmp_path: Path, edit, needle: str, message: str) -> None:
     text = edit(GOOD)

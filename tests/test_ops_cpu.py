@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from codegen import load_manifest
 from tests.op_checks import check_against_reference, manifest_cases
@@ -112,6 +113,23 @@ def test_a_single_axis_reads_as_a_one_axis_tuple_as_in_torch() -> None:
     assert SumFwdOp(dtype=torch.float32, dim=[0, 2]).dim == (0, 2)
     torch.testing.assert_close(SumFwdOp(dtype=torch.float32, dim=1)(x), torch.sum(x, dim=1))
     torch.testing.assert_close(AmaxFwdOp(dtype=torch.float32, dim=-1, keepdim=True)(x), torch.amax(x, -1, True))
+
+
+def test_label_smoothing_outside_zero_to_one_is_refused_at_construction() -> None:
+    """PyTorch refuses such a weight at every call; the ops refuse it when built, on any device."""
+    from tileops.ops import (CrossEntropyBwdOp, CrossEntropyFwdOp, SoftCrossEntropyBwdOp,
+                             SoftCrossEntropyFwdOp)
+
+    for op_cls in (CrossEntropyFwdOp, CrossEntropyBwdOp, SoftCrossEntropyFwdOp, SoftCrossEntropyBwdOp):
+        for bad in (-0.1, 1.5):
+            with pytest.raises(ValueError, match=rf"^{op_cls.__name__}: label_smoothing must be between 0.0 and 1.0, "
+                                                 rf"got {bad}$"):
+                op_cls(V=8, dtype=torch.float32, label_smoothing=bad)
+        for edge in (0.0, 1.0):
+            assert op_cls(V=8, dtype=torch.float32, label_smoothing=edge).label_smoothing == edge
+    logits, target = torch.randn(4, 8), torch.tensor([1, 7, 0, 3])
+    torch.testing.assert_close(CrossEntropyFwdOp(V=8, dtype=torch.float32, label_smoothing=1.0)(logits, target)[0],
+                               F.cross_entropy(logits, target, label_smoothing=1.0))
 
 
 def test_shape_rule_violations_quote_the_rule() -> None:

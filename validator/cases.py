@@ -218,6 +218,9 @@ def param_candidates(param: ParamSpec, rank: Optional[int]) -> List[Any]:
         values = [(), (0,), (-1,), (last,), (0, last), (0, 0), (last + 1,)]
     else:  # str without choices: only the default means anything
         values = []
+    if param.minimum is not None or param.maximum is not None:  # only values the op accepts
+        values = [v for v in values + [param.minimum, param.maximum] if v is not None
+                  and (param.minimum is None or v >= param.minimum) and (param.maximum is None or v <= param.maximum)]
     if param.type.startswith("Optional"):
         values.append(None)
     if param.has_default:

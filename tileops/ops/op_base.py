@@ -465,6 +465,20 @@ class Op(torch.nn.Module):
         if value not in choices:
             raise ValueError(f"{type(self).__name__}: {name} must be one of {list(choices)}, got {value!r}")
 
+    def _check_bounds(self, name: str, value: Optional[float], minimum: Optional[float],
+                      maximum: Optional[float]) -> None:
+        """A number param within its manifest's inclusive bounds (None: unbounded, or an
+        Optional param left unset)."""
+        if value is None:
+            return
+        if (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
+            return
+        if minimum is not None and maximum is not None:
+            expected = f"between {minimum!r} and {maximum!r}"
+        else:
+            expected = f"at least {minimum!r}" if minimum is not None else f"at most {maximum!r}"
+        raise ValueError(f"{type(self).__name__}: {name} must be {expected}, got {value!r}")
+
     def _check_committed_dtype(self, argument: str, tensor: torch.Tensor) -> None:
         if tensor.dtype != self.dtype:
             raise ValueError(

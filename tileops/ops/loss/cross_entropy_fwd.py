@@ -27,7 +27,7 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
         V: Size committed at construction: logits.shape[1].
         dtype: Dtype of logits (float16, bfloat16, float32).
         ignore_index: Target value whose rows add no loss and get no gradient. Default: -100.
-        label_smoothing: Weight s of the uniform distribution mixed into the target. Default: 0.0.
+        label_smoothing: Weight s of the uniform distribution mixed into the target. From 0.0 to 1.0. Default: 0.0.
         reduction: none: per-row losses; sum; mean over rows whose target is not ignore_index. One of ['none', 'mean', 'sum']. Default: 'mean'.
         inplace_backward: An eager backward writes the logits' gradient into the logits' own memory and returns it there, so a step holds one [N, V] tensor fewer; the logits then hold the gradient, and any other use of them that autograd saved fails loudly. A traced graph (torch.compile) computes out of place. Default: False.
         kernel_map: Overrides of entries of default_kernel_map.
@@ -71,6 +71,7 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"ignore_index": "int", "label_smoothing": "float", "reduction": "str", "inplace_backward": "bool"})
         self._check_choice("reduction", reduction, ('none', 'mean', 'sum'))
+        self._check_bounds("label_smoothing", label_smoothing, 0.0, 1.0)
         self.dispatch_kernel(kernel_map)
 
     @property

@@ -26,7 +26,7 @@ class SoftCrossEntropyBwdOp(SoftCrossEntropyBwdBase):
     Args:
         V: Size committed at construction: logits.shape[1].
         dtype: Dtype of logits (float16, bfloat16, float32).
-        label_smoothing: The forward's label_smoothing. Default: 0.0.
+        label_smoothing: The forward's label_smoothing. From 0.0 to 1.0. Default: 0.0.
         reduction: The forward's reduction. One of ['none', 'mean', 'sum']. Default: 'mean'.
         kernel_map: Overrides of entries of default_kernel_map.
         tune: Autotune kernel configs on first use instead of using heuristics.
@@ -68,6 +68,7 @@ class SoftCrossEntropyBwdOp(SoftCrossEntropyBwdBase):
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"label_smoothing": "float", "reduction": "str"})
         self._check_choice("reduction", reduction, ('none', 'mean', 'sum'))
+        self._check_bounds("label_smoothing", label_smoothing, 0.0, 1.0)
         self.dispatch_kernel(kernel_map)
 
     @property

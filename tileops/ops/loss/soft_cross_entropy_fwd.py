@@ -26,7 +26,7 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
     Args:
         V: Size committed at construction: logits.shape[1].
         dtype: Dtype of logits (float16, bfloat16, float32).
-        label_smoothing: Weight s of the uniform distribution mixed into the targets. Default: 0.0.
+        label_smoothing: Weight s of the uniform distribution mixed into the targets. From 0.0 to 1.0. Default: 0.0.
         reduction: none: per-row losses; sum; mean over rows. One of ['none', 'mean', 'sum']. Default: 'mean'.
         inplace_backward: An eager backward writes the logits' gradient into the logits' own memory and returns it there, as CrossEntropyFwdOp's option does. Default: False.
         kernel_map: Overrides of entries of default_kernel_map.
@@ -71,6 +71,7 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"label_smoothing": "float", "reduction": "str", "inplace_backward": "bool"})
         self._check_choice("reduction", reduction, ('none', 'mean', 'sum'))
+        self._check_bounds("label_smoothing", label_smoothing, 0.0, 1.0)
         self.dispatch_kernel(kernel_map)
 
     @property
