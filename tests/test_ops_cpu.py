@@ -65,6 +65,10 @@ def test_bad_construction() -> None:
 
     with pytest.raises(ValueError, match="RMSNormFwdOp: dtype must be one of float16, bfloat16, float32, got torch.int64"):
         RMSNormFwdOp(N=8, dtype=torch.int64)
+    # A dtype's name is no dtype (a ValueError here read "must be one of ..., float32, got float32").
+    with pytest.raises(TypeError, match=r"RMSNormFwdOp: dtype must be a torch.dtype \(float16, bfloat16, float32\), "
+                                        r"got 'float32' \(str\)"):
+        RMSNormFwdOp(N=8, dtype="float32")
     with pytest.raises(TypeError):
         RMSNormFwdOp(8, torch.float16)  # keyword-only
     with pytest.raises(ValueError, match="unknown kernel_map key 'nope'"):

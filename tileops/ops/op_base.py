@@ -439,8 +439,11 @@ class Op(torch.nn.Module):
         return ValueError(f"{type(self).__name__}: {argument}.dtype must be {expected}, got {got}")
 
     def _check_init_dtype(self, dtype: torch.dtype, allowed: Tuple[torch.dtype, ...]) -> None:
+        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+        if not isinstance(dtype, torch.dtype):  # e.g. "float32": "must be one of ..., float32, got float32" misled
+            raise TypeError(f"{type(self).__name__}: dtype must be a torch.dtype ({names}), "
+                            f"got {dtype!r} ({type(dtype).__name__})")
         if dtype not in allowed:
-            names = ", ".join(str(d).replace("torch.", "") for d in allowed)
             raise ValueError(f"{type(self).__name__}: dtype must be one of {names}, got {dtype}")
 
     @classmethod
