@@ -86,6 +86,25 @@ def test_weakened_forward_check_is_an_l2_finding_quoting_the_rule(tmp_path: Path
         "L2", "CumsumFwdOp", "-x.ndim <= dim < x.ndim")
 
 
+def test_a_dropped_bound_or_choice_check_is_an_l2_finding_on_the_param(tmp_path: Path) -> None:
+    """Building the op must refuse what the manifest's bounds and choices exclude: a generated file
+    whose check is gone builds the op anyway, and L2 says so at the param (and the slot check sees
+    the edit)."""
+    root = scratch_project(tmp_path / "project")
+    path = root / "tileops/ops/loss/cross_entropy_fwd.py"
+    bound = '        self._check_bounds("label_smoothing", label_smoothing, 0.0, 1.0)\n'
+    choice = "        self._check_choice(\"reduction\", reduction, ('none', 'mean', 'sum'))\n"
+    replace_in(path, bound, "")
+    replace_in(path, choice, "")
+    run = run_validator(root, "--levels", "L2", "--op", "CrossEntropyFwdOp")
+    assert run.error_keys() == {("L2", "CrossEntropyFwdOp", "label_smoothing"),
+                                ("L2", "CrossEntropyFwdOp", "reduction")}
+    assert "CrossEntropyFwdOp(label_smoothing=-1.0) was built; the manifest allows no such value (2 of 5 cases)" in (
+        run.message("L2", "CrossEntropyFwdOp", "label_smoothing"))
+    assert "CrossEntropyFwdOp(reduction='<not a choice>') was built" in run.message("L2", "CrossEntropyFwdOp",
+                                                                                  "reduction")
+
+
 def test_shape_template_defect_fails_l2_for_every_op_without_slot_findings(tmp_path: Path) -> None:
     root = scratch_project(tmp_path / "project")
     replace_in(root / "templates/slots/S17_infer_output_shapes.py.j2", '"{{ name }}": {{ expr }}',

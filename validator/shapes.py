@@ -7,17 +7,20 @@ from ``forward`` on meta tensors (which run the reference path without
 storage) and must not raise.  Rejected cases must make ``forward`` raise a
 ``ValueError`` that quotes the first rule the manifest says is violated, or
 names the mismatching static dim.  Disagreements are grouped per rule, with
-a count and the first counter-example.
+a count and the first counter-example.  Building the op must refuse each param
+value the manifest's ``choices`` or ``minimum``/``maximum`` exclude (a
+``ValueError`` naming the param) and accept the bounds themselves.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, List, Optional, Tuple
 
 import torch
 
 from codegen import rules
-from codegen.model import OpSpec
+from codegen.model import OpSpec, ParamSpec
 
 from .cases import ACCEPT, RULE, UNEVALUABLE, Case, Expectation, describe, expect, generate_cases, meta_inputs
 from .context import Context, missing_method, missing_method_finding, short_error, torch_dtype, where
@@ -144,7 +147,61 @@ def check_op(ctx: Context, op: OpSpec, cls: type) -> Tuple[List[Finding], int, i
             _check_forward_accepts(op, instance, case, verdict, tally)
         else:
             _check_forward_rejects(op, instance, case, verdict, tally)
+    first_accepted = next((case for case, verdict in judged if verdict.kind == ACCEPT), None)
+    if first_accepted is not None:
+        findings += _check_param_limits(op, cls, first_accepted)
     return findings + tally.findings(len(judged)), len(judged), accepted
+
+
+def _outside_values(param: ParamSpec) -> List[Any]:
+    """Values of ``param``'s type that its manifest ``choices`` or bounds exclude."""
+    number = int if param.type in ("int", "Optional[int]") else float
+    outside: List[Any] = []
+    if param.choices:
+        outside.append("<not a choice>" if param.type in ("str", "Optional[str]")
+                       else number(max(param.choices)) + number(1))
+    if param.minimum is not None:
+        outside.append(number(param.minimum) - number(1))
+    if param.maximum is not None:
+        outside.append(number(param.maximum) + number(1))
+    return outside
+
+
+def _check_param_limits(op: OpSpec, cls: type, case: Case) -> List[Finding]:
+    """Building the op (with ``case``'s other values) refuses each param value the manifest's
+    choices or bounds exclude, with a ValueError naming the param, and accepts the bounds
+    themselves."""
+    tally = Tally(LEVEL, op.name)
+    tried = 0
+    for param in op.params:
+        for value in _outside_values(param):
+            tried += 1
+            changed = replace(case, params=tuple((n, value if n == param.name else v) for n, v in case.params))
+            try:
+                construct(cls, changed)
+            except ValueError as exc:
+                if param.name not in str(exc):
+                    tally.add(param.name, where(param.location), "limit message",
+                              f"{op.name}({param.name}={value!r}) raised ValueError({str(exc)!r}), which does not "
+                              f"name {param.name}")
+                continue
+            except Exception as exc:
+                tally.add(param.name, where(param.location), "limit type",
+                          f"{op.name}({param.name}={value!r}) raised {short_error(exc)}; expected a ValueError")
+                continue
+            tally.add(param.name, where(param.location), "limit accepted",
+                      f"{op.name}({param.name}={value!r}) was built; the manifest allows no such value")
+        for value in (param.minimum, param.maximum):
+            if value is None:
+                continue
+            tried += 1
+            changed = replace(case, params=tuple((n, value if n == param.name else v) for n, v in case.params))
+            try:
+                construct(cls, changed)
+            except Exception as exc:
+                tally.add(param.name, where(param.location), "bound refused",
+                          f"{op.name}({param.name}={value!r}) raised {short_error(exc)}; the manifest allows it")
+    return tally.findings(tried)
 
 
 def check(ctx: Context) -> Tuple[List[Finding], str]:
