@@ -312,10 +312,12 @@ class _EntryBuilder:
         against its type and its default."""
         minimum, maximum = spec.get("minimum"), spec.get("maximum")
         for key, bound in (("minimum", minimum), ("maximum", maximum)):
-            if bound is not None and spec["type"] not in NUMBER_PARAM_TYPES:
+            if bound is None:
+                continue
+            if spec["type"] not in NUMBER_PARAM_TYPES:
                 raise self.fail(f"{key} applies to {' and '.join(NUMBER_PARAM_TYPES)} params, not {spec['type']}",
                                 "signature", "params", name, key)
-            if bound is not None and spec["type"] in ("int", "Optional[int]") and not isinstance(bound, int):
+            if spec["type"] in ("int", "Optional[int]") and not isinstance(bound, int):
                 raise self.fail(f"{key} of an int param must be an int, got {bound!r}", "signature", "params", name, key)
         if minimum is not None and maximum is not None and minimum > maximum:
             raise self.fail(f"minimum {minimum!r} is above maximum {maximum!r}", "signature", "params", name, "minimum")

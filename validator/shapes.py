@@ -167,6 +167,11 @@ def _outside_values(param: ParamSpec) -> List[Any]:
     return outside
 
 
+def _with_param(case: Case, name: str, value: Any) -> Case:
+    """``case`` with param ``name`` set to ``value``."""
+    return replace(case, params=tuple((n, v) for n, v in case.params if n != name) + ((name, value),))
+
+
 def _check_param_limits(op: OpSpec, cls: type, case: Case) -> List[Finding]:
     """Building the op (with ``case``'s other values) refuses each param value the manifest's
     choices or bounds exclude, with a ValueError naming the param, and accepts the bounds
@@ -176,9 +181,8 @@ def _check_param_limits(op: OpSpec, cls: type, case: Case) -> List[Finding]:
     for param in op.params:
         for value in _outside_values(param):
             tried += 1
-            changed = replace(case, params=tuple((n, value if n == param.name else v) for n, v in case.params))
             try:
-                construct(cls, changed)
+                construct(cls, _with_param(case, param.name, value))
             except ValueError as exc:
                 if param.name not in str(exc):
                     tally.add(param.name, where(param.location), "limit message",
@@ -195,9 +199,8 @@ def _check_param_limits(op: OpSpec, cls: type, case: Case) -> List[Finding]:
             if value is None:
                 continue
             tried += 1
-            changed = replace(case, params=tuple((n, value if n == param.name else v) for n, v in case.params))
             try:
-                construct(cls, changed)
+                construct(cls, _with_param(case, param.name, value))
             except Exception as exc:
                 tally.add(param.name, where(param.location), "bound refused",
                           f"{op.name}({param.name}={value!r}) raised {short_error(exc)}; the manifest allows it")
