@@ -248,7 +248,7 @@ class OpView:
             axis = rules.render(dim.axis, self._fwd)
             tensor = self.op.tensor(dim.tensor)
             guard = f"{dim.tensor} is not None" if tensor.optional else None
-            out.append((dim.name, dim.text, f"{dim.tensor}.shape[{axis}]", guard))
+            out.append((dim.name, dim.text, f"rules.axis_size({dim.tensor}.shape, {axis})", guard))
         return out
 
     @property
@@ -372,7 +372,8 @@ class OpView:
             if literal is not None and literal >= 0:
                 axis = str(literal)
             else:
-                axis = f"{rules.render(dim.axis, naming)} % len({dim.tensor}_shape)"
+                # A 0-d input counts as one axis, as its static dim does (``axis_size``).
+                axis = f"{rules.render(dim.axis, naming)} % max(len({dim.tensor}_shape), 1)"
             items.append(f"({index}, {axis})")
         return items
 

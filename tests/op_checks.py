@@ -2,7 +2,7 @@
 
 ``manifest_cases`` turns an op's manifest entry into concrete cases: its
 workloads plus awkward shapes (sizes 1, 3, 127, 4097, ranks 1-4, every valid
-``dim``, empty tensors, non-contiguous views).  ``check_against_reference``
+``dim``, empty tensors, 0-d tensors, non-contiguous views).  ``check_against_reference``
 runs the op on random inputs and compares with the manifest reference computed
 in float64.  CPU tests and GPU tests share both.
 """
@@ -19,6 +19,7 @@ import torch
 
 from codegen import load_manifest, rules
 from codegen.model import OpSpec
+from validator.cases import static_dim_size
 
 Shape = Tuple[int, ...]
 
@@ -60,8 +61,7 @@ def _values(op: OpSpec, shapes: Dict[str, Shape], params: Dict[str, Any]) -> Dic
     values = {p.name: p.default for p in op.params if p.has_default}
     values.update(params)
     for dim in op.static_dims:
-        axis = rules.evaluate(dim.axis, shapes, values)
-        values[dim.name] = shapes[dim.tensor][axis]
+        values[dim.name] = static_dim_size(dim, shapes, values)
     return values
 
 
@@ -90,19 +90,21 @@ def _derived_shapes(op: OpSpec, free_shape: Shape, params: Dict[str, Any]) -> Op
 
 
 def _int_param_values(op: OpSpec, rank: int) -> List[Dict[str, Any]]:
-    """Every valid value of axis-like int params (named dim) for this rank, else the default."""
+    """Every valid value of axis-like int params (named dim) for this rank, else the default.
+    A 0-d tensor takes dims 0 and -1, as in PyTorch."""
+    axes = range(-max(rank, 1), max(rank, 1))
     choices = []
     for p in op.params:
         if p.name != "dim":
             continue
         if p.type == "int":
-            choices.append([(p.name, d) for d in range(-rank, rank)])
+            choices.append([(p.name, d) for d in axes])
         elif p.type == "Optional[int]":
-            choices.append([(p.name, None)] + [(p.name, d) for d in range(-rank, rank)])
+            choices.append([(p.name, None)] + [(p.name, d) for d in axes])
         elif p.type == "Optional[Sequence[int]]":
             # Every single axis, all axes (None), and the first and last together.
             pairs = [(p.name, (0, rank - 1))] if rank > 1 else []
-            choices.append([(p.name, None)] + [(p.name, (d,)) for d in range(-rank, rank)] + pairs)
+            choices.append([(p.name, None)] + [(p.name, (d,)) for d in axes] + pairs)
     return [dict(row) for row in itertools.product(*choices)] or [{}]
 
 
@@ -148,6 +150,11 @@ def manifest_cases(op_name: str, dtypes: Optional[Sequence[str]] = None, max_num
     empty = _derived_shapes(op, (0, 7), {})
     if empty is not None and accepted(op, empty, {}):
         cases.append(Case(op.name, tuple(empty.items()), DTYPES[names[0]], (), "contiguous", "empty"))
+    for params in _int_param_values(op, 0):
+        scalar = _derived_shapes(op, (), params)
+        if scalar is not None and accepted(op, scalar, params):
+            cases.append(Case(op.name, tuple(scalar.items()), DTYPES[names[-1]], tuple(params.items()),
+                              "contiguous", "scalar"))
     return cases
 
 

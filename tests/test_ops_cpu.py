@@ -148,9 +148,11 @@ def test_shape_rule_violations_quote_the_rule() -> None:
         MulFwdOp(dtype=torch.float32)(torch.randn(8, 4096), torch.randn(4095))
 
     # The params and static dims a rule reads follow the shapes.
-    with pytest.raises(ValueError, match=r"CumsumFwdOp: shape rule `-x.ndim <= dim < x.ndim` does not hold for "
-                                         r"x.shape=\(4, 3\), dim=2$"):
+    with pytest.raises(ValueError, match=r"CumsumFwdOp: shape rule `-max\(x.ndim, 1\) <= dim < max\(x.ndim, 1\)` does "
+                                         r"not hold for x.shape=\(4, 3\), dim=2$"):
         CumsumFwdOp(N=4, dtype=torch.float32, dim=2)(torch.randn(4, 3))
+    with pytest.raises(ValueError, match=r"does not hold for x.shape=\(\), dim=1$"):
+        CumsumFwdOp(N=1, dtype=torch.float32, dim=1)(torch.tensor(2.0))
     with pytest.raises(ValueError, match=r"shape rule `weight.shape\[0\] == N` does not hold for x.shape=\(2, 8\), "
                                          r"weight.shape=\(9,\), N=8$"):
         RMSNormFwdOp(N=8, dtype=torch.float32)(torch.randn(2, 8), torch.randn(9))
@@ -159,6 +161,29 @@ def test_shape_rule_violations_quote_the_rule() -> None:
         SumFwdOp(dtype=torch.float32, dim=(0, -2))(torch.randn(4, 8))
     with pytest.raises(ValueError, match=r"shape rule `x.ndim >= 1`"):
         RMSNormFwdOp(N=8, dtype=torch.float32)(torch.randn(()), torch.randn(8))
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+def test_axis_ops_take_0d_tensors_as_pytorch_does(dim: int) -> None:
+    """A 0-d tensor is a row of one along dim 0 or -1: the ops built for it as the functional
+    API builds them (N from the shape) match PyTorch, forward and backward."""
+    import tileops.ops as ops
+
+    x = torch.tensor(0.75)
+    for name, torch_fn in (("CumsumFwdOp", torch.cumsum), ("CumprodFwdOp", torch.cumprod),
+                           ("SoftmaxFwdOp", torch.softmax), ("LogSoftmaxFwdOp", torch.log_softmax)):
+        op = getattr(ops, name)._shared_for(x, dim)
+        assert op.N == 1
+        y = op(x)
+        assert y.shape == () and torch.equal(y, torch_fn(x, dim)), name
+    grad, y = torch.tensor(1.5), torch.softmax(x, dim)
+    leaf = x.clone().requires_grad_()
+    torch.softmax(leaf, dim).backward(grad)
+    torch.testing.assert_close(ops.SoftmaxBwdOp(N=1, dtype=torch.float32, dim=dim)(grad, y), leaf.grad)
+    torch.testing.assert_close(ops.CumsumBwdOp(N=1, dtype=torch.float32, dim=dim)(grad), grad)
+    with pytest.raises(ValueError, match=r"static dim N = x.shape\[dim\] was committed as 3 at construction, but "
+                                         r"the input has 1"):
+        ops.SoftmaxFwdOp(N=3, dtype=torch.float32, dim=dim)(x)
 
 
 def test_static_dim_mismatch() -> None:
@@ -195,3 +220,4 @@ def test_calls_are_reentrant_across_ranks() -> None:
     op(b)
     torch.testing.assert_close(op(a), first)
     assert op._static_axes((4,)) == frozenset({(0, 0)}) and op._static_axes((2, 3, 4)) == frozenset({(0, 2)})
+    assert op._static_axes(()) == frozenset({(0, 0)})

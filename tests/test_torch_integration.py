@@ -70,7 +70,7 @@ def test_fake_functions_give_shapes_and_dtypes_of_the_rules(spec) -> None:
 def test_fake_function_reports_the_violated_rule() -> None:
     with FakeTensorMode() as mode:
         x = mode.from_tensor(torch.randn(4, 3))
-        with pytest.raises(ValueError, match=r"shape rule `-x.ndim <= dim < x.ndim`"):
+        with pytest.raises(ValueError, match=r"shape rule `-max\(x.ndim, 1\) <= dim < max\(x.ndim, 1\)`"):
             library_op("CumsumFwdOp")(x, 5, SHARED_INSTANCE)
 
 
@@ -243,7 +243,9 @@ def test_backward_matches_autograd_of_the_reference(spec) -> None:
         sum(((e * s).sum() for e, s in zip(expected, seeds))).backward()
         sum(((g * s.float()).sum() for g, s in zip(got, seeds))).backward()
         for index in differentiated:
-            torch.testing.assert_close(ours[index].grad.double(), inputs[index].grad, rtol=1e-4, atol=1e-4)
+            # NaN where PyTorch's is NaN (the variance of a 0-d tensor), nowhere else.
+            torch.testing.assert_close(ours[index].grad.double(), inputs[index].grad, rtol=1e-4, atol=1e-4,
+                                       equal_nan=True)
 
 
 def _differentiated(spec) -> List[int]:
@@ -509,7 +511,7 @@ def test_a_formula_backward_keeps_only_the_tensors_its_gradient_needs() -> None:
 @pytest.mark.parametrize("spec", [op for op in FWD_OPS if op.backward_by_formulas], ids=lambda s: s.name)
 def test_a_formula_backward_never_recomputes_the_forward(spec, monkeypatch) -> None:
     """The formulas read saved tensors only: neither the reference nor the op runs again."""
-    case = manifest_cases(spec.name, dtypes=["float32"], max_numel=1 << 10)[-1]
+    case = [c for c in manifest_cases(spec.name, dtypes=["float32"], max_numel=1 << 10) if c.label != "scalar"][-1]
     op = build_op(case)
     inputs = [t.requires_grad_() for t in make_inputs(spec, case, "cpu", torch.Generator().manual_seed(5))]
     expected = torch.autograd.grad(op.reference(*inputs).square().sum(), inputs)

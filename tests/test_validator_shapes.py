@@ -56,6 +56,20 @@ def test_cases_are_many_deterministic_and_cover_every_dim(scan_like) -> None:
     assert {1, 3, 5, 127} <= sizes
 
 
+def test_0d_inputs_take_dims_0_and_minus_1_where_the_rules_allow(tmp_path: Path) -> None:
+    """Rank-0 cases try dims -2 to 1; under the PyTorch-like rule, -1 and 0 are accepted with the
+    static dim 1 and the others refused by the rule."""
+    path = tmp_path / "toy.yaml"
+    path.write_text(SCAN_LIKE.replace('    - "x.ndim >= 1"\n    - "-x.ndim <= dim < x.ndim"\n',
+                                      '    - "-max(x.ndim, 1) <= dim < max(x.ndim, 1)"\n'))
+    op = load_files([path], path.parent).op("ScanLikeFwdOp")
+    scalar = [(case, expect(op, case)) for case in generate_cases(op, 200) if case.shapes[0] == ()]
+    accepted = {dict(c.params)["dim"] for c, v in scalar if v.kind == ACCEPT}
+    refused = {dict(c.params)["dim"] for c, v in scalar if v.kind == RULE}
+    assert accepted == {-1, 0} and refused == {-2, 1}
+    assert all(dict(c.committed)["N"] == 1 for c, v in scalar if v.kind == ACCEPT)
+
+
 def test_cases_probe_invalid_ranks_dims_shapes_and_commitments(scan_like) -> None:
     verdicts = [expect(scan_like, case) for case in generate_cases(scan_like, 200)]
     violated = {v.rule.text for v in verdicts if v.kind == RULE}
@@ -77,13 +91,13 @@ def test_wrong_inferred_shape_is_an_l2_finding_on_the_output_rule(tmp_path: Path
 
 def test_weakened_forward_check_is_an_l2_finding_quoting_the_rule(tmp_path: Path) -> None:
     root = scratch_project(tmp_path / "project")
-    check = "if not (-x.ndim <= self.dim < x.ndim):"
-    replace_in(root / "tileops/ops/scan/cumsum_fwd.py", check, "if not (-x.ndim <= self.dim <= x.ndim):")
+    rule = "-max(x.ndim, 1) <= dim < max(x.ndim, 1)"
+    check = "if not (-max(x.ndim, 1) <= self.dim < max(x.ndim, 1)):"
+    replace_in(root / "tileops/ops/scan/cumsum_fwd.py", check, "if not (-max(x.ndim, 1) <= self.dim <= max(x.ndim, 1)):")
     run = run_validator(root, "--levels", "-kernel", "--op", "CumsumFwdOp")
-    assert run.error_keys() == {("L2", "CumsumFwdOp", "-x.ndim <= dim < x.ndim"),
+    assert run.error_keys() == {("L2", "CumsumFwdOp", rule),
                                 ("slots", "CumsumFwdOp", slot_containing(root, "CumsumFwdOp", check))}
-    assert "expected a ValueError quoting `-x.ndim <= dim < x.ndim`" in run.message(
-        "L2", "CumsumFwdOp", "-x.ndim <= dim < x.ndim")
+    assert f"expected a ValueError quoting `{rule}`" in run.message("L2", "CumsumFwdOp", rule)
 
 
 def test_a_dropped_bound_or_choice_check_is_an_l2_finding_on_the_param(tmp_path: Path) -> None:

@@ -84,9 +84,12 @@ def shape_without_axes(shape: Sequence[int], axes: Sequence[int], keepdim: bool 
 
 def axis_size(shape: Sequence[int], axis: int) -> int:
     """``shape[axis]``, or -1 when the axis does not exist or is no int (the op's own checks then
-    explain why)."""
+    explain why).  A 0-d shape has one element along axis 0 or -1: PyTorch's ops that take a
+    ``dim`` (``cumsum``, ``softmax``, ``sum``) wrap those dims onto a scalar."""
     if not isinstance(axis, int):
         return -1
+    if len(shape) == 0 and axis in (-1, 0):
+        return 1
     return shape[axis] if -len(shape) <= axis < len(shape) else -1
 
 

@@ -26,6 +26,7 @@ import torch
 
 from codegen import rules
 from codegen.model import OpSpec, ParamSpec, ShapeRule, StaticDim, Workload
+from tileops._shape_rules import axis_size
 
 from .context import torch_dtype
 
@@ -94,9 +95,13 @@ def _reads_absent_tensor(op: OpSpec, expr: rules.Expr, shapes: Dict[str, Shape])
 
 
 def static_dim_size(dim: StaticDim, shapes: Dict[str, Shape], values: Dict[str, Any]) -> int:
-    """``tensor.shape[axis]``; raises when the axis does not exist."""
+    """``tensor.shape[axis]`` as the ops read it (``axis_size``: 1 along axis 0 or -1 of a
+    0-d tensor); raises when the axis does not exist."""
     axis = rules.evaluate(dim.axis, shapes, values)
-    return shapes[dim.tensor][axis]
+    size = axis_size(shapes[dim.tensor], axis)
+    if size < 0:
+        raise IndexError(f"{dim.tensor} of shape {tuple(shapes[dim.tensor])} has no axis {axis!r}")
+    return size
 
 
 def expect(op: OpSpec, case: Case) -> Expectation:
@@ -199,7 +204,8 @@ def meta_inputs(op: OpSpec, case: Case) -> List[Optional[torch.Tensor]]:
 
 # ---- generation -------------------------------------------------------------------------
 def _int_candidates(rank: Optional[int]) -> List[int]:
-    bound = MAX_RANK if rank is None else rank
+    # A 0-d input still takes dims 0 and -1, and refuses one past them.
+    bound = MAX_RANK if rank is None else max(rank, 1)
     return list(range(-bound - 1, bound + 1))
 
 

@@ -91,8 +91,8 @@ class GeluAndMulBwdOp(GatedElementwiseOp):
             raise self._rule_violation("x.shape[-1] % 2 == 0", {}, grad_y=grad_y, x=x)
         if not (grad_y.shape == x.shape[:-1] + (x.shape[-1] // 2,)):
             raise self._rule_violation("grad_y.shape == x.shape[:-1] + (x.shape[-1] // 2,)", {}, grad_y=grad_y, x=x)
-        if x.shape[-1] != self.N:
-            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
+        if rules.axis_size(x.shape, -1) != self.N:
+            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, rules.axis_size(x.shape, -1))
 
     def reference(self, grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
@@ -133,7 +133,7 @@ class GeluAndMulBwdOp(GatedElementwiseOp):
         return int(flops), int(moved)
 
     def _static_axes(self, grad_y_shape: Tuple[int, ...], x_shape: Tuple[int, ...]) -> frozenset:
-        return frozenset({(1, -1 % len(x_shape))})
+        return frozenset({(1, -1 % max(len(x_shape), 1))})
 
 
 register_library_op(

@@ -84,8 +84,8 @@ class SiluAndMulFwdOp(GatedElementwiseOp):
             raise self._rule_violation("x.ndim >= 1", {}, x=x)
         if not (x.shape[-1] % 2 == 0):
             raise self._rule_violation("x.shape[-1] % 2 == 0", {}, x=x)
-        if x.shape[-1] != self.N:
-            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
+        if rules.axis_size(x.shape, -1) != self.N:
+            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, rules.axis_size(x.shape, -1))
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
@@ -130,7 +130,7 @@ class SiluAndMulFwdOp(GatedElementwiseOp):
         return int(flops), int(moved)
 
     def _static_axes(self, x_shape: Tuple[int, ...]) -> frozenset:
-        return frozenset({(0, -1 % len(x_shape))})
+        return frozenset({(0, -1 % max(len(x_shape), 1))})
 
 
 register_library_op(

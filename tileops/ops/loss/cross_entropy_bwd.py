@@ -122,8 +122,8 @@ class CrossEntropyBwdOp(CrossEntropyBwdBase):
             raise self._rule_violation("grad_loss.shape == ((logits.shape[0],) if reduction == 'none' else ())", {"reduction": self.reduction}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if grad_lse is not None and not (grad_lse.shape == (logits.shape[0],)):
             raise self._rule_violation("grad_lse.shape == (logits.shape[0],)", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
-        if logits.shape[1] != self.V:
-            raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, logits.shape[1])
+        if rules.axis_size(logits.shape, 1) != self.V:
+            raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, rules.axis_size(logits.shape, 1))
 
     def reference(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""

@@ -109,8 +109,8 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
             raise self._rule_violation("logits.ndim == 2", {}, logits=logits, target=target)
         if not (target.shape == (logits.shape[0],)):
             raise self._rule_violation("target.shape == (logits.shape[0],)", {}, logits=logits, target=target)
-        if logits.shape[1] != self.V:
-            raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, logits.shape[1])
+        if rules.axis_size(logits.shape, 1) != self.V:
+            raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, rules.axis_size(logits.shape, 1))
 
     def reference(self, logits: torch.Tensor, target: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""

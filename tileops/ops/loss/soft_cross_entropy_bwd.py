@@ -134,8 +134,8 @@ class SoftCrossEntropyBwdOp(SoftCrossEntropyBwdBase):
             raise self._rule_violation("grad_loss.shape == ((logits.shape[0],) if reduction == 'none' else ())", {"reduction": self.reduction}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if grad_lse is not None and not (grad_lse.shape == (logits.shape[0],)):
             raise self._rule_violation("grad_lse.shape == (logits.shape[0],)", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
-        if logits.shape[1] != self.V:
-            raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, logits.shape[1])
+        if rules.axis_size(logits.shape, 1) != self.V:
+            raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, rules.axis_size(logits.shape, 1))
 
     def reference(self, grad_loss: torch.Tensor, grad_lse: Optional[torch.Tensor], logits: torch.Tensor, probabilities: torch.Tensor, weight: Optional[torch.Tensor], lse: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""

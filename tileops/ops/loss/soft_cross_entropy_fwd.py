@@ -117,8 +117,8 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
             raise self._rule_violation("probabilities.shape == logits.shape", {}, logits=logits, probabilities=probabilities, weight=weight)
         if weight is not None and not (weight.shape == (logits.shape[1],)):
             raise self._rule_violation("weight.shape == (logits.shape[1],)", {}, logits=logits, probabilities=probabilities, weight=weight)
-        if logits.shape[1] != self.V:
-            raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, logits.shape[1])
+        if rules.axis_size(logits.shape, 1) != self.V:
+            raise self._static_dim_mismatch("V", "logits.shape[1]", self.V, rules.axis_size(logits.shape, 1))
 
     def reference(self, logits: torch.Tensor, probabilities: torch.Tensor, weight: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""

@@ -96,8 +96,8 @@ class FusedAddRMSNormBwdOp(FusedAddNormBwdOp):
             raise self._rule_violation("grad_y.shape == residual_out.shape", {}, grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
         if not (grad_residual_out.shape == residual_out.shape):
             raise self._rule_violation("grad_residual_out.shape == residual_out.shape", {}, grad_y=grad_y, grad_residual_out=grad_residual_out, residual_out=residual_out, weight=weight)
-        if residual_out.shape[-1] != self.N:
-            raise self._static_dim_mismatch("N", "residual_out.shape[-1]", self.N, residual_out.shape[-1])
+        if rules.axis_size(residual_out.shape, -1) != self.N:
+            raise self._static_dim_mismatch("N", "residual_out.shape[-1]", self.N, rules.axis_size(residual_out.shape, -1))
 
     def reference(self, grad_y: torch.Tensor, grad_residual_out: torch.Tensor, residual_out: torch.Tensor, weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
@@ -146,7 +146,7 @@ class FusedAddRMSNormBwdOp(FusedAddNormBwdOp):
         return int(flops), int(moved)
 
     def _static_axes(self, grad_y_shape: Tuple[int, ...], grad_residual_out_shape: Tuple[int, ...], residual_out_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> frozenset:
-        return frozenset({(2, -1 % len(residual_out_shape))})
+        return frozenset({(2, -1 % max(len(residual_out_shape), 1))})
 
 
 register_library_op(

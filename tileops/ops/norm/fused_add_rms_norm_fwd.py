@@ -93,8 +93,8 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
             raise self._rule_violation("x.ndim >= 1", {}, x=x, residual=residual, weight=weight)
         if not (residual.shape == x.shape):
             raise self._rule_violation("residual.shape == x.shape", {}, x=x, residual=residual, weight=weight)
-        if x.shape[-1] != self.N:
-            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
+        if rules.axis_size(x.shape, -1) != self.N:
+            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, rules.axis_size(x.shape, -1))
 
     def reference(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
@@ -147,7 +147,7 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
         return int(flops), int(moved)
 
     def _static_axes(self, x_shape: Tuple[int, ...], residual_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> frozenset:
-        return frozenset({(0, -1 % len(x_shape))})
+        return frozenset({(0, -1 % max(len(x_shape), 1))})
 
 
 register_library_op(

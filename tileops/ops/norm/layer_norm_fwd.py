@@ -95,8 +95,8 @@ class LayerNormFwdOp(LayerNormOp):
             raise self._rule_violation("bias.shape[0] == N", {"N": self.N}, x=x, weight=weight, bias=bias)
         if not (x.ndim >= 1):
             raise self._rule_violation("x.ndim >= 1", {}, x=x, weight=weight, bias=bias)
-        if x.shape[-1] != self.N:
-            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
+        if rules.axis_size(x.shape, -1) != self.N:
+            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, rules.axis_size(x.shape, -1))
 
     def reference(self, x: torch.Tensor, weight: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
@@ -146,7 +146,7 @@ class LayerNormFwdOp(LayerNormOp):
         return int(flops), int(moved)
 
     def _static_axes(self, x_shape: Tuple[int, ...], weight_shape: Optional[Tuple[int, ...]], bias_shape: Optional[Tuple[int, ...]]) -> frozenset:
-        return frozenset({(0, -1 % len(x_shape))})
+        return frozenset({(0, -1 % max(len(x_shape), 1))})
 
 
 register_library_op(

@@ -93,8 +93,8 @@ class RMSNormBwdOp(NormBwdOp):
             raise self._rule_violation("x.ndim >= 1", {}, grad_y=grad_y, x=x, weight=weight)
         if not (grad_y.shape == x.shape):
             raise self._rule_violation("grad_y.shape == x.shape", {}, grad_y=grad_y, x=x, weight=weight)
-        if x.shape[-1] != self.N:
-            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
+        if rules.axis_size(x.shape, -1) != self.N:
+            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, rules.axis_size(x.shape, -1))
 
     def reference(self, grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
@@ -141,7 +141,7 @@ class RMSNormBwdOp(NormBwdOp):
         return int(flops), int(moved)
 
     def _static_axes(self, grad_y_shape: Tuple[int, ...], x_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> frozenset:
-        return frozenset({(1, -1 % len(x_shape))})
+        return frozenset({(1, -1 % max(len(x_shape), 1))})
 
 
 register_library_op(

@@ -90,8 +90,8 @@ class RMSNormFwdOp(NormOp):
             raise self._rule_violation("weight.shape[0] == N", {"N": self.N}, x=x, weight=weight)
         if not (x.ndim >= 1):
             raise self._rule_violation("x.ndim >= 1", {}, x=x, weight=weight)
-        if x.shape[-1] != self.N:
-            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, x.shape[-1])
+        if rules.axis_size(x.shape, -1) != self.N:
+            raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, rules.axis_size(x.shape, -1))
 
     def reference(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
@@ -139,7 +139,7 @@ class RMSNormFwdOp(NormOp):
         return int(flops), int(moved)
 
     def _static_axes(self, x_shape: Tuple[int, ...], weight_shape: Tuple[int, ...]) -> frozenset:
-        return frozenset({(0, -1 % len(x_shape))})
+        return frozenset({(0, -1 % max(len(x_shape), 1))})
 
 
 register_library_op(

@@ -56,6 +56,9 @@ class ScanOp(Op):
         shape = x.shape
         if x.numel() == 0:
             return empty_contiguous(x, shape)
+        if x.dim() == 0:
+            # A scalar scans as a row of one (dim 0 or -1, as PyTorch wraps them).
+            return self._run_kernel(x.view(1)).view(())
         N = self.N
         ndim = len(shape)
         dim = self.dim % ndim

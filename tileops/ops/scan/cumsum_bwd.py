@@ -83,12 +83,10 @@ class CumsumBwdOp(ScanOp):
 
     def _check_shapes(self, grad_y: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
-        if not (grad_y.ndim >= 1):
-            raise self._rule_violation("grad_y.ndim >= 1", {}, grad_y=grad_y)
-        if not (-grad_y.ndim <= self.dim < grad_y.ndim):
-            raise self._rule_violation("-grad_y.ndim <= dim < grad_y.ndim", {"dim": self.dim}, grad_y=grad_y)
-        if grad_y.shape[self.dim] != self.N:
-            raise self._static_dim_mismatch("N", "grad_y.shape[dim]", self.N, grad_y.shape[self.dim])
+        if not (-max(grad_y.ndim, 1) <= self.dim < max(grad_y.ndim, 1)):
+            raise self._rule_violation("-max(grad_y.ndim, 1) <= dim < max(grad_y.ndim, 1)", {"dim": self.dim}, grad_y=grad_y)
+        if rules.axis_size(grad_y.shape, self.dim) != self.N:
+            raise self._static_dim_mismatch("N", "grad_y.shape[dim]", self.N, rules.axis_size(grad_y.shape, self.dim))
 
     def reference(self, grad_y: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
@@ -128,7 +126,7 @@ class CumsumBwdOp(ScanOp):
         return int(flops), int(moved)
 
     def _static_axes(self, grad_y_shape: Tuple[int, ...]) -> frozenset:
-        return frozenset({(0, self.dim % len(grad_y_shape))})
+        return frozenset({(0, self.dim % max(len(grad_y_shape), 1))})
 
 
 register_library_op(

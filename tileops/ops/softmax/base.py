@@ -84,6 +84,9 @@ class SoftmaxFamilyOp(Op):
     def _run_kernel(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The contiguous output: the kernel on the inputs' axis views."""
         first = inputs[0]
+        if first.dim() == 0:
+            # A scalar is a row of one (dim 0 or -1, as PyTorch wraps them).
+            return self._run_kernel(*(t.view(1) for t in inputs)).view(())
         # Inputs of one call share a shape, so their strides tell their geometries apart.
         key = (first.shape, *map(torch.Tensor.stride, inputs))
         layout = self._layouts.get(key, lambda: self._call_layout(inputs))

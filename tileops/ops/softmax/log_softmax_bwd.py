@@ -86,14 +86,12 @@ class LogSoftmaxBwdOp(SoftmaxFamilyOp):
 
     def _check_shapes(self, grad_y: torch.Tensor, y: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
-        if not (y.ndim >= 1):
-            raise self._rule_violation("y.ndim >= 1", {}, grad_y=grad_y, y=y)
-        if not (-y.ndim <= self.dim < y.ndim):
-            raise self._rule_violation("-y.ndim <= dim < y.ndim", {"dim": self.dim}, grad_y=grad_y, y=y)
+        if not (-max(y.ndim, 1) <= self.dim < max(y.ndim, 1)):
+            raise self._rule_violation("-max(y.ndim, 1) <= dim < max(y.ndim, 1)", {"dim": self.dim}, grad_y=grad_y, y=y)
         if not (grad_y.shape == y.shape):
             raise self._rule_violation("grad_y.shape == y.shape", {}, grad_y=grad_y, y=y)
-        if y.shape[self.dim] != self.N:
-            raise self._static_dim_mismatch("N", "y.shape[dim]", self.N, y.shape[self.dim])
+        if rules.axis_size(y.shape, self.dim) != self.N:
+            raise self._static_dim_mismatch("N", "y.shape[dim]", self.N, rules.axis_size(y.shape, self.dim))
 
     def reference(self, grad_y: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
@@ -135,7 +133,7 @@ class LogSoftmaxBwdOp(SoftmaxFamilyOp):
         return int(flops), int(moved)
 
     def _static_axes(self, grad_y_shape: Tuple[int, ...], y_shape: Tuple[int, ...]) -> frozenset:
-        return frozenset({(1, self.dim % len(y_shape))})
+        return frozenset({(1, self.dim % max(len(y_shape), 1))})
 
 
 register_library_op(

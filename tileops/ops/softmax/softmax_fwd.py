@@ -85,12 +85,10 @@ class SoftmaxFwdOp(SoftmaxFamilyOp):
 
     def _check_shapes(self, x: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
-        if not (x.ndim >= 1):
-            raise self._rule_violation("x.ndim >= 1", {}, x=x)
-        if not (-x.ndim <= self.dim < x.ndim):
-            raise self._rule_violation("-x.ndim <= dim < x.ndim", {"dim": self.dim}, x=x)
-        if x.shape[self.dim] != self.N:
-            raise self._static_dim_mismatch("N", "x.shape[dim]", self.N, x.shape[self.dim])
+        if not (-max(x.ndim, 1) <= self.dim < max(x.ndim, 1)):
+            raise self._rule_violation("-max(x.ndim, 1) <= dim < max(x.ndim, 1)", {"dim": self.dim}, x=x)
+        if rules.axis_size(x.shape, self.dim) != self.N:
+            raise self._static_dim_mismatch("N", "x.shape[dim]", self.N, rules.axis_size(x.shape, self.dim))
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
@@ -136,7 +134,7 @@ class SoftmaxFwdOp(SoftmaxFamilyOp):
         return int(flops), int(moved)
 
     def _static_axes(self, x_shape: Tuple[int, ...]) -> frozenset:
-        return frozenset({(0, self.dim % len(x_shape))})
+        return frozenset({(0, self.dim % max(len(x_shape), 1))})
 
 
 register_library_op(
