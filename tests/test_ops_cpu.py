@@ -220,4 +220,5 @@ def test_calls_are_reentrant_across_ranks() -> None:
     op(b)
     torch.testing.assert_close(op(a), first)
     assert op._static_axes((4,)) == frozenset({(0, 0)}) and op._static_axes((2, 3, 4)) == frozenset({(0, 2)})
+    # A 0-d input's committed size lies along its one virtual axis (``axis_size``).
     assert op._static_axes(()) == frozenset({(0, 0)})
