@@ -162,6 +162,11 @@ class OpView:
         return self._dtype_tuple(self.op.resolved_dtype_names(self.op.primary_input.name))
 
     @property
+    def static_dim_sources(self) -> str:
+        """The static dims and the sizes they stand for as a dict literal (``Op._check_static_dims``)."""
+        return "{" + ", ".join(f'"{d.name}": "{d.text}"' for d in self.op.static_dims) + "}" if self.op.static_dims else ""
+
+    @property
     def param_types(self) -> str:
         """The params' manifest types as a dict literal (``Op._check_params``)."""
         return "{" + ", ".join(f'"{p.name}": "{p.type}"' for p in self.op.params) + "}" if self.op.params else ""
@@ -406,10 +411,13 @@ class OpView:
 
     @property
     def shared_config(self) -> str:
-        """Keyword arguments that build the op for given inputs and params (static dims from shapes)."""
+        """Keyword arguments that build the op for given inputs and params (static dims from shapes).
+
+        A dim that names no axis of its input gives the static dim 0, a size the op accepts, so
+        that the call's shape rule, not the static dim, says what is wrong."""
         local = rules.Naming(name=lambda n: f"{n}.shape" if n in self.op.input_names else n,
                              tensor_attr=lambda t, a: f"{t}.{a}", helper=_helper)
-        items = [f"{d.name}=int(rules.axis_size({d.tensor}.shape, {rules.render(d.axis, local)}))"
+        items = [f"{d.name}=int(rules.axis_size({d.tensor}.shape, {rules.render(d.axis, local)}, missing=0))"
                  for d in self.op.static_dims]
         items.append(f"dtype={self.op.primary_input.name}.dtype")
         items += [f"{p}={p}" for p in self.op.param_names]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -90,6 +93,38 @@ def test_params_outside_their_manifest_type_are_refused_by_name() -> None:
         CumsumFwdOp(N=4, dtype=torch.float32, dim=True)
     with pytest.raises(TypeError, match=r"RMSNormFwdOp: eps must be a float, got '1e-5' \(str\)"):
         RMSNormFwdOp(N=8, dtype=torch.float32, eps="1e-5")
+
+
+def test_static_dims_must_be_sizes() -> None:
+    """A static dim is a tensor's size: an int of at least 0, checked when the op is built."""
+    from tileops.ops import CumsumFwdOp, RMSNormFwdOp
+
+    for bad in ("4", 4.0, True, None):
+        with pytest.raises(TypeError, match=rf"CumsumFwdOp: N \(x.shape\[dim\]\) must be an int, got {re.escape(repr(bad))} "):
+            CumsumFwdOp(N=bad, dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"RMSNormFwdOp: N \(x.shape\[-1\]\) must be at least 0, got -3$"):
+        RMSNormFwdOp(N=-3, dtype=torch.float32)
+    assert CumsumFwdOp(N=0, dtype=torch.float32)(torch.empty(2, 0)).shape == (2, 0)
+
+
+def test_numpy_numbers_are_taken_as_pytorch_takes_them() -> None:
+    """Integer and real params (and static dims) of NumPy types are accepted, as PyTorch's int and
+    float arguments accept them, and kept as Python numbers (what the custom ops' schemas take)."""
+    import tileops.functional as tf
+    from tileops.ops import CrossEntropyFwdOp, CumsumFwdOp, SumFwdOp
+
+    x = torch.randn(3, 4)
+    op = CumsumFwdOp(N=np.int64(4), dtype=torch.float32, dim=np.int32(-1))
+    assert type(op.N) is int and type(op.dim) is int
+    torch.testing.assert_close(op(x), torch.cumsum(x, -1))
+    reduce = SumFwdOp(dtype=torch.float32, dim=[np.int64(0)])
+    assert reduce.dim == (0,) and type(reduce.dim[0]) is int
+    smoothing = CrossEntropyFwdOp(V=4, dtype=torch.float32, label_smoothing=np.float32(0.25)).label_smoothing
+    assert type(smoothing) is float and smoothing == 0.25
+    torch.testing.assert_close(tf.cumsum(x, np.int64(1)), torch.cumsum(x, 1))
+    torch.testing.assert_close(tf.softmax(x, np.int16(0)), torch.softmax(x, 0))
+    with pytest.raises(TypeError, match=r"CumsumFwdOp: dim must be an int, got np.True_ \(bool\)"):
+        CumsumFwdOp(N=4, dtype=torch.float32, dim=np.bool_(True))
 
 
 def test_inputs_that_are_no_tensors_are_refused_by_name() -> None:

@@ -101,19 +101,22 @@ def test_weakened_forward_check_is_an_l2_finding_quoting_the_rule(tmp_path: Path
 
 
 def test_a_dropped_bound_or_choice_check_is_an_l2_finding_on_the_param(tmp_path: Path) -> None:
-    """Building the op must refuse what the manifest's bounds and choices exclude: a generated file
-    whose check is gone builds the op anyway, and L2 says so at the param (and the slot check sees
-    the edit)."""
+    """Building the op must refuse what the manifest's bounds and choices exclude, and a negative
+    static dim: a generated file whose check is gone builds the op anyway, and L2 says so at the
+    param or dim (and the slot check sees the edit)."""
     root = scratch_project(tmp_path / "project")
     path = root / "tileops/ops/loss/cross_entropy_fwd.py"
     bound = '        self._check_bounds("label_smoothing", label_smoothing, 0.0, 1.0)\n'
     choice = "        self._check_choice(\"reduction\", reduction, ('none', 'mean', 'sum'))\n"
-    replace_in(path, bound, "")
-    replace_in(path, choice, "")
+    sizes = '        self._check_static_dims({"V": "logits.shape[1]"})\n'
+    for check in (bound, choice, sizes):
+        replace_in(path, check, "")
     run = run_validator(root, "--levels", "L2", "--op", "CrossEntropyFwdOp")
     assert run.error_keys() == {("L2", "CrossEntropyFwdOp", "label_smoothing"),
-                                ("L2", "CrossEntropyFwdOp", "reduction")}
-    assert "CrossEntropyFwdOp(label_smoothing=-1.0) was built; the manifest allows no such value (2 of 5 cases)" in (
+                                ("L2", "CrossEntropyFwdOp", "reduction"), ("L2", "CrossEntropyFwdOp", "V")}
+    assert "CrossEntropyFwdOp(V=-1) was built; the manifest allows no such value" in run.message(
+        "L2", "CrossEntropyFwdOp", "V")
+    assert "CrossEntropyFwdOp(label_smoothing=-1.0) was built; the manifest allows no such value (2 of 6 cases)" in (
         run.message("L2", "CrossEntropyFwdOp", "label_smoothing"))
     assert "CrossEntropyFwdOp(reduction='<not a choice>') was built" in run.message("L2", "CrossEntropyFwdOp",
                                                                                   "reduction")

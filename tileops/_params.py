@@ -7,14 +7,18 @@ Python, no torch import, so the generator can use it too.
 Sequence types read a single int as a one-element sequence, as PyTorch's ``int[1]``
 arguments do (``torch.sum(x, dim=-1)``), and are kept as tuples: an op's params are
 part of its identity (shared instances, kernel caches) and must not change after
-construction.
+construction.  As in PyTorch, an int may be any integer type (a NumPy integer) and a
+float any real one; the op keeps them as Python ``int`` and ``float``, which the custom
+ops' schemas and the kernels take.
 """
 
 from __future__ import annotations
 
+import numbers
+import operator
 from typing import Any, Dict
 
-__all__ = ["PARAM_TYPES", "ParamTypeError", "accepts", "annotation", "normalized"]
+__all__ = ["PARAM_TYPES", "ParamTypeError", "accepts", "annotation", "is_int", "normalized"]
 
 # type name -> how an error describes the values it accepts
 PARAM_TYPES: Dict[str, str] = {
@@ -48,23 +52,39 @@ class ParamTypeError(TypeError):
     """A param value outside its manifest type."""
 
 
-def _is_int(value: Any) -> bool:
-    # bool is an int subclass, but True as an axis or a count is a mistake.
-    return isinstance(value, int) and not isinstance(value, bool)
+def is_int(value: Any) -> bool:
+    """An integer of any integer type (``int``, a NumPy integer), but no bool: bool is an int
+    subclass, but True as an axis or a count is a mistake."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _accepts_base(base: str, value: Any) -> bool:
     if base == "int":
-        return _is_int(value)
+        return is_int(value)
     if base == "float":
-        return _is_int(value) or isinstance(value, float)
+        return _is_real(value)
     if base == "bool":
         return isinstance(value, bool)
     if base == "str":
         return isinstance(value, str)
     if base == "Sequence[int]":
-        return _is_int(value) or (isinstance(value, (list, tuple)) and all(_is_int(v) for v in value))
+        return is_int(value) or (isinstance(value, (list, tuple)) and all(is_int(v) for v in value))
     raise KeyError(base)
+
+
+def _plain(base: str, value: Any) -> Any:
+    """``value`` of an accepted ``base`` type as plain Python (``int``, ``float``, a tuple of ints)."""
+    if base == "int":
+        return operator.index(value)
+    if base == "float":
+        return operator.index(value) if is_int(value) else float(value)
+    if base == "Sequence[int]":
+        return (operator.index(value),) if is_int(value) else tuple(operator.index(v) for v in value)
+    return value
 
 
 def _base(type_name: str) -> "tuple[str, bool]":
@@ -82,11 +102,9 @@ def accepts(type_name: str, value: Any) -> bool:
 
 
 def normalized(type_name: str, value: Any) -> Any:
-    """``value`` as an op keeps it (sequences as tuples, a single int as a one-element tuple);
-    ``ParamTypeError`` if it is not of the type."""
+    """``value`` as an op keeps it (plain Python numbers, sequences as tuples, a single int as a
+    one-element tuple); ``ParamTypeError`` if it is not of the type."""
     if not accepts(type_name, value):
         raise ParamTypeError(f"must be {PARAM_TYPES[type_name]}, got {value!r} ({type(value).__name__})")
     base, _ = _base(type_name)
-    if base == "Sequence[int]" and value is not None:
-        return (value,) if _is_int(value) else tuple(value)
-    return value
+    return None if value is None else _plain(base, value)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from itertools import zip_longest
 from typing import Iterable, Sequence, Tuple, Union
 
+from tileops._params import is_int
+
 Shape = Tuple[int, ...]
 Dims = Union[None, int, Sequence[int]]
 
@@ -82,15 +84,17 @@ def shape_without_axes(shape: Sequence[int], axes: Sequence[int], keepdim: bool 
     return tuple(s for i, s in enumerate(shape) if i not in axes)
 
 
-def axis_size(shape: Sequence[int], axis: int) -> int:
-    """``shape[axis]``, or -1 when the axis does not exist or is no int (the op's own checks then
-    explain why).  A 0-d shape has one element along axis 0 or -1: PyTorch's ops that take a
-    ``dim`` (``cumsum``, ``softmax``, ``sum``) wrap those dims onto a scalar."""
-    if not isinstance(axis, int):
-        return -1
+def axis_size(shape: Sequence[int], axis: int, missing: int = -1) -> int:
+    """``shape[axis]``, or ``missing`` when the axis does not exist or is no int (the op's own
+    checks then explain why).  A 0-d shape has one element along axis 0 or -1: PyTorch's ops
+    that take a ``dim`` (``cumsum``, ``softmax``, ``sum``) wrap those dims onto a scalar."""
+    if type(axis) is not int:
+        if not is_int(axis):  # NumPy integers count, as in PyTorch; bools do not
+            return missing
+        axis = int(axis)
     if len(shape) == 0 and axis in (-1, 0):
         return 1
-    return shape[axis] if -len(shape) <= axis < len(shape) else -1
+    return shape[axis] if -len(shape) <= axis < len(shape) else missing
 
 
 # The closed set of helper names a rule may call, with their implementations.

@@ -172,29 +172,36 @@ def _with_param(case: Case, name: str, value: Any) -> Case:
     return replace(case, params=tuple((n, v) for n, v in case.params if n != name) + ((name, value),))
 
 
+def _with_static_dim(case: Case, name: str, value: int) -> Case:
+    """``case`` with static dim ``name`` committed as ``value``."""
+    return replace(case, committed=tuple((n, value if n == name else v) for n, v in case.committed))
+
+
 def _check_param_limits(op: OpSpec, cls: type, case: Case) -> List[Finding]:
     """Building the op (with ``case``'s other values) refuses each param value the manifest's
-    choices or bounds exclude, with a ValueError naming the param, and accepts the bounds
-    themselves."""
+    choices or bounds exclude, and a negative static dim (no size), with a ValueError naming
+    the param or dim; and accepts the bounds themselves."""
     tally = Tally(LEVEL, op.name)
     tried = 0
+    refusals = [(param.name, param.location, value, _with_param(case, param.name, value))
+                for param in op.params for value in _outside_values(param)]
+    refusals += [(dim.name, dim.location, -1, _with_static_dim(case, dim.name, -1)) for dim in op.static_dims]
+    for name, location, value, changed in refusals:
+        tried += 1
+        try:
+            construct(cls, changed)
+        except ValueError as exc:
+            if name not in str(exc):
+                tally.add(name, where(location), "limit message",
+                          f"{op.name}({name}={value!r}) raised ValueError({str(exc)!r}), which does not name {name}")
+            continue
+        except Exception as exc:
+            tally.add(name, where(location), "limit type",
+                      f"{op.name}({name}={value!r}) raised {short_error(exc)}; expected a ValueError")
+            continue
+        tally.add(name, where(location), "limit accepted",
+                  f"{op.name}({name}={value!r}) was built; the manifest allows no such value")
     for param in op.params:
-        for value in _outside_values(param):
-            tried += 1
-            try:
-                construct(cls, _with_param(case, param.name, value))
-            except ValueError as exc:
-                if param.name not in str(exc):
-                    tally.add(param.name, where(param.location), "limit message",
-                              f"{op.name}({param.name}={value!r}) raised ValueError({str(exc)!r}), which does not "
-                              f"name {param.name}")
-                continue
-            except Exception as exc:
-                tally.add(param.name, where(param.location), "limit type",
-                          f"{op.name}({param.name}={value!r}) raised {short_error(exc)}; expected a ValueError")
-                continue
-            tally.add(param.name, where(param.location), "limit accepted",
-                      f"{op.name}({param.name}={value!r}) was built; the manifest allows no such value")
         for value in (param.minimum, param.maximum):
             if value is None:
                 continue

@@ -464,6 +464,18 @@ class Op(torch.nn.Module):
                 raise TypeError(f"{type(self).__name__}: {name} {error}") from None
             setattr(self, name, value)
 
+    def _check_static_dims(self, sources: Dict[str, str]) -> None:
+        """Each static dim (name -> the size it stands for, ``x.shape[dim]``) a size: an integer
+        of at least 0, kept as a Python int (the kernels compile for it)."""
+        for name, source in sources.items():
+            value = getattr(self, name)
+            if not _params.is_int(value):
+                raise TypeError(f"{type(self).__name__}: {name} ({source}) must be an int, "
+                                f"got {value!r} ({type(value).__name__})")
+            if value < 0:
+                raise ValueError(f"{type(self).__name__}: {name} ({source}) must be at least 0, got {value}")
+            setattr(self, name, int(value))
+
     def _check_choice(self, name: str, value: Any, choices: Tuple[Any, ...]) -> None:
         if value not in choices:
             raise ValueError(f"{type(self).__name__}: {name} must be one of {list(choices)}, got {value!r}")

@@ -59,6 +59,7 @@ class GeluAndMulFwdOp(GatedElementwiseOp):
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"approximate": "str"})
+        self._check_static_dims({"N": "x.shape[-1]"})
         self._check_choice("approximate", approximate, ('none', 'tanh'))
         self.dispatch_kernel(kernel_map)
 
@@ -105,7 +106,7 @@ class GeluAndMulFwdOp(GatedElementwiseOp):
     def _shared_for(cls, x, approximate) -> "GeluAndMulFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, approximate=approximate)
+            return cls.shared(N=int(rules.axis_size(x.shape, -1, missing=0)), dtype=x.dtype, approximate=approximate)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"x": x})
             raise

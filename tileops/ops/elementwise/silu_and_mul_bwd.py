@@ -56,6 +56,7 @@ class SiluAndMulBwdOp(GatedElementwiseOp):
         self.dtype = dtype
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
+        self._check_static_dims({"N": "x.shape[-1]"})
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -103,7 +104,7 @@ class SiluAndMulBwdOp(GatedElementwiseOp):
     def _shared_for(cls, grad_y, x) -> "SiluAndMulBwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=grad_y.dtype)
+            return cls.shared(N=int(rules.axis_size(x.shape, -1, missing=0)), dtype=grad_y.dtype)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"grad_y": grad_y, "x": x})
             raise

@@ -55,6 +55,7 @@ class SiluAndMulFwdOp(GatedElementwiseOp):
         self.dtype = dtype
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
+        self._check_static_dims({"N": "x.shape[-1]"})
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -100,7 +101,7 @@ class SiluAndMulFwdOp(GatedElementwiseOp):
     def _shared_for(cls, x) -> "SiluAndMulFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype)
+            return cls.shared(N=int(rules.axis_size(x.shape, -1, missing=0)), dtype=x.dtype)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"x": x})
             raise

@@ -70,6 +70,7 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"ignore_index": "int", "label_smoothing": "float", "reduction": "str", "inplace_backward": "bool"})
+        self._check_static_dims({"V": "logits.shape[1]"})
         self._check_choice("reduction", reduction, ('none', 'mean', 'sum'))
         self._check_bounds("label_smoothing", label_smoothing, 0.0, 1.0)
         self.dispatch_kernel(kernel_map)
@@ -125,7 +126,7 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
     def _shared_for(cls, logits, target, ignore_index, label_smoothing, reduction, inplace_backward) -> "CrossEntropyFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(V=int(rules.axis_size(logits.shape, 1)), dtype=logits.dtype, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction, inplace_backward=inplace_backward)
+            return cls.shared(V=int(rules.axis_size(logits.shape, 1, missing=0)), dtype=logits.dtype, ignore_index=ignore_index, label_smoothing=label_smoothing, reduction=reduction, inplace_backward=inplace_backward)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"logits": logits, "target": target})
             raise

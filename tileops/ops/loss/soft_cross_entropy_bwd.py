@@ -67,6 +67,7 @@ class SoftCrossEntropyBwdOp(SoftCrossEntropyBwdBase):
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"label_smoothing": "float", "reduction": "str"})
+        self._check_static_dims({"V": "logits.shape[1]"})
         self._check_choice("reduction", reduction, ('none', 'mean', 'sum'))
         self._check_bounds("label_smoothing", label_smoothing, 0.0, 1.0)
         self.dispatch_kernel(kernel_map)
@@ -150,7 +151,7 @@ class SoftCrossEntropyBwdOp(SoftCrossEntropyBwdBase):
     def _shared_for(cls, grad_loss, grad_lse, logits, probabilities, weight, lse, mass, label_smoothing, reduction) -> "SoftCrossEntropyBwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(V=int(rules.axis_size(logits.shape, 1)), dtype=logits.dtype, label_smoothing=label_smoothing, reduction=reduction)
+            return cls.shared(V=int(rules.axis_size(logits.shape, 1, missing=0)), dtype=logits.dtype, label_smoothing=label_smoothing, reduction=reduction)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"grad_loss": grad_loss, "grad_lse": grad_lse, "logits": logits, "probabilities": probabilities, "weight": weight, "lse": lse, "mass": mass}, optional=("grad_lse", "weight"))
             raise

@@ -61,6 +61,7 @@ class FusedAddRMSNormBwdOp(FusedAddNormBwdOp):
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"eps": "float"})
+        self._check_static_dims({"N": "residual_out.shape[-1]"})
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -112,7 +113,7 @@ class FusedAddRMSNormBwdOp(FusedAddNormBwdOp):
     def _shared_for(cls, grad_y, grad_residual_out, residual_out, weight, eps) -> "FusedAddRMSNormBwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(N=int(rules.axis_size(residual_out.shape, -1)), dtype=grad_y.dtype, eps=eps)
+            return cls.shared(N=int(rules.axis_size(residual_out.shape, -1, missing=0)), dtype=grad_y.dtype, eps=eps)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"grad_y": grad_y, "grad_residual_out": grad_residual_out, "residual_out": residual_out, "weight": weight})
             raise

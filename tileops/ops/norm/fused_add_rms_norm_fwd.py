@@ -60,6 +60,7 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"eps": "float"})
+        self._check_static_dims({"N": "x.shape[-1]"})
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -109,7 +110,7 @@ class FusedAddRMSNormFwdOp(FusedAddNormOp):
     def _shared_for(cls, x, residual, weight, eps) -> "FusedAddRMSNormFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(N=int(rules.axis_size(x.shape, -1)), dtype=x.dtype, eps=eps)
+            return cls.shared(N=int(rules.axis_size(x.shape, -1, missing=0)), dtype=x.dtype, eps=eps)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"x": x, "residual": residual, "weight": weight})
             raise

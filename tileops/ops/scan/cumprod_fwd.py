@@ -58,6 +58,7 @@ class CumprodFwdOp(ScanOp):
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"dim": "int"})
+        self._check_static_dims({"N": "x.shape[dim]"})
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -101,7 +102,7 @@ class CumprodFwdOp(ScanOp):
     def _shared_for(cls, x, dim) -> "CumprodFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(N=int(rules.axis_size(x.shape, dim)), dtype=x.dtype, dim=dim)
+            return cls.shared(N=int(rules.axis_size(x.shape, dim, missing=0)), dtype=x.dtype, dim=dim)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"x": x})
             raise

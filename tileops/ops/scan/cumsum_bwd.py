@@ -58,6 +58,7 @@ class CumsumBwdOp(ScanOp):
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"dim": "int"})
+        self._check_static_dims({"N": "grad_y.shape[dim]"})
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -101,7 +102,7 @@ class CumsumBwdOp(ScanOp):
     def _shared_for(cls, grad_y, dim) -> "CumsumBwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(N=int(rules.axis_size(grad_y.shape, dim)), dtype=grad_y.dtype, dim=dim)
+            return cls.shared(N=int(rules.axis_size(grad_y.shape, dim, missing=0)), dtype=grad_y.dtype, dim=dim)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"grad_y": grad_y})
             raise
