@@ -123,6 +123,9 @@ def test_numpy_numbers_are_taken_as_pytorch_takes_them() -> None:
     assert type(smoothing) is float and smoothing == 0.25
     torch.testing.assert_close(tf.cumsum(x, np.int64(1)), torch.cumsum(x, 1))
     torch.testing.assert_close(tf.softmax(x, np.int16(0)), torch.softmax(x, 0))
+    # The limits are checked on the value the op keeps: the error shows a plain float.
+    with pytest.raises(ValueError, match=r"label_smoothing must be between 0.0 and 1.0, got 1.5$"):
+        CrossEntropyFwdOp(V=4, dtype=torch.float32, label_smoothing=np.float64(1.5))
     with pytest.raises(TypeError, match=r"CumsumFwdOp: dim must be an int, got np.True_ \(bool\)"):
         CumsumFwdOp(N=4, dtype=torch.float32, dim=np.bool_(True))
 

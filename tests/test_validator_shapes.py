@@ -106,8 +106,8 @@ def test_a_dropped_bound_or_choice_check_is_an_l2_finding_on_the_param(tmp_path:
     param or dim (and the slot check sees the edit)."""
     root = scratch_project(tmp_path / "project")
     path = root / "tileops/ops/loss/cross_entropy_fwd.py"
-    bound = '        self._check_bounds("label_smoothing", label_smoothing, 0.0, 1.0)\n'
-    choice = "        self._check_choice(\"reduction\", reduction, ('none', 'mean', 'sum'))\n"
+    bound = '        self._check_bounds("label_smoothing", self.label_smoothing, 0.0, 1.0)\n'
+    choice = "        self._check_choice(\"reduction\", self.reduction, ('none', 'mean', 'sum'))\n"
     sizes = '        self._check_static_dims({"V": "logits.shape[1]"})\n'
     for check in (bound, choice, sizes):
         replace_in(path, check, "")

@@ -8,8 +8,9 @@ storage) and must not raise.  Rejected cases must make ``forward`` raise a
 ``ValueError`` that quotes the first rule the manifest says is violated, or
 names the mismatching static dim.  Disagreements are grouped per rule, with
 a count and the first counter-example.  Building the op must refuse each param
-value the manifest's ``choices`` or ``minimum``/``maximum`` exclude (a
-``ValueError`` naming the param) and accept the bounds themselves.
+value the manifest's ``choices`` or ``minimum``/``maximum`` exclude, and a
+negative static dim (a ``ValueError`` naming the param or dim), and accept the
+bounds themselves.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class GeluAndMulBwdOp(GatedElementwiseOp):
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"approximate": "str"})
         self._check_static_dims({"N": "x.shape[-1]"})
-        self._check_choice("approximate", approximate, ('none', 'tanh'))
+        self._check_choice("approximate", self.approximate, ('none', 'tanh'))
         self.dispatch_kernel(kernel_map)
 
     @property

@@ -54,7 +54,7 @@ class GeluFwdOp(UnaryElementwiseOp):
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"approximate": "str"})
-        self._check_choice("approximate", approximate, ('none', 'tanh'))
+        self._check_choice("approximate", self.approximate, ('none', 'tanh'))
         self.dispatch_kernel(kernel_map)
 
     @property

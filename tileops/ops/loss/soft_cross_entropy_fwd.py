@@ -71,8 +71,8 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
         self._check_params({"label_smoothing": "float", "reduction": "str", "inplace_backward": "bool"})
         self._check_static_dims({"V": "logits.shape[1]"})
-        self._check_choice("reduction", reduction, ('none', 'mean', 'sum'))
-        self._check_bounds("label_smoothing", label_smoothing, 0.0, 1.0)
+        self._check_choice("reduction", self.reduction, ('none', 'mean', 'sum'))
+        self._check_bounds("label_smoothing", self.label_smoothing, 0.0, 1.0)
         self.dispatch_kernel(kernel_map)
 
     @property
