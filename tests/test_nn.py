@@ -262,6 +262,17 @@ def test_every_row_ignored_gives_a_nan_weighted_mean_and_zero_gradient() -> None
     assert loss == 0 and torch.equal(logits.grad, torch.zeros(4, 3))
 
 
+@pytest.mark.parametrize("weight", [None, torch.rand(5) + 0.5], ids=["unweighted", "class-weighted"])
+@pytest.mark.parametrize("bad_target", [-1, 5])
+def test_a_target_outside_the_classes_raises_pytorchs_index_error_on_the_cpu(weight, bad_target: int) -> None:
+    """The CPU path is PyTorch's; the GPU kernels give such a row NaN instead (tests/gpu)."""
+    target = torch.tensor([0, bad_target, 4])
+    with pytest.raises(IndexError, match="out of bounds"):
+        torch.nn.functional.cross_entropy(torch.randn(3, 5), target, weight)
+    with pytest.raises(IndexError, match="out of bounds"):
+        tnn.CrossEntropyLoss(weight)(torch.randn(3, 5), target)
+
+
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
 def test_class_weighted_loss_with_inplace_backward_gives_the_out_of_place_gradients(label_smoothing: float) -> None:
     generator = torch.Generator().manual_seed(1)

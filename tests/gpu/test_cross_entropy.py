@@ -1,8 +1,9 @@
 """Cross-entropy on the GPU: forward and backward against PyTorch autograd in float64.
 
 Covers every reduction, label smoothing, ignored rows (including an in-range
-``ignore_index`` and a batch with every row ignored), class counts from 1 to
-262144 and the three float dtypes.  Kernels are built in parallel before the
+``ignore_index`` and a batch with every row ignored), targets outside the classes,
+class counts from 1 to 262144, the three float dtypes and logits of more than
+2**31 elements.  Kernels are built in parallel before the
 tests run, so the tests themselves find them in TileLang's cache.
 """
 
@@ -171,6 +172,55 @@ def test_every_row_ignored_in_a_class_weighted_mean_gives_nan_and_zero_gradient(
     assert torch.count_nonzero(torch.autograd.grad(loss, logits)[0]) == 0
 
 
+def _with_targets_outside_the_classes(target: torch.Tensor, V: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``target`` with rows 1, 4 and 6 set to -1, ``V`` and ``V + 7`` (none of them ignored),
+    and a mask of those rows."""
+    bad = torch.zeros_like(target, dtype=torch.bool)
+    bad[[1, 4, 6]] = True
+    target = target.clone()
+    target[[1, 4, 6]] = torch.tensor([-1, V, V + 7], device=target.device)
+    return target, bad
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("rows", [7, 300], ids=lambda rows: f"{rows}-rows")
+@pytest.mark.parametrize("config", [(127, torch.bfloat16, 0, 0.2), (32000, torch.bfloat16, -100, 0.0)],
+                         ids=lambda c: f"V{c[0]}-ii{c[2]}-ls{c[3]}")
+def test_targets_outside_the_classes_give_nan_rows_not_plausible_numbers(config, rows: int, reduction: str) -> None:
+    """PyTorch's CUDA kernels stop the process there; ours give the row a NaN loss and a NaN
+    gradient row (so a mean or sum is NaN), and leave every other row as it would be.  Seven
+    rows of 127 classes take the one-block mean and sum."""
+    V, dtype, ignore_index, label_smoothing = config
+    fwd, _ = _ops(V, dtype, ignore_index, label_smoothing, reduction)
+    logits, target = _inputs(V, dtype, ignore_index, rows, seed=rows + V)
+    target, bad = _with_targets_outside_the_classes(target, V)
+    ours = logits.clone().requires_grad_()
+    loss, lse = fwd(ours, target)
+    _close(lse, torch.logsumexp(logits.double(), -1), torch.float32)
+    (loss.double() * (1 if reduction != "none" else torch.rand(rows, device="cuda", dtype=torch.float64))).sum().backward()
+    assert torch.isnan(ours.grad[bad]).all() and not torch.isnan(ours.grad[~bad]).any()
+    if reduction != "none":
+        assert torch.isnan(loss)
+        return
+    assert torch.isnan(loss[bad]).all()
+    wide = logits.double().requires_grad_()
+    expected = F.cross_entropy(wide, torch.where(bad, ignore_index, target), ignore_index=ignore_index,
+                               label_smoothing=label_smoothing, reduction="none")
+    _close(loss[~bad], expected[~bad].detach(), dtype)
+
+
+def test_a_target_outside_the_classes_gives_a_class_weighted_loss_of_nan() -> None:
+    from tileops.nn import CrossEntropyLoss
+
+    V = 4097
+    logits, target = _inputs(V, torch.float32, -100, 9, seed=21)
+    target, bad = _with_targets_outside_the_classes(target, V)
+    ours = logits.clone().requires_grad_()
+    loss = CrossEntropyLoss(torch.rand(V, device="cuda") + 0.5, label_smoothing=0.1)(ours, target)
+    loss.backward()
+    assert torch.isnan(loss) and torch.isnan(ours.grad[bad]).all() and not torch.isnan(ours.grad[~bad]).any()
+
+
 @pytest.mark.parametrize("reduction", ("mean", "sum"))
 def test_total_of_many_rows_is_deterministic_on_any_stream_and_in_a_graph(reduction: str) -> None:
     """The row program and the one-block total over several waves of blocks give the same
@@ -207,6 +257,35 @@ def test_every_row_ignored_beyond_the_one_block_program_gives_nan_mean() -> None
     target[7] = 3  # one kept row: its loss alone
     expected = F.cross_entropy(logits.double(), target, label_smoothing=0.1)
     _close(fwd(logits, target)[0], expected, torch.float32)
+
+
+@pytest.mark.big_memory
+@pytest.mark.parametrize("config", [(32000, torch.bfloat16, -100, 0.0)], ids=["V32000-bfloat16"])
+def test_logits_of_more_than_2_31_elements(config) -> None:
+    """64-bit row offsets: the rows on both sides of element 2**31 and the last, forward and
+    backward, against float64 autograd; the mean over all of them against the row losses."""
+    V, dtype, ignore_index, label_smoothing = config
+    straddling = 2**31 // V  # the row that holds element 2**31
+    rows = straddling + 3
+    checked = [0, straddling - 1, straddling, rows - 1]
+    fwd, _ = _ops(V, dtype, ignore_index, label_smoothing, "none")
+    logits, target = _inputs(V, dtype, ignore_index, rows, seed=31)
+    assert logits.numel() > 2**31
+    ours = logits.requires_grad_()
+    loss, lse = fwd(ours, target)
+    grad_loss = torch.rand(rows, device="cuda", dtype=dtype)
+    loss.backward(grad_loss)
+    wide = logits.detach()[checked].double().requires_grad_()
+    expected = F.cross_entropy(wide, target[checked], ignore_index=ignore_index, reduction="none")
+    expected.backward(grad_loss[checked].double())
+    _close(loss[checked], expected.detach(), dtype)
+    _close(lse[checked], torch.logsumexp(wide.detach(), -1), torch.float32)
+    _close(ours.grad[checked], wide.grad, dtype)
+    mean, _ = _ops(V, dtype, ignore_index, label_smoothing, "mean")[0](logits.detach(), target)
+    kept = target != ignore_index
+    _close(mean, loss.detach().double()[kept].mean(), dtype)
+    del logits, ours, loss, lse
+    torch.cuda.empty_cache()
 
 
 def test_row_count_changes_reuse_one_kernel_and_empty_batches_work() -> None:

@@ -40,9 +40,11 @@ program's last blocks (see ``kernel_base``): 4096 rows 95.3 -> 94.2 us.
 ``V``, ``ignore_index`` and the label smoothing are compile-time constants; the
 row count is a TileLang symbolic value, so one program serves every batch.
 Row offsets are 64-bit (the row stride is an int64 symbolic value).  A row
-whose logits are all ``-inf`` gives NaN, as PyTorch does; targets outside
-``[0, V)`` other than ``ignore_index`` are clamped instead of checked (a check
-would need a device synchronisation).
+whose logits are all ``-inf`` gives NaN, as PyTorch does.  A target outside
+``[0, V)`` other than ``ignore_index`` gives its row a NaN loss and a NaN
+gradient row (so a mean or sum is NaN too): PyTorch's CUDA kernels stop the
+process with a device-side assertion there, and an error raised on the host
+would need a device synchronisation every call.
 """
 
 # No ``from __future__ import annotations``: TileLang evaluates the
@@ -153,10 +155,18 @@ def _online_max(T: Any, V: int, vector: int, unroll: int, column: Any, slots: Tu
     return advance, rescale_sum
 
 
+def _nan_unless_in_range(T: Any, target: Any, V: int, value: Any) -> Any:
+    """``value``, or NaN when ``target`` lies outside ``[0, V)``: a bad target (not the ignored
+    one) shows in the loss and its gradient row instead of giving a plausible wrong number."""
+    return T.if_then_else(T.And(target >= 0, target < V), value, T.cast(float("nan"), ACCUM))
+
+
 def _row_loss(T: Any, X: Any, Target: Any, row: Any, st: Any, V: int, label_smoothing: float) -> Any:
-    """The loss of a kept row from its state (``_LSE``, ``_XSUM``); the target is clamped into the row."""
-    return ((1.0 - label_smoothing) * (st[_LSE] - T.cast(X[row, T.min(T.max(Target[row], 0), V - 1)], ACCUM))
+    """The loss of a kept row from its state (``_LSE``, ``_XSUM``); NaN for a target outside the row,
+    whose logit is read clamped into the row."""
+    loss = ((1.0 - label_smoothing) * (st[_LSE] - T.cast(X[row, T.min(T.max(Target[row], 0), V - 1)], ACCUM))
             + label_smoothing * (st[_LSE] - st[_XSUM] / V))
+    return _nan_unless_in_range(T, Target[row], V, loss)
 
 
 def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
@@ -235,7 +245,7 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
 
     ``cs``, the row's share of the loss's gradient: ``GradLoss[row]`` (``per_row``) or
     ``GradLoss[0]``, divided for ``mean`` by ``Kept[0]`` (the kept rows), and 0 where the
-    target is ignored; ``cp = cs + GradLse[row]`` (``has_grad_lse``) or ``cs``.  Unused
+    target is ignored (NaN where it lies outside ``[0, V)``); ``cp = cs + GradLse[row]`` (``has_grad_lse``) or ``cs``.  Unused
     arguments are not read (any tensor of their dtype will do).
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
@@ -290,7 +300,8 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
             st[4] = T.cast(GradLoss[row if per_row else 0], ACCUM)
             if mean:
                 st[4] = st[4] / Kept[0]
-            st[4] = T.if_then_else(Target[row] == ignore_index, T.cast(0, ACCUM), st[4])
+            st[4] = T.if_then_else(Target[row] == ignore_index, T.cast(0, ACCUM),
+                                   _nan_unless_in_range(T, Target[row], V, st[4]))
             st[1] = st[4] + GradLse[row] if has_grad_lse else st[4]
             st[2] = st[4] * uniform_weight
             st[3] = st[2] + st[4] * target_weight
