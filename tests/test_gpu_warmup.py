@@ -1,5 +1,8 @@
 """The shared command of the GPU warm-up scripts: every task compiled, failures counted."""
 
+import pytest
+
+from tests.gpu import warmup
 from tests.gpu.warmup import compile_in_parallel
 from tests.toolchain import needs_nvcc
 
@@ -25,6 +28,16 @@ def test_the_combined_warmup_covers_every_family_script():
     for family in warmup.FAMILIES:
         module = importlib.import_module(f"tests.gpu.{family}_warmup")
         assert callable(module.inventory) and callable(module.compile_one), family
+
+
+@pytest.mark.parametrize("family", warmup.FAMILIES)
+def test_every_family_lists_its_programs(family: str) -> None:
+    """Each inventory is built on the CPU from the GPU tests' own cases, so a case the tests
+    gain (a 0-d input, say) must not break the listing that ``make test-gpu`` starts with."""
+    import importlib
+
+    tasks = importlib.import_module(f"tests.gpu.{family}_warmup").inventory()
+    assert len(tasks) > 0 and len(set(map(repr, tasks))) == len(tasks)
 
 
 def test_a_combined_task_is_compiled_by_its_family(monkeypatch):

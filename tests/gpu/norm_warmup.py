@@ -102,6 +102,8 @@ def inventory() -> List[Task]:
             add(kernel_tasks(fused))
     add(kernel_tasks(_op_kernel("LayerNormFwdOp", t.BIG_N, torch.bfloat16, 1e-5), {"has_bias": False}))
     add(kernel_tasks(_op_kernel("RMSNormBwdOp", t.BIG_N, torch.bfloat16, 1e-6)))
+    for N in t.BIG_LAYER_BWD_SIZES:
+        add(kernel_tasks(_op_kernel("LayerNormBwdOp", N, torch.bfloat16, 1e-5)))
     add(kernel_tasks(_op_kernel("LayerNormFwdOp", 1024, torch.bfloat16, 1e-5)))
     add(kernel_tasks(_op_kernel("LayerNormBwdOp", 1024, torch.bfloat16, 1e-5)))
     for kernel, flags in norm_timing.inventory():

@@ -36,6 +36,7 @@ def _op_programs(op: Any, inputs: List[torch.Tensor]) -> List[Task]:
 
     if inputs[0].numel() == 0:
         return []
+    inputs = [t.reshape(1) if t.ndim == 0 else t for t in inputs]  # a scalar is a row of one, as the op runs it
     kernel = op._build_kernel(op.kernel_key, (0,))
     dim = op.dim % inputs[0].ndim
     views = [kernel_view(t, dim) for t in inputs]
@@ -96,9 +97,10 @@ def inventory() -> List[Task]:
         op, kernel = t._cluster_kernel(name, N, dtype, threads)
         tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=rows))
     for shape, dim in t._big_case_shapes():
-        op = t._op("SoftmaxFwdOp", shape[dim], torch.bfloat16, dim)
-        kernel = op._build_kernel(op.kernel_key, (0,))
-        tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs_for(shape, dim))
+        for name in t.OPS:
+            op = t._op(name, shape[dim], torch.bfloat16, dim)
+            kernel = op._build_kernel(op.kernel_key, (0,))
+            tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs_for(shape, dim))
     for kernel, specs in softmax_timing.inventory():
         tasks.update(_task(kernel, n, p) for n, p in specs)
     return sorted(tasks, key=repr)

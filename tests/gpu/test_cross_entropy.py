@@ -3,7 +3,7 @@
 Covers every reduction, label smoothing, ignored rows (including an in-range
 ``ignore_index`` and a batch with every row ignored), targets outside the classes,
 class counts from 1 to 262144, the three float dtypes and logits of more than
-2**31 elements.  Kernels are built in parallel before the
+2**31 elements (class indices and class probabilities).  Kernels are built in parallel before the
 tests run, so the tests themselves find them in TileLang's cache.
 """
 
@@ -509,6 +509,30 @@ def test_soft_targets_forward_and_backward_match_autograd_in_float64(config, red
     ((expected * scale).sum() + (torch.logsumexp(wide, -1) * seeds[1]).sum()).backward()
     ((loss.double() * scale).sum() + (lse.double() * seeds[1]).sum()).backward()
     _close(ours.grad, wide.grad, dtype)
+
+
+@pytest.mark.big_memory
+def test_soft_targets_over_more_than_2_31_elements() -> None:
+    """The soft-target kernels past 32-bit offsets: the loss and the logits' gradient of the first
+    row and the last rows (past element 2**31) against float64 autograd."""
+    V, dtype = 131072, torch.bfloat16
+    rows = 2**31 // V + 3
+    logits = torch.randn(rows, V, device="cuda", dtype=dtype)
+    probabilities = (torch.rand(rows, V, device="cuda", dtype=dtype) * (2 / V)).to(dtype)
+    assert logits.numel() > 2**31
+    ours = logits.requires_grad_()
+    loss, lse, _ = SoftCrossEntropyFwdOp(V=V, dtype=dtype, reduction="none")(ours, probabilities)
+    grad_loss = torch.rand(rows, device="cuda")
+    loss.backward(grad_loss)
+    checked = [0, rows - 3, rows - 2, rows - 1]
+    wide = logits.detach()[checked].double().requires_grad_()
+    expected = F.cross_entropy(wide, probabilities[checked].double(), reduction="none")
+    expected.backward(grad_loss[checked].double())
+    torch.testing.assert_close(loss[checked].double(), expected.detach(), rtol=1e-4, atol=1e-4)
+    _close(lse[checked], torch.logsumexp(wide.detach(), -1), torch.float32)
+    _close(ours.grad[checked], wide.grad, dtype)
+    del logits, ours, probabilities, loss, lse
+    torch.cuda.empty_cache()
 
 
 def test_soft_targets_of_an_empty_batch_and_a_refused_differentiable_target() -> None:

@@ -121,6 +121,9 @@ BIG_CASES = [
     ("silu-flat", "SiluFwdOp", {}, [(2**31 + 3,)]),
     ("silu-and-mul-rows", "SiluAndMulFwdOp", {"N": 2**15}, [(2**16 + 1, 2**15)]),
     ("add-scalar-broadcast", "AddFwdOp", {}, [(2**31 + 5,), (1,)]),
+    ("gelu-bwd-flat", "GeluBwdOp", {}, [(2**31 + 3,), (2**31 + 3,)]),
+    ("mul-rows", "MulFwdOp", {}, [(2**16 + 1, 2**15), (2**16 + 1, 2**15)]),
+    ("silu-and-mul-bwd-rows", "SiluAndMulBwdOp", {"N": 2**15}, [(2**16 + 1, 2**14), (2**16 + 1, 2**15)]),
 ]
 
 

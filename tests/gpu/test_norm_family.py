@@ -463,6 +463,38 @@ def test_over_2_31_elements_forward_and_backward():
     assert math.prod(x.shape) > 2**31
 
 
+# Row lengths of LayerNorm's backward past element 2**31: rows in blocks, and long rows.
+BIG_LAYER_BWD_SIZES = (BIG_N, 32768)
+
+
+@pytest.mark.big_memory
+@pytest.mark.parametrize("N", BIG_LAYER_BWD_SIZES)
+def test_layer_norm_backward_over_2_31_elements(N: int):
+    """grad_x of the last rows against float64 autograd; grad_weight and grad_bias, which sum
+    every row, against float64 sums."""
+    dtype = torch.bfloat16
+    rows = 2**31 // N + 64
+    x = torch.randn(rows, N, device="cuda", dtype=dtype)
+    grad = torch.randn_like(x)
+    weight = torch.randn(N, device="cuda", dtype=dtype)
+    grad_x, grad_weight, grad_bias = _op("LayerNormBwdOp", N, dtype)(grad, x, weight)
+    tail = slice(rows - 100, rows)  # rows whose offsets pass 2**31
+    wide = _leaves([x[tail], weight], torch.float64)
+    torch.nn.functional.layer_norm(wide[0], (N,), wide[1], None, 1e-5).backward(grad[tail].double())
+    assert_close(grad_x[tail], wide[0].grad, dtype)
+    expected_grad_weight = torch.zeros(N, device="cuda", dtype=torch.float64)
+    expected_grad_bias = torch.zeros_like(expected_grad_weight)
+    for chunk_rows in _row_chunks(rows, (1 << 26) // N):
+        chunk = x[chunk_rows].double()
+        centred = chunk - chunk.mean(-1, keepdim=True)
+        x_hat = centred * torch.rsqrt(centred.square().mean(-1, keepdim=True) + 1e-5)
+        expected_grad_weight += (grad[chunk_rows].double() * x_hat).sum(0)
+        expected_grad_bias += grad[chunk_rows].double().sum(0)
+    assert_close(grad_weight, expected_grad_weight, dtype)
+    assert_close(grad_bias, expected_grad_bias, dtype)
+    assert math.prod(x.shape) > 2**31
+
+
 @pytest.mark.big_memory
 def test_fused_add_forward_over_2_31_elements():
     """The fused add's resident rows (hinted 16-byte loads) past 32-bit offsets: both outputs."""

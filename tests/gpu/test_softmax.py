@@ -380,14 +380,23 @@ def _big_case_shapes() -> List[Tuple[Tuple[int, ...], int]]:
 
 
 @pytest.mark.big_memory
+@pytest.mark.parametrize("name", OPS)
 @pytest.mark.parametrize("shape, dim", _big_case_shapes(), ids=str)
-def test_more_than_2_31_elements(shape, dim):
+def test_more_than_2_31_elements(shape, dim, name):
+    """Each op's last slices, whose offsets do not fit in 32 bits, against its reference in
+    float64; a backward takes the forward's output, as in training."""
     assert math.prod(shape) > 2**31
-    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
-    out = _op("SoftmaxFwdOp", shape[dim], torch.bfloat16, dim)(x)
-    # Check the last slices, whose offsets do not fit in 32 bits.
-    tail = x[-2:] if dim == -1 else x[-1:, :, -8:]
-    got = out[-2:] if dim == -1 else out[-1:, :, -8:]
-    assert_close(got, torch.softmax(tail.double(), dim), torch.bfloat16)
-    del x, out
+    dtype = torch.bfloat16
+    op = _op(name, shape[dim], dtype, dim)
+    inputs = [torch.randn(shape, device="cuda", dtype=dtype)]
+    if name.endswith("BwdOp"):
+        forward = _op(name.replace("BwdOp", "FwdOp"), shape[dim], dtype, dim)
+        inputs.append(forward(inputs[0]))  # (grad_y, y): the random input doubles as the gradient
+    out = op(*inputs)
+
+    def tail(t: torch.Tensor) -> torch.Tensor:
+        return t[-2:] if dim == -1 else t[-1:, :, -8:]
+
+    assert_close(tail(out), op.reference(*(tail(t).double() for t in inputs)), dtype)
+    del inputs, out
     torch.cuda.empty_cache()
