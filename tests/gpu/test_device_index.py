@@ -69,6 +69,25 @@ def test_a_reduction_runs_on_the_second_device(dim):
     assert torch.cuda.current_device() == 0
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_cross_entropy_runs_on_the_second_device(reduction):
+    """The loss family: the forward's row and total programs and the backward, on device 1."""
+    torch.cuda.set_device(0)
+    logits, _ = _inputs((37, 1000), SECOND)
+    target = torch.randint(0, 1000, (37,), device=SECOND)
+    target[::5] = -100
+    loss = F.cross_entropy(logits, target, reduction=reduction)
+    reference = logits.detach().clone().requires_grad_()
+    expected = torch.nn.functional.cross_entropy(reference, target, reduction=reduction)
+    assert loss.device == torch.device(SECOND)
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    grad = torch.rand_like(expected)
+    loss.backward(grad)
+    expected.backward(grad)
+    torch.testing.assert_close(logits.grad, reference.grad, rtol=1e-5, atol=1e-6)
+    assert torch.cuda.current_device() == 0
+
+
 def test_the_ops_compile_for_the_second_device():
     torch._dynamo.reset()
     norm = tileops.nn.RMSNorm(1024, eps=1e-6, device=SECOND)
