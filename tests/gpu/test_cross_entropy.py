@@ -197,7 +197,8 @@ def test_targets_outside_the_classes_give_nan_rows_not_plausible_numbers(config,
     ours = logits.clone().requires_grad_()
     loss, lse = fwd(ours, target)
     _close(lse, torch.logsumexp(logits.double(), -1), torch.float32)
-    (loss.double() * (1 if reduction != "none" else torch.rand(rows, device="cuda", dtype=torch.float64))).sum().backward()
+    seeds = torch.rand(rows, device="cuda", dtype=torch.float64) if reduction == "none" else 1
+    (loss.double() * seeds).sum().backward()
     assert torch.isnan(ours.grad[bad]).all() and not torch.isnan(ours.grad[~bad]).any()
     if reduction != "none":
         assert torch.isnan(loss)

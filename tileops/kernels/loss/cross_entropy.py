@@ -244,9 +244,10 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
     """``grad = cp * exp(x - lse) - cs * ((1 - eps) * onehot(target) + eps / V)`` over ``(R, V)`` tiles.
 
     ``cs``, the row's share of the loss's gradient: ``GradLoss[row]`` (``per_row``) or
-    ``GradLoss[0]``, divided for ``mean`` by ``Kept[0]`` (the kept rows), and 0 where the
-    target is ignored (NaN where it lies outside ``[0, V)``); ``cp = cs + GradLse[row]`` (``has_grad_lse``) or ``cs``.  Unused
-    arguments are not read (any tensor of their dtype will do).
+    ``GradLoss[0]``, divided for ``mean`` by ``Kept[0]`` (the kept rows), 0 where the target
+    is ignored and NaN where it lies outside ``[0, V)``; ``cp = cs + GradLse[row]``
+    (``has_grad_lse``) or ``cs``.  Unused arguments are not read (any tensor of their dtype
+    will do).
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
