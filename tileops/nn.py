@@ -232,9 +232,10 @@ def class_weighted_cross_entropy(logits: torch.Tensor, target: torch.Tensor, wei
     classes = logits.shape[1]
     class_weight = _class_weight(weight, logits)
     kept = target != ignore_index
-    # A target outside the classes reads a clamped weight, so its row keeps the op's NaN loss
-    # (an index out of range would stop the process on a GPU).
-    row_weight = torch.where(kept, class_weight[torch.where(kept, target, 0).clamp(0, classes - 1)], 0.0)
+    # The weights are read at clamped indices: an ignored row's weight is then replaced by 0, and
+    # a target outside the classes keeps the op's NaN loss (an index out of range would stop the
+    # process on a GPU).
+    row_weight = torch.where(kept, class_weight[target.clamp(0, classes - 1)], 0.0)
     nll, lse = _per_row_cross_entropy(logits, target, ignore_index, inplace_backward)
     loss = row_weight * nll.float()
     if label_smoothing:
