@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import pytest
 import torch
 
 from codegen import load_manifest, rules
@@ -26,6 +28,10 @@ Shape = Tuple[int, ...]
 # Relative tolerance per dtype, stated once; the absolute part scales with the output's magnitude.
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float64: 1e-10}
 ODD_SIZES = (1, 3, 127, 4097)
+# How many times the reference's own float32 error a result may be off by, with ``float32_slack``:
+# two float32 algorithms (ours, PyTorch's) differ by a few times either's error where a result is
+# ill-conditioned (a constant row normalised: its gradient is rounding noise times 1 / sqrt(eps)).
+SLACK_FACTOR = 8
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -38,12 +44,15 @@ class Case:
     layout: str = "contiguous"  # or "strided": every input a non-contiguous view
     label: str = ""
     extra: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # (input, layout) for every input, replacing ``layout`` when given: one of ``INPUT_LAYOUTS``.
+    input_layouts: Tuple[Tuple[str, str], ...] = ()
 
     def __str__(self) -> str:
         shapes = ",".join(f"{n}{list(s)}" for n, s in self.shapes)
         params = ",".join(f"{k}={v}" for k, v in self.params)
         dtype = str(self.dtype).replace("torch.", "")
-        return "-".join(p for p in (self.label, shapes, dtype, params, self.layout) if p)
+        layout = ",".join(f"{n}:{l}" for n, l in self.input_layouts) or self.layout
+        return "-".join(p for p in (self.label, shapes, dtype, params, layout) if p)
 
 
 @functools.lru_cache(maxsize=1)
@@ -158,19 +167,44 @@ def manifest_cases(op_name: str, dtypes: Optional[Sequence[str]] = None, max_num
     return cases
 
 
-def make_inputs(op: OpSpec, case: Case, device: str, generator: torch.Generator) -> List[torch.Tensor]:
-    """Random inputs (never zeros); ``strided`` cases get non-contiguous views of the same shapes."""
+def single_row_cases(op_name: str, max_numel: int = 1 << 22) -> List[Case]:
+    """The op's workloads cut to one row (every leading axis of the first 2-D input's size made 1)
+    with every input sliced from a buffer three elements wider (``laid_out``'s ``padded``): a
+    tensor PyTorch calls contiguous whatever its first stride, which is no row's distance."""
+    op = _spec(op_name)
+    cases = []
+    for workload in op.workloads:
+        shapes = dict(workload.shapes)
+        rows = next((shape[0] for shape in shapes.values() if len(shape) >= 2), 1)
+        if rows == 1:
+            continue
+        cut = {name: tuple(1 if axis == 0 and size == rows else size for axis, size in enumerate(shape))
+               for name, shape in shapes.items()}
+        params = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in workload.params)
+        if not accepted(op, cut, dict(params)) or max(math.prod(s) for s in cut.values()) > max_numel:
+            continue
+        layouts = tuple((t.name, "padded" if cut[t.name] else "contiguous") for t in op.inputs)
+        cases.append(Case(op.name, tuple(cut.items()), DTYPES[workload.dtypes[0]], params, label="one-row",
+                          input_layouts=layouts))
+    return cases
+
+
+def make_inputs(op: OpSpec, case: Case, device: str, generator: torch.Generator) -> List[Optional[torch.Tensor]]:
+    """Random inputs (never zeros); ``strided`` cases get non-contiguous views of the same shapes,
+    and a case with ``input_layouts`` gets each input in its own layout (``laid_out``)."""
+    if case.input_layouts:
+        return _inputs_in_layouts(op, case, device, generator)
     tensors = []
     shapes = dict(case.shapes)
     for t in op.inputs:
         shape = shapes[t.name]
-        declared = t.dtype.names if t.dtype.same_as is None and len(t.dtype.names) == 1 else ()
-        if declared == ("int64",):
+        declared = _declared_dtype(t)
+        if declared == torch.int64:
             tensors.append(_class_indices(op, case, shape, generator).to(device))
             continue
-        if declared:
+        if declared is not None:
             # An explicitly typed float input (e.g. saved float32 statistics) keeps its type.
-            tensors.append(torch.randn(tuple(shape), generator=generator).to(device=device, dtype=getattr(torch, declared[0])))
+            tensors.append(torch.randn(tuple(shape), generator=generator).to(device=device, dtype=declared))
             continue
         if case.layout == "strided" and len(shape) >= 1:
             # Every other element of a twice-as-wide buffer: same shape, not contiguous.  Sliced
@@ -180,6 +214,66 @@ def make_inputs(op: OpSpec, case: Case, device: str, generator: torch.Generator)
             continue
         value = torch.randn(tuple(shape), generator=generator, dtype=torch.float32)
         tensors.append(value.to(device=device, dtype=case.dtype))
+    return tensors
+
+
+def _declared_dtype(t) -> Optional[torch.dtype]:
+    """The one dtype an input declares (class indices, saved float32 statistics), else None."""
+    names = t.dtype.names if t.dtype.same_as is None else ()
+    return getattr(torch, names[0]) if len(names) == 1 else None
+
+
+# Memory layouts an input of a random case may take (``laid_out``); "absent" passes None for an
+# optional input.
+INPUT_LAYOUTS = ("contiguous", "strided", "offset", "transposed", "padded", "expanded", "absent")
+
+
+def laid_out(value: torch.Tensor, layout: str, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """``value`` on ``device`` as ``dtype``, in memory laid out as ``layout`` says:
+
+    * ``contiguous``;
+    * ``strided``: every other element of a buffer twice as wide;
+    * ``offset``: one element into its storage, so no 16-byte access is aligned;
+    * ``transposed``: the last two axes swapped in memory;
+    * ``padded``: rows of a buffer three elements wider (a row stride no vector divides);
+    * ``expanded``: the first index along the first axis, broadcast along it (stride 0).
+
+    Memory the view does not cover holds NaN (or, for integers, -7), so a kernel that reads past
+    its view shows."""
+    shape = tuple(value.shape)
+    if layout == "contiguous" or not shape and layout != "offset":
+        return value.to(device=device, dtype=dtype)
+    if layout == "expanded":
+        return value[:1].to(device=device, dtype=dtype).expand(shape)
+    if layout == "transposed":
+        return value.transpose(-1, -2).to(device=device, dtype=dtype).contiguous().transpose(-1, -2)
+    fill = float("nan") if dtype.is_floating_point else -7
+    if layout == "offset":
+        flat = torch.full((value.numel() + 1,), fill, dtype=dtype, device=device)
+        flat[1:] = value.reshape(-1).to(device=device, dtype=dtype)
+        return flat[1:].view(shape)
+    width = {"strided": 2 * shape[-1], "padded": shape[-1] + 3}[layout]
+    buffer = torch.full((*shape[:-1], width), fill, dtype=dtype, device=device)
+    view = buffer[..., ::2] if layout == "strided" else buffer[..., :shape[-1]]
+    view.copy_(value.to(device=device, dtype=dtype))
+    return view
+
+
+def _inputs_in_layouts(op: OpSpec, case: Case, device: str, generator: torch.Generator) -> List[Optional[torch.Tensor]]:
+    shapes = dict(case.shapes)
+    layouts = dict(case.input_layouts)
+    tensors: List[Optional[torch.Tensor]] = []
+    for t in op.inputs:
+        shape = shapes[t.name]
+        declared = _declared_dtype(t)
+        if declared == torch.int64:
+            value = _class_indices(op, case, shape, generator)
+        else:
+            value = torch.randn(tuple(shape), generator=generator, dtype=torch.float32)
+        if layouts[t.name] == "absent":
+            tensors.append(None)
+            continue
+        tensors.append(laid_out(value, layouts[t.name], device, declared or case.dtype))
     return tensors
 
 
@@ -217,28 +311,51 @@ def _poison_allocator(nbytes: int, device: str) -> None:
     del blocks
 
 
-def check_against_reference(case: Case, device: str = "cuda", seed: int = 0) -> None:
-    """Run the op on random inputs and compare every output with the float64 reference."""
+def check_against_reference(case: Case, device: str = "cuda", seed: int = 0, float32_slack: bool = False) -> None:
+    """Run the op on random inputs and compare every output with the float64 reference.
+
+    ``float32_slack``: also allow ``SLACK_FACTOR`` times the reference's own error when evaluated in float32
+    (the precision the kernels compute in), for inputs where the result is ill-conditioned (a
+    constant row normalised, a norm over two elements) and float32 itself lands farther than
+    the dtype's tolerance."""
     spec = _spec(case.op)
     generator = torch.Generator().manual_seed(seed)
     inputs = make_inputs(spec, case, device, generator)
     op = build_op(case)
-    expected_shapes = op._infer_output_shapes(*(tuple(t.shape) for t in inputs))
+    expected_shapes = op._infer_output_shapes(*(None if t is None else tuple(t.shape) for t in inputs))
     _poison_allocator(max((torch.Size(s).numel() for s in expected_shapes.values()), default=0) * 4, device)
-    outputs = op(*inputs)
-    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    wide = [t.double() if t.is_floating_point() else t for t in inputs]
-    references = op.reference(*wide)
-    references = references if isinstance(references, tuple) else (references,)
+    outputs = _as_tuple(op(*inputs))
+    references = _as_tuple(op.reference(*_widened(inputs, torch.float64)))
+    slacks = (_float32_errors(references, _as_tuple(op.reference(*_widened(inputs, torch.float32))))
+              if float32_slack else [0.0] * len(references))
     assert len(outputs) == len(spec.outputs)
-    for tensor, out, ref in zip(spec.outputs, outputs, references):
+    for tensor, out, ref, slack in zip(spec.outputs, outputs, references, slacks):
         assert tuple(out.shape) == expected_shapes[tensor.name], (tensor.name, out.shape)
         assert out.device.type == torch.device(device).type
         assert out.dtype == _expected_dtype(spec, tensor.name, inputs), (tensor.name, out.dtype)
-        assert_close(out, ref, case.dtype)
+        assert_close(out, ref, case.dtype, slack)
 
 
-def _expected_dtype(spec: OpSpec, name: str, inputs: Sequence[torch.Tensor]) -> torch.dtype:
+def _widened(tensors: Sequence[Optional[torch.Tensor]], dtype: torch.dtype) -> List[Optional[torch.Tensor]]:
+    """Copies of the floating-point tensors in ``dtype`` (exact: the inputs' values widen)."""
+    return [t.detach().to(dtype) if t is not None and t.is_floating_point() else t for t in tensors]
+
+
+def _float32_errors(exact: Sequence[torch.Tensor], in_float32: Sequence[torch.Tensor]) -> List[float]:
+    """Per output, the largest difference between its float64 and float32 (or other narrower)
+    evaluations, over the elements both give finite."""
+    errors = []
+    for wide, narrow in zip(exact, in_float32):
+        if not wide.is_floating_point():
+            errors.append(0.0)
+            continue
+        difference = (wide.double() - narrow.double()).abs()
+        difference = difference[torch.isfinite(difference)]
+        errors.append(difference.max().item() if difference.numel() else 0.0)
+    return errors
+
+
+def _expected_dtype(spec: OpSpec, name: str, inputs: Sequence[Optional[torch.Tensor]]) -> torch.dtype:
     """Follow ``same_as`` links to an input's actual dtype, or take the declared one."""
     by_input = dict(zip(spec.input_names, inputs))
     while spec.tensor(name).dtype.same_as is not None and name not in by_input:
@@ -248,8 +365,13 @@ def _expected_dtype(spec: OpSpec, name: str, inputs: Sequence[torch.Tensor]) -> 
     return getattr(torch, spec.tensor(name).dtype.names[0])
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
-    """Per-dtype relative tolerance; the absolute floor scales with the result's magnitude."""
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, slack: float = 0.0) -> None:
+    """Per-dtype relative tolerance; the absolute floor scales with the result's magnitude, plus
+    ``SLACK_FACTOR`` times ``slack`` (``check_against_reference``'s ``float32_slack``).  A reference value
+    beyond the range of ``actual``'s dtype is expected as an infinity of its sign."""
+    if actual.is_floating_point():
+        limit = torch.finfo(actual.dtype).max
+        expected = torch.where(expected.abs() > limit, expected.sign() * math.inf, expected)
     actual = actual.double().cpu()
     expected = expected.double().cpu()
     # NaN only where the reference has NaN (a mean over nothing): anywhere else it is unwritten or wrong.
@@ -259,4 +381,62 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
     rtol = TOLERANCE[dtype]
     finite = expected[torch.isfinite(expected)]
     scale = finite.abs().max().item() if finite.numel() else 0.0
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=rtol * max(scale, 1.0), equal_nan=True)
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=rtol * max(scale, 1.0) + SLACK_FACTOR * slack, equal_nan=True)
+
+
+def check_gradients(case: Case, device: str = "cuda", seed: int = 0, float32_slack: bool = False) -> None:
+    """Differentiate the op (a Fwd op the manifest differentiates) and the float64 reference under
+    the same random output seeds, rounded to each output's dtype as a gradient reaching it is;
+    compare the gradient of every input the op differentiates.  ``float32_slack``: as in
+    ``check_against_reference``, and also the error of the reference's gradient evaluated in the
+    inputs' dtype, in which PyTorch's derivative formulas (and the manifest's) compute.  A case whose reference leaves the range of the outputs' dtype
+    is skipped: its gradient is infinite or NaN there, whichever way it is computed."""
+    spec = _spec(case.op)
+    generator = torch.Generator().manual_seed(seed)
+    inputs = make_inputs(spec, case, device, generator)
+    positions = [i for i, t in enumerate(spec.inputs)
+                 if t.name in spec.differentiated_inputs and inputs[i] is not None]
+    for i in positions:
+        inputs[i].requires_grad_()
+    op = build_op(case)
+
+    def reference_gradients(dtype: torch.dtype) -> Tuple[Tuple[torch.Tensor, ...], List[torch.Tensor]]:
+        copies = [t.requires_grad_() if t is not None and i in positions else t
+                  for i, t in enumerate(_widened(inputs, dtype))]
+        outputs = _as_tuple(op.reference(*copies))
+        return outputs, _seeded_gradients(outputs, seeds, [copies[i] for i in positions])
+
+    with torch.no_grad():
+        outputs = _as_tuple(op(*inputs))
+        exact = _as_tuple(op.reference(*_widened(inputs, torch.float64)))
+    if any(out.is_floating_point() and (torch.isfinite(ref) & (ref.abs() > torch.finfo(out.dtype).max)).any()
+           for out, ref in zip(outputs, exact)):
+        pytest.skip(f"the forward leaves the range of {case.dtype}")
+    seeds = [torch.randn(tuple(out.shape), generator=generator).to(device=device, dtype=out.dtype).double()
+             if out.is_floating_point() else None for out in outputs]
+    # The references first: a forward built with ``inplace_backward`` writes its gradient over the logits.
+    _, expected = reference_gradients(torch.float64)
+    slacks = [0.0] * len(expected)
+    if float32_slack:
+        # Gradient formulas (an add's, a product's) run in the inputs' dtype, as PyTorch's do.
+        for dtype in {torch.float32, case.dtype}:
+            errors = _float32_errors(expected, reference_gradients(dtype)[1])
+            slacks = [max(a, b) for a, b in zip(slacks, errors)]
+    got = _seeded_gradients(_as_tuple(op(*inputs)), seeds, [inputs[i] for i in positions])
+    for i, mine, theirs, slack in zip(positions, got, expected, slacks):
+        assert mine.dtype == inputs[i].dtype, (spec.inputs[i].name, mine.dtype)
+        assert mine.shape == inputs[i].shape, (spec.inputs[i].name, mine.shape)
+        assert_close(mine, theirs, case.dtype, slack)
+
+
+def _as_tuple(result: Any) -> Tuple[torch.Tensor, ...]:
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _seeded_gradients(outputs: Sequence[torch.Tensor], seeds: Sequence[Optional[torch.Tensor]],
+                      leaves: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """Gradients of ``sum(output * seed)`` over the floating-point outputs; zeros for a leaf no
+    output reaches."""
+    total = sum((out.double() * seed).sum() for out, seed in zip(outputs, seeds) if seed is not None)
+    grads = torch.autograd.grad(total, leaves, allow_unused=True)
+    return [torch.zeros_like(leaf) if grad is None else grad for leaf, grad in zip(leaves, grads)]

@@ -313,6 +313,8 @@ class _RecordingKernel(Kernel):
         type(self).launches.append(tuple(tuple(t.shape) for t in tensors))
         for tensor in tensors:
             assert tensor.is_contiguous() and tensor.data_ptr() % 16 == 0
+            # The programs read a 2-D tensor's first stride as the distance between its rows.
+            assert tensor.dim() != 2 or tensor.stride(0) == tensor.shape[1], tensor.stride()
         if len(tensors) == 3:  # rms norm: x, weight, out
             x, weight, out = tensors
             out.copy_(torch.nn.functional.rms_norm(x.float(), (self.N,), weight.float(), self.params["eps"]))
@@ -333,6 +335,17 @@ class _Scan(ScanOp):
         super().__init__()
         self.N, self.dim, self.dtype, self.tune = N, dim, torch.float32, False
         self.kernel_map = {"cumsum_fwd": _RecordingKernel}
+
+
+@pytest.mark.parametrize("make_op", [lambda: _Norm(8), lambda: _Scan(8, -1)], ids=["norm", "scan"])
+def test_a_single_row_of_a_wider_buffer_reaches_the_kernel_with_its_width_as_row_stride(make_op) -> None:
+    # A (1, 8) slice of a (1, 11) buffer is contiguous with a first stride of 11, which a program
+    # would read as the rows' distance (and refuse, 11 being no multiple of its vector).
+    op = make_op()
+    x = torch.randn(1, 11)[:, :8]
+    assert x.is_contiguous() and x.stride(0) == 11
+    y = op._run_kernel(x, torch.randn(8)) if isinstance(op, _Norm) else op._run_kernel(x)
+    assert y.shape == (1, 8)
 
 
 def test_norm_base_views_rows_and_reuses_one_kernel() -> None:

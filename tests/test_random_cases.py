@@ -1,0 +1,36 @@
+"""Seeded random cases of every op on the CPU (``tests/random_cases.py``): the generator finds
+cases of every op, the same ones in every process, and on the CPU path each case's outputs
+(shapes, dtypes, values) and gradients match the float64 reference.  The GPU runs the same
+cases, more of them and larger, in ``tests/gpu/test_random_cases_gpu.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from codegen import load_manifest
+from tests.op_checks import _spec, check_against_reference, check_gradients
+from tests.random_cases import random_cases
+
+OPS = [op.name for op in load_manifest().ops if op.status == "implemented"]
+COUNT = 4
+MAX_NUMEL = 1 << 14
+CASES = [case for name in OPS for case in random_cases(name, COUNT, seed=1, max_numel=MAX_NUMEL)]
+GRADIENT_CASES = [case for case in CASES if _spec(case.op).direction == "Fwd" and _spec(case.op).differentiable]
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_every_op_gets_its_random_cases_the_same_in_every_draw(name: str) -> None:
+    cases = random_cases(name, 8, seed=3)
+    assert len(cases) == 8
+    assert random_cases(name, 8, seed=3) == cases
+    assert random_cases(name, 8, seed=4) != cases
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.op}-{case}")
+def test_random_case_matches_the_reference_on_the_cpu(case) -> None:
+    check_against_reference(case, device="cpu", float32_slack=True)
+
+
+@pytest.mark.parametrize("case", GRADIENT_CASES, ids=lambda case: f"{case.op}-{case}")
+def test_random_case_gradients_match_the_reference_on_the_cpu(case) -> None:
+    check_gradients(case, device="cpu", float32_slack=True)
