@@ -14,7 +14,7 @@ import torch
 from tileops.kernels.sizes import MAX_EXTENT, row_vector
 
 __all__ = ["ALIGNMENT", "access_alignment", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher",
-           "empty_contiguous", "folded_stride", "has_unit_rows", "is_aligned_contiguous", "is_contiguous",
+           "contiguous_rows", "empty_contiguous", "folded_stride", "has_unit_rows", "is_aligned_contiguous", "is_contiguous",
            "int32_launch_ranges", "kernel_view_spec", "launch_in_ranges", "LaunchRanges", "LayoutMemo",
            "merged_axes_view", "on_device", "rows_and_output", "unit_stride_rows", "ViewSpec", "widest_access"]
 
@@ -277,12 +277,20 @@ def aligned_rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
     its memory allows (``unit_stride_rows``, a row stride that is a multiple of that access
     width, an aligned start), else an aligned contiguous copy."""
     if is_aligned_contiguous(tensor):  # the usual call, on its fast path
-        return tensor if tensor.dim() == 2 else tensor.view(-1, width)
+        return contiguous_rows(tensor, width)
     view = unit_stride_rows(tensor, width)
     if view is None or view.data_ptr() % ALIGNMENT or view.stride(0) % row_vector(width, tensor.dtype):
-        view = aligned_contiguous(tensor)
-        return view if view.dim() == 2 else view.view(-1, width)
+        return contiguous_rows(aligned_contiguous(tensor), width)
     return view
+
+
+def contiguous_rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """A contiguous ``tensor`` as ``(rows, width)`` rows ``width`` elements apart: itself when 2-D,
+    else a view.  A single row may carry any stride and still be contiguous (a row sliced from a
+    wider buffer), and the programs read its stride as the rows' distance: it gets a view too."""
+    if tensor.dim() == 2 and (tensor.shape[0] != 1 or tensor.stride(0) == width):
+        return tensor
+    return tensor.view(-1, width)
 
 
 def rows_and_output(tensor: torch.Tensor, width: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -295,7 +303,7 @@ def rows_and_output(tensor: torch.Tensor, width: int) -> Tuple[torch.Tensor, tor
     if is_aligned_contiguous(tensor):
         out = torch.empty_like(tensor)
         if tensor.dim() == 2:
-            return tensor, out, out
+            return contiguous_rows(tensor, width), out, contiguous_rows(out, width)
         return tensor.view(-1, width), out, out.view(-1, width)
     out = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
     return aligned_rows(tensor, width), out, out.view(-1, width)
