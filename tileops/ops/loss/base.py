@@ -133,7 +133,10 @@ class _LogitsGradient(Op):
         copies a gradient it finds referenced elsewhere before keeping it as a leaf's ``.grad``,
         and keeps this one as it is.  Logits the program cannot read in place (a transposed
         view, say) are read from a copy, which takes the gradient in place and is copied back,
-        so the result is the same on every path and device."""
+        so the result is the same on every path and device.  Logits whose elements share memory
+        (an expanded view) cannot hold one gradient each: they get a new tensor instead."""
+        if _shares_elements(logits):
+            return self._eager(grad_loss, grad_lse, logits, *saved)
         self._overwrite(grad_loss, grad_lse, logits, *saved)
         return logits.detach()
 
@@ -150,6 +153,12 @@ class _LogitsGradient(Op):
             torch.autograd.graph.increment_version(logits)  # copy_ below moves it itself
         else:
             logits.copy_(rows)
+
+
+def _shares_elements(tensor: torch.Tensor) -> bool:
+    """Whether two elements of ``tensor`` lie at one address: an axis of stride 0 and more than one
+    element, the overlap that writing into a tensor refuses."""
+    return any(stride == 0 and size > 1 for stride, size in zip(tensor.stride(), tensor.shape))
 
 
 class CrossEntropyBwdBase(_LogitsGradient, _CrossEntropyOp):
