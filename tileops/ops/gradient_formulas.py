@@ -8,18 +8,20 @@ the gradient of an add or a sum needs.
 
 The helpers are the reduction bookkeeping that PyTorch's own derivative formulas do in
 C++ (``sum_backward``, ``amax_backward``, ...): putting reduced axes back, counting
-reduced elements, and sharing an extremum's gradient among its ties.
+reduced elements, sharing an extremum's gradient among its ties, and the variance's
+degenerate cases.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Sequence
 
 import torch
 
 from tileops import _shape_rules as rules
 
-__all__ = ["ShapeOf", "unreduce", "reduced_count", "extremum_gradient"]
+__all__ = ["ShapeOf", "unreduce", "reduced_count", "extremum_gradient", "variance_gradient"]
 
 Dims = rules.Dims
 
@@ -63,3 +65,17 @@ def extremum_gradient(grad: torch.Tensor, x: torch.Tensor, extremum: torch.Tenso
     axes = rules.normalize_dims(dim, x.ndim) if x.ndim else ()
     # Divided while still reduced: one full-size pass for the product instead of two.
     return (unreduce(grad, x.shape, dim, keepdim) / ties.sum(axes, keepdim=True)) * ties
+
+
+def variance_gradient(grad: torch.Tensor, x: torch.Tensor, dim: Dims, correction: float,
+                      keepdim: bool) -> torch.Tensor:
+    """The gradient of ``var`` over ``dim`` with ``correction``, as PyTorch's autograd gives it:
+    ``2 / (count - correction) * grad * (x - mean)``, except over every element (``dim`` None or
+    a 0-d ``x``) with no degrees of freedom left (``numel <= correction``, where the variance
+    itself is NaN): there an element equal to the mean gets NaN and any other an infinity."""
+    centered = x - x.mean(dim, keepdim=True)
+    # Scaled while still reduced: the full-size work is the mean, the difference and one product.
+    spread = unreduce(grad, x.shape, dim, keepdim)
+    if (dim is None or x.ndim == 0) and x.numel() <= correction:
+        return spread * centered.new_full(centered.shape, math.inf).masked_fill_(centered == 0, math.nan)
+    return spread * 2 / (reduced_count(x.shape, dim) - correction) * centered

@@ -102,7 +102,7 @@ class VarFwdOp(ReductionOp):
     def _formula_gradients(self, needs: Tuple[bool, ...], x: Any, grad_y: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         """The inputs' gradients by the manifest's formulas, for the inputs ``needs`` marks."""
         return (
-            formulas.unreduce(grad_y, x.shape, self.dim, self.keepdim) * 2 / (formulas.reduced_count(x.shape, self.dim) - self.correction) * (x - x.mean(self.dim, keepdim=True)) if needs[0] else None,
+            formulas.variance_gradient(grad_y, x, self.dim, self.correction, self.keepdim) if needs[0] else None,
         )
 
     def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
