@@ -46,13 +46,16 @@ class Case:
     extra: Dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # (input, layout) for every input, replacing ``layout`` when given: one of ``INPUT_LAYOUTS``.
     input_layouts: Tuple[Tuple[str, str], ...] = ()
+    # (input, dtype) of inputs whose dtype the manifest leaves free of ``dtype``'s (soft targets).
+    input_dtypes: Tuple[Tuple[str, torch.dtype], ...] = ()
 
     def __str__(self) -> str:
         shapes = ",".join(f"{n}{list(s)}" for n, s in self.shapes)
         params = ",".join(f"{k}={v}" for k, v in self.params)
         dtype = str(self.dtype).replace("torch.", "")
         layout = ",".join(f"{n}:{l}" for n, l in self.input_layouts) or self.layout
-        return "-".join(p for p in (self.label, shapes, dtype, params, layout) if p)
+        dtypes = ",".join(f"{n}:{str(d).replace('torch.', '')}" for n, d in self.input_dtypes)
+        return "-".join(p for p in (self.label, shapes, dtype, dtypes, params, layout) if p)
 
 
 @functools.lru_cache(maxsize=1)
@@ -262,6 +265,7 @@ def laid_out(value: torch.Tensor, layout: str, device: str, dtype: torch.dtype) 
 def _inputs_in_layouts(op: OpSpec, case: Case, device: str, generator: torch.Generator) -> List[Optional[torch.Tensor]]:
     shapes = dict(case.shapes)
     layouts = dict(case.input_layouts)
+    dtypes = dict(case.input_dtypes)
     tensors: List[Optional[torch.Tensor]] = []
     for t in op.inputs:
         shape = shapes[t.name]
@@ -273,7 +277,7 @@ def _inputs_in_layouts(op: OpSpec, case: Case, device: str, generator: torch.Gen
         if layouts[t.name] == "absent":
             tensors.append(None)
             continue
-        tensors.append(laid_out(value, layouts[t.name], device, declared or case.dtype))
+        tensors.append(laid_out(value, layouts[t.name], device, declared or dtypes.get(t.name, case.dtype)))
     return tensors
 
 

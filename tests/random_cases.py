@@ -64,8 +64,11 @@ def _draw(op: OpSpec, rng: random.Random, max_numel: int) -> Optional[Case]:
         return None
     names = [d for d in op.resolved_dtype_names(op.primary_input.name) if d in DTYPES]
     layouts = tuple((t.name, _draw_layout(t.optional, shapes[t.name], rng)) for t in op.inputs)
+    # Inputs with a dtype union of their own (soft targets) draw theirs independently.
+    free_dtypes = tuple((t.name, DTYPES[rng.choice([d for d in t.dtype.names if d in DTYPES])]) for t in op.inputs
+                        if t.dtype.is_union and t.name != op.primary_input.name)
     return Case(op.name, tuple(shapes.items()), DTYPES[rng.choice(names)], tuple(params.items()),
-                label="random", input_layouts=layouts)
+                label="random", input_layouts=layouts, input_dtypes=free_dtypes)
 
 
 def _draw_shapes(op: OpSpec, rank: int, params: Dict[str, Any], rng: random.Random) -> Optional[Dict[str, Shape]]:
