@@ -444,3 +444,27 @@ def _seeded_gradients(outputs: Sequence[torch.Tensor], seeds: Sequence[Optional[
     total = sum((out.double() * seed).sum() for out, seed in zip(outputs, seeds) if seed is not None)
     grads = torch.autograd.grad(total, leaves, allow_unused=True)
     return [torch.zeros_like(leaf) if grad is None else grad for leaf, grad in zip(leaves, grads)]
+
+
+def check_traced_with_dynamic_shapes(case: Case, device: str = "cpu", seed: int = 0) -> None:
+    """The op traced by ``torch.compile(dynamic=True, fullgraph=True)`` (``aot_eager``: the custom
+    op, its fake function over symbolic sizes, and for a differentiable Fwd op its backward) gives
+    the eager call's outputs and gradients."""
+    spec = _spec(case.op)
+    op = build_op(case)
+    inputs = make_inputs(spec, case, device, torch.Generator().manual_seed(seed))
+    positions = [i for i, t in enumerate(spec.inputs) if spec.direction == "Fwd" and spec.differentiable
+                 and t.name in spec.differentiated_inputs and inputs[i] is not None]
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *tensors: op(*tensors), backend="aot_eager", dynamic=True, fullgraph=True)
+    results = []
+    for run in (op, compiled):
+        leaves = [t.detach().clone().requires_grad_() if i in positions else t for i, t in enumerate(inputs)]
+        outputs = _as_tuple(run(*leaves))
+        seeds = [torch.ones_like(out, dtype=torch.float64) if out.is_floating_point() else None for out in outputs]
+        grads = _seeded_gradients(outputs, seeds, [leaves[i] for i in positions]) if positions else []
+        results.append((outputs, grads))
+    (eager, eager_grads), (traced, traced_grads) = results
+    for mine, theirs in zip(traced + tuple(traced_grads), eager + tuple(eager_grads)):
+        assert mine.shape == theirs.shape and mine.dtype == theirs.dtype, (mine.shape, theirs.shape)
+        torch.testing.assert_close(mine, theirs, equal_nan=True)

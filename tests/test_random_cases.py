@@ -1,6 +1,7 @@
 """Seeded random cases of every op on the CPU (``tests/random_cases.py``): the generator finds
 cases of every op, the same ones in every process, and on the CPU path each case's outputs
-(shapes, dtypes, values) and gradients match the float64 reference.  The GPU runs the same
+(shapes, dtypes, values) and gradients match the float64 reference, and traced with symbolic
+sizes (``torch.compile(dynamic=True)``) they match the eager call.  The GPU runs the same
 cases, more of them and larger, in ``tests/gpu/test_random_cases_gpu.py``."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from codegen import load_manifest
-from tests.op_checks import _spec, check_against_reference, check_gradients
+from tests.op_checks import _spec, check_against_reference, check_gradients, check_traced_with_dynamic_shapes
 from tests.random_cases import random_cases
 
 OPS = [op.name for op in load_manifest().ops if op.status == "implemented"]
@@ -16,6 +17,9 @@ COUNT = 4
 MAX_NUMEL = 1 << 14
 CASES = [case for name in OPS for case in random_cases(name, COUNT, seed=1, max_numel=MAX_NUMEL)]
 GRADIENT_CASES = [case for case in CASES if _spec(case.op).direction == "Fwd" and _spec(case.op).differentiable]
+# Two cases an op traced with symbolic sizes, as torch.compile retraces a graph whose input shapes
+# changed (its "automatic dynamic" shapes).
+TRACED_CASES = [case for name in OPS for case in random_cases(name, 2, seed=2, max_numel=1 << 12)]
 
 
 @pytest.mark.parametrize("name", OPS)
@@ -34,3 +38,8 @@ def test_random_case_matches_the_reference_on_the_cpu(case) -> None:
 @pytest.mark.parametrize("case", GRADIENT_CASES, ids=lambda case: f"{case.op}-{case}")
 def test_random_case_gradients_match_the_reference_on_the_cpu(case) -> None:
     check_gradients(case, device="cpu", float32_slack=True)
+
+
+@pytest.mark.parametrize("case", TRACED_CASES, ids=lambda case: f"{case.op}-{case}")
+def test_random_case_traces_with_dynamic_shapes(case) -> None:
+    check_traced_with_dynamic_shapes(case)

@@ -165,6 +165,18 @@ def test_module_compiles_fullgraph_and_matches_eager() -> None:
         torch.testing.assert_close(compiled(x), block(x))
 
 
+def test_a_compiled_block_keeps_working_when_its_batch_changes_size() -> None:
+    # The second size makes torch.compile retrace with symbolic sizes ("automatic dynamic"), where
+    # the ops' fake functions see SymInts: a broadcast that hashed sizes failed there.
+    weight = torch.randn(16)
+    compiled = torch.compile(lambda x, bias: F.mul(F.add(F.rms_norm(x, weight), bias), x), fullgraph=True,
+                             backend="aot_eager")
+    for rows in (8, 9, 10, 3):
+        x, bias = torch.randn(rows, 16), torch.randn(16)
+        expected = (torch.nn.functional.rms_norm(x, (16,), weight, 1e-6) + bias) * x
+        torch.testing.assert_close(compiled(x, bias), expected)
+
+
 def test_functional_api_matches_reference_and_compiles() -> None:
     x, w = torch.randn(6, 32), torch.randn(32)
     torch.testing.assert_close(F.rms_norm(x, w, eps=1e-5), torch.nn.functional.rms_norm(x, (32,), w, 1e-5))

@@ -8,7 +8,7 @@ ints: no torch import, so the generator can use them too.
 from __future__ import annotations
 
 from itertools import zip_longest
-from typing import Iterable, Sequence, Tuple, Union
+from typing import Iterable, Optional, Sequence, Tuple, Union
 
 from tileops._params import is_int
 
@@ -38,9 +38,9 @@ def broadcastable(*shapes: Sequence[int]) -> bool:
     """Whether the shapes broadcast together (PyTorch/NumPy rules), at any rank.
 
     One call where a rule per axis would cost each eager call a few microseconds."""
-    if len(shapes) == 2:  # the usual case, without building sets
+    if len(shapes) == 2:  # the usual case
         return all(x == y or x == 1 or y == 1 for x, y in zip(reversed(shapes[0]), reversed(shapes[1])))
-    return all(len(set(sizes) - {1}) <= 1 for sizes in zip_longest(*(reversed(s) for s in shapes), fillvalue=1))
+    return all(_common_size(sizes) is not None for sizes in zip_longest(*(reversed(s) for s in shapes), fillvalue=1))
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> Shape:
@@ -48,11 +48,24 @@ def broadcast_shapes(*shapes: Sequence[int]) -> Shape:
     ndim = max((len(s) for s in shapes), default=0)
     result = []
     for axis in range(-ndim, 0):
-        sizes = {s[axis] for s in shapes if len(s) >= -axis and s[axis] != 1}
-        if len(sizes) > 1:
+        size = _common_size([s[axis] for s in shapes if len(s) >= -axis])
+        if size is None:
             raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
-        result.append(sizes.pop() if sizes else 1)
+        result.append(size)
     return tuple(result)
+
+
+def _common_size(sizes: Sequence[int]) -> Optional[int]:
+    """The size that the sizes of one axis broadcast to, or None if they do not.  Compared one by one,
+    never hashed: under ``torch.compile`` with dynamic shapes a size is a ``SymInt``, which is
+    unhashable."""
+    common = 1
+    for size in sizes:
+        if size != 1:
+            if common != 1 and size != common:
+                return None
+            common = size
+    return common
 
 
 def normalize_dims(dims: Dims, ndim: int) -> Tuple[int, ...]:
