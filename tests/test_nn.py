@@ -340,6 +340,20 @@ def test_cross_entropy_loss_takes_probability_targets_as_pytorch_does(shape, red
     torch.testing.assert_close(torch.autograd.grad(got, leaves, grad), torch.autograd.grad(expected, leaves, grad))
 
 
+def test_probability_targets_refuse_an_ignore_index_as_pytorch_does() -> None:
+    logits, probabilities = torch.randn(4, 5), torch.randn(4, 5).softmax(1)
+    with pytest.raises(RuntimeError, match="ignore_index is not supported"):
+        torch.nn.functional.cross_entropy(logits, probabilities, ignore_index=0)
+    with pytest.raises(ValueError, match="CrossEntropyLoss: ignore_index is not supported for class-probability"):
+        tnn.CrossEntropyLoss(ignore_index=0)(logits, probabilities)
+    # The default is no setting at all, and class indices keep taking any ignore_index.
+    torch.testing.assert_close(tnn.CrossEntropyLoss()(logits, probabilities),
+                               torch.nn.functional.cross_entropy(logits, probabilities))
+    target = torch.tensor([0, 1, 2, 0])
+    torch.testing.assert_close(tnn.CrossEntropyLoss(ignore_index=0)(logits, target),
+                               torch.nn.functional.cross_entropy(logits, target, ignore_index=0))
+
+
 def test_probability_targets_with_inplace_backward_and_under_compile() -> None:
     generator = torch.Generator().manual_seed(2)
     logits = torch.randn(5, 7, generator=generator).mul_(3).bfloat16()

@@ -165,6 +165,10 @@ class GatedMLP(torch.nn.Module):
         return cls(module.gate_proj, module.up_proj, module.down_proj, _activation_name(module))
 
 
+# PyTorch's default ``ignore_index``, the only value it accepts with class-probability targets.
+_DEFAULT_IGNORE_INDEX = -100
+
+
 class CrossEntropyLoss(torch.nn.Module):
     """``torch.nn.CrossEntropyLoss``, computed by the cross-entropy op.
 
@@ -180,8 +184,8 @@ class CrossEntropyLoss(torch.nn.Module):
 
     weight: Optional[torch.Tensor]
 
-    def __init__(self, weight: Optional[torch.Tensor] = None, ignore_index: int = -100, reduction: str = "mean",
-                 label_smoothing: float = 0.0, inplace_backward: bool = False) -> None:
+    def __init__(self, weight: Optional[torch.Tensor] = None, ignore_index: int = _DEFAULT_IGNORE_INDEX,
+                 reduction: str = "mean", label_smoothing: float = 0.0, inplace_backward: bool = False) -> None:
         super().__init__()
         if weight is not None and weight.dim() != 1:
             raise ValueError(f"CrossEntropyLoss: weight must be 1-D, one weight per class, "
@@ -196,6 +200,10 @@ class CrossEntropyLoss(torch.nn.Module):
         if logits.ndim == 1:  # one sample: PyTorch's loss of it is a scalar for every reduction
             return self(logits.unsqueeze(0), target.unsqueeze(0)).reshape(())
         rows, probabilities = _class_rows(logits), target.is_floating_point()
+        if probabilities and self.ignore_index != _DEFAULT_IGNORE_INDEX:
+            # As PyTorch: a probability target has no class to ignore, and the setting is a mistake.
+            raise ValueError(f"CrossEntropyLoss: ignore_index is not supported for class-probability targets, "
+                             f"got ignore_index={self.ignore_index}")
         if probabilities:
             loss = probability_cross_entropy(rows, _class_rows(target), self.weight, self.label_smoothing,
                                              self.reduction, self.inplace_backward)
