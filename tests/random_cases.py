@@ -18,8 +18,6 @@ import math
 import random
 from typing import Any, Dict, List, Optional, Tuple
 
-import torch
-
 from codegen.model import OpSpec, ParamSpec
 from tests.op_checks import DTYPES, Case, Shape, _sized_axis, _spec, _values, accepted
 

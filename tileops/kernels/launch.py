@@ -14,7 +14,7 @@ import torch
 from tileops.kernels.sizes import MAX_EXTENT, row_vector
 
 __all__ = ["ALIGNMENT", "access_alignment", "aligned_contiguous", "aligned_rows", "contiguous_strides", "direct_launcher",
-           "contiguous_rows", "empty_contiguous", "folded_stride", "has_unit_rows", "is_aligned_contiguous", "is_contiguous",
+           "empty_contiguous", "folded_stride", "has_unit_rows", "is_aligned_contiguous", "is_contiguous",
            "int32_launch_ranges", "kernel_view_spec", "launch_in_ranges", "LaunchRanges", "LayoutMemo",
            "merged_axes_view", "on_device", "rows_and_output", "unit_stride_rows", "ViewSpec", "widest_access"]
 
@@ -277,14 +277,14 @@ def aligned_rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
     its memory allows (``unit_stride_rows``, a row stride that is a multiple of that access
     width, an aligned start), else an aligned contiguous copy."""
     if is_aligned_contiguous(tensor):  # the usual call, on its fast path
-        return contiguous_rows(tensor, width)
+        return _contiguous_rows(tensor, width)
     view = unit_stride_rows(tensor, width)
     if view is None or view.data_ptr() % ALIGNMENT or view.stride(0) % row_vector(width, tensor.dtype):
-        return contiguous_rows(aligned_contiguous(tensor), width)
+        return _contiguous_rows(aligned_contiguous(tensor), width)
     return view
 
 
-def contiguous_rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
+def _contiguous_rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
     """A contiguous ``tensor`` as ``(rows, width)`` rows ``width`` elements apart: itself when 2-D,
     else a view.  A single row may carry any stride and still be contiguous (a row sliced from a
     wider buffer), and the programs read its stride as the rows' distance: it gets a view too."""
@@ -303,7 +303,7 @@ def rows_and_output(tensor: torch.Tensor, width: int) -> Tuple[torch.Tensor, tor
     if is_aligned_contiguous(tensor):
         out = torch.empty_like(tensor)
         if tensor.dim() == 2:
-            return contiguous_rows(tensor, width), out, contiguous_rows(out, width)
+            return _contiguous_rows(tensor, width), out, _contiguous_rows(out, width)
         return tensor.view(-1, width), out, out.view(-1, width)
     out = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
     return aligned_rows(tensor, width), out, out.view(-1, width)

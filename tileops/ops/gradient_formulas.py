@@ -74,8 +74,8 @@ def variance_gradient(grad: torch.Tensor, x: torch.Tensor, dim: Dims, correction
     a 0-d ``x``) with no degrees of freedom left (``numel <= correction``, where the variance
     itself is NaN): there an element equal to the mean gets NaN and any other an infinity."""
     centered = x - x.mean(dim, keepdim=True)
-    # Scaled while still reduced: the full-size work is the mean, the difference and one product.
     spread = unreduce(grad, x.shape, dim, keepdim)
     if (dim is None or x.ndim == 0) and x.numel() <= correction:
         return spread * centered.new_full(centered.shape, math.inf).masked_fill_(centered == 0, math.nan)
+    # Scaled while still reduced: the full-size work is the mean, the difference and one product.
     return spread * 2 / (reduced_count(x.shape, dim) - correction) * centered
