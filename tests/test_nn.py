@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
@@ -235,6 +237,48 @@ def test_cross_entropy_loss_applies_class_weights_as_pytorch_does(shape, reducti
     torch.testing.assert_close(got, expected, equal_nan=True)
     grad = torch.randn(expected.shape, generator=generator)
     torch.testing.assert_close(torch.autograd.grad(got, logits, grad), torch.autograd.grad(expected, logits, grad))
+
+
+def _random_loss_configuration(seed: int):
+    """Logits of a random layout ([C], [N, C], [N, C, d1(, d2)], N from 0), class indices (a
+    quarter of them maybe the ignored class) or probabilities (float32 or the logits' dtype), and
+    random weights, ignore_index, smoothing, reduction, in-place backward and dtype."""
+    rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
+    classes, rows = rng.choice([1, 2, 3, 7, 100]), rng.choice([0, 1, 2, 5])
+    shape = rng.choice([(classes,), (rows, classes), (rows, classes, 3), (rows, classes, 2, 1)])
+    dtype = rng.choice([torch.float32, torch.bfloat16, torch.float16])
+    logits = torch.randn(shape, generator=generator).to(dtype)
+    options = {"weight": torch.rand(classes, generator=generator) + 0.1 if rng.random() < 0.5 else None,
+               "reduction": rng.choice(["none", "mean", "sum"]), "label_smoothing": rng.choice([0.0, 0.1, 1.0])}
+    if rng.random() < 0.4:
+        target = torch.randn(shape, generator=generator).softmax(0 if len(shape) == 1 else 1)
+        target = target.to(rng.choice([torch.float32, dtype]))
+    else:
+        options["ignore_index"] = rng.choice([-100, 0, 1])
+        target = torch.randint(0, classes, shape[:1] + shape[2:] if len(shape) > 1 else (), generator=generator)
+        if target.dim() and target.numel() and rng.random() < 0.5:
+            target.view(-1)[::4] = options["ignore_index"]
+    return logits, target, options, rng.random() < 0.3
+
+
+@pytest.mark.parametrize("seed", range(48))
+def test_cross_entropy_loss_matches_pytorch_on_random_configurations(seed: int) -> None:
+    logits, target, options, inplace = _random_loss_configuration(seed)
+    wide = logits.double().requires_grad_()
+    weight = options["weight"]
+    expected = torch.nn.functional.cross_entropy(wide, target.double() if target.is_floating_point() else target,
+                                                 **dict(options, weight=None if weight is None else weight.double()))
+    leaf = logits.clone().requires_grad_()
+    got = tnn.CrossEntropyLoss(**options, inplace_backward=inplace)(leaf, target)
+    tolerance = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 2e-3}[logits.dtype]
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got.double(), expected, rtol=tolerance, atol=tolerance, equal_nan=True)
+    if expected.numel() and torch.isfinite(expected).all():
+        seed_grad = torch.randn(expected.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        (grad,) = torch.autograd.grad((got.double() * seed_grad).sum(), leaf)
+        (expected_grad,) = torch.autograd.grad((expected * seed_grad).sum(), wide)
+        scale = max(1.0, expected_grad.abs().max().item() if expected_grad.numel() else 0.0)
+        torch.testing.assert_close(grad.double(), expected_grad, rtol=tolerance, atol=tolerance * scale)
 
 
 def test_class_weighted_loss_of_half_precision_logits_is_computed_in_float32() -> None:
