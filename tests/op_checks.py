@@ -318,10 +318,10 @@ def _poison_allocator(nbytes: int, device: str) -> None:
 def check_against_reference(case: Case, device: str = "cuda", seed: int = 0, float32_slack: bool = False) -> None:
     """Run the op on random inputs and compare every output with the float64 reference.
 
-    ``float32_slack``: also allow ``SLACK_FACTOR`` times the reference's own error when evaluated in float32
-    (the precision the kernels compute in), for inputs where the result is ill-conditioned (a
-    constant row normalised, a norm over two elements) and float32 itself lands farther than
-    the dtype's tolerance."""
+    ``float32_slack``: also allow ``SLACK_FACTOR`` times the reference's own error when evaluated
+    in float32 (the precision the kernels compute in), for inputs where the result is
+    ill-conditioned (a constant row normalised, a norm over two elements) and float32 itself
+    lands farther than the dtype's tolerance."""
     spec = _spec(case.op)
     generator = torch.Generator().manual_seed(seed)
     inputs = make_inputs(spec, case, device, generator)
@@ -330,7 +330,7 @@ def check_against_reference(case: Case, device: str = "cuda", seed: int = 0, flo
     _poison_allocator(max((torch.Size(s).numel() for s in expected_shapes.values()), default=0) * 4, device)
     outputs = _as_tuple(op(*inputs))
     references = _as_tuple(op.reference(*_widened(inputs, torch.float64)))
-    slacks = (_float32_errors(references, _as_tuple(op.reference(*_widened(inputs, torch.float32))))
+    slacks = (_evaluation_errors(references, _as_tuple(op.reference(*_widened(inputs, torch.float32))))
               if float32_slack else [0.0] * len(references))
     assert len(outputs) == len(spec.outputs)
     for tensor, out, ref, slack in zip(spec.outputs, outputs, references, slacks):
@@ -345,11 +345,11 @@ def _widened(tensors: Sequence[Optional[torch.Tensor]], dtype: torch.dtype) -> L
     return [t.detach().to(dtype) if t is not None and t.is_floating_point() else t for t in tensors]
 
 
-def _float32_errors(exact: Sequence[torch.Tensor], in_float32: Sequence[torch.Tensor]) -> List[float]:
-    """Per output, the largest difference between its float64 and float32 (or other narrower)
-    evaluations, over the elements both give finite."""
+def _evaluation_errors(exact: Sequence[torch.Tensor], narrower: Sequence[torch.Tensor]) -> List[float]:
+    """Per output, the largest difference between its float64 evaluation and a narrower one
+    (float32, or the inputs' dtype), over the elements both give finite."""
     errors = []
-    for wide, narrow in zip(exact, in_float32):
+    for wide, narrow in zip(exact, narrower):
         if not wide.is_floating_point():
             errors.append(0.0)
             continue
@@ -385,7 +385,8 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
     rtol = TOLERANCE[dtype]
     finite = expected[torch.isfinite(expected)]
     scale = finite.abs().max().item() if finite.numel() else 0.0
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=rtol * max(scale, 1.0) + SLACK_FACTOR * slack, equal_nan=True)
+    atol = rtol * max(scale, 1.0) + SLACK_FACTOR * slack
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
 
 
 def check_gradients(case: Case, device: str = "cuda", seed: int = 0, float32_slack: bool = False) -> None:
@@ -393,44 +394,55 @@ def check_gradients(case: Case, device: str = "cuda", seed: int = 0, float32_sla
     the same random output seeds, rounded to each output's dtype as a gradient reaching it is;
     compare the gradient of every input the op differentiates.  ``float32_slack``: as in
     ``check_against_reference``, and also the error of the reference's gradient evaluated in the
-    inputs' dtype, in which PyTorch's derivative formulas (and the manifest's) compute.  A case whose reference leaves the range of the outputs' dtype
-    is skipped: its gradient is infinite or NaN there, whichever way it is computed."""
+    inputs' dtype, in which PyTorch's derivative formulas (and the manifest's) compute.  A case
+    whose reference leaves the range of the outputs' dtype is skipped: its gradient is infinite
+    or NaN there, whichever way it is computed."""
     spec = _spec(case.op)
     generator = torch.Generator().manual_seed(seed)
     inputs = make_inputs(spec, case, device, generator)
-    positions = [i for i, t in enumerate(spec.inputs)
-                 if t.name in spec.differentiated_inputs and inputs[i] is not None]
+    positions = _differentiated_positions(case, inputs)
     for i in positions:
         inputs[i].requires_grad_()
     op = build_op(case)
+    out_dtypes = [_expected_dtype(spec, t.name, inputs) for t in spec.outputs]
 
-    def reference_gradients(dtype: torch.dtype) -> Tuple[Tuple[torch.Tensor, ...], List[torch.Tensor]]:
-        copies = [t.requires_grad_() if t is not None and i in positions else t
-                  for i, t in enumerate(_widened(inputs, dtype))]
-        outputs = _as_tuple(op.reference(*copies))
-        return outputs, _seeded_gradients(outputs, seeds, [copies[i] for i in positions])
+    def reference_gradients(dtype: torch.dtype) -> List[torch.Tensor]:
+        copies = [t.requires_grad_() if i in positions else t for i, t in enumerate(_widened(inputs, dtype))]
+        return _seeded_gradients(_as_tuple(op.reference(*copies)), seeds, [copies[i] for i in positions])
 
     with torch.no_grad():
-        outputs = _as_tuple(op(*inputs))
         exact = _as_tuple(op.reference(*_widened(inputs, torch.float64)))
-    if any(out.is_floating_point() and (torch.isfinite(ref) & (ref.abs() > torch.finfo(out.dtype).max)).any()
-           for out, ref in zip(outputs, exact)):
+    if any(dtype.is_floating_point and (torch.isfinite(ref) & (ref.abs() > torch.finfo(dtype).max)).any()
+           for ref, dtype in zip(exact, out_dtypes)):
         pytest.skip(f"the forward leaves the range of {case.dtype}")
-    seeds = [torch.randn(tuple(out.shape), generator=generator).to(device=device, dtype=out.dtype).double()
-             if out.is_floating_point() else None for out in outputs]
+    seeds = [torch.randn(tuple(ref.shape), generator=generator).to(device=device, dtype=dtype).double()
+             if dtype.is_floating_point else None for ref, dtype in zip(exact, out_dtypes)]
     # The references first: a forward built with ``inplace_backward`` writes its gradient over the logits.
-    _, expected = reference_gradients(torch.float64)
+    expected = reference_gradients(torch.float64)
     slacks = [0.0] * len(expected)
     if float32_slack:
         # Gradient formulas (an add's, a product's) run in the inputs' dtype, as PyTorch's do.
         for dtype in {torch.float32, case.dtype}:
-            errors = _float32_errors(expected, reference_gradients(dtype)[1])
-            slacks = [max(a, b) for a, b in zip(slacks, errors)]
+            slacks = [max(a, b) for a, b in zip(slacks, _evaluation_errors(expected, reference_gradients(dtype)))]
     got = _seeded_gradients(_as_tuple(op(*inputs)), seeds, [inputs[i] for i in positions])
     for i, mine, theirs, slack in zip(positions, got, expected, slacks):
         assert mine.dtype == inputs[i].dtype, (spec.inputs[i].name, mine.dtype)
         assert mine.shape == inputs[i].shape, (spec.inputs[i].name, mine.shape)
         assert_close(mine, theirs, case.dtype, slack)
+
+
+def has_gradients(case: Case) -> bool:
+    """Whether the case's op is a Fwd op the manifest differentiates (``check_gradients`` applies)."""
+    spec = _spec(case.op)
+    return spec.direction == "Fwd" and spec.differentiable
+
+
+def _differentiated_positions(case: Case, inputs: Sequence[Optional[torch.Tensor]]) -> List[int]:
+    """Positions of the present inputs the case's op gives gradients to (none unless ``has_gradients``)."""
+    if not has_gradients(case):
+        return []
+    spec = _spec(case.op)
+    return [i for i, t in enumerate(spec.inputs) if t.name in spec.differentiated_inputs and inputs[i] is not None]
 
 
 def _as_tuple(result: Any) -> Tuple[torch.Tensor, ...]:
@@ -453,8 +465,7 @@ def check_traced_with_dynamic_shapes(case: Case, device: str = "cpu", seed: int 
     spec = _spec(case.op)
     op = build_op(case)
     inputs = make_inputs(spec, case, device, torch.Generator().manual_seed(seed))
-    positions = [i for i, t in enumerate(spec.inputs) if spec.direction == "Fwd" and spec.differentiable
-                 and t.name in spec.differentiated_inputs and inputs[i] is not None]
+    positions = _differentiated_positions(case, inputs)
     torch._dynamo.reset()
     compiled = torch.compile(lambda *tensors: op(*tensors), backend="aot_eager", dynamic=True, fullgraph=True)
     results = []

@@ -107,3 +107,19 @@ def test_unreduce_puts_reduced_axes_back_and_counts_them() -> None:
     assert reduced_count((3, 4, 5), None) == 60
     assert reduced_count((), [0]) == 1
     assert reduced_count((3, 0), [1]) == 0
+
+
+@pytest.mark.parametrize("shape, dim, correction", [((), None, 2), ((), (0,), 1), ((1,), None, 1), ((2,), None, 2),
+                                                     ((3, 2), None, 7), ((1, 4), (0,), 1), ((3, 2), (1,), 2)],
+                         ids=str)
+def test_variance_gradient_without_degrees_of_freedom_is_pytorchs(shape, dim, correction: int) -> None:
+    # Over every element with nothing left to divide by, PyTorch gives NaN where an element equals
+    # the mean and an infinity elsewhere; over given axes, 2 / (count - correction) whatever its sign.
+    x = torch.tensor([[1.0, 4.0, 2.5, 2.5], [7.0, -1.0, 3.0, 0.5], [2.0, 2.0, 5.0, 1.0]]).flatten()
+    x = x[: max(1, torch.Size(shape).numel())].reshape(shape)
+    if shape == (2,):
+        x = torch.tensor([3.0, 3.0])  # both equal to the mean: NaN, not an infinity
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    (got,) = torch.autograd.grad(F.var(ours, dim=dim, correction=correction).sum(), ours)
+    (expected,) = torch.autograd.grad(torch.var(theirs, dim=dim, correction=correction).sum(), theirs)
+    torch.testing.assert_close(got, expected, equal_nan=True)

@@ -176,6 +176,21 @@ def test_logits_the_program_cannot_overwrite_in_place_get_the_gradient_copied_in
     torch.testing.assert_close(z.grad, expected.T * 1)
 
 
+@pytest.mark.parametrize("kernel_path", [False, True], ids=["reference", "kernel"])
+def test_expanded_logits_get_the_gradient_in_a_new_tensor(kernel_path: bool) -> None:
+    # One row broadcast over the batch (stride 0): its memory cannot hold one gradient per row.
+    op = CrossEntropyFwdOp(V=V, dtype=torch.float32, inplace_backward=True)
+    if kernel_path:
+        _on_stand_in(op)
+    row = torch.randn(1, V)
+    logits = row.expand(ROWS, V).requires_grad_()
+    target = torch.randint(0, V, (ROWS,))
+    expected = _grad_of_mean_loss(logits.detach().contiguous(), target)
+    op(logits, target)[0].backward()
+    torch.testing.assert_close(logits.grad, expected)
+    torch.testing.assert_close(logits.detach(), row.expand(ROWS, V))  # the logits are as they were
+
+
 def test_a_traced_graph_computes_out_of_place() -> None:
     op = CrossEntropyFwdOp(V=V, dtype=torch.float32, inplace_backward=True)
     z = torch.randn(ROWS, V, requires_grad=True)

@@ -9,14 +9,15 @@ from __future__ import annotations
 import pytest
 
 from codegen import load_manifest
-from tests.op_checks import _spec, check_against_reference, check_gradients, check_traced_with_dynamic_shapes
+from tests.op_checks import (check_against_reference, check_gradients, check_traced_with_dynamic_shapes,
+                              has_gradients)
 from tests.random_cases import random_cases
 
 OPS = [op.name for op in load_manifest().ops if op.status == "implemented"]
 COUNT = 4
 MAX_NUMEL = 1 << 14
 CASES = [case for name in OPS for case in random_cases(name, COUNT, seed=1, max_numel=MAX_NUMEL)]
-GRADIENT_CASES = [case for case in CASES if _spec(case.op).direction == "Fwd" and _spec(case.op).differentiable]
+GRADIENT_CASES = [case for case in CASES if has_gradients(case)]
 # Two cases an op traced with symbolic sizes, as torch.compile retraces a graph whose input shapes
 # changed (its "automatic dynamic" shapes).
 TRACED_CASES = [case for name in OPS for case in random_cases(name, 2, seed=2, max_numel=1 << 12)]

@@ -200,11 +200,11 @@ class CrossEntropyLoss(torch.nn.Module):
         if logits.ndim == 1:  # one sample: PyTorch's loss of it is a scalar for every reduction
             return self(logits.unsqueeze(0), target.unsqueeze(0)).reshape(())
         rows, probabilities = _class_rows(logits), target.is_floating_point()
-        if probabilities and self.ignore_index != _DEFAULT_IGNORE_INDEX:
-            # As PyTorch: a probability target has no class to ignore, and the setting is a mistake.
-            raise ValueError(f"CrossEntropyLoss: ignore_index is not supported for class-probability targets, "
-                             f"got ignore_index={self.ignore_index}")
         if probabilities:
+            if self.ignore_index != _DEFAULT_IGNORE_INDEX:
+                # As PyTorch: a probability target has no class to ignore, and the setting is a mistake.
+                raise ValueError(f"CrossEntropyLoss: ignore_index is not supported for class-probability "
+                                 f"targets, got ignore_index={self.ignore_index}")
             loss = probability_cross_entropy(rows, _class_rows(target), self.weight, self.label_smoothing,
                                              self.reduction, self.inplace_backward)
         elif self.weight is None:

@@ -35,7 +35,7 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
 
     Forward inputs:
         logits: float16 | bfloat16 | float32. Unnormalized class scores, one row per sample.
-        target: int64. Class index of each row in [0, V), or ignore_index; another value makes its rows loss and gradient NaN on the GPU (PyTorch stops the process there) and raises IndexError on the CPU.
+        target: int64. Class index of each row in [0, V), or ignore_index; another value makes its row's loss and gradient NaN on the GPU (PyTorch stops the process there) and raises IndexError on the CPU.
     """
 
     # Manifest workloads (for `tileops tune --workload` and tools): shapes, dtype, constructor args.
