@@ -35,15 +35,19 @@ test: $(STAMP)
 	$(PY) -m pytest -q -m "not gpu" tests
 
 # The programs the GPU tests launch are compiled first, in parallel (TileLang caches them on disk).
-# Where the GPU python has pytest-xdist, the tests spread over worker processes sharing the GPU;
-# the few that allocate tens of GiB (big_memory) run after them, one at a time.
+# Where the GPU python has pytest-xdist, the tests spread over worker processes, which take the
+# host's GPUs in turn; the few that allocate tens of GiB (big_memory) run after them, one at a time
+# on each GPU.
 GPU_TEST_WORKERS ?= 8
-XDIST_ARGS = $(shell $(GPU_PY) -c "import xdist" >/dev/null 2>&1 && echo "-p xdist -n $(GPU_TEST_WORKERS) --dist load")
+HAS_XDIST = $(shell $(GPU_PY) -c "import xdist" >/dev/null 2>&1 && echo yes)
+GPU_COUNT = $(shell $(GPU_PY) -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+XDIST_ARGS = $(if $(HAS_XDIST),-p xdist -n $(GPU_TEST_WORKERS) --dist load)
+BIG_MEMORY_ARGS = $(if $(and $(HAS_XDIST),$(filter-out 0 1,$(GPU_COUNT))),-p xdist -n $(GPU_COUNT) --dist load)
 
 test-gpu:
 	$(GPU_PY) -m tests.gpu.warmup
 	$(GPU_PY) -m pytest -q -m "gpu and not big_memory" $(XDIST_ARGS) tests/gpu
-	$(GPU_PY) -m pytest -q -m "gpu and big_memory" tests/gpu
+	$(GPU_PY) -m pytest -q -m "gpu and big_memory" $(BIG_MEMORY_ARGS) tests/gpu
 
 bench:
 	$(GPU_PY) -m benchmarks $(if $(OPS),--ops $(OPS)) $(if $(WORKLOADS),--workloads $(WORKLOADS))

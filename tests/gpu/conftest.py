@@ -1,6 +1,7 @@
 """GPU tests: skipped where no CUDA device is present; large manifest cases marked ``big_memory``."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -11,6 +12,14 @@ from tests.op_checks import Case
 # one at a time: its float64 reference and gradients take several times the input, and a few such
 # cases at once in parallel worker processes exhaust an 80 GiB GPU.
 BIG_CASE_BYTES = 256 << 20
+
+
+def pytest_configure(config):
+    """On a host with several GPUs, parallel worker processes (pytest-xdist's ``gwN``) take them in
+    turn, so ``make test-gpu`` runs on all of them; tests reach their GPU as the current device."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and torch.cuda.is_available() and torch.cuda.device_count() > 1:
+        torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
 
 
 def case_bytes(case: Case) -> int:

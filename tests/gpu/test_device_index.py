@@ -16,6 +16,17 @@ pytestmark = [
 
 SECOND = "cuda:1"
 
+
+@pytest.fixture(autouse=True)
+def _device_zero_current():
+    """Each test runs with device 0 current, as a one-GPU program would, whichever GPU the worker
+    process was given (the GPU tests spread their workers over the host's GPUs), and gives the
+    worker its device back."""
+    previous = torch.cuda.current_device()
+    torch.cuda.set_device(0)
+    yield
+    torch.cuda.set_device(previous)
+
 # (name, our function, the PyTorch equivalent, input shape); one op of each family.
 CASES = [
     ("rms_norm", lambda x, w: F.rms_norm(x, w, eps=1e-6),
@@ -38,7 +49,6 @@ def _inputs(shape, device):
 
 @pytest.mark.parametrize("name,ours,theirs,shape", CASES, ids=[c[0] for c in CASES])
 def test_forward_and_backward_stay_on_the_second_device(name, ours, theirs, shape):
-    torch.cuda.set_device(0)
     before = torch.cuda.memory_allocated(0)
     x, w = _inputs(shape, SECOND)
     out = ours(x, w)
@@ -72,7 +82,6 @@ def test_a_reduction_runs_on_the_second_device(dim):
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 def test_cross_entropy_runs_on_the_second_device(reduction):
     """The loss family: the forward's row and total programs and the backward, on device 1."""
-    torch.cuda.set_device(0)
     logits, _ = _inputs((37, 1000), SECOND)
     target = torch.randint(0, 1000, (37,), device=SECOND)
     target[::5] = -100

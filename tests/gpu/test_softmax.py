@@ -216,7 +216,7 @@ def test_staged_rows(name, N, dtype, stages):
     from tileops.kernels.softmax.softmax import ROW_STAGED
 
     op, kernel = _op_and_kernel(name, N, dtype, row_stages=stages)
-    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     for rows in (1, sm_count + 1, 5 * sm_count - 7):
         x = torch.randn(rows, N + 8, device="cuda", dtype=dtype)[:, :N]
         x[-1] = float("-inf")
@@ -269,7 +269,7 @@ def test_staged_row_clusters(name, N, dtype, stages):
     from tileops.kernels.softmax.softmax import ROW_CLUSTER_STAGED
 
     op, kernel = _op_and_kernel(name, N, dtype, cluster_stages=stages)
-    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     least = kernel.least_staged_cluster_rows(sm_count)
     for rows in (least, least + 1, 5 * sm_count - 7):
         x = torch.randn(rows, N + 8, device="cuda", dtype=dtype)[:, :N]
