@@ -165,7 +165,8 @@ class ReferenceBackward:
 
 
 # Helpers a gradient formula may call: ``tileops.ops.gradient_formulas.__all__`` less ``ShapeOf``.
-FORMULA_HELPERS = frozenset({"unreduce", "reduced_count", "extremum_gradient", "variance_gradient"})
+FORMULA_HELPERS = frozenset({"unreduce", "reduced_count", "extremum_gradient", "variance_gradient",
+                             "cumprod_gradient"})
 # What a formula may read of an input it does not save: a ``ShapeOf`` has only these.
 SHAPE_ONLY_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device"})
 

@@ -14,7 +14,7 @@ import itertools
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
@@ -315,20 +315,22 @@ def _poison_allocator(nbytes: int, device: str) -> None:
     del blocks
 
 
-def check_against_reference(case: Case, device: str = "cuda", seed: int = 0, float32_slack: bool = False) -> None:
+def check_against_reference(case: Case, device: str = "cuda", seed: int = 0, float32_slack: bool = False,
+                            traced: bool = False) -> None:
     """Run the op on random inputs and compare every output with the float64 reference.
 
     ``float32_slack``: also allow ``SLACK_FACTOR`` times the reference's own error when evaluated
     in float32 (the precision the kernels compute in), for inputs where the result is
     ill-conditioned (a constant row normalised, a norm over two elements) and float32 itself
-    lands farther than the dtype's tolerance."""
+    lands farther than the dtype's tolerance.  ``traced``: call the op through ``_traced``."""
     spec = _spec(case.op)
     generator = torch.Generator().manual_seed(seed)
     inputs = make_inputs(spec, case, device, generator)
     op = build_op(case)
+    call = _traced(op) if traced else op
     expected_shapes = op._infer_output_shapes(*(None if t is None else tuple(t.shape) for t in inputs))
     _poison_allocator(max((torch.Size(s).numel() for s in expected_shapes.values()), default=0) * 4, device)
-    outputs = _as_tuple(op(*inputs))
+    outputs = _as_tuple(call(*inputs))
     references = _as_tuple(op.reference(*_widened(inputs, torch.float64)))
     slacks = (_evaluation_errors(references, _as_tuple(op.reference(*_widened(inputs, torch.float32))))
               if float32_slack else [0.0] * len(references))
@@ -389,14 +391,15 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
 
 
-def check_gradients(case: Case, device: str = "cuda", seed: int = 0, float32_slack: bool = False) -> None:
+def check_gradients(case: Case, device: str = "cuda", seed: int = 0, float32_slack: bool = False,
+                    traced: bool = False) -> None:
     """Differentiate the op (a Fwd op the manifest differentiates) and the float64 reference under
     the same random output seeds, rounded to each output's dtype as a gradient reaching it is;
     compare the gradient of every input the op differentiates.  ``float32_slack``: as in
     ``check_against_reference``, and also the error of the reference's gradient evaluated in the
     inputs' dtype, in which PyTorch's derivative formulas (and the manifest's) compute.  A case
     whose reference leaves the range of the outputs' dtype is skipped: its gradient is infinite
-    or NaN there, whichever way it is computed."""
+    or NaN there, whichever way it is computed.  ``traced``: call the op through ``_traced``."""
     spec = _spec(case.op)
     generator = torch.Generator().manual_seed(seed)
     inputs = make_inputs(spec, case, device, generator)
@@ -424,7 +427,8 @@ def check_gradients(case: Case, device: str = "cuda", seed: int = 0, float32_sla
         # Gradient formulas (an add's, a product's) run in the inputs' dtype, as PyTorch's do.
         for dtype in {torch.float32, case.dtype}:
             slacks = [max(a, b) for a, b in zip(slacks, _evaluation_errors(expected, reference_gradients(dtype)))]
-    got = _seeded_gradients(_as_tuple(op(*inputs)), seeds, [inputs[i] for i in positions])
+    call = _traced(op) if traced else op
+    got = _seeded_gradients(_as_tuple(call(*inputs)), seeds, [inputs[i] for i in positions])
     for i, mine, theirs, slack in zip(positions, got, expected, slacks):
         assert mine.dtype == inputs[i].dtype, (spec.inputs[i].name, mine.dtype)
         assert mine.shape == inputs[i].shape, (spec.inputs[i].name, mine.shape)
@@ -458,24 +462,19 @@ def _seeded_gradients(outputs: Sequence[torch.Tensor], seeds: Sequence[Optional[
     return [torch.zeros_like(leaf) if grad is None else grad for leaf, grad in zip(leaves, grads)]
 
 
-def check_traced_with_dynamic_shapes(case: Case, device: str = "cpu", seed: int = 0) -> None:
-    """The op traced by ``torch.compile(dynamic=True, fullgraph=True)`` (``aot_eager``: the custom
-    op, its fake function over symbolic sizes, and for a differentiable Fwd op its backward) gives
-    the eager call's outputs and gradients."""
-    spec = _spec(case.op)
-    op = build_op(case)
-    inputs = make_inputs(spec, case, device, torch.Generator().manual_seed(seed))
-    positions = _differentiated_positions(case, inputs)
+def _traced(op: Any) -> Callable[..., Any]:
+    """The op traced by ``torch.compile(dynamic=True, fullgraph=True)`` with ``aot_eager``: the
+    custom op, its fake function over symbolic sizes, and for a differentiable Fwd op its
+    backward, as torch.compile retraces a graph whose input shapes changed."""
     torch._dynamo.reset()
-    compiled = torch.compile(lambda *tensors: op(*tensors), backend="aot_eager", dynamic=True, fullgraph=True)
-    results = []
-    for run in (op, compiled):
-        leaves = [t.detach().clone().requires_grad_() if i in positions else t for i, t in enumerate(inputs)]
-        outputs = _as_tuple(run(*leaves))
-        seeds = [torch.ones_like(out, dtype=torch.float64) if out.is_floating_point() else None for out in outputs]
-        grads = _seeded_gradients(outputs, seeds, [leaves[i] for i in positions]) if positions else []
-        results.append((outputs, grads))
-    (eager, eager_grads), (traced, traced_grads) = results
-    for mine, theirs in zip(traced + tuple(traced_grads), eager + tuple(eager_grads)):
-        assert mine.shape == theirs.shape and mine.dtype == theirs.dtype, (mine.shape, theirs.shape)
-        torch.testing.assert_close(mine, theirs, equal_nan=True)
+    return torch.compile(lambda *tensors: op(*tensors), backend="aot_eager", dynamic=True, fullgraph=True)
+
+
+def check_traced_with_dynamic_shapes(case: Case, device: str = "cpu", seed: int = 0) -> None:
+    """``check_against_reference`` and, for a differentiable Fwd op, ``check_gradients`` of the op
+    traced with symbolic sizes (``_traced``), float32 slack included: held to the reference's
+    tolerance rather than to the eager call's bits, as a traced graph may evaluate a gradient
+    formula in another order."""
+    check_against_reference(case, device, seed, float32_slack=True, traced=True)
+    if has_gradients(case):
+        check_gradients(case, device, seed, float32_slack=True, traced=True)

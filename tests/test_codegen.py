@@ -241,3 +241,34 @@ def test_new_op_cli_adds_a_loadable_stub(project: Path) -> None:
     op = load(project).op("SoftplusFwdOp")
     assert op.status == "spec-only" and op.family == "activation"
     assert "tileops/kernels/activation/softplus.py" in generate(project)
+
+
+def test_a_reference_backward_differentiates_the_reference_eager_traced_and_twice(project: Path) -> None:
+    """``backward: reference`` (the demo op): an eager backward runs plain autograd of the reference
+    (torch.func's transforms cost most of a millisecond a call), a compiled one traces
+    ``torch.func.vjp`` of it, and ``create_graph=True`` records the gradient's own graph."""
+    (project / "manifest" / "demo.yaml").write_text(DEMO)
+    generate(project)
+    run_python(project, """
+import torch
+from tileops.ops import ScaleShiftFwdOp
+op = ScaleShiftFwdOp(N=3, dtype=torch.float32, dim=1, alpha=1.5)
+x, shift = torch.randn(2, 3, 4, requires_grad=True), torch.randn(3, requires_grad=True)
+seed = torch.randn(2, 3, 4)
+expected = (1.5 * seed, seed.sum((0, 2)))
+
+def refuse(*args, **kwargs):
+    raise AssertionError("torch.func.vjp in an eager backward")
+
+vjp, torch.func.vjp = torch.func.vjp, refuse
+eager = torch.autograd.grad(op(x, shift), (x, shift), seed)
+torch.func.vjp = vjp
+compiled = torch.compile(lambda a, b: op(a, b), backend="aot_eager", dynamic=True, fullgraph=True)
+traced = torch.autograd.grad(compiled(x, shift), (x, shift), seed)
+for got in (eager, traced):
+    for mine, theirs in zip(got, expected):
+        torch.testing.assert_close(mine, theirs)
+(grad_x,) = torch.autograd.grad(op(x, shift).square().sum(), (x,), create_graph=True)
+(second,) = torch.autograd.grad(grad_x.sum(), (x,))
+torch.testing.assert_close(second, torch.full_like(x, 2 * 1.5 * 1.5))
+""")

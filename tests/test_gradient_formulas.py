@@ -123,3 +123,46 @@ def test_variance_gradient_without_degrees_of_freedom_is_pytorchs(shape, dim, co
     (got,) = torch.autograd.grad(F.var(ours, dim=dim, correction=correction).sum(), ours)
     (expected,) = torch.autograd.grad(torch.var(theirs, dim=dim, correction=correction).sum(), theirs)
     torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+def _with_zeros(shape: Sequence[int], dim: int, layout: str) -> torch.Tensor:
+    """Values with zeros planted along ``dim``: none, one an axis, two, or opening it."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(len(shape) + dim))
+    if layout == "none" or x.ndim == 0 or x.numel() == 0:
+        return x
+    length = x.shape[dim]
+    moved = x.movedim(dim, -1)
+    if layout == "opening":
+        moved[..., 0] = 0
+    else:
+        moved[..., length // 2] = 0
+    if layout == "two" and length > 2:
+        moved[..., -1] = 0
+    return x
+
+
+@pytest.mark.parametrize("shape, dim", [((), 0), ((1,), 0), ((7,), -1), ((4, 9), 1), ((4, 9), 0), ((3, 0, 5), 2),
+                                        ((2, 6, 3), -2), ((2, 1, 3), 1)], ids=str)
+@pytest.mark.parametrize("layout", ["none", "one", "two", "opening"])
+def test_the_cumulative_products_gradient_is_pytorchs_zeros_included(shape, dim: int, layout: str) -> None:
+    x = _with_zeros(shape, dim, layout)
+    seed = torch.randn(shape, generator=torch.Generator().manual_seed(7))
+    (got,) = _grads(lambda t: F.cumprod(t, dim), [x], seed)
+    (expected,) = _grads(lambda t: torch.cumprod(t, dim), [x], seed)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_cumulative_products_gradient_traces_to_a_graph_its_axis_does_not_grow() -> None:
+    # PyTorch's own backward, traced through torch.func, unrolls a loop over the axis (ten
+    # operations an element); the formula's traced graph is the same for an axis of 16 or 4096.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tileops.ops.gradient_formulas import cumprod_gradient
+
+    def traced_size(length: int) -> int:
+        x = torch.rand(3, length) + 0.5
+        graph = make_fx(lambda t, y, g: cumprod_gradient(g, t, y, 1), tracing_mode="symbolic")(
+            x, x.cumprod(1), torch.randn(3, length))
+        return len(graph.graph.nodes)
+
+    assert traced_size(16) == traced_size(4096) < 64

@@ -400,8 +400,8 @@ def test_fused_add_rms_norm_gives_both_addends_the_gradient_of_their_sum(uses_su
         torch.testing.assert_close(got[0], got[1], rtol=0, atol=0)
 
 
-def test_reference_gradients_trace_into_a_compiled_backward() -> None:
-    """``backward: reference`` ops differentiate under torch.compile as in eager mode."""
+def test_formula_gradients_trace_into_a_compiled_backward() -> None:
+    """Ops differentiated by the manifest's formulas differentiate under torch.compile as in eager mode."""
     def loss(f, a, b):
         h = f.mul(f.add(a, b), torch.sigmoid(a)) if f is F else torch.mul(torch.add(a, b), torch.sigmoid(a))
         return (f.sum(h, [1]) if f is F else torch.sum(h, 1)).square().mean()
@@ -538,31 +538,7 @@ def test_a_formula_backward_never_recomputes_the_forward(spec, monkeypatch) -> N
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
 
 
-def test_an_eager_reference_backward_runs_plain_autograd(monkeypatch) -> None:
-    """torch.func's transforms cost most of a millisecond a call in eager mode: an eager backward
-    differentiates the reference with autograd, and gives the same gradients."""
-    x = torch.randn(6, 5, requires_grad=True)
-    residual = torch.randn(6, 5, requires_grad=True)
-    weight = torch.randn(5, requires_grad=True)
-
-    def loss(cumprod, fused):
-        y, new_residual = fused(x, residual, weight)
-        return (cumprod(y) * new_residual).sum()
-
-    expected = torch.autograd.grad(loss(
-        lambda t: torch.cumprod(t, 1),
-        lambda a, r, w: (torch.nn.functional.rms_norm(a + r, (5,), w, 1e-6), a + r)), (x, residual, weight))
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("torch.func.vjp in an eager backward")
-
-    monkeypatch.setattr(torch.func, "vjp", refuse)
-    got = torch.autograd.grad(loss(lambda t: F.cumprod(t, 1), F.fused_add_rms_norm), (x, residual, weight))
-    for mine, theirs in zip(got, expected):
-        torch.testing.assert_close(mine, theirs)
-
-
-def test_a_reference_backward_is_differentiable_again() -> None:
+def test_a_formula_backward_is_differentiable_again() -> None:
     """``create_graph=True`` records the gradient's own graph (here d/da of d(a*b*b)/da = 0, d/db = 2b)."""
     a = torch.randn(4, 3, requires_grad=True)
     b = torch.randn(3, requires_grad=True)

@@ -6,16 +6,17 @@ Provides:
   - CumprodFwdOp: y = cumprod(x, dim)
 """
 
-from typing import Dict, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 import torch
 
 from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.scan.cumprod import CumprodFwdKernel
 from tileops import _shape_rules as rules
+from tileops.ops import gradient_formulas as formulas
 
 from .base import ScanOp
-from ..op_base import ReferenceBackward, register_library_op
+from ..op_base import FormulaBackward, register_library_op
 
 __all__ = ["CumprodFwdOp"]
 
@@ -93,6 +94,12 @@ class CumprodFwdOp(ScanOp):
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
         return torch.cumprod(x, self.dim)
 
+    def _formula_gradients(self, needs: Tuple[bool, ...], x: Any, y: torch.Tensor, grad_y: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        """The inputs' gradients by the manifest's formulas, for the inputs ``needs`` marks."""
+        return (
+            formulas.cumprod_gradient(grad_y, x, y, self.dim) if needs[0] else None,
+        )
+
     def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
@@ -137,5 +144,5 @@ register_library_op(
     inputs=("x",),
     params=("dim",),
     outputs=("y",),
-    backward=ReferenceBackward(),
+    backward=FormulaBackward(saves=("x", "y")),
 )
