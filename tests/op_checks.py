@@ -338,6 +338,8 @@ def check_against_reference(case: Case, device: str = "cuda", seed: int = 0, flo
     for tensor, out, ref, slack in zip(spec.outputs, outputs, references, slacks):
         assert tuple(out.shape) == expected_shapes[tensor.name], (tensor.name, out.shape)
         assert out.device.type == torch.device(device).type
+        # The kernels and the fake functions give contiguous outputs; a compiled graph checks it.
+        assert out.is_contiguous(), (tensor.name, out.stride())
         assert out.dtype == _expected_dtype(spec, tensor.name, inputs), (tensor.name, out.dtype)
         assert_close(out, ref, case.dtype, slack)
 

@@ -177,6 +177,17 @@ def test_a_compiled_block_keeps_working_when_its_batch_changes_size() -> None:
         torch.testing.assert_close(compiled(x, bias), expected)
 
 
+def test_the_cpu_path_gives_the_contiguous_outputs_inductor_expects() -> None:
+    # PyTorch's ops keep a transposed input's layout; the fake functions, like the kernels, promise
+    # contiguous outputs, and the graph inductor compiles checks their strides.
+    a, b, x = torch.randn(5, 3).t(), torch.randn(3, 5), torch.randn(8, 3).t()
+    assert F.add(a, b).is_contiguous() and F.silu_and_mul(x).is_contiguous()
+    compiled = torch.compile(lambda p, q, r: (F.add(p, q) * 2, F.silu_and_mul(r)), fullgraph=True)
+    total, gated = compiled(a, b, x)
+    torch.testing.assert_close(total, (a + b) * 2)
+    torch.testing.assert_close(gated, torch.nn.functional.silu(x[:, :4]) * x[:, 4:])
+
+
 def test_functional_api_matches_reference_and_compiles() -> None:
     x, w = torch.randn(6, 32), torch.randn(32)
     torch.testing.assert_close(F.rms_norm(x, w, eps=1e-5), torch.nn.functional.rms_norm(x, (32,), w, 1e-5))

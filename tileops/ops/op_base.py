@@ -330,14 +330,18 @@ class Op(torch.nn.Module):
 
         Evaluated in half precision, a formula can lose every digit to rounding: RMSNorm's
         gradient of a one-element row is ``g * w * (1 - x**2 * r**2)``, a difference of two
-        nearly equal halves."""
+        nearly equal halves.
+
+        Outputs are contiguous, as the kernels' and the fake function's are: PyTorch's ops keep
+        a transposed input's layout, and a compiled graph checks the strides its fake function
+        promised."""
         if not any(t is not None and t.dtype in _HALF_DTYPES for t in inputs):
-            return self.reference(*inputs)
+            return _contiguous(self.reference(*inputs))
         result = self.reference(*(t.float() if t is not None and t.dtype in _HALF_DTYPES else t for t in inputs))
         promised = self._fake_outputs(*(None if t is None else t.to("meta") for t in inputs))
         if not isinstance(result, tuple):
-            return result.to(promised.dtype)
-        return tuple(out.to(like.dtype) for out, like in zip(result, promised))
+            return result.to(promised.dtype).contiguous()
+        return tuple(out.to(like.dtype).contiguous() for out, like in zip(result, promised))
 
     def _library_call(self, *inputs: Optional[torch.Tensor]) -> Any:
         raise NotImplementedError(f"{type(self).__name__}._library_call")
@@ -683,6 +687,11 @@ def _new_handle() -> int:
         handle = secrets.randbits(_HANDLE_BITS) + 1
         if handle not in _LIVE_OPS:
             return handle
+
+
+def _contiguous(result: Any) -> Any:
+    """An output, or a tuple of outputs, in contiguous memory (without a copy where it is)."""
+    return tuple(out.contiguous() for out in result) if isinstance(result, tuple) else result.contiguous()
 
 
 def _plain_eager_backward(*tensor_groups: Sequence[Optional[torch.Tensor]]) -> bool:
