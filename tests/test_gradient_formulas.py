@@ -166,3 +166,13 @@ def test_the_cumulative_products_gradient_traces_to_a_graph_its_axis_does_not_gr
         return len(graph.graph.nodes)
 
     assert traced_size(16) == traced_size(4096) < 64
+
+
+def test_the_cumulative_products_gradient_differentiates_again_where_no_element_is_zero() -> None:
+    x, seed, again = torch.rand(3, 7) + 0.5, torch.randn(3, 7), torch.randn(3, 7)
+    seconds = []
+    for cumprod in (lambda t: F.cumprod(t, 1), lambda t: torch.cumprod(t, 1)):
+        leaf = x.clone().requires_grad_()
+        (first,) = torch.autograd.grad(cumprod(leaf), leaf, seed, create_graph=True)
+        seconds.append(torch.autograd.grad(first, leaf, again)[0])
+    torch.testing.assert_close(*seconds, rtol=1e-5, atol=1e-5)

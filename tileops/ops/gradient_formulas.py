@@ -87,24 +87,21 @@ def cumprod_gradient(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, dim: 
 
     PyTorch's own backward asks the device whether ``x`` has a zero, and with grad mode on or
     traced tensors runs a loop over the axis, whose traced graph grows with the axis and whose
-    work grows with its square.  Here: before an axis's first zero ``z``,
-    ``sum_{j >= k} grad_j y_j / x_k``; at ``z``, ``y_{z-1}`` times ``sum_j grad_j prod_{z < i <= j}
-    x_i`` over ``z <= j`` short of the next zero; after it, 0.  Its own derivative (a second-order
-    gradient) is exact where the axis has no zero."""
+    work grows with its square.  Here: at ``x_k != 0``, ``sum_{j >= k} grad_j y_j / x_k`` (``y_j``
+    is 0 from an axis's first zero on); at the first zero, ``sum_{j >= k} grad_j`` times the
+    products of ``x`` up to ``j`` with that zero left out (0 from the next zero on); at a later
+    zero, 0.  Its own derivative (a second-order gradient) is exact where the axis has no zero."""
     if x.ndim == 0 or x.shape[dim] <= 1:
         return grad
     is_zero = x == 0
-    zeros_so_far = torch.cumsum(is_zero, dim)
-    before_first = zeros_so_far == 0
-    weighted = (y * grad).masked_fill(~before_first, 0)
-    tail = torch.flip(torch.cumsum(torch.flip(weighted, (dim,)), dim), (dim,))
-    # Divided where it is kept only: a zero's quotient would reach a second-order gradient as NaN.
-    result = torch.where(before_first, tail / torch.where(before_first, x, 1), 0)
-    first_zero = is_zero & (zeros_so_far == 1)
-    after_first = (zeros_so_far == 1) & ~first_zero
-    products = torch.where(after_first, x, 1).cumprod(dim)
-    at_first = (products * grad.masked_fill(zeros_so_far != 1, 0)).sum(dim, keepdim=True)
-    # y just before the first zero (1 where the zero opens the axis); argmax finds the first True.
-    position = first_zero.to(torch.uint8).argmax(dim, keepdim=True)
-    before = torch.where(position == 0, 1, y.gather(dim, (position - 1).clamp(min=0)))
-    return torch.where(first_zero, at_first * before, result)
+    first_zero = is_zero & (torch.cumsum(is_zero, dim) == 1)
+    without_first_zero = torch.where(first_zero, 1, x).cumprod(dim)
+    at_zero = torch.where(first_zero, _reversed_cumsum(grad * without_first_zero, dim), 0)
+    # Divided by 1 at zeros, whose quotient is replaced: a second-order gradient sees no NaN from it.
+    elsewhere = _reversed_cumsum(grad * y, dim) / torch.where(is_zero, 1, x)
+    return torch.where(is_zero, at_zero, elsewhere)
+
+
+def _reversed_cumsum(values: torch.Tensor, dim: int) -> torch.Tensor:
+    """``sum_{j >= k} values_j`` along ``dim``, summed from the end (no difference of totals)."""
+    return torch.flip(torch.cumsum(torch.flip(values, (dim,)), dim), (dim,))
