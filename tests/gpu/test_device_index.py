@@ -27,6 +27,7 @@ def _device_zero_current():
     yield
     torch.cuda.set_device(previous)
 
+
 # (name, our function, the PyTorch equivalent, input shape); one op of each family.
 CASES = [
     ("rms_norm", lambda x, w: F.rms_norm(x, w, eps=1e-6),

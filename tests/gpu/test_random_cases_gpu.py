@@ -2,8 +2,8 @@
 around powers of two on the op's axis, random params, broadcast operands, optional inputs left
 out, and each input in its own layout (strided, misaligned, transposed, padded rows, stride 0),
 against the float64 reference; the Fwd ops' gradients against autograd of the reference.  The
-first two cases of each op traced with symbolic sizes (``torch.compile(dynamic=True)``) against
-the eager call.  And each op's workloads cut to a single row of a wider buffer
+first two cases of each op traced with symbolic sizes (``torch.compile(dynamic=True)``), held
+to the reference as the eager calls are.  And each op's workloads cut to a single row of a wider buffer
 (``single_row_cases``).
 
 ``TILEOPS_RANDOM_CASES`` (cases an op, default 8) and ``TILEOPS_RANDOM_SEED`` (default 0) draw
