@@ -29,10 +29,11 @@ gen-check: $(STAMP)
 validate: $(STAMP)
 	$(PY) -m validator
 
+# The CPU tests run in one worker process a core (pytest-xdist).
 test: $(STAMP)
 	$(PY) -m codegen check
 	$(PY) -m benchmarks.readme --check
-	$(PY) -m pytest -q -m "not gpu" tests
+	$(PY) -m pytest -q -m "not gpu" -n auto tests
 
 # The programs the GPU tests launch are compiled first, in parallel (TileLang caches them on disk).
 # Where the GPU python has pytest-xdist, the tests spread over worker processes, which take the
