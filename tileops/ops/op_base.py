@@ -340,8 +340,8 @@ class Op(torch.nn.Module):
         result = self.reference(*(t.float() if t is not None and t.dtype in _HALF_DTYPES else t for t in inputs))
         promised = self._fake_outputs(*(None if t is None else t.to("meta") for t in inputs))
         if not isinstance(result, tuple):
-            return result.to(promised.dtype).contiguous()
-        return tuple(out.to(like.dtype).contiguous() for out, like in zip(result, promised))
+            return _contiguous(result.to(promised.dtype))
+        return _contiguous(tuple(out.to(like.dtype) for out, like in zip(result, promised)))
 
     def _library_call(self, *inputs: Optional[torch.Tensor]) -> Any:
         raise NotImplementedError(f"{type(self).__name__}._library_call")
