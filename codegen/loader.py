@@ -22,7 +22,7 @@ from tileops import _params as param_types
 from . import rules
 from .errors import Location, ManifestError, ManifestErrors, RuleSyntaxError
 from .model import (
-    FORMULA_HELPERS, SHAPE_ONLY_ATTRIBUTES, Backward, DtypeSpec, FormulaBackward,
+    FLOATING_DTYPES, FORMULA_HELPERS, SHAPE_ONLY_ATTRIBUTES, Backward, DtypeSpec, FormulaBackward,
     KernelRef, Manifest, OpSpec, OutputRule, ParamSpec, ReferenceBackward,
     Roofline, ShapeRule, StaticDim, TensorSpec, Workload, snake_case,
 )
@@ -250,14 +250,30 @@ class _EntryBuilder:
                 raise self.fail("only outputs can be saved for the backward", "signature", group, name, "saved")
             if t.get("constant") and group == "outputs":
                 raise self.fail("only inputs can be constant", "signature", group, name, "constant")
+            if t.get("cast_by_dtype"):
+                self._check_cast_by_dtype(dtype, group, name)
             shape = tuple(t["shape"]) if "shape" in t else None
             out.append(TensorSpec(name, dtype, shape, bool(t.get("optional", False)),
                                   t.get("description", ""), self.at("signature", group, name),
-                                  saved=bool(t.get("saved", False)), constant=bool(t.get("constant", False))))
+                                  saved=bool(t.get("saved", False)), constant=bool(t.get("constant", False)),
+                                  cast_by_dtype=bool(t.get("cast_by_dtype", False))))
+        cast = [t.name for t in out if t.cast_by_dtype]
+        if len(cast) > 1:
+            raise self.fail(f"only one input can be cast by the functional form's dtype, got {cast}",
+                            "signature", group, cast[1], "cast_by_dtype")
         if group == "outputs" and out and all(t.saved for t in out):
             raise self.fail("every output is saved: the functional form would return nothing",
                             "signature", group, out[0].name, "saved")
         return tuple(out)
+
+    def _check_cast_by_dtype(self, dtype: DtypeSpec, group: str, name: str) -> None:
+        """The functional form's ``dtype`` casts an input to one of the floating-point dtypes it takes."""
+        if group == "outputs":
+            raise self.fail("only inputs can be cast by the functional form's dtype", "signature", group, name,
+                            "cast_by_dtype")
+        if dtype.same_as or not set(dtype.names) <= FLOATING_DTYPES:
+            raise self.fail(f"an input cast by the functional form's dtype takes floating-point dtypes named in "
+                            f"a union, got {dtype.text()!r}", "signature", group, name, "cast_by_dtype")
 
     def _check_tensor_names(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
         seen = {t.name for t in inputs}

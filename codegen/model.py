@@ -59,6 +59,7 @@ class TensorSpec:
     location: Location
     saved: bool = False  # an output kept for the backward, not returned by the functional form
     constant: bool = False  # an input the op does not differentiate: refused when it requires grad
+    cast_by_dtype: bool = False  # an input the functional form's `dtype` keyword casts first
 
 
 @dataclass(frozen=True)

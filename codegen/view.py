@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 from tileops._params import annotation as param_annotation
 
 from . import rules
-from .model import FORMULA_HELPERS, OpSpec, ParamSpec, snake_case
+from .model import FORMULA_HELPERS, OpSpec, ParamSpec, TensorSpec, snake_case
 
 __all__ = ["OpView", "FunctionView", "forward_naming", "shapes_naming"]
 
@@ -523,7 +523,27 @@ class FunctionView:
         for p in self.op.params:
             default = f" = {repr(p.default)}" if p.has_default else ""
             out.append(f"{p.name}: {param_annotation(p.type)}{default}")
+        if self.cast_input is not None:
+            out += ["*", "dtype: Optional[torch.dtype] = None"]
         return out
+
+    @property
+    def cast_input(self) -> Optional[TensorSpec]:
+        """The input that the function's ``dtype`` keyword casts before the op runs (None: no keyword)."""
+        return next((t for t in self.op.inputs if t.cast_by_dtype), None)
+
+    @property
+    def cast_dtypes(self) -> str:
+        """The dtypes ``dtype`` may name: those the cast input takes, as a tuple of ``torch`` dtypes."""
+        names = [f"torch.{name}" for name in self.cast_input.dtype.names]
+        return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+
+    @property
+    def dtype_note(self) -> str:
+        if self.cast_input is None:
+            return ""
+        return (f" ``dtype``: cast {self.cast_input.name} to it first, as ``{self.op.ref_api}`` does"
+                f" (the result then has it).")
 
     @property
     def library_args(self) -> str:

@@ -89,6 +89,16 @@ def test_good_manifest_builds_a_located_model(tmp_path: Path) -> None:
      "saved: true", "only outputs can be saved"),
     (lambda t: t.replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", saved: true}'),
      "saved: true", "every output is saved"),
+    # The functional form's dtype casts one floating-point input whose dtypes are named.
+    (lambda t: t.replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", cast_by_dtype: true}'),
+     "cast_by_dtype: true", "only inputs can be cast"),
+    (lambda t: t.replace('w: {dtype: "same_as(x)", shape: [N]}', 'w: {dtype: "same_as(x)", shape: [N], cast_by_dtype: true}'),
+     "cast_by_dtype: true", "takes floating-point dtypes named in a union, got 'same_as(x)'"),
+    (lambda t: t.replace('x: {dtype: "float16 | bfloat16 | float32"}', 'x: {dtype: "float32 | int64", cast_by_dtype: true}'),
+     "cast_by_dtype: true", "got 'float32 | int64'"),
+    (lambda t: t.replace('x: {dtype: "float16 | bfloat16 | float32"}', 'x: {dtype: "float32", cast_by_dtype: true}')
+     .replace('w: {dtype: "same_as(x)", shape: [N]}', 'w: {dtype: "float32", shape: [N], cast_by_dtype: true}'),
+     "w: {dtype", "only one input can be cast by the functional form's dtype, got ['x', 'w']"),
     # Bounds: on numbers only, ints on int params, in order, around the default.
     (lambda t: t.replace("dim: {type: int, default: -1}", "mode: {type: str, default: a, minimum: 0}"),
      "mode: {type: str", "minimum applies to int and float"),

@@ -40,7 +40,7 @@ from tileops.ops import (
     SoftmaxFwdOp,
     LogSoftmaxFwdOp,
 )
-from tileops.ops.op_base import SHARED_INSTANCE
+from tileops.ops.op_base import SHARED_INSTANCE, cast_to_dtype
 
 __all__ = [
     "add",
@@ -198,8 +198,9 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     return result
 
 
-def sum(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
-    """Sum forward: y = sum(x, dim). Functional form of ``SumFwdOp``."""
+def sum(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Sum forward: y = sum(x, dim). Functional form of ``SumFwdOp``. ``dtype``: cast x to it first, as ``torch.sum`` does (the result then has it)."""
+    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "SumFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.sum_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
@@ -207,8 +208,9 @@ def sum(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdi
     return result
 
 
-def mean(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
-    """Mean forward: y = sum(x, dim) / (number of reduced elements). Functional form of ``MeanFwdOp``."""
+def mean(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Mean forward: y = sum(x, dim) / (number of reduced elements). Functional form of ``MeanFwdOp``. ``dtype``: cast x to it first, as ``torch.mean`` does (the result then has it)."""
+    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "MeanFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.mean_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
@@ -261,8 +263,9 @@ def argmax(x: torch.Tensor, dim: Optional[int] = None, keepdim: bool = False) ->
     return result
 
 
-def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
-    """L2Norm forward: y = sqrt(sum(x^2, dim)). Functional form of ``L2NormFwdOp``."""
+def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """L2Norm forward: y = sqrt(sum(x^2, dim)). Functional form of ``L2NormFwdOp``. ``dtype``: cast x to it first, as ``torch.linalg.vector_norm`` does (the result then has it)."""
+    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "L2NormFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.l2_norm_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
@@ -270,8 +273,9 @@ def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, ke
     return result
 
 
-def cumsum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Cumsum forward: y = cumsum(x, dim). Functional form of ``CumsumFwdOp``."""
+def cumsum(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Cumsum forward: y = cumsum(x, dim). Functional form of ``CumsumFwdOp``. ``dtype``: cast x to it first, as ``torch.cumsum`` does (the result then has it)."""
+    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "CumsumFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.cumsum_fwd(x, dim, SHARED_INSTANCE)
     else:
@@ -279,8 +283,9 @@ def cumsum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return result
 
 
-def cumprod(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Cumprod forward: y = cumprod(x, dim). Functional form of ``CumprodFwdOp``."""
+def cumprod(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Cumprod forward: y = cumprod(x, dim). Functional form of ``CumprodFwdOp``. ``dtype``: cast x to it first, as ``torch.cumprod`` does (the result then has it)."""
+    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "CumprodFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.cumprod_fwd(x, dim, SHARED_INSTANCE)
     else:
@@ -288,8 +293,9 @@ def cumprod(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return result
 
 
-def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Softmax forward: y = exp(x - max(x, dim)) / sum(exp(x - max(x, dim)), dim). Functional form of ``SoftmaxFwdOp``."""
+def softmax(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Softmax forward: y = exp(x - max(x, dim)) / sum(exp(x - max(x, dim)), dim). Functional form of ``SoftmaxFwdOp``. ``dtype``: cast x to it first, as ``torch.softmax`` does (the result then has it)."""
+    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "SoftmaxFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.softmax_fwd(x, dim, SHARED_INSTANCE)
     else:
@@ -297,8 +303,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return result
 
 
-def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """LogSoftmax forward: y = x - max(x, dim) - log(sum(exp(x - max(x, dim)), dim)). Functional form of ``LogSoftmaxFwdOp``."""
+def log_softmax(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """LogSoftmax forward: y = x - max(x, dim) - log(sum(exp(x - max(x, dim)), dim)). Functional form of ``LogSoftmaxFwdOp``. ``dtype``: cast x to it first, as ``torch.log_softmax`` does (the result then has it)."""
+    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "LogSoftmaxFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.log_softmax_fwd(x, dim, SHARED_INSTANCE)
     else:

@@ -27,7 +27,7 @@ from tileops.kernels.kernel_base import Kernel
 from tileops.kernels.launch import LayoutMemo
 
 __all__ = ["Op", "STRICT_DEVICE_ENV", "SHARED_INSTANCE", "BackwardWiring", "ReferenceBackward", "FormulaBackward",
-           "register_library_op"]
+           "cast_to_dtype", "register_library_op"]
 
 logger = logging.getLogger(__name__)
 
@@ -680,6 +680,21 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
             "backward": staticmethod(differentiate),
         })
     return library_op
+
+
+def cast_to_dtype(tensor: Any, dtype: Optional[torch.dtype], accepted: Tuple[torch.dtype, ...], op_name: str,
+                  input_name: str) -> Any:
+    """``tensor`` cast to ``dtype`` (as it is where ``dtype`` is None or already its dtype): the
+    functional forms' ``dtype`` keyword, which PyTorch documents as casting the input before the
+    operation.  A non-tensor passes through, for the op to refuse by name."""
+    if dtype is None or not isinstance(tensor, torch.Tensor):
+        return tensor
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{op_name}: dtype must be a torch.dtype, got {dtype!r} ({type(dtype).__name__})")
+    if dtype not in accepted:
+        names = ", ".join(str(d) for d in accepted)
+        raise ValueError(f"{op_name}: dtype must be one of {names} (the dtypes {input_name} takes), got {dtype}")
+    return tensor.to(dtype)
 
 
 def _new_handle() -> int:

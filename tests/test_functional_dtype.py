@@ -1,0 +1,116 @@
+"""The functional forms' ``dtype`` keyword: the input cast to it before the op, as PyTorch documents
+for ``softmax``, ``log_softmax``, ``cumsum``, ``cumprod``, ``sum``, ``mean`` and ``vector_norm``."""
+
+from typing import Callable, Dict, Tuple
+
+import pytest
+import torch
+
+import tileops.functional as F
+from tests.op_checks import TOLERANCE, assert_close
+
+# name -> (tileops call, PyTorch call), both given x and an optional dtype keyword.
+FUNCTIONS: Dict[str, Tuple[Callable, Callable]] = {
+    "softmax": (lambda x, **k: F.softmax(x, 1, **k), lambda x, **k: torch.softmax(x, 1, **k)),
+    "log_softmax": (lambda x, **k: F.log_softmax(x, -1, **k), lambda x, **k: torch.log_softmax(x, -1, **k)),
+    "cumsum": (lambda x, **k: F.cumsum(x, 0, **k), lambda x, **k: torch.cumsum(x, 0, **k)),
+    "cumprod": (lambda x, **k: F.cumprod(x, -1, **k), lambda x, **k: torch.cumprod(x, -1, **k)),
+    "sum": (lambda x, **k: F.sum(x, (0, 2), **k), lambda x, **k: torch.sum(x, (0, 2), **k)),
+    "mean": (lambda x, **k: F.mean(x, None, True, **k), lambda x, **k: torch.mean(x, (0, 1, 2), True, **k)),
+    "l2_norm": (lambda x, **k: F.l2_norm(x, -1, **k), lambda x, **k: torch.linalg.vector_norm(x, dim=-1, **k)),
+}
+CASTS = [(torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.bfloat16),
+         (torch.bfloat16, torch.float16), (torch.float32, torch.float32)]
+
+
+def _input(dtype: torch.dtype, device: str, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    # Near 1 so that cumprod's products stay in range over the 37-long rows.
+    x = 1 + 0.05 * torch.randn(3, 5, 37, generator=generator)
+    return x.to(device=device, dtype=dtype)
+
+
+def _coarser(*dtypes: torch.dtype) -> torch.dtype:
+    return max(dtypes, key=TOLERANCE.__getitem__)
+
+
+def _narrows(source: torch.dtype, target: torch.dtype) -> bool:
+    return torch.promote_types(source, target) != target
+
+
+def check_cast_then_op(name: str, source: torch.dtype, target: torch.dtype, device: str) -> None:
+    """Forward and gradient of ``name`` with ``dtype=target`` over a ``source`` input against the op's
+    semantics in float64 (the input cast to ``target`` first), and the output against PyTorch's own
+    ``dtype=`` call."""
+    ours, pytorch = FUNCTIONS[name]
+    x = _input(source, device).requires_grad_()
+    y = ours(x, dtype=target)
+    assert y.dtype == target
+    cast = x.detach().to(target).double().requires_grad_()
+    expected = pytorch(cast)
+    assert_close(y, expected, target)
+    if not (name == "l2_norm" and _narrows(source, target)):  # vector_norm refuses a narrowing dtype
+        assert_close(y, pytorch(x.detach(), dtype=target), _coarser(source, target))
+
+    grad = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=target)
+    (gx,) = torch.autograd.grad(y, x, grad)
+    (expected_gx,) = torch.autograd.grad(expected, cast, grad.double())
+    assert gx.dtype == source
+    assert_close(gx, expected_gx, _coarser(source, target))
+
+
+@pytest.mark.parametrize("source, target", CASTS, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_dtype_casts_the_input_before_the_op(name: str, source: torch.dtype, target: torch.dtype) -> None:
+    check_cast_then_op(name, source, target, "cpu")
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_no_dtype_or_the_input_s_own_leaves_the_input_as_it_is(name: str) -> None:
+    ours, _ = FUNCTIONS[name]
+    x = _input(torch.bfloat16, "cpu")
+    plain = ours(x)
+    assert plain.dtype == torch.bfloat16
+    assert torch.equal(ours(x, dtype=torch.bfloat16), plain)
+    assert torch.equal(ours(x, dtype=None), plain)
+
+
+def test_dtype_takes_only_a_dtype_the_op_takes_and_only_by_keyword() -> None:
+    x = _input(torch.bfloat16, "cpu")
+    with pytest.raises(ValueError, match=r"SoftmaxFwdOp: dtype must be one of torch.float16, torch.bfloat16, "
+                                         r"torch.float32 \(the dtypes x takes\), got torch.float64"):
+        F.softmax(x, dtype=torch.float64)
+    with pytest.raises(ValueError, match="SumFwdOp: dtype must be one of .* got torch.int64"):
+        F.sum(x, dtype=torch.int64)
+    with pytest.raises(TypeError, match=r"CumsumFwdOp: dtype must be a torch.dtype, got 'float32' \(str\)"):
+        F.cumsum(x, 0, dtype="float32")
+    with pytest.raises(TypeError, match="positional"):
+        F.softmax(x, -1, torch.float32)
+    with pytest.raises(TypeError, match="CumprodFwdOp: x must be a torch.Tensor, got float"):
+        F.cumprod(1.0, 0, dtype=torch.float32)
+
+
+def test_only_the_functions_whose_pytorch_counterpart_takes_dtype_do() -> None:
+    import inspect
+
+    taking = {name for name in F.__all__ if "dtype" in inspect.signature(getattr(F, name)).parameters}
+    assert taking == set(FUNCTIONS)
+    for name in taking:
+        parameter = inspect.signature(getattr(F, name)).parameters["dtype"]
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_dtype_traces_without_graph_breaks(dynamic: bool) -> None:
+    torch._dynamo.reset()
+
+    def attention_weights(scores: torch.Tensor) -> torch.Tensor:
+        return F.softmax(scores, -1, dtype=torch.float32).to(scores.dtype) + F.cumsum(scores, 0, dtype=torch.float32)
+
+    compiled = torch.compile(attention_weights, fullgraph=True, dynamic=dynamic, backend="aot_eager")
+    for rows in (4, 7):
+        scores = torch.randn(rows, 33, dtype=torch.bfloat16)
+        expected = attention_weights(scores)
+        got = compiled(scores)
+        assert got.dtype == expected.dtype == torch.float32
+        torch.testing.assert_close(got, expected)
