@@ -198,9 +198,8 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     return result
 
 
-def sum(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """Sum forward: y = sum(x, dim). Functional form of ``SumFwdOp``. ``dtype``: cast x to it first, as ``torch.sum`` does (the result then has it)."""
-    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "SumFwdOp", "x")
+def sum(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
+    """Sum forward: y = sum(x, dim). Functional form of ``SumFwdOp``."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.sum_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
@@ -208,9 +207,8 @@ def sum(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdi
     return result
 
 
-def mean(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """Mean forward: y = sum(x, dim) / (number of reduced elements). Functional form of ``MeanFwdOp``. ``dtype``: cast x to it first, as ``torch.mean`` does (the result then has it)."""
-    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "MeanFwdOp", "x")
+def mean(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
+    """Mean forward: y = sum(x, dim) / (number of reduced elements). Functional form of ``MeanFwdOp``."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.mean_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
@@ -263,9 +261,8 @@ def argmax(x: torch.Tensor, dim: Optional[int] = None, keepdim: bool = False) ->
     return result
 
 
-def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """L2Norm forward: y = sqrt(sum(x^2, dim)). Functional form of ``L2NormFwdOp``. ``dtype``: cast x to it first, as ``torch.linalg.vector_norm`` does (the result then has it)."""
-    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "L2NormFwdOp", "x")
+def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
+    """L2Norm forward: y = sqrt(sum(x^2, dim)). Functional form of ``L2NormFwdOp``."""
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.l2_norm_fwd(x, dim, keepdim, SHARED_INSTANCE)
     else:
