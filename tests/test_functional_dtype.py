@@ -43,18 +43,19 @@ def check_cast_then_op(name: str, source: torch.dtype, target: torch.dtype, devi
     cast = x.detach().to(target).double().requires_grad_()
     expected = pytorch(cast)
     assert_close(y, expected, target)
-    assert_close(y, pytorch(x.detach(), dtype=target), _coarser(source, target))
+    # PyTorch's own call, up to its own error: on an H200 its bfloat16 cumprod over these rows came
+    # out 0.039 from the kernel's result, which was within bfloat16's tolerance of float64.
+    own = pytorch(x.detach(), dtype=target)
+    assert_close(y, own, _coarser(source, target), slack=(own.double() - expected).abs().max().item())
 
-    grad = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(device=device, dtype=target)
+    # A positive incoming gradient: derivative formulas run in their tensors' dtype (here ``target``),
+    # and the reversed sums of cumprod's over gradients of either sign cancel, leaving results far
+    # below the rounding error of their terms; what this checks is where the cast and the gradient go.
+    grad = (0.5 + torch.rand(y.shape, generator=torch.Generator().manual_seed(1))).to(device=device, dtype=target)
     (gx,) = torch.autograd.grad(y, x, grad)
     (expected_gx,) = torch.autograd.grad(expected, cast, grad.double())
-    # Derivative formulas run in their tensors' dtype, here ``target`` (cumprod's reversed sums):
-    # the slack is what evaluating PyTorch's own in that dtype costs.
-    narrow = x.detach().to(target).requires_grad_()
-    (pytorch_gx,) = torch.autograd.grad(pytorch(narrow), narrow, grad)
-    slack = (pytorch_gx.double() - expected_gx).abs().max().item()
     assert gx.dtype == source
-    assert_close(gx, expected_gx, _coarser(source, target), slack)
+    assert_close(gx, expected_gx, _coarser(source, target))
 
 
 @pytest.mark.parametrize("source, target", CASTS, ids=lambda d: str(d).replace("torch.", ""))
