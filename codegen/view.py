@@ -542,8 +542,8 @@ class FunctionView:
     def dtype_note(self) -> str:
         if self.cast_input is None:
             return ""
-        return (f" ``dtype``: cast {self.cast_input.name} to it first, as ``{self.op.ref_api}`` does"
-                f" (the result then has it).")
+        counterpart = f"``{self.op.ref_api}``" if self.op.ref_api else "PyTorch's counterpart"
+        return f" ``dtype``: cast {self.cast_input.name} to it first, as {counterpart} does (the result then has it)."
 
     @property
     def library_args(self) -> str:

@@ -8,13 +8,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Tuple
 
 import pytest
 
-from codegen import SLOTS, check, load_manifest, plan, render_op, render_slot, write
+from codegen import SLOTS, check, load_files, load_manifest, plan, render_op, render_slot, write
 from codegen.generate import SKELETON_MARKER
 from codegen.loader import SCHEMA_COMMENT
+from codegen.render import render_functional
+from codegen.view import FunctionView
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -272,3 +274,23 @@ for got in (eager, traced):
 (second,) = torch.autograd.grad(grad_x.sum(), (x,))
 torch.testing.assert_close(second, torch.full_like(x, 2 * 1.5 * 1.5))
 """)
+
+
+def test_a_cast_input_gives_the_functional_form_a_keyword_only_dtype(tmp_path: Path) -> None:
+    def function_of(text: str) -> Tuple[FunctionView, str]:
+        path = tmp_path / "demo.yaml"
+        path.write_text(text)
+        manifest = load_files([path], root=tmp_path)
+        return FunctionView(manifest.op("ScaleShiftFwdOp")), render_functional(manifest)
+
+    cast = DEMO.replace('x: {dtype: "float16 | bfloat16 | float32"}',
+                        'x: {dtype: "float16 | bfloat16 | float32", cast_by_dtype: true}')
+    view, module = function_of(cast)
+    assert view.params[-2:] == ["*", "dtype: Optional[torch.dtype] = None"]
+    assert "cast x to it first, as ``torch.add`` does" in view.dtype_note
+    assert ('x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "ScaleShiftFwdOp", "x")'
+            in module)
+    view, _ = function_of(cast.replace("  ref_api: torch.add\n", ""))
+    assert "as PyTorch's counterpart does" in view.dtype_note
+    view, module = function_of(DEMO)
+    assert "dtype" not in " ".join(view.params) and view.dtype_note == "" and "cast_to_dtype(x" not in module
