@@ -288,7 +288,8 @@ def test_a_cast_input_gives_the_functional_form_a_keyword_only_dtype(tmp_path: P
     view, module = function_of(cast)
     assert view.params[-2:] == ["*", "dtype: Optional[torch.dtype] = None"]
     assert "cast x to it first, as ``torch.add`` does" in view.dtype_note
-    assert ('x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "ScaleShiftFwdOp", "x")'
+    assert "    if dtype is not None:\n        x = cast_to_dtype(" in module
+    assert ('        x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "ScaleShiftFwdOp", "x")'
             in module)
     view, _ = function_of(cast.replace("  ref_api: torch.add\n", ""))
     assert "as PyTorch's counterpart does" in view.dtype_note

@@ -272,7 +272,8 @@ def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, ke
 
 def cumsum(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """Cumsum forward: y = cumsum(x, dim). Functional form of ``CumsumFwdOp``. ``dtype``: cast x to it first, as ``torch.cumsum`` does (the result then has it)."""
-    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "CumsumFwdOp", "x")
+    if dtype is not None:
+        x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "CumsumFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.cumsum_fwd(x, dim, SHARED_INSTANCE)
     else:
@@ -282,7 +283,8 @@ def cumsum(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = Non
 
 def cumprod(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """Cumprod forward: y = cumprod(x, dim). Functional form of ``CumprodFwdOp``. ``dtype``: cast x to it first, as ``torch.cumprod`` does (the result then has it)."""
-    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "CumprodFwdOp", "x")
+    if dtype is not None:
+        x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "CumprodFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.cumprod_fwd(x, dim, SHARED_INSTANCE)
     else:
@@ -292,7 +294,8 @@ def cumprod(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = No
 
 def softmax(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """Softmax forward: y = exp(x - max(x, dim)) / sum(exp(x - max(x, dim)), dim). Functional form of ``SoftmaxFwdOp``. ``dtype``: cast x to it first, as ``torch.softmax`` does (the result then has it)."""
-    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "SoftmaxFwdOp", "x")
+    if dtype is not None:
+        x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "SoftmaxFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.softmax_fwd(x, dim, SHARED_INSTANCE)
     else:
@@ -302,7 +305,8 @@ def softmax(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = No
 
 def log_softmax(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """LogSoftmax forward: y = x - max(x, dim) - log(sum(exp(x - max(x, dim)), dim)). Functional form of ``LogSoftmaxFwdOp``. ``dtype``: cast x to it first, as ``torch.log_softmax`` does (the result then has it)."""
-    x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "LogSoftmaxFwdOp", "x")
+    if dtype is not None:
+        x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "LogSoftmaxFwdOp", "x")
     if torch.compiler.is_compiling():
         result = torch.ops.tileops.log_softmax_fwd(x, dim, SHARED_INSTANCE)
     else:
