@@ -2,6 +2,7 @@
 for ``softmax``, ``log_softmax``, ``cumsum`` and ``cumprod`` and does there (its reductions fold the
 cast into the reduction, which the reductions here do not take: they have no ``dtype``)."""
 
+import inspect
 from typing import Callable, Dict, Tuple
 
 import pytest
@@ -76,12 +77,13 @@ def test_no_dtype_or_the_input_s_own_leaves_the_input_as_it_is(name: str) -> Non
 
 def test_dtype_takes_only_a_dtype_the_op_takes_and_only_by_keyword() -> None:
     x = _input(torch.bfloat16, "cpu")
-    with pytest.raises(ValueError, match=r"SoftmaxFwdOp: dtype must be one of torch.float16, torch.bfloat16, "
-                                         r"torch.float32 \(the dtypes x takes\), got torch.float64"):
+    with pytest.raises(ValueError, match=r"SoftmaxFwdOp: dtype must be one of float16, bfloat16, float32 "
+                                         r"\(the dtypes x takes\), got torch.float64"):
         F.softmax(x, dtype=torch.float64)
     with pytest.raises(ValueError, match="LogSoftmaxFwdOp: dtype must be one of .* got torch.int64"):
         F.log_softmax(x, dtype=torch.int64)
-    with pytest.raises(TypeError, match=r"CumsumFwdOp: dtype must be a torch.dtype, got 'float32' \(str\)"):
+    with pytest.raises(TypeError, match=r"CumsumFwdOp: dtype must be a torch.dtype \(float16, bfloat16, float32\), "
+                                        r"got 'float32' \(str\)"):
         F.cumsum(x, 0, dtype="float32")
     with pytest.raises(TypeError, match="positional"):
         F.softmax(x, -1, torch.float32)
@@ -90,8 +92,6 @@ def test_dtype_takes_only_a_dtype_the_op_takes_and_only_by_keyword() -> None:
 
 
 def test_the_softmaxes_and_scans_alone_take_dtype_by_keyword() -> None:
-    import inspect
-
     taking = {name for name in F.__all__ if "dtype" in inspect.signature(getattr(F, name)).parameters}
     assert taking == set(FUNCTIONS)
     for name in taking:

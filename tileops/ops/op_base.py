@@ -443,12 +443,7 @@ class Op(torch.nn.Module):
         return ValueError(f"{type(self).__name__}: {argument}.dtype must be {expected}, got {got}")
 
     def _check_init_dtype(self, dtype: torch.dtype, allowed: Tuple[torch.dtype, ...]) -> None:
-        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
-        if not isinstance(dtype, torch.dtype):  # e.g. "float32": "must be one of ..., float32, got float32" misled
-            raise TypeError(f"{type(self).__name__}: dtype must be a torch.dtype ({names}), "
-                            f"got {dtype!r} ({type(dtype).__name__})")
-        if dtype not in allowed:
-            raise ValueError(f"{type(self).__name__}: dtype must be one of {names}, got {dtype}")
+        _check_dtype(type(self).__name__, dtype, allowed)
 
     @classmethod
     def _require_tensors(cls, inputs: Dict[str, Any], optional: Tuple[str, ...] = ()) -> None:
@@ -689,12 +684,17 @@ def cast_to_dtype(tensor: Any, dtype: Optional[torch.dtype], accepted: Tuple[tor
     operation.  A non-tensor passes through, for the op to refuse by name."""
     if dtype is None or not isinstance(tensor, torch.Tensor):
         return tensor
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"{op_name}: dtype must be a torch.dtype, got {dtype!r} ({type(dtype).__name__})")
-    if dtype not in accepted:
-        names = ", ".join(str(d) for d in accepted)
-        raise ValueError(f"{op_name}: dtype must be one of {names} (the dtypes {input_name} takes), got {dtype}")
+    _check_dtype(op_name, dtype, accepted, f" (the dtypes {input_name} takes)")
     return tensor.to(dtype)
+
+
+def _check_dtype(op_name: str, dtype: Any, allowed: Tuple[torch.dtype, ...], note: str = "") -> None:
+    """A ``TypeError`` for a ``dtype`` that is no ``torch.dtype``, a ``ValueError`` for one outside ``allowed``."""
+    names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+    if not isinstance(dtype, torch.dtype):  # e.g. "float32": "must be one of ..., float32, got float32" misled
+        raise TypeError(f"{op_name}: dtype must be a torch.dtype ({names}), got {dtype!r} ({type(dtype).__name__})")
+    if dtype not in allowed:
+        raise ValueError(f"{op_name}: dtype must be one of {names}{note}, got {dtype}")
 
 
 def _new_handle() -> int:
