@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -151,6 +152,92 @@ def test_swapped_llama_block_gives_the_same_loss_and_gradients() -> None:
     loss.backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def _stacked_shapes(monkeypatch) -> list:
+    """The shapes of what each ``torch.cat`` call in tileops.nn stacks, recorded as calls go."""
+    stacked, cat = [], torch.cat
+
+    def recording_cat(tensors, *args, **kwargs):
+        stacked.append([tuple(t.shape) for t in tensors])
+        return cat(tensors, *args, **kwargs)
+
+    monkeypatch.setattr(tnn.torch, "cat", recording_cat)
+    return stacked
+
+
+def _llama_mlp_pair(bias: bool, d: int = 32, hidden: int = 48):
+    """A Llama-style MLP and a copy of it swapped to ``GatedMLP``."""
+    torch.manual_seed(0)
+    theirs = LlamaMLP(d, hidden)
+    if bias:
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            old = getattr(theirs, name)
+            setattr(theirs, name, torch.nn.Linear(old.in_features, old.out_features))
+    holder = torch.nn.Sequential(copy.deepcopy(theirs))
+    assert tnn.swap_modules(holder, ["gated_mlp"]) == {"gated_mlp": 1}
+    return theirs, holder[0]
+
+
+# 32 features: 5 rows stack the two products (5 x 96 copied), 40 rows stack the weights (96 x 32).
+@pytest.mark.parametrize("rows, stacked", [(5, [(5, 48), (5, 48)]), (40, [(48, 32), (48, 32)])])
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+def test_gated_mlp_takes_the_cheaper_stack_and_matches_pytorch_gradients(rows, stacked, bias, monkeypatch) -> None:
+    theirs, ours = _llama_mlp_pair(bias)
+    x = torch.randn(rows, 32, requires_grad=True)
+    theirs(x).square().mean().backward()
+    expected = [x.grad.clone()] + [p.grad.clone() for p in theirs.parameters()]
+    x.grad = None
+    calls = _stacked_shapes(monkeypatch)
+    ours(x).square().mean().backward()
+    assert calls[0] == stacked
+    got = [x.grad] + [p.grad for p in ours.parameters()]
+    for mine, reference in zip(got, expected):
+        torch.testing.assert_close(mine, reference, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(5, 32), (2, 3, 32), (40, 32)], ids=str)
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+def test_gated_mlp_without_gradients_writes_both_products_into_one_buffer(shape, bias, monkeypatch) -> None:
+    theirs, ours = _llama_mlp_pair(bias)
+    x = torch.randn(shape)
+    calls = _stacked_shapes(monkeypatch)
+    with torch.no_grad():
+        got, expected = ours(x), theirs(x)
+    with torch.inference_mode():
+        torch.testing.assert_close(ours(x), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    # Only a call that records the weights' gradients stacks: the products (fewer rows than
+    # features), else the weights and the biases.
+    torch.testing.assert_close(ours(x).detach(), expected, rtol=1e-5, atol=1e-6)
+    rows = x.numel() // 32
+    assert len(calls) == (2 if bias and rows >= 32 else 1), calls
+    strided = torch.randn(shape[-1], *shape[:-1]).movedim(0, -1)  # features not contiguous: copied once
+    with torch.no_grad():
+        torch.testing.assert_close(ours(strided), theirs(strided), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [5, 40])
+def test_gated_mlp_traces_without_graph_breaks(rows: int) -> None:
+    theirs, ours = _llama_mlp_pair(bias=False)
+    compiled = torch.compile(ours, backend="aot_eager", fullgraph=True)
+    x = torch.randn(rows, 32, requires_grad=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), theirs(x), rtol=1e-5, atol=1e-6)
+    compiled(x).sum().backward()
+    expected = x.grad.clone()
+    x.grad = None
+    theirs(x).sum().backward()
+    torch.testing.assert_close(expected, x.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_gated_mlp_under_autocast_follows_pytorch() -> None:
+    theirs, ours = _llama_mlp_pair(bias=True)
+    x = torch.randn(7, 32)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got, expected = ours(x), theirs(x)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
 
 
 def test_layers_follow_the_input_dtype_under_autocast() -> None:

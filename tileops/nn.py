@@ -138,8 +138,15 @@ class GatedMLP(torch.nn.Module):
     """``down(act(gate(x)) * up(x))`` with the gated activation computed by tileops.
 
     Holds the three projections of a Llama-style MLP as they are (same modules, same
-    ``state_dict`` keys).  Gate and up run as one matrix product over their stacked
-    weights, whose ``[..., 2H]`` result is what ``silu_and_mul``/``gelu_and_mul`` take.
+    ``state_dict`` keys).  The gated activation reads ``gate(x)`` and ``up(x)`` side by side,
+    ``[..., 2H]``, which the forward builds without copying the weights where it can:
+
+    * with no gradient to record (inference, eager): each product is written into its half
+      of one buffer, so nothing is copied;
+    * otherwise, over fewer rows than features (decoding, small batches): the two products
+      are stacked, a copy of ``rows x 2H`` elements;
+    * otherwise (training batches): one product with the two weights stacked, a copy of
+      ``2H x features`` elements, whose gradient autograd splits back without a copy.
     """
 
     def __init__(self, gate_proj: torch.nn.Linear, up_proj: torch.nn.Linear, down_proj: torch.nn.Linear,
@@ -151,13 +158,22 @@ class GatedMLP(torch.nn.Module):
         self.activation = activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = torch.cat([self.gate_proj.weight, self.up_proj.weight])
-        bias = None
-        if self.gate_proj.bias is not None or self.up_proj.bias is not None:
-            bias = torch.cat([_bias_or_zeros(self.gate_proj), _bias_or_zeros(self.up_proj)])
-        gate_up = torch.nn.functional.linear(x, weight, bias)
+        gate_up = self._gate_up(x)
         gated = functional.silu_and_mul(gate_up) if self.activation == "silu" else functional.gelu_and_mul(gate_up)
         return self.down_proj(gated)
+
+    def _gate_up(self, x: torch.Tensor) -> torch.Tensor:
+        """``cat([gate(x), up(x)], -1)``, by the cheapest of the three routes in the class docstring."""
+        gate, up = self.gate_proj, self.up_proj
+        if _products_may_share_a_buffer(x, gate, up):
+            return _products_side_by_side(x, gate, up)
+        if x.numel() < x.shape[-1] ** 2:  # fewer rows than features
+            return torch.cat([gate(x), up(x)], dim=-1)
+        weight = torch.cat([gate.weight, up.weight])
+        bias = None
+        if gate.bias is not None or up.bias is not None:
+            bias = torch.cat([_bias_or_zeros(gate), _bias_or_zeros(up)])
+        return torch.nn.functional.linear(x, weight, bias)
 
     @classmethod
     def from_module(cls, module: torch.nn.Module) -> "GatedMLP":
@@ -312,6 +328,34 @@ def _per_row_cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_in
                                                    SHARED_INSTANCE)
     op = CrossEntropyFwdOp._shared_for(logits, target, ignore_index, 0.0, "none", inplace_backward)
     return op.forward(logits, target)
+
+
+def _products_may_share_a_buffer(x: torch.Tensor, *linears: torch.nn.Linear) -> bool:
+    """Whether ``_products_side_by_side`` computes what the linears would: a plain eager call that
+    records no gradient (``out=`` products are not differentiable, traced or transformed), in
+    the weights' dtype with autocast off (autocast does not cast ``out=`` products)."""
+    if (torch.compiler.is_compiling() or torch._C._is_tracing() or torch._C._are_functorch_transforms_active()
+            or torch.is_autocast_enabled(x.device.type) or type(x) is not torch.Tensor):
+        return False
+    parameters = [p for linear in linears for p in linear.parameters()]
+    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in parameters)):
+        return False
+    return all(p.dtype == x.dtype and p.device == x.device and type(p) in (torch.Tensor, torch.nn.Parameter)
+               for p in parameters)
+
+
+def _products_side_by_side(x: torch.Tensor, *linears: torch.nn.Linear) -> torch.Tensor:
+    """``cat([linear(x) for linear in linears], -1)``, each product written into its columns of
+    one buffer (a strided ``out=`` that the matrix product takes as it is)."""
+    rows = x.reshape(-1, x.shape[-1])
+    widths = [linear.out_features for linear in linears]
+    out = rows.new_empty(rows.shape[0], sum(widths))
+    for linear, columns in zip(linears, out.split(widths, dim=1)):
+        if linear.bias is None:
+            torch.mm(rows, linear.weight.t(), out=columns)
+        else:
+            torch.addmm(linear.bias, rows, linear.weight.t(), out=columns)
+    return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def _bias_or_zeros(linear: torch.nn.Linear) -> torch.Tensor:

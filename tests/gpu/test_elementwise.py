@@ -306,3 +306,34 @@ def test_gated_mlp_gradients_match_pytorch():
     theirs = run(lambda h: torch.nn.functional.silu(h[..., :hidden]) * h[..., hidden:])
     for mine, reference in zip(ours, theirs):
         torch.testing.assert_close(mine, reference, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("tokens", [8, 300], ids=["fewer-rows-than-features", "more-rows"])
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+@pytest.mark.parametrize("activation", ["silu", "gelu"])
+def test_gated_mlp_module_matches_pytorch_by_every_route(tokens: int, bias: bool, activation: str):
+    """``tileops.nn.GatedMLP`` without gradients (both products written into one buffer), and with
+    them (the products stacked, or the weights), against the same projections in PyTorch."""
+    from tileops import nn as tnn
+
+    torch.manual_seed(0)
+    d, hidden = 256, 688
+    gate, up = (torch.nn.Linear(d, hidden, bias=bias, device="cuda") for _ in range(2))
+    down = torch.nn.Linear(hidden, d, bias=bias, device="cuda")
+    ours = tnn.GatedMLP(gate, up, down, activation)
+    act = torch.nn.functional.silu if activation == "silu" else torch.nn.functional.gelu
+
+    def theirs(x: torch.Tensor) -> torch.Tensor:
+        return down(act(gate(x)) * up(x))
+
+    x = torch.randn(2, tokens // 2, d, device="cuda", requires_grad=True)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=1e-4, atol=1e-5)
+    params = [x, *gate.parameters(), *up.parameters(), *down.parameters()]
+    theirs(x).square().mean().backward()
+    expected = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    ours(x).square().mean().backward()
+    for mine, reference in zip((p.grad for p in params), expected):
+        torch.testing.assert_close(mine, reference, rtol=1e-4, atol=1e-6)
