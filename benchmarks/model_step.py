@@ -1,7 +1,8 @@
 """A Llama-style decoder, whole: PyTorch's layers against tileops' swapped in, eager and compiled.
 
 ``python -m benchmarks.model_step [--mode train|infer] [--layers 4] [--hidden 2048]
-[--intermediate 5632] [--heads 16] [--vocab 32000] [--batch 4] [--seq 2048] [--dtype bfloat16]``
+[--intermediate 5632] [--heads 16] [--vocab 32000] [--batch 4] [--seq 2048] [--dtype bfloat16]
+[--compile-mode default|reduce-overhead|max-autotune]``
 prints a Markdown table: median milliseconds of one step (timed as ``make bench`` times), tokens
 a second, the peak memory the step allocates beyond what it starts with, and each variant's
 loss (``train``) or largest logit difference from PyTorch eager (``infer``).
@@ -12,13 +13,16 @@ finds its RMSNorms and gated MLPs as it finds a real model's.  Attention is PyTo
 ``scaled_dot_product_attention`` (causal, no rotary embedding: it is the same in every
 variant).  ``train`` is a forward over ``batch x seq`` tokens, the cross-entropy loss against
 the next tokens (``tileops.nn.CrossEntropyLoss`` for tileops) and the backward; ``infer`` is a
-forward without gradients (``--seq 1`` for a decoding step without a cache).
+forward without gradients (``--seq 1`` for a decoding step without a cache).  Small steps
+are bound by the host's time to issue them; ``--compile-mode reduce-overhead`` replays both
+compiled variants from CUDA graphs, which issue a step with no host path.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import logging
 from typing import Any, Callable, Dict
 
@@ -171,16 +175,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
+    parser.add_argument("--compile-mode", choices=("default", "reduce-overhead", "max-autotune"), default="default",
+                        help="torch.compile's mode for both compiled variants")
     parser.add_argument("--rep-ms", type=float, default=300.0, help="timed repetitions per variant, in ms")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     backend = CudaBackend(settings=TimingSettings(rep_ms=args.rep_ms))
     results = run(backend, args.mode, args.layers, args.hidden, args.intermediate, args.heads, args.vocab,
-                  args.batch, args.seq, getattr(torch, args.dtype))
+                  args.batch, args.seq, getattr(torch, args.dtype),
+                  compiler=functools.partial(torch.compile, mode=args.compile_mode))
     check = "loss" if args.mode == "train" else "max |logit - eager|"
-    logger.info("| %s, %d layers, hidden %d / %d, %d x %d tokens, %s | ms | tokens/s | peak beyond start MiB | "
-                "%s | vs eager |", args.mode, args.layers, args.hidden, args.intermediate, args.batch, args.seq,
-                args.dtype, check)
+    logger.info("| %s, %d layers, hidden %d / %d, %d x %d tokens, %s, compile mode %s | ms | tokens/s | "
+                "peak beyond start MiB | %s | vs eager |", args.mode, args.layers, args.hidden, args.intermediate, args.batch, args.seq,
+                args.dtype, args.compile_mode, check)
     logger.info("|---|---|---|---|---|---|")
     for name, r in results.items():
         logger.info("| %s | %.3f | %.0f | %.0f | %.4g | %.3fx |", name, r["ms"], r["tokens_per_s"], r["extra_mib"],
