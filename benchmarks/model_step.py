@@ -116,7 +116,8 @@ def variants(model: Decoder, compiler: Callable[[Module], Module] = torch.compil
     ours = copy.deepcopy(model)
     swapped = tnn.swap_modules(ours)
     logger.info("swapped: %s", swapped)
-    return {"eager": model, "torch.compile": compiler(model), "tileops": ours, "tileops + torch.compile": compiler(ours)}
+    return {"eager": model, "torch.compile": compiler(model),
+            "tileops": ours, "tileops + torch.compile": compiler(ours)}
 
 
 def run(backend: Any, mode: str, layers: int = 4, hidden: int = 2048, intermediate: int = 5632, heads: int = 16,
@@ -186,8 +187,8 @@ def main() -> None:
                   compiler=functools.partial(torch.compile, mode=args.compile_mode))
     check = "loss" if args.mode == "train" else "max |logit - eager|"
     logger.info("| %s, %d layers, hidden %d / %d, %d x %d tokens, %s, compile mode %s | ms | tokens/s | "
-                "peak beyond start MiB | %s | vs eager |", args.mode, args.layers, args.hidden, args.intermediate, args.batch, args.seq,
-                args.dtype, args.compile_mode, check)
+                "peak beyond start MiB | %s | vs eager |", args.mode, args.layers, args.hidden, args.intermediate,
+                args.batch, args.seq, args.dtype, args.compile_mode, check)
     logger.info("|---|---|---|---|---|---|")
     for name, r in results.items():
         logger.info("| %s | %.3f | %.0f | %.0f | %.4g | %.3fx |", name, r["ms"], r["tokens_per_s"], r["extra_mib"],
