@@ -139,14 +139,15 @@ class GatedMLP(torch.nn.Module):
 
     Holds the three projections of a Llama-style MLP as they are (same modules, same
     ``state_dict`` keys).  The gated activation reads ``gate(x)`` and ``up(x)`` side by side,
-    ``[..., 2H]``, which the forward builds without copying the weights where it can:
+    ``[..., 2H]``, which the forward builds by the cheapest route the call allows:
 
-    * with no gradient to record (inference, eager): each product is written into its half
-      of one buffer, so nothing is copied;
-    * otherwise, over fewer rows than features (decoding, small batches): the two products
-      are stacked, a copy of ``rows x 2H`` elements;
-    * otherwise (training batches): one product with the two weights stacked, a copy of
-      ``2H x features`` elements, whose gradient autograd splits back without a copy.
+    * over fewer rows than features (decoding, small batches): the two products stacked, a
+      copy of ``rows x 2H`` elements, in the few host calls that such steps are bound by;
+    * over more rows, with no gradient to record (eager inference): each product written
+      into its half of one buffer, so nothing is copied;
+    * over more rows otherwise (training batches): one product with the two weights
+      stacked, a copy of ``2H x features`` elements, whose gradient autograd splits back
+      without a copy.
     """
 
     def __init__(self, gate_proj: torch.nn.Linear, up_proj: torch.nn.Linear, down_proj: torch.nn.Linear,
@@ -165,10 +166,10 @@ class GatedMLP(torch.nn.Module):
     def _gate_up(self, x: torch.Tensor) -> torch.Tensor:
         """``cat([gate(x), up(x)], -1)``, by the cheapest of the three routes in the class docstring."""
         gate, up = self.gate_proj, self.up_proj
-        if _products_may_share_a_buffer(x, gate, up):
-            return _products_side_by_side(x, gate, up)
         if x.numel() < x.shape[-1] ** 2:  # fewer rows than features
             return torch.cat([gate(x), up(x)], dim=-1)
+        if _products_may_share_a_buffer(x, gate, up):
+            return _products_side_by_side(x, gate, up)
         weight = torch.cat([gate.weight, up.weight])
         bias = None
         if gate.bias is not None or up.bias is not None:
