@@ -154,6 +154,54 @@ def test_swapped_llama_block_gives_the_same_loss_and_gradients() -> None:
         torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+class GemmaRMSNorm(torch.nn.Module):
+    """Named and shaped like Llama's norm, but scaling by ``1 + weight`` (weights start at 0)."""
+
+    def __init__(self, hidden: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.zeros(hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * (1.0 + self.weight.float())).type_as(x)
+
+
+class SwappedGateMLP(LlamaMLP):
+    """A Llama MLP's names and modules, with the activation on the other projection."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.gate_proj(x) * self.act_fn(self.up_proj(x)))
+
+
+@pytest.mark.parametrize("module", [GemmaRMSNorm(16), SwappedGateMLP(16, 24)], ids=["gemma-norm", "other-wiring"])
+def test_a_look_alike_that_computes_something_else_is_left_in_place(module, caplog) -> None:
+    model = torch.nn.Sequential(module)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        expected = model(x)
+        assert tnn.swap_modules(model) == {"rms_norm": 0, "layer_norm": 0, "gated_mlp": 0}
+        assert model[0] is module
+        torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
+    assert f"0 ({type(module).__name__}) left in place" in caplog.text
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_llama_look_alikes_pass_the_probe_in_every_dtype(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(LlamaRMSNorm(64), LlamaMLP(64, 96)).to(dtype)
+    with torch.no_grad():
+        model[0].weight.normal_(1.0, 0.1)
+    assert tnn.swap_modules(model) == {"rms_norm": 1, "layer_norm": 0, "gated_mlp": 1}
+
+
+def test_look_alikes_without_values_are_not_swapped_but_torch_norms_are() -> None:
+    with torch.device("meta"):
+        model = torch.nn.Sequential(LlamaRMSNorm(16), torch.nn.RMSNorm(16), torch.nn.LayerNorm(16))
+    assert tnn.swap_modules(model) == {"rms_norm": 1, "layer_norm": 1, "gated_mlp": 0}
+    assert isinstance(model[0], LlamaRMSNorm) and isinstance(model[1], tnn.RMSNorm)
+
+
 def _stacked_shapes(monkeypatch) -> list:
     """The shapes of what each ``torch.cat`` call in tileops.nn stacks, recorded as calls go."""
     stacked, cat = [], torch.cat

@@ -398,6 +398,10 @@ def swap_modules(model: torch.nn.Module, kinds: Optional[Sequence[str]] = None) 
     """Replace matching submodules of ``model`` in place with tileops layers; return counts per kind.
 
     ``kinds`` selects entries of ``SWAPS`` (default: all).  Parameters are reused, not copied.
+    A module matched by its names rather than its type (a Llama-style norm or MLP) is swapped
+    only once its replacement has given its output on a probe input: a norm of the same shape
+    that computes something else, such as Gemma's ``x * (1 + weight)``, is left in place and
+    logged as a warning, as is one whose parameters hold no values yet (the ``meta`` device).
     """
     chosen: Dict[str, Tuple[Callable, Callable]] = {k: SWAPS[k] for k in (kinds or SWAPS)}
     counts = {kind: 0 for kind in chosen}
@@ -405,8 +409,45 @@ def swap_modules(model: torch.nn.Module, kinds: Optional[Sequence[str]] = None) 
         for child_name, child in list(parent.named_children()):
             for kind, (matches, build) in chosen.items():
                 if matches(child):
-                    setattr(parent, child_name, build(child))
+                    replacement = build(child)
+                    where = f"{parent_name}.{child_name}" if parent_name else child_name
+                    if type(child) not in _KNOWN_SEMANTICS and not _computes_the_same(child, replacement):
+                        logger.warning("swap_modules: %s (%s) left in place: its output on a probe input differs "
+                                       "from the tileops %s's, or it has no values to compare (meta device)",
+                                       where, type(child).__name__, kind)
+                        break
+                    setattr(parent, child_name, replacement)
                     counts[kind] += 1
-                    logger.debug("swapped %s.%s (%s)", parent_name, child_name, type(child).__name__)
+                    logger.debug("swapped %s (%s)", where, type(child).__name__)
                     break
     return counts
+
+
+# Modules whose computation their type fixes: swapped without a probe.
+_KNOWN_SEMANTICS = (torch.nn.RMSNorm, torch.nn.LayerNorm)
+# How far a replacement's output on the probe may stray from the module's: one rounding in the
+# parameters' dtype, where the module may round in between (Llama's norm rounds before the weight).
+_PROBE_TOLERANCE = {torch.float16: 4e-3, torch.bfloat16: 3e-2, torch.float32: 1e-5, torch.float64: 1e-10}
+
+
+def _computes_the_same(module: torch.nn.Module, replacement: torch.nn.Module) -> bool:
+    """Whether ``replacement`` gives ``module``'s output on three rows of seeded random features
+    in the module's dtype and device (features: the first parameter's last axis, or a linear's
+    input width)."""
+    parameter = next(module.parameters(), None)
+    if parameter is None or parameter.is_meta:
+        return False
+    gate = getattr(module, "gate_proj", None)
+    width = gate.in_features if isinstance(gate, torch.nn.Linear) else parameter.shape[-1]
+    probe = torch.randn(3, width, generator=torch.Generator().manual_seed(0), dtype=torch.float32)
+    probe = probe.to(device=parameter.device, dtype=parameter.dtype)
+    try:
+        with torch.no_grad():
+            expected, got = module(probe), replacement(probe)
+    except Exception as error:  # noqa: BLE001 - a module that takes no such input is not what it seemed
+        logger.debug("swap_modules: probing %s raised %r", type(module).__name__, error)
+        return False
+    if not isinstance(expected, torch.Tensor) or expected.shape != got.shape:
+        return False
+    tolerance = _PROBE_TOLERANCE.get(parameter.dtype, 1e-5)
+    return torch.allclose(got.float(), expected.float(), rtol=tolerance, atol=tolerance)
