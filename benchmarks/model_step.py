@@ -135,7 +135,7 @@ def run(backend: Any, mode: str, layers: int = 4, hidden: int = 2048, intermedia
     results: Dict[str, Dict[str, float]] = {}
     reference = None
     for name, forward in variants(model, compiler).items():
-        parameters = list((model if name in ("eager", "torch.compile") else _module_of(forward)).parameters())
+        parameters = list(_module_of(forward).parameters())
         loss_of = losses[name.startswith("tileops")]
 
         def step(forward: Module = forward, loss_of: Module = loss_of, parameters: list = parameters) -> torch.Tensor:

@@ -678,10 +678,9 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
 
 
 # The custom ops' library.  Registered through ``torch.library.Library`` rather than
-# ``torch.library.custom_op``, whose Python wrapper around the kernel cost about 6 us a call
-# (21 against 15 on a CPU host, autograd registered either way): every op in a compiled graph
-# pays it.  What that wrapper checked, that no output aliases an input, the tests check with
-# ``torch.library.opcheck``.
+# ``torch.library.custom_op``, whose Python wrapper around the kernel cost about 5 us a call on
+# an H200 host (docs/performance.md), which every op in a compiled graph pays.  What that
+# wrapper checked, that no output aliases an input, the tests check with ``torch.library.opcheck``.
 _LIBRARY = torch.library.Library("tileops", "FRAGMENT")
 
 
