@@ -62,11 +62,14 @@ class RMSNorm(torch.nn.Module):
         rows, hidden = _fold_trailing(x, self.normalized_shape, "RMSNorm")
         eps = torch.finfo(x.dtype).eps if self.eps is None else self.eps
         weight = (torch.ones(hidden, device=x.device, dtype=x.dtype) if self.weight is None
-                  else self.weight.reshape(hidden).to(x.dtype))
+                  else _as_row(self.weight, hidden, x.dtype))
         if residual is None:
-            return functional.rms_norm(rows, weight, eps=eps).reshape(x.shape)
+            y = functional.rms_norm(rows, weight, eps=eps)
+            return y if rows is x else y.reshape(x.shape)
         if residual.shape != x.shape:
             raise ValueError(f"RMSNorm: residual must be shaped like x {tuple(x.shape)}, got {tuple(residual.shape)}")
+        if rows is x:
+            return functional.fused_add_rms_norm(x, residual, weight, eps=eps)
         y, total = functional.fused_add_rms_norm(rows, residual.reshape(rows.shape), weight, eps=eps)
         return y.reshape(x.shape), total.reshape(x.shape)
 
@@ -108,9 +111,10 @@ class LayerNorm(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows, hidden = _fold_trailing(x, self.normalized_shape, "LayerNorm")
-        weight = None if self.weight is None else self.weight.reshape(hidden).to(x.dtype)
-        bias = None if self.bias is None else self.bias.reshape(hidden).to(x.dtype)
-        return functional.layer_norm(rows, weight, bias, eps=self.eps).reshape(x.shape)
+        weight = None if self.weight is None else _as_row(self.weight, hidden, x.dtype)
+        bias = None if self.bias is None else _as_row(self.bias, hidden, x.dtype)
+        y = functional.layer_norm(rows, weight, bias, eps=self.eps)
+        return y if rows is x else y.reshape(x.shape)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
@@ -125,13 +129,22 @@ class LayerNorm(torch.nn.Module):
 
 
 def _fold_trailing(x: torch.Tensor, normalized_shape: Tuple[int, ...], layer: str) -> Tuple[torch.Tensor, int]:
-    """``x`` with its normalized trailing dims folded into one axis (the kernels normalize one)."""
+    """``x`` with its normalized trailing dims folded into one axis (the kernels normalize one):
+    ``x`` itself where there is one, the usual case, as the ops take any rank."""
     trailing = len(normalized_shape)
     if tuple(x.shape[x.ndim - trailing:]) != normalized_shape:
         raise ValueError(f"{layer}: input's last dims {tuple(x.shape[x.ndim - trailing:])} do not match "
                          f"normalized_shape {normalized_shape}")
+    if trailing == 1:
+        return x, normalized_shape[0]
     hidden = math.prod(normalized_shape)
     return x.reshape(*x.shape[: x.ndim - trailing], hidden), hidden
+
+
+def _as_row(parameter: torch.Tensor, hidden: int, dtype: torch.dtype) -> torch.Tensor:
+    """A norm's weight or bias as the ops take it, ``[hidden]`` in the input's dtype (itself where it is)."""
+    row = parameter if parameter.dim() == 1 else parameter.reshape(hidden)
+    return row if row.dtype == dtype else row.to(dtype)
 
 
 class GatedMLP(torch.nn.Module):
