@@ -131,12 +131,11 @@ def run(backend: Any, mode: str, layers: int = 4, hidden: int = 2048, intermedia
     generator = torch.Generator(device="cpu").manual_seed(1)
     tokens = torch.randint(0, vocab, (batch, seq + 1), generator=generator).to(device)
     inputs, targets = tokens[:, :-1], tokens[:, 1:].reshape(-1)
-    losses = {False: torch.nn.CrossEntropyLoss(), True: tnn.CrossEntropyLoss()}
     results: Dict[str, Dict[str, float]] = {}
     reference = None
     for name, forward in variants(model, compiler).items():
         parameters = list(_module_of(forward).parameters())
-        loss_of = losses[name.startswith("tileops")]
+        loss_of = tnn.CrossEntropyLoss() if name.startswith("tileops") else torch.nn.CrossEntropyLoss()
 
         def step(forward: Module = forward, loss_of: Module = loss_of, parameters: list = parameters) -> torch.Tensor:
             if mode == "infer":
