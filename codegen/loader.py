@@ -36,7 +36,7 @@ SCHEMA_COMMENT = "# yaml-language-server: $schema=schema.json"
 
 # Names an op may not use for params or static dims: they are taken by the generated code.
 RESERVED_NAMES = frozenset({"self", "dtype", "kernel_map", "tune", "torch", "math", "rules",
-                            "elem_bytes", "Kernel", "Op"})
+                            "elem_bytes", "out_elem_bytes", "Kernel", "Op"})
 # ``backward: reference``: differentiate the op through its reference (see ``OpSpec.backward_by_reference``).
 REFERENCE_BACKWARD = "reference"
 # Param types a manifest may bound with ``minimum`` and ``maximum``.
@@ -180,6 +180,7 @@ class _EntryBuilder:
         outputs = self._tensors(sig["outputs"], "outputs")
         self._check_tensor_names(inputs, outputs)
         params = self._params(sig.get("params") or {})
+        self._check_dtype_params(inputs, outputs, params)
         self._resolve_dtypes(inputs + outputs)
         static_dims = self._static_dims(e.get("static_dims") or {}, inputs, params)
         self._check_name_clashes(inputs, outputs, params, static_dims)
@@ -256,7 +257,8 @@ class _EntryBuilder:
             out.append(TensorSpec(name, dtype, shape, bool(t.get("optional", False)),
                                   t.get("description", ""), self.at("signature", group, name),
                                   saved=bool(t.get("saved", False)), constant=bool(t.get("constant", False)),
-                                  cast_by_dtype=bool(t.get("cast_by_dtype", False))))
+                                  cast_by_dtype=bool(t.get("cast_by_dtype", False)),
+                                  dtype_param=t.get("dtype_param")))
         cast = [t.name for t in out if t.cast_by_dtype]
         if len(cast) > 1:
             raise self.fail(f"only one input can be cast by the functional form's dtype, got {cast}",
@@ -274,6 +276,35 @@ class _EntryBuilder:
         if dtype.same_as or not set(dtype.names) <= FLOATING_DTYPES:
             raise self.fail(f"an input cast by the functional form's dtype takes floating-point dtypes named in "
                             f"a union, got {dtype.text()!r}", "signature", group, name, "cast_by_dtype")
+
+    def _check_dtype_params(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+                            params: Sequence[ParamSpec]) -> None:
+        """An output's ``dtype_param`` is an ``Optional[dtype]`` param, defaulting to None, that the
+        functional form's ``dtype`` keyword gives: the op then needs an input that keyword casts."""
+        by_name = {p.name: p for p in params}
+        for group, tensors in (("inputs", inputs), ("outputs", outputs)):
+            for t in tensors:
+                if t.dtype_param is None:
+                    continue
+                if group == "inputs":
+                    raise self.fail("only outputs take their dtype from a param", "signature", group, t.name,
+                                    "dtype_param")
+                param = by_name.get(t.dtype_param)
+                # One name: the op base reads it (``Op._kernel_dtypes``), as the kernels' ``out_dtype``.
+                if (t.dtype_param != "out_dtype" or param is None or param.type != "Optional[dtype]"
+                        or param.default is not None):
+                    raise self.fail(f"dtype_param {t.dtype_param!r} must be out_dtype, a param of type "
+                                    f"Optional[dtype] with default null", "signature", group, t.name, "dtype_param")
+                if not any(i.cast_by_dtype for i in inputs):
+                    raise self.fail("an output with a dtype_param needs an input with cast_by_dtype: the "
+                                    "functional form's dtype keyword is the param", "signature", group, t.name,
+                                    "dtype_param")
+        typed = [p.name for p in params if p.type == "Optional[dtype]"]
+        named = {t.dtype_param for t in outputs}
+        if any(name not in named for name in typed):
+            unnamed = next(name for name in typed if name not in named)
+            raise self.fail(f"param {unnamed!r} of type Optional[dtype] is no output's dtype_param",
+                            "signature", "params", unnamed)
 
     def _check_tensor_names(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> None:
         seen = {t.name for t in inputs}
@@ -461,7 +492,7 @@ class _EntryBuilder:
 
     def _roofline(self, spec, tensors, names):
         vars_ = []
-        known = names | {"elem_bytes"}
+        known = names | {"elem_bytes", "out_elem_bytes"}
         for var, text in (spec.get("vars") or {}).items():
             if var in known or var in tensors:
                 raise self.fail(f"roofline var {var!r} shadows an existing name", "roofline", "vars", var)
@@ -634,7 +665,7 @@ def _resolve_backward(op: OpSpec, bwd: OpSpec) -> OpSpec:
             raise ManifestError(bwd.location.child("signature.params"), f"param {param} is not one of {op.name}'s")
     module = f".{bwd.module}" if bwd.family == op.family else f"{bwd.package}.{bwd.module}"
     resolved = replace(link, bwd_inputs=bwd.input_names, bwd_outputs=bwd.output_names,
-                       bwd_import=f"from {module} import {bwd.name}",
+                       bwd_import=f"from {module} import {bwd.name}", bwd_primary=bwd.primary_input.name,
                        bwd_static_dims=bwd.static_dim_names, bwd_params=bwd.param_names)
     return replace(op, backward=resolved)
 

@@ -60,6 +60,7 @@ class TensorSpec:
     saved: bool = False  # an output kept for the backward, not returned by the functional form
     constant: bool = False  # an input the op does not differentiate: refused when it requires grad
     cast_by_dtype: bool = False  # an input the functional form's `dtype` keyword casts first
+    dtype_param: Optional[str] = None  # an output's Optional[dtype] param: its dtype where given
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class Backward:
     bwd_inputs: Tuple[str, ...] = ()   # in the Bwd op's forward order: grad_<output> or saved names
     bwd_outputs: Tuple[str, ...] = ()  # grad_<input> names
     bwd_import: str = ""               # import statement of the Bwd class, from the Fwd module
+    bwd_primary: str = ""              # the Bwd op's primary input: its dtype is the Bwd op's
     bwd_static_dims: Tuple[str, ...] = ()
     bwd_params: Tuple[str, ...] = ()
     # (input, other input): inputs whose gradient is another's (``same_gradient``), in input order.

@@ -8,6 +8,7 @@ renderer, so the same tree feeds generated code, the interpreter and messages.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -26,7 +27,7 @@ _TORCH_DTYPE = {name: f"torch.{name}" for name in (
 _SCHEMA_TYPES = {
     "int": "int", "float": "float", "bool": "bool", "str": "str", "Optional[int]": "int?",
     "Optional[float]": "float?", "Optional[str]": "str?", "Sequence[int]": "int[1]",
-    "Optional[Sequence[int]]": "int[1]?",
+    "Optional[Sequence[int]]": "int[1]?", "Optional[dtype]": "ScalarType?",
 }
 
 
@@ -349,6 +350,14 @@ class OpView:
         described = "; ".join(", ".join(f"{n}={dict(row)[n]}" for n in names) for row in self.op.dtype_combos)
         return actual, "{" + ", ".join(rows) + "}", described
 
+    @property
+    def dtype_param_checks(self) -> List[Tuple[str, str]]:
+        """(param, python tuple of the dtypes it may name) for each output's ``dtype_param``: those
+        the input that the functional form's ``dtype`` keyword casts takes."""
+        cast = next((t for t in self.op.inputs if t.cast_by_dtype), None)
+        return [(t.dtype_param, self._dtype_tuple(cast.dtype.names)) for t in self.op.outputs
+                if t.dtype_param is not None and cast is not None]
+
     @staticmethod
     def _dtype_tuple(names: Sequence[str]) -> str:
         return "(" + ", ".join(_TORCH_DTYPE[n] for n in names) + ("," if len(names) == 1 else "") + ")"
@@ -357,14 +366,24 @@ class OpView:
     @property
     def roofline_lines(self) -> List[str]:
         roof = self.op.roofline
-        local = [name for name, _, _ in roof.vars] + ["elem_bytes"]
+        local = [name for name, _, _ in roof.vars] + ["elem_bytes", "out_elem_bytes"]
         naming = shapes_naming(self.op, local)
         lines = ["elem_bytes = self.dtype.itemsize"]
+        texts = [text for _, _, text in roof.vars] + [roof.flops_text, roof.bytes_text]
+        if any(re.search(r"\bout_elem_bytes\b", text) for text in texts):
+            lines.append(f"out_elem_bytes = {self.out_elem_bytes}")
         for name, expr, _ in roof.vars:
             lines.append(f"{name} = {rules.render(expr, naming)}")
         lines.append(f"flops = {rules.render(roof.flops, naming)}")
         lines.append(f"moved = {rules.render(roof.bytes, naming)}")
         return lines
+
+    @property
+    def out_elem_bytes(self) -> str:
+        """The roofline's ``out_elem_bytes``: the itemsize of an output whose dtype a param gives
+        (that dtype where given), else ``elem_bytes``."""
+        param = next((t.dtype_param for t in self.op.outputs if t.dtype_param is not None), None)
+        return "elem_bytes" if param is None else f"(self.{param} or self.dtype).itemsize"
 
     # ---- S21 -----------------------------------------------------------------------
     @property
@@ -434,6 +453,12 @@ class OpView:
 
     def _dtype_expr(self, tensor: str) -> str:
         spec = self.op.tensor(tensor)
+        if spec.dtype_param is not None:
+            return f"self.{spec.dtype_param} or {self._followed_dtype_expr(tensor)}"
+        return self._followed_dtype_expr(tensor)
+
+    def _followed_dtype_expr(self, tensor: str) -> str:
+        spec = self.op.tensor(tensor)
         seen = {tensor}
         while spec.dtype.same_as is not None and spec.name not in self.op.input_names:
             if spec.dtype.same_as in seen:
@@ -479,9 +504,18 @@ class OpView:
     def backward_construction(self) -> str:
         link = self.op.backward
         assert link is not None
-        items = [f"{d}=self.{d}" for d in link.bwd_static_dims] + ["dtype=self.dtype"]
+        items = [f"{d}=self.{d}" for d in link.bwd_static_dims] + [f"dtype={self._backward_dtype()}"]
         items += [f"{p}=self.{p}" for p in link.bwd_params] + ["tune=self.tune"]
         return f"{link.op}({', '.join(items)})"
+
+    def _backward_dtype(self) -> str:
+        """The Bwd op's dtype: its primary input's, a gradient or saved value of an output whose
+        dtype a param gives, or else this op's."""
+        primary = self.op.backward.bwd_primary
+        output = primary[len("grad_"):] if primary.startswith("grad_") else primary
+        if output in self.op.output_names and self.op.tensor(output).dtype_param is not None:
+            return f"self.{self.op.tensor(output).dtype_param} or self.dtype"
+        return "self.dtype"
 
     @property
     def workload_literals(self) -> List[Tuple[str, str]]:
@@ -521,6 +555,8 @@ class FunctionView:
     def params(self) -> List[str]:
         out = [p.split(" = ")[0] + (" = None" if "Optional" in p else "") for p in self.view.forward_params]
         for p in self.op.params:
+            if p.name in self.dtype_params:  # given by the keyword ``dtype``
+                continue
             default = f" = {repr(p.default)}" if p.has_default else ""
             out.append(f"{p.name}: {param_annotation(p.type)}{default}")
         if self.cast_input is not None:
@@ -533,6 +569,25 @@ class FunctionView:
         return next((t for t in self.op.inputs if t.cast_by_dtype), None)
 
     @property
+    def casts_first(self) -> bool:
+        """Whether the function casts its input to ``dtype`` before the op runs (an op with no
+        ``dtype_param`` to take it)."""
+        return self.cast_input is not None and not self.dtype_params
+
+    @property
+    def dtype_params(self) -> Tuple[str, ...]:
+        """The op's params that the keyword ``dtype`` gives (outputs' ``dtype_param``): the op then
+        computes the cast itself, and the function casts nothing first."""
+        return tuple(t.dtype_param for t in self.op.outputs if t.dtype_param is not None)
+
+    def _argument(self, name: str) -> str:
+        return "dtype" if name in self.dtype_params else name
+
+    @property
+    def instance_args(self) -> str:
+        return ", ".join(list(self.op.input_names) + [self._argument(n) for n in self.op.param_names])
+
+    @property
     def cast_dtypes(self) -> str:
         """The dtypes ``dtype`` may name: those the cast input takes, as a tuple of ``torch`` dtypes."""
         names = [f"torch.{name}" for name in self.cast_input.dtype.names]
@@ -543,11 +598,14 @@ class FunctionView:
         if self.cast_input is None:
             return ""
         counterpart = f"``{self.op.ref_api}``" if self.op.ref_api else "PyTorch's counterpart"
+        if self.dtype_params:
+            return (f" ``dtype``: the result's dtype, computed as if {self.cast_input.name} were cast to it first, "
+                    f"as {counterpart} does (a half-precision {self.cast_input.name} to float32 in one pass).")
         return f" ``dtype``: cast {self.cast_input.name} to it first, as {counterpart} does (the result then has it)."
 
     @property
     def library_args(self) -> str:
-        return ", ".join(list(self.op.input_names) + list(self.op.param_names) + ["SHARED_INSTANCE"])
+        return ", ".join([self.instance_args, "SHARED_INSTANCE"])
 
     @property
     def returned(self) -> List[int]:

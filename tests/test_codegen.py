@@ -230,7 +230,7 @@ def test_init_signature_follows_s12(project: Path) -> None:
     from tileops.ops import CumsumFwdOp, RMSNormFwdOp
 
     for cls, expected in ((RMSNormFwdOp, ["N", "dtype", "eps", "kernel_map", "tune"]),
-                          (CumsumFwdOp, ["N", "dtype", "dim", "kernel_map", "tune"])):
+                          (CumsumFwdOp, ["N", "dtype", "dim", "out_dtype", "kernel_map", "tune"])):
         params = list(inspect.signature(cls.__init__).parameters.values())[1:]
         assert [p.name for p in params] == expected
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params)

@@ -77,13 +77,12 @@ def test_no_dtype_or_the_input_s_own_leaves_the_input_as_it_is(name: str) -> Non
 
 def test_dtype_takes_only_a_dtype_the_op_takes_and_only_by_keyword() -> None:
     x = _input(torch.bfloat16, "cpu")
-    with pytest.raises(ValueError, match=r"SoftmaxFwdOp: dtype must be one of float16, bfloat16, float32 "
-                                         r"\(the dtypes x takes\), got torch.float64"):
+    with pytest.raises(ValueError, match=r"SoftmaxFwdOp: out_dtype \(the functional form's dtype\) must be one of "
+                                         r"float16, bfloat16, float32 \(the dtypes its input takes\), got torch.float64"):
         F.softmax(x, dtype=torch.float64)
-    with pytest.raises(ValueError, match="LogSoftmaxFwdOp: dtype must be one of .* got torch.int64"):
+    with pytest.raises(ValueError, match="LogSoftmaxFwdOp: out_dtype .* must be one of .* got torch.int64"):
         F.log_softmax(x, dtype=torch.int64)
-    with pytest.raises(TypeError, match=r"CumsumFwdOp: dtype must be a torch.dtype \(float16, bfloat16, float32\), "
-                                        r"got 'float32' \(str\)"):
+    with pytest.raises(TypeError, match=r"CumsumFwdOp: out_dtype must be a torch.dtype or None, got 'float32' \(str\)"):
         F.cumsum(x, 0, dtype="float32")
     with pytest.raises(TypeError, match="positional"):
         F.softmax(x, -1, torch.float32)

@@ -99,6 +99,18 @@ def test_good_manifest_builds_a_located_model(tmp_path: Path) -> None:
     (lambda t: t.replace('x: {dtype: "float16 | bfloat16 | float32"}', 'x: {dtype: "float32", cast_by_dtype: true}')
      .replace('w: {dtype: "same_as(x)", shape: [N]}', 'w: {dtype: "float32", shape: [N], cast_by_dtype: true}'),
      "w: {dtype", "only one input can be cast by the functional form's dtype, got ['x', 'w']"),
+    # An output's dtype from the param out_dtype, which the functional form's dtype keyword gives.
+    (lambda t: t.replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", dtype_param: dim}'),
+     "dtype_param: dim", "dtype_param: 'out_dtype' was expected"),
+    (lambda t: t.replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", dtype_param: out_dtype}'),
+     "dtype_param: out_dtype", "dtype_param 'out_dtype' must be out_dtype, a param of type Optional[dtype]"),
+    (lambda t: t.replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", dtype_param: out_dtype}')
+     .replace("dim: {type: int, default: -1}", "dim: {type: int, default: -1}\n      out_dtype: {type: \"Optional[dtype]\", default: null}"),
+     "dtype_param: out_dtype", "needs an input with cast_by_dtype"),
+    (lambda t: t.replace('w: {dtype: "same_as(x)", shape: [N]}', 'w: {dtype: "same_as(x)", shape: [N], dtype_param: out_dtype}'),
+     "dtype_param: out_dtype", "only outputs take their dtype from a param"),
+    (lambda t: t.replace("dim: {type: int, default: -1}", "dim: {type: int, default: -1}\n      out_dtype: {type: \"Optional[dtype]\", default: null}"),
+     "out_dtype: {type", "param 'out_dtype' of type Optional[dtype] is no output's dtype_param"),
     # Bounds: on numbers only, ints on int params, in order, around the default.
     (lambda t: t.replace("dim: {type: int, default: -1}", "mode: {type: str, default: a, minimum: 0}"),
      "mode: {type: str", "minimum applies to int and float"),

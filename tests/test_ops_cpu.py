@@ -210,7 +210,7 @@ def test_axis_ops_take_0d_tensors_as_pytorch_does(dim: int) -> None:
     x = torch.tensor(0.75)
     for name, torch_fn in (("CumsumFwdOp", torch.cumsum), ("CumprodFwdOp", torch.cumprod),
                            ("SoftmaxFwdOp", torch.softmax), ("LogSoftmaxFwdOp", torch.log_softmax)):
-        op = getattr(ops, name)._shared_for(x, dim)
+        op = getattr(ops, name)._shared_for(x, dim, None)
         assert op.N == 1
         y = op(x)
         assert y.shape == () and torch.equal(y, torch_fn(x, dim)), name

@@ -71,7 +71,7 @@ def test_fake_function_reports_the_violated_rule() -> None:
     with FakeTensorMode() as mode:
         x = mode.from_tensor(torch.randn(4, 3))
         with pytest.raises(ValueError, match=r"shape rule `-max\(x.ndim, 1\) <= dim < max\(x.ndim, 1\)`"):
-            library_op("CumsumFwdOp")(x, 5, SHARED_INSTANCE)
+            library_op("CumsumFwdOp")(x, 5, None, SHARED_INSTANCE)
 
 
 def test_eager_calls_skip_the_dispatcher(monkeypatch: pytest.MonkeyPatch) -> None:

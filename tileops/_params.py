@@ -31,6 +31,7 @@ PARAM_TYPES: Dict[str, str] = {
     "Optional[str]": "a str or None",
     "Sequence[int]": "an int or a sequence of ints",
     "Optional[Sequence[int]]": "an int, a sequence of ints or None",
+    "Optional[dtype]": "a torch.dtype or None",
 }
 
 
@@ -39,6 +40,7 @@ PARAM_TYPES: Dict[str, str] = {
 _ANNOTATIONS: Dict[str, str] = {
     "Sequence[int]": "Union[int, Sequence[int]]",
     "Optional[Sequence[int]]": "Optional[Union[int, Sequence[int]]]",
+    "Optional[dtype]": "Optional[torch.dtype]",
 }
 
 
@@ -71,6 +73,8 @@ def _accepts_base(base: str, value: Any) -> bool:
         return isinstance(value, bool)
     if base == "str":
         return isinstance(value, str)
+    if base == "dtype":  # known by its type's name: this module imports no torch
+        return type(value).__name__ == "dtype" and type(value).__module__ == "torch"
     if base == "Sequence[int]":
         return is_int(value) or (isinstance(value, (list, tuple)) and all(is_int(v) for v in value))
     raise KeyError(base)

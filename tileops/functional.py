@@ -40,7 +40,7 @@ from tileops.ops import (
     SoftmaxFwdOp,
     LogSoftmaxFwdOp,
 )
-from tileops.ops.op_base import SHARED_INSTANCE, cast_to_dtype
+from tileops.ops.op_base import SHARED_INSTANCE
 
 __all__ = [
     "add",
@@ -271,44 +271,36 @@ def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, ke
 
 
 def cumsum(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """Cumsum forward: y = cumsum(x, dim). Functional form of ``CumsumFwdOp``. ``dtype``: cast x to it first, as ``torch.cumsum`` does (the result then has it)."""
-    if dtype is not None:
-        x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "CumsumFwdOp", "x")
+    """Cumsum forward: y = cumsum(x, dim). Functional form of ``CumsumFwdOp``. ``dtype``: the result's dtype, computed as if x were cast to it first, as ``torch.cumsum`` does (a half-precision x to float32 in one pass)."""
     if torch.compiler.is_compiling():
-        result = torch.ops.tileops.cumsum_fwd(x, dim, SHARED_INSTANCE)
+        result = torch.ops.tileops.cumsum_fwd(x, dim, dtype, SHARED_INSTANCE)
     else:
-        result = CumsumFwdOp._shared_for(x, dim).forward(x)
+        result = CumsumFwdOp._shared_for(x, dim, dtype).forward(x)
     return result
 
 
 def cumprod(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """Cumprod forward: y = cumprod(x, dim). Functional form of ``CumprodFwdOp``. ``dtype``: cast x to it first, as ``torch.cumprod`` does (the result then has it)."""
-    if dtype is not None:
-        x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "CumprodFwdOp", "x")
+    """Cumprod forward: y = cumprod(x, dim). Functional form of ``CumprodFwdOp``. ``dtype``: the result's dtype, computed as if x were cast to it first, as ``torch.cumprod`` does (a half-precision x to float32 in one pass)."""
     if torch.compiler.is_compiling():
-        result = torch.ops.tileops.cumprod_fwd(x, dim, SHARED_INSTANCE)
+        result = torch.ops.tileops.cumprod_fwd(x, dim, dtype, SHARED_INSTANCE)
     else:
-        result = CumprodFwdOp._shared_for(x, dim).forward(x)
+        result = CumprodFwdOp._shared_for(x, dim, dtype).forward(x)
     return result
 
 
 def softmax(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """Softmax forward: y = exp(x - max(x, dim)) / sum(exp(x - max(x, dim)), dim). Functional form of ``SoftmaxFwdOp``. ``dtype``: cast x to it first, as ``torch.softmax`` does (the result then has it)."""
-    if dtype is not None:
-        x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "SoftmaxFwdOp", "x")
+    """Softmax forward: y = exp(x - max(x, dim)) / sum(exp(x - max(x, dim)), dim). Functional form of ``SoftmaxFwdOp``. ``dtype``: the result's dtype, computed as if x were cast to it first, as ``torch.softmax`` does (a half-precision x to float32 in one pass)."""
     if torch.compiler.is_compiling():
-        result = torch.ops.tileops.softmax_fwd(x, dim, SHARED_INSTANCE)
+        result = torch.ops.tileops.softmax_fwd(x, dim, dtype, SHARED_INSTANCE)
     else:
-        result = SoftmaxFwdOp._shared_for(x, dim).forward(x)
+        result = SoftmaxFwdOp._shared_for(x, dim, dtype).forward(x)
     return result
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """LogSoftmax forward: y = x - max(x, dim) - log(sum(exp(x - max(x, dim)), dim)). Functional form of ``LogSoftmaxFwdOp``. ``dtype``: cast x to it first, as ``torch.log_softmax`` does (the result then has it)."""
-    if dtype is not None:
-        x = cast_to_dtype(x, dtype, (torch.float16, torch.bfloat16, torch.float32), "LogSoftmaxFwdOp", "x")
+    """LogSoftmax forward: y = x - max(x, dim) - log(sum(exp(x - max(x, dim)), dim)). Functional form of ``LogSoftmaxFwdOp``. ``dtype``: the result's dtype, computed as if x were cast to it first, as ``torch.log_softmax`` does (a half-precision x to float32 in one pass)."""
     if torch.compiler.is_compiling():
-        result = torch.ops.tileops.log_softmax_fwd(x, dim, SHARED_INSTANCE)
+        result = torch.ops.tileops.log_softmax_fwd(x, dim, dtype, SHARED_INSTANCE)
     else:
-        result = LogSoftmaxFwdOp._shared_for(x, dim).forward(x)
+        result = LogSoftmaxFwdOp._shared_for(x, dim, dtype).forward(x)
     return result

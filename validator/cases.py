@@ -155,7 +155,10 @@ def workload_case(op: OpSpec, workload: Workload, dtype: str) -> Case:
 def expected_roofline(op: OpSpec, case: Case, elem_bytes: int) -> Tuple[Any, Any]:
     """Flops and bytes of the manifest formulas, vars evaluated in order."""
     shapes = {n: s for n, s in zip(op.input_names, case.shapes) if s is not None}
-    values: Dict[str, Any] = {**case.values, "elem_bytes": elem_bytes}
+    values: Dict[str, Any] = {**case.values, "elem_bytes": elem_bytes, "out_elem_bytes": elem_bytes}
+    given = next((values.get(t.dtype_param) for t in op.outputs if t.dtype_param is not None), None)
+    if given is not None:
+        values["out_elem_bytes"] = given.itemsize
     for name, expr, _ in op.roofline.vars:
         values[name] = rules.evaluate(expr, shapes, values)
     return (rules.evaluate(op.roofline.flops, shapes, values),
@@ -219,6 +222,8 @@ def param_candidates(param: ParamSpec, rank: Optional[int]) -> List[Any]:
         values = [False, True]
     elif param.type in ("float", "Optional[float]"):
         values = [0.5]
+    elif param.type == "Optional[dtype]":  # a widening the kernels fuse, and a narrowing cast first
+        values = [torch.float32, torch.float16]
     elif param.type in ("Sequence[int]", "Optional[Sequence[int]]"):
         last = (rank or 1) - 1
         values = [(), (0,), (-1,), (last,), (0, last), (0, 0), (last + 1,)]

@@ -54,7 +54,7 @@ def _annotation(text: str) -> Any:
         "Optional[int]": Optional[int], "Optional[float]": Optional[float], "Optional[str]": Optional[str],
         "Union[int, Sequence[int]]": Union[int, Sequence[int]],
         "Optional[Union[int, Sequence[int]]]": Optional[Union[int, Sequence[int]]],
-        "torch.dtype": torch.dtype, "torch.Tensor": torch.Tensor, "Optional[torch.Tensor]": Optional[torch.Tensor],
+        "torch.dtype": torch.dtype, "Optional[torch.dtype]": Optional[torch.dtype], "torch.Tensor": torch.Tensor, "Optional[torch.Tensor]": Optional[torch.Tensor],
         "Optional[Dict[str, Type[Kernel]]]": Optional[Dict[str, Type[Kernel]]],
     }
     if text in fixed:

@@ -135,6 +135,7 @@ class Kernel:
 
     Attributes:
         dtype: element type of the kernel's main tensors.
+        out_dtype: element type of its output (``dtype`` unless a kernel writes wider).
         config: the tile configuration in use (block sizes, threads, ...).
         supported_archs: SM versions (e.g. ``(90,)``) the program is written for.
     """
@@ -143,6 +144,9 @@ class Kernel:
     # Part of every tuning key: bump it when the meaning of a config changes, so
     # configs tuned for the old meaning are never reused.
     version: str = "1"
+    # The output's dtype where the kernel writes another than ``dtype`` (None: ``dtype``): a
+    # class's own (an index), or one given at construction (a forward that writes wider).
+    out_dtype: Optional[torch.dtype] = None
     # The row count of the representative workload the tuner times on (the row
     # axis is symbolic, so one config serves all row counts; this picks which
     # problem size that config is best for).
@@ -154,8 +158,11 @@ class Kernel:
         *,
         config: Optional[Dict[str, Any]] = None,
         tune: bool = False,
+        out_dtype: Optional[torch.dtype] = None,
     ) -> None:
         self.dtype = dtype
+        if out_dtype is not None:
+            self.out_dtype = out_dtype
         self._compiled: Dict[Tuple[Hashable, ...], Any] = {}
         self._compile_lock = threading.Lock()
         self._sm_counts: Dict[int, int] = {}
@@ -217,7 +224,20 @@ class Kernel:
         return {
             k: v for k, v in vars(self).items()
             if not k.startswith("_") and k not in ("config",) and isinstance(v, (int, float, str, bool))
-        } | {"dtype": str(self.dtype).replace("torch.", "")}
+        } | {"dtype": str(self.dtype).replace("torch.", "")} | self._out_dtype_signature()
+
+    @property
+    def result_dtype(self) -> torch.dtype:
+        """The dtype the kernel writes its output in."""
+        return self.out_dtype or self.dtype
+
+    def _out_dtype_signature(self) -> Dict[str, str]:
+        # Only an output dtype given at construction names itself (a class's own is the class's):
+        # the tuning keys of every other kernel stay as they were.
+        given = vars(self).get("out_dtype")
+        if given is None or given == self.dtype:
+            return {}
+        return {"out_dtype": str(given).replace("torch.", "")}
 
     # ---- config handling --------------------------------------------------------
     def init_config(self, config: Optional[Dict[str, Any]] = None, tune: bool = False) -> None:

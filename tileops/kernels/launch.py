@@ -82,16 +82,16 @@ def is_aligned_contiguous(tensor: torch.Tensor) -> bool:
     return has_unit_rows(tensor) and not tensor.data_ptr() % ALIGNMENT
 
 
-def empty_contiguous(like: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-    """An uninitialised contiguous tensor of ``shape`` with ``like``'s dtype and device.
+def empty_contiguous(like: torch.Tensor, shape: Sequence[int], dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """An uninitialised contiguous tensor of ``shape`` with ``like``'s device and dtype (or ``dtype``).
 
     Runs on every call of an op: ``empty_like`` of a contiguous tensor of the same shape
     is several times cheaper than ``torch.empty``, which is itself cheaper given a tuple
     than a ``torch.Size``.
     """
     if like.shape == shape and has_unit_rows(like):
-        return torch.empty_like(like)
-    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
+        return torch.empty_like(like, dtype=dtype)
+    return torch.empty(tuple(shape), dtype=dtype or like.dtype, device=like.device)
 
 
 def contiguous_strides(shape: Sequence[int]) -> Tuple[int, ...]:
@@ -293,19 +293,20 @@ def _contiguous_rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
     return tensor.view(-1, width)
 
 
-def rows_and_output(tensor: torch.Tensor, width: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``aligned_rows(tensor, width)``, an uninitialised contiguous output shaped like ``tensor``,
-    and the output as ``(rows, width)``.
+def rows_and_output(tensor: torch.Tensor, width: int,
+                    dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``aligned_rows(tensor, width)``, an uninitialised contiguous output shaped like ``tensor``
+    (of its dtype, or ``dtype``), and the output as ``(rows, width)``.
 
     Runs on every call of a row op: a contiguous input takes no views when 2-D, and
     ``empty_like`` of it is several times cheaper than ``torch.empty``.
     """
     if is_aligned_contiguous(tensor):
-        out = torch.empty_like(tensor)
+        out = torch.empty_like(tensor, dtype=dtype)
         if tensor.dim() == 2:
             return _contiguous_rows(tensor, width), out, _contiguous_rows(out, width)
         return tensor.view(-1, width), out, out.view(-1, width)
-    out = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device=tensor.device)
+    out = torch.empty(tuple(tensor.shape), dtype=dtype or tensor.dtype, device=tensor.device)
     return aligned_rows(tensor, width), out, out.view(-1, width)
 
 

@@ -1,11 +1,14 @@
 """Sizes every kernel family shares: the H100's thread and access limits, and power-of-two helpers."""
 
+from typing import Optional
+
 import torch
 
 __all__ = [
     "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "THREADS_PER_SM", "REGISTERS_PER_SM", "MIN_BLOCK_THREADS",
     "VECTOR_BYTES", "MAX_EXTENT",
     "is_pow2", "next_pow2", "largest_pow2_divisor", "max_vector", "row_vector", "check_kernel_args",
+    "check_out_dtype",
 ]
 
 # Input dtypes of every kernel; they accumulate in ``ACCUM``.
@@ -62,3 +65,13 @@ def check_kernel_args(kernel: str, dtype: torch.dtype, **extents: int) -> None:
     for name, value in extents.items():
         if value < 1:
             raise ValueError(f"{kernel}: {name} must be positive, got {value}")
+
+
+def check_out_dtype(kernel: str, dtype: torch.dtype, out_dtype: Optional[torch.dtype]) -> None:
+    """Refuse an output dtype other than ``dtype`` or, from half precision, float32 (TypeError):
+    the only widening the kernels fuse (they compute in float32)."""
+    if out_dtype is None or out_dtype == dtype:
+        return
+    if out_dtype != torch.float32 or dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"{kernel}: out_dtype must be {dtype} or, for float16 and bfloat16 inputs, float32; "
+                        f"got {out_dtype}")

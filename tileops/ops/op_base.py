@@ -335,6 +335,8 @@ class Op(torch.nn.Module):
         Outputs are contiguous, as the kernels' and the fake function's are: PyTorch's ops keep
         a transposed input's layout, and a compiled graph checks the strides its fake function
         promised."""
+        if getattr(self, "out_dtype", None) is not None:
+            return self._reference_in_out_dtype(*inputs)
         if not any(t is not None and t.dtype in _HALF_DTYPES for t in inputs):
             return _contiguous(self.reference(*inputs))
         result = self.reference(*(t.float() if t is not None and t.dtype in _HALF_DTYPES else t for t in inputs))
@@ -342,6 +344,38 @@ class Op(torch.nn.Module):
         if not isinstance(result, tuple):
             return _contiguous(result.to(promised.dtype))
         return _contiguous(tuple(out.to(like.dtype) for out, like in zip(result, promised)))
+
+    def _kernel_dtypes(self) -> Tuple[Optional[torch.dtype], torch.dtype]:
+        """(the dtype the inputs are cast to before the kernel runs, or None; the output's dtype),
+        from the op's ``out_dtype`` param where it has one (a manifest ``dtype_param``).
+
+        A half-precision input to a float32 output is read as it is (the kernels compute in
+        float32): one pass.  Any other change of dtype casts the inputs first, as PyTorch's
+        ``dtype`` arguments are documented to, and runs the kernel of that dtype."""
+        out_dtype = getattr(self, "out_dtype", None)
+        if out_dtype is None or out_dtype == self.dtype:
+            return None, self.dtype
+        if out_dtype == torch.float32 and self.dtype in _HALF_DTYPES:
+            return None, out_dtype
+        return out_dtype, out_dtype
+
+    def _kernel_dtype_args(self) -> Dict[str, Any]:
+        """The kernel's ``dtype`` and, where it writes another, ``out_dtype`` (see ``_kernel_dtypes``)."""
+        cast, out_dtype = self._kernel_dtypes()
+        dtype = cast or self.dtype
+        return {"dtype": dtype} if out_dtype == dtype else {"dtype": dtype, "out_dtype": out_dtype}
+
+    def _reference_in_out_dtype(self, *inputs: Optional[torch.Tensor]) -> Any:
+        """``_reference_in_float32`` of an op given ``out_dtype``: the inputs cast to it, then the
+        reference of the op of that dtype without one.
+
+        The reference itself passes ``dtype=out_dtype`` to PyTorch, which then computes in that
+        dtype (bfloat16 on the CPU), while the kernels compute in float32 and round once."""
+        out_dtype = self.out_dtype
+        cast = tuple(t.to(out_dtype) if t is not None and t.is_floating_point() else t for t in inputs)
+        plain = self._shared_for(*cast, *(None if name == "out_dtype" else getattr(self, name)
+                                          for name in self._library_params))
+        return plain._reference_in_float32(*cast)
 
     def _library_call(self, *inputs: Optional[torch.Tensor]) -> Any:
         raise NotImplementedError(f"{type(self).__name__}._library_call")
@@ -444,6 +478,13 @@ class Op(torch.nn.Module):
 
     def _check_init_dtype(self, dtype: torch.dtype, allowed: Tuple[torch.dtype, ...]) -> None:
         _check_dtype(type(self).__name__, dtype, allowed)
+
+    def _check_dtype_param(self, name: str, allowed: Tuple[torch.dtype, ...]) -> None:
+        """A param that names an output's dtype (``dtype_param``): None, or one of ``allowed``."""
+        value = getattr(self, name)
+        if value is not None:
+            _check_dtype(type(self).__name__, value, allowed, " (the dtypes its input takes)",
+                         argument=f"{name} (the functional form's dtype)")
 
     @classmethod
     def _require_tensors(cls, inputs: Dict[str, Any], optional: Tuple[str, ...] = ()) -> None:
@@ -611,6 +652,8 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         tensors = inputs[:n_inputs]
         # Autograd refuses a gradient for an optional input that was None.
         ctx.present = tuple(t is not None for t in tensors)
+        # An output of another dtype (``out_dtype``) gives gradients of its dtype: each goes back in its input's.
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in tensors)
         if isinstance(backward, ReferenceBackward):  # the reference is recomputed from the inputs
             ctx.save_for_backward(*tensors)
             return
@@ -633,10 +676,17 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
         return output
 
     def differentiate(ctx: Any, *grads: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        gradients = input_gradients(ctx, *grads)
+        if any(g is not None and g.dtype != dtype for g, dtype in zip(gradients, ctx.dtypes)):
+            gradients = tuple(g if g is None or g.dtype == dtype else g.to(dtype)
+                              for g, dtype in zip(gradients, ctx.dtypes))
+        return gradients + no_grads
+
+    def input_gradients(ctx: Any, *grads: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         if isinstance(backward, ReferenceBackward):
-            return ctx.op._reference_gradients(ctx.needs_input_grad[:n_inputs], ctx.saved_tensors, grads) + no_grads
+            return ctx.op._reference_gradients(ctx.needs_input_grad[:n_inputs], ctx.saved_tensors, grads)
         if isinstance(backward, FormulaBackward):
-            return formula_gradients(ctx, grads) + no_grads
+            return formula_gradients(ctx, grads)
         named = {**dict(zip(backward.saves, ctx.saved_tensors)),
                  **{f"grad_{o}": g for o, g in zip(output_names, grads)}}
         tensors = [named[n] for n in backward.inputs]
@@ -646,8 +696,7 @@ def register_library_op(cls: Type[Op], name: str, schema: str, *, inputs: Sequen
             # The Bwd op is named by the forward's handle, never its own (see ``Op.from_handle``).
             result = ctx.op.backward_op()._library_call(*tensors, handle=ctx.handle)
         by_name = dict(zip(backward.outputs, result if isinstance(result, tuple) else (result,)))
-        return tuple(by_name.get(n) if present else None
-                     for n, present in zip(gradient_names, ctx.present)) + no_grads
+        return tuple(by_name.get(n) if present else None for n, present in zip(gradient_names, ctx.present))
 
     # ``_formula_gradients`` takes every input (saved, or its shape), the saved outputs, then grads.
     formula_plan = tuple(("saved", saves.index(n)) if n in saves else ("shape", shape_only.index(i))
@@ -705,13 +754,15 @@ def cast_to_dtype(tensor: Any, dtype: Optional[torch.dtype], accepted: Tuple[tor
     return tensor.to(dtype)
 
 
-def _check_dtype(op_name: str, dtype: Any, allowed: Tuple[torch.dtype, ...], note: str = "") -> None:
+def _check_dtype(op_name: str, dtype: Any, allowed: Tuple[torch.dtype, ...], note: str = "",
+                 argument: str = "dtype") -> None:
     """A ``TypeError`` for a ``dtype`` that is no ``torch.dtype``, a ``ValueError`` for one outside ``allowed``."""
     names = ", ".join(str(d).replace("torch.", "") for d in allowed)
     if not isinstance(dtype, torch.dtype):  # e.g. "float32": "must be one of ..., float32, got float32" misled
-        raise TypeError(f"{op_name}: dtype must be a torch.dtype ({names}), got {dtype!r} ({type(dtype).__name__})")
+        raise TypeError(f"{op_name}: {argument} must be a torch.dtype ({names}), got {dtype!r} "
+                        f"({type(dtype).__name__})")
     if dtype not in allowed:
-        raise ValueError(f"{op_name}: dtype must be one of {names}{note}, got {dtype}")
+        raise ValueError(f"{op_name}: {argument} must be one of {names}{note}, got {dtype}")
 
 
 def _new_handle() -> int:

@@ -705,8 +705,6 @@ class ReductionKernel(Kernel):
     """
 
     reducer: str = "sum"
-    # Output dtype; None: the input's.
-    out_dtype: Optional[torch.dtype] = None
     # The one-pass column program's (col_threads, threads, unroll): tiles of up to 512 bytes,
     # 256 threads, 8 rows in flight a lane (reduction_default_config); col_threads 0: always the
     # split program.
@@ -746,10 +744,6 @@ class ReductionKernel(Kernel):
         self.correction = float(correction)
         self._max_vector = max_vector(dtype)
         super().__init__(dtype, config=config, tune=tune)
-
-    @property
-    def result_dtype(self) -> torch.dtype:
-        return self.out_dtype or self.dtype
 
     @property
     def default_config(self) -> Dict[str, Any]:

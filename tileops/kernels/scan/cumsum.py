@@ -62,6 +62,7 @@ from tileops.kernels.sizes import (
     VECTOR_BYTES,
     WARP,
     check_kernel_args,
+    check_out_dtype,
     largest_pow2_divisor,
     next_pow2,
 )
@@ -300,9 +301,10 @@ def row_scan_program(
     reverse: bool = False,
     blocks_per_sm: int = 0,
     lookback_stages: int = 2,
+    out_dtype: Optional[str] = None,
     **_: Any,
 ) -> Any:
-    """A row scan of ``(R, N)`` in one of three modes.
+    """A row scan of ``(R, N)`` in one of three modes, written in ``out_dtype`` (default ``dtype``).
 
     ``combine`` is the scan operator ("add": cumsum, "mul": cumprod; float32
     either way); ``reverse`` scans from the end of each row to its start.  A
@@ -335,6 +337,8 @@ def row_scan_program(
       the next launch (see ``ScanKernel.lookback_workspace``): no launch zeroes them.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    out_dtype = out_dtype or dtype
 
     _validate_row_config(N, threads, items, row_threads, segments)
     blocks_per_sm = min(blocks_per_sm, THREADS_PER_SM // threads)
@@ -440,21 +444,21 @@ def row_scan_program(
         if guarded:
             for k in T.unroll(items):
                 if (row < R) and in_row(first, k):
-                    Y[row, first + k] = T.cast(vals[register(k)], dtype)
+                    Y[row, first + k] = T.cast(vals[register(k)], out_dtype)
         else:
             if row < R:
                 if reverse:
                     # Narrow into memory order first: the vector stores then read
                     # consecutive registers.
                     for k in T.unroll(items):
-                        staged[k] = T.cast(vals[register(k)], dtype)
+                        staged[k] = T.cast(vals[register(k)], out_dtype)
                     for v in T.unroll(items // vector):
                         for k in T.vectorized(vector):
                             Y[row, first + v * vector + k] = staged[v * vector + k]
                 else:
                     for v in T.unroll(items // vector):
                         for k in T.vectorized(vector):
-                            Y[row, first + v * vector + k] = T.cast(vals[v * vector + k], dtype)
+                            Y[row, first + v * vector + k] = T.cast(vals[v * vector + k], out_dtype)
 
     @T.macro
     def carry_in(Partial, state, row, lane, segment):
@@ -475,12 +479,12 @@ def row_scan_program(
     if mode == "plain":
 
         @T.prim_func
-        def cumsum_row_scan(X: XT, Y: T.Tensor((R, N), dtype)):
+        def cumsum_row_scan(X: XT, Y: T.Tensor((R, N), out_dtype)):
             with T.Kernel(T.ceildiv(R, rows_per_block), threads=threads) as bx:
                 T.assume(LDX % row_access == 0)
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items,), dtype)
-                staged = T.alloc_local((items,), dtype)  # used by reverse scans only
+                staged = T.alloc_local((items,), out_dtype)  # used by reverse scans only
                 vals = T.alloc_local((items,), ACCUM)
                 state = T.alloc_local((5,), ACCUM)
                 totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
@@ -510,14 +514,14 @@ def row_scan_program(
         def cumsum_split_row_scan(
             X: XT,
             Partial: T.Tensor((R, used_segments), ACCUM),
-            Y: T.Tensor((R, N), dtype),
+            Y: T.Tensor((R, N), out_dtype),
         ):
             with T.Kernel(T.ceildiv(R, rows_per_block), used_segments, threads=threads) as (bx, by):
                 T.assume(LDX % row_access == 0)
                 T.pdl_sync()  # wait for the launch before (see kernel_base)
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items,), dtype)
-                staged = T.alloc_local((items,), dtype)  # used by reverse scans only
+                staged = T.alloc_local((items,), out_dtype)  # used by reverse scans only
                 vals = T.alloc_local((items,), ACCUM)
                 state = T.alloc_local((5,), ACCUM)
                 totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
@@ -735,7 +739,7 @@ def row_scan_program(
         X: XT,
         Status: T.Tensor((2, S, used_tiles), "uint64"),
         Control: T.Tensor((2,), "int32"),
-        Y: T.Tensor((R, N), dtype),
+        Y: T.Tensor((R, N), out_dtype),
         blocks: T.int32,
     ):
         # Block b scans tiles b, b + blocks, b + 2 * blocks, ... in order; every block
@@ -749,7 +753,7 @@ def row_scan_program(
             # while other warps still read the one before.
             tile_offset = T.alloc_shared((2,), ACCUM)
             raw = T.alloc_local((items,), dtype)
-            staged = T.alloc_local((items,), dtype)  # used by reverse scans only
+            staged = T.alloc_local((items,), out_dtype)  # used by reverse scans only
             vals = T.alloc_local((items,), ACCUM)
             # Per chunk, the tile's total before this thread's span, and the tile's total: of
             # the tile being scanned, and of the next one, reduced a step ahead.
@@ -947,9 +951,11 @@ def column_scan_program(
     mode: str = "plain",
     combine: str = ADD,
     reverse: bool = False,
+    out_dtype: Optional[str] = None,
     **_: Any,
 ) -> Any:
-    """Scan of ``(O, N, I)`` along ``N``, a block per ``column_tile * column_vector`` neighbouring columns.
+    """Scan of ``(O, N, I)`` along ``N``, a block per ``column_tile * column_vector`` neighbouring columns,
+    written in ``out_dtype`` (default ``dtype``).
 
     Thread ``tx = tn * column_tile + ti`` owns columns ``[ti * V, ti * V + V)``
     of its tile (``V = column_vector``, read as one vector) and ``items``
@@ -974,6 +980,8 @@ def column_scan_program(
       before it (reduce-then-scan, as the split row scan).
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    out_dtype = out_dtype or dtype
 
     if mode not in ("plain", "sums", "split"):
         raise ValueError(f"scan kernel: unknown column mode {mode!r}")
@@ -1079,11 +1087,11 @@ def column_scan_program(
             if guarded:
                 if (column < I) and (first + k < N):
                     for v in T.vectorized(vector):
-                        Y[outer, position(first + k), column, v] = T.cast(vals[k * vector + v], dtype)
+                        Y[outer, position(first + k), column, v] = T.cast(vals[k * vector + v], out_dtype)
             else:
                 if column < I:
                     for v in T.vectorized(vector):
-                        Y[outer, position(first + k), column, v] = T.cast(vals[k * vector + v], dtype)
+                        Y[outer, position(first + k), column, v] = T.cast(vals[k * vector + v], out_dtype)
         for v in T.unroll(vector):
             state[0, v] = op(state[0, v], state[3, v])
 
@@ -1155,7 +1163,7 @@ def column_scan_program(
     if mode == "plain":
 
         @T.prim_func
-        def cumsum_column_scan(X: T.Tensor((O, N, I, vector), dtype), Y: T.Tensor((O, N, I, vector), dtype)):
+        def cumsum_column_scan(X: T.Tensor((O, N, I, vector), dtype), Y: T.Tensor((O, N, I, vector), out_dtype)):
             with T.Kernel(O * T.ceildiv(I, tile), threads=threads) as bx:
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items * vector,), dtype)
@@ -1213,7 +1221,7 @@ def column_scan_program(
     def cumsum_split_column_scan(
         X: T.Tensor((O, N, I, vector), dtype),
         Partial: T.Tensor((O, S, I, vector), ACCUM),
-        Y: T.Tensor((O, N, I, vector), dtype),
+        Y: T.Tensor((O, N, I, vector), out_dtype),
     ):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, segment):
             T.pdl_sync()  # wait for the launch before (see kernel_base)
@@ -1223,10 +1231,12 @@ def column_scan_program(
 
 
 def _build_program(
-    name: str, N: int, dtype: str, config: Dict[str, Any], *, combine: str = ADD, reverse: bool = False
+    name: str, N: int, dtype: str, config: Dict[str, Any], *, combine: str = ADD, reverse: bool = False,
+    out_dtype: Optional[str] = None,
 ) -> Any:
-    """The program ``name`` of the scan with operator ``combine``, forward or ``reverse``."""
-    operator = {"combine": combine, "reverse": reverse}
+    """The program ``name`` of the scan with operator ``combine``, forward or ``reverse``, its output
+    in ``out_dtype`` (default ``dtype``)."""
+    operator = {"combine": combine, "reverse": reverse, "out_dtype": out_dtype}
     if name == ROW_SCAN:
         program = row_scan_program(N, dtype, **{**config, "segments": 1, "mode": "plain"}, **operator)
     elif name == SPLIT_ROW_SCAN:
@@ -1234,7 +1244,7 @@ def _build_program(
     elif name == LOOKBACK_ROW_SCAN:
         program = row_scan_program(N, dtype, **{**config, "mode": "lookback"}, **operator)
     elif name == SEGMENT_SUMS:
-        program = segment_sums_program(N, dtype, **config, **operator)
+        program = segment_sums_program(N, dtype, **config, combine=combine, reverse=reverse)
     elif name.startswith((COLUMN_SCAN, COLUMN_SUMS, SPLIT_COLUMN_SCAN)):
         tile, vector = _column_tile(name)
         mode = {COLUMN_SCAN: "plain", COLUMN_SUMS: "sums", SPLIT_COLUMN_SCAN: "split"}[name.rpartition("_")[0]]
@@ -1336,6 +1346,7 @@ class ScanKernel(Kernel):
     Args:
         N: length of the scanned axis, fixed at construction.
         dtype: dtype of ``x`` and ``out`` (float16, bfloat16, float32).
+        out_dtype: ``out``'s dtype where it differs: float32 from half precision.
         config: explicit config (keys of ``default_config``; may be partial).
         tune: pick the fastest of ``autotune_configs`` on the current GPU.
     """
@@ -1350,13 +1361,15 @@ class ScanKernel(Kernel):
         *,
         config: Optional[Dict[str, Any]] = None,
         tune: bool = False,
+        out_dtype: Optional[torch.dtype] = None,
     ) -> None:
         check_kernel_args(type(self).__name__, dtype, N=N)
+        check_out_dtype(type(self).__name__, dtype, out_dtype)
         self.N = int(N)
         # (device index, stream, tiles per row) -> (status words, control words); see ``lookback_workspace``.
         self._lookback_workspaces: Dict[Tuple[Any, int, int], Tuple[torch.Tensor, torch.Tensor]] = {}
         self._lookback_workspace_lock = threading.Lock()
-        super().__init__(dtype, config=config, tune=tune)
+        super().__init__(dtype, config=config, tune=tune, out_dtype=out_dtype)
 
     @property
     def default_config(self) -> Dict[str, Any]:
@@ -1448,7 +1461,8 @@ class ScanKernel(Kernel):
 
     def _build(self, name: str, config: Dict[str, Any]) -> Any:
         return _build_program(
-            name, self.N, torch_dtype_to_tl(self.dtype), config, combine=self.combine, reverse=self.reverse
+            name, self.N, torch_dtype_to_tl(self.dtype), config, combine=self.combine, reverse=self.reverse,
+            out_dtype=torch_dtype_to_tl(self.result_dtype),
         )
 
     def program_names(self, inner: int = 1) -> List[str]:
@@ -1481,7 +1495,7 @@ class ScanKernel(Kernel):
     def tuning_inputs(self, rows: Optional[int] = None) -> Tuple[torch.Tensor, ...]:
         """Random ``(x, out)`` rows on the current GPU to time a candidate on."""
         x = torch.randn(self.tuning_rows if rows is None else rows, self.N, device="cuda", dtype=self.dtype)
-        return x, torch.empty_like(x)
+        return x, torch.empty_like(x, dtype=self.result_dtype)
 
     def _launcher(self, name: str) -> Any:
         # Compiled programs kept per config: looking them up through ``compile`` builds a key
@@ -1503,7 +1517,7 @@ class ScanKernel(Kernel):
         tile, vector, segments = self._column_plan(outer, inner)
         if segments == 0:
             rows = x.transpose(1, 2).contiguous()
-            scanned = torch.empty_like(rows)
+            scanned = torch.empty_like(rows, dtype=out.dtype)
             self._scan_rows(rows.view(-1, self.N), scanned.view(-1, self.N))
             out.copy_(scanned.transpose(1, 2))
             return out

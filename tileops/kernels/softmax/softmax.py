@@ -93,6 +93,7 @@ from tileops.kernels.sizes import (
     SECTOR_BYTES,
     WARP,
     check_kernel_args,
+    check_out_dtype,
     is_pow2,
     largest_pow2_divisor,
     max_vector,
@@ -739,8 +740,11 @@ def _cluster_share(T: Any, cluster: int, once: bool = True) -> Callable[..., Any
 
 def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, row_threads: int,
                       block_threads: int, cache_exp: int = 0, min_blocks: int = 1, cluster: int = 1,
-                      hinted: int = 0, staged: int = 0, row_stages: int = 1, **_: Any) -> Any:
+                      hinted: int = 0, staged: int = 0, row_stages: int = 1, out_dtype: Optional[str] = None,
+                      **_: Any) -> Any:
     """Rows of ``(R, N)`` held in registers: one read, one write.
+
+    ``out_dtype``: the output's element type (default ``dtype``; a forward may write wider).
 
     ``hinted``: the row's 16-byte loads carry L2's ``evict_last`` hint (see ``cache_hints``;
     ``SoftmaxFamilyKernel.row_programs`` sets it from ``row_hinted_min_mib``).
@@ -785,7 +789,8 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     scratch_shape = _scratch_shape(block_threads, 1, row_threads, 2)
     finalize = _finalize_forward(T, variant)
     safe_scaled = _online_macros(T)["safe_scaled"]
-    output = _output_value(T, variant, dtype)
+    out_dtype = out_dtype or dtype
+    output = _output_value(T, variant, out_dtype)
     term = _backward_term(T, variant)
     R = T.dynamic("R")
     row_policy = EVICT_LAST if hinted else None
@@ -877,12 +882,12 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         if row < R:
             for j in T.unroll(full_vecs):
                 for k in T.vectorized(vector):
-                    dst[row, (j * span + lane) * vector + k] = T.cast(e[j * vector + k] * st[_FINAL], dtype)
+                    dst[row, (j * span + lane) * vector + k] = T.cast(e[j * vector + k] * st[_FINAL], out_dtype)
             if has_tail:
                 if (full_vecs * span + lane) * vector < N:
                     for k in T.vectorized(vector):
                         dst[row, (full_vecs * span + lane) * vector + k] = T.cast(
-                            e[full_vecs * vector + k] * st[_FINAL], dtype
+                            e[full_vecs * vector + k] * st[_FINAL], out_dtype
                         )
 
     @T.macro
@@ -969,7 +974,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         if staged:
 
             @T.prim_func
-            def softmax_row_staged(X: XT, Y: T.Tensor((R, N), dtype), blocks: T.int32):
+            def softmax_row_staged(X: XT, Y: T.Tensor((R, N), out_dtype), blocks: T.int32):
                 # Group g (a block, or a cluster of blocks) takes rows g, g + groups, ... (groups:
                 # ``blocks // cluster``, not bound to a name: the parameter would take it); no group
                 # waits on another, so any ``blocks`` that is a multiple of the cluster is correct
@@ -1009,7 +1014,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             return softmax_row_staged
 
         @T.prim_func
-        def softmax_row_fused(X: XT, Y: T.Tensor((R, N), dtype)):
+        def softmax_row_fused(X: XT, Y: T.Tensor((R, N), out_dtype)):
             with launch(R) as block:
                 if min_blocks > 1:
                     T.annotate_min_blocks_per_sm(min_blocks)
@@ -1244,7 +1249,8 @@ def row_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
 
 
 def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, split_threads: int,
-                      split_unroll: int, split_cache_hints: int = 0, **_: Any) -> Any:
+                      split_unroll: int, split_cache_hints: int = 0, out_dtype: Optional[str] = None,
+                      **_: Any) -> Any:
     """Combine the ``S`` partials of a row, then write the output of one segment per block.
 
     ``split_cache_hints``: the loads, the last use of their lines, let L2 drop them first.
@@ -1260,7 +1266,8 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     scratch_shape = _scratch_shape(threads, 1, threads, 2)
     online = _online_macros(T)
     finalize = _finalize_forward(T, variant)
-    output = _output_value(T, variant, dtype)
+    out_dtype = out_dtype or dtype
+    output = _output_value(T, variant, out_dtype)
     R = T.dynamic("R")
     S = T.dynamic("S")
 
@@ -1325,7 +1332,7 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             X: AT,
             PM: T.Tensor((R, S), ACCUM),
             PS: T.Tensor((R, S), ACCUM),
-            Y: T.Tensor((R, N), dtype),
+            Y: T.Tensor((R, N), out_dtype),
         ):
             with T.Kernel(R, S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (row, seg):
                 apply_block(X, None, PM, PS, Y, row, seg)
@@ -1409,7 +1416,7 @@ def _column_setup(T: Any, N: int, cvec: int, col_threads: int, threads: int, unr
             "scratch_shape": _scratch_shape(threads, col_threads, lanes, 2 * cvec)}
 
 
-def _column_passes(T: Any, dtype: str, variant: SoftmaxVariant, setup: Dict[str, Any]) -> Dict[str, Any]:
+def _column_passes(T: Any, out_dtype: str, variant: SoftmaxVariant, setup: Dict[str, Any]) -> Dict[str, Any]:
     """Macros walking axis positions ``[first, last)`` of a thread's columns.
 
     ``reduce_walk`` folds them into the thread's column states (the backward's
@@ -1421,7 +1428,7 @@ def _column_passes(T: Any, dtype: str, variant: SoftmaxVariant, setup: Dict[str,
     lanes, cvec, slot, unroll = setup["lanes"], setup["cvec"], setup["slot"], setup["unroll"]
     online = _online_macros(T)
     term = _backward_term(T, variant)
-    output = _output_value(T, variant, dtype, cvec)
+    output = _output_value(T, variant, out_dtype, cvec)
 
     @T.macro
     def fold_step(st, a, b, n0, last, i0, inner):
@@ -1527,7 +1534,7 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
     segment_bounds, tile, slot = setup["segment_bounds"], setup["tile"], setup["slot"]
     scratch_shape = setup["scratch_shape"]
-    reduce_walk = _column_passes(T, dtype, variant, setup)["reduce_walk"]
+    reduce_walk = _column_passes(T, dtype, variant, setup)["reduce_walk"]  # writes nothing
     O = T.dynamic("O")
     I = T.dynamic("I")
     S = T.dynamic("S")
@@ -1584,7 +1591,8 @@ def column_stats_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
 
 def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
-                         column_threads: int, column_unroll: int, column_cache_hints: int = 0, **_: Any) -> Any:
+                         column_threads: int, column_unroll: int, column_cache_hints: int = 0,
+                         out_dtype: Optional[str] = None, **_: Any) -> Any:
     """Combine the ``S`` partials of each column, then write one axis segment per block."""
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -1594,7 +1602,8 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     slot, scratch_shape = setup["slot"], setup["scratch_shape"]
     online = _online_macros(T)
     combine_lanes = _combine_lanes(T, variant, setup, _finalize_forward(T, variant, cvec))
-    write_walk = _column_passes(T, dtype, variant, setup)["write_walk"]
+    out_dtype = out_dtype or dtype
+    write_walk = _column_passes(T, out_dtype, variant, setup)["write_walk"]
     O = T.dynamic("O")
     I = T.dynamic("I")
     S = T.dynamic("S")
@@ -1644,7 +1653,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
             X: T.StridedTensor((O, N, I), (SAO, SAN, 1), dtype),
             PM: T.Tensor((O, S, I), ACCUM),
             PS: T.Tensor((O, S, I), ACCUM),
-            Y: T.Tensor((O, N, I), dtype),
+            Y: T.Tensor((O, N, I), out_dtype),
         ):
             with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, seg):
                 apply_block(X, None, PM, PS, Y, bx, seg)
@@ -1700,7 +1709,7 @@ def _cluster_share_columns(T: Any, variant: SoftmaxVariant, cluster: int, col_th
 
 def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
                          threads: int, fused_column_unroll: int, column_cache_hints: int = 0, cluster: int = 1,
-                         **_: Any) -> Any:
+                         out_dtype: Optional[str] = None, **_: Any) -> Any:
     """Whole columns in one block, or in one cluster of blocks: reduce, merge, write; no partials.
 
     Block ``bx`` takes outer index ``o`` and ``tile = col_threads * cvec``
@@ -1723,7 +1732,8 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     unroll = -(-per // lanes) if resident else fused_column_unroll
     setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
     place_thread, scratch_shape, slot = setup["place_thread"], setup["scratch_shape"], setup["slot"]
-    passes = _column_passes(T, dtype, variant, setup)
+    out_dtype = out_dtype or dtype
+    passes = _column_passes(T, out_dtype, variant, setup)
     finalize = _finalize_forward(T, variant, cvec)
     combine_lanes = _combine_lanes(T, variant, setup, None if clustered else finalize)
     share = _cluster_share_columns(T, variant, cluster, col_threads, setup)
@@ -1792,7 +1802,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         @T.prim_func
         def softmax_column_fused(
             X: T.StridedTensor((O, N, I), (SAO, SAN, 1), dtype),
-            Y: T.Tensor((O, N, I), dtype),
+            Y: T.Tensor((O, N, I), out_dtype),
         ):
             with launch() as bx:
                 fused_block(X, X, Y, bx)
@@ -1816,12 +1826,12 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
 def row_cluster_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, cluster: int,
                         cluster_threads: int, cluster_min_blocks: int = 1, cache_exp: int = 0,
-                        cluster_cache_hints: int = 0, **_: Any) -> Any:
+                        cluster_cache_hints: int = 0, out_dtype: Optional[str] = None, **_: Any) -> Any:
     """A row held by a cluster of ``cluster`` blocks of ``cluster_threads`` threads (see ``row_fused_program``),
     built for ``cluster_min_blocks`` blocks an SM; ``cluster_cache_hints`` is its ``hinted``."""
     return row_fused_program(N, dtype, variant, vector=vector, row_threads=cluster_threads,
                              block_threads=cluster_threads, cache_exp=cache_exp, min_blocks=cluster_min_blocks,
-                             cluster=cluster, hinted=cluster_cache_hints)
+                             cluster=cluster, hinted=cluster_cache_hints, out_dtype=out_dtype)
 
 
 def row_staged_program(N: int, dtype: str, variant: SoftmaxVariant, **config: Any) -> Any:
@@ -1831,13 +1841,15 @@ def row_staged_program(N: int, dtype: str, variant: SoftmaxVariant, **config: An
 
 
 def row_cluster_staged_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, cluster: int,
-                               cache_exp: int = 0, cluster_stages: int = 1, **_: Any) -> Any:
+                               cache_exp: int = 0, cluster_stages: int = 1, out_dtype: Optional[str] = None,
+                               **_: Any) -> Any:
     """The row cluster program's rows taken in turn by a wave of resident clusters of 1024-thread
     blocks, each block staging its share of the next ``cluster_stages`` rows (see
     ``row_fused_program``); it takes the number of resident blocks (a multiple of ``cluster``) as
     its last argument."""
     return row_fused_program(N, dtype, variant, vector=vector, row_threads=MAX_THREADS, block_threads=MAX_THREADS,
-                             cache_exp=cache_exp, cluster=cluster, staged=1, row_stages=cluster_stages)
+                             cache_exp=cache_exp, cluster=cluster, staged=1, row_stages=cluster_stages,
+                             out_dtype=out_dtype)
 
 
 _BUILDERS: Dict[str, Callable[..., Any]] = {
@@ -1854,12 +1866,14 @@ _BUILDERS: Dict[str, Callable[..., Any]] = {
 
 
 def build_program(name: str, N: int, dtype: torch.dtype, variant: SoftmaxVariant, config: Dict[str, int],
-                  params: ProgramParams) -> Any:
-    """The TileLang ``prim_func`` of program ``name`` for one config and shape parameters."""
+                  params: ProgramParams, out_dtype: Optional[torch.dtype] = None) -> Any:
+    """The TileLang ``prim_func`` of program ``name`` for one config and shape parameters; the output
+    of ``out_dtype`` (default ``dtype``)."""
     if name not in _BUILDERS:
         raise ValueError(f"softmax kernels: unknown program {name!r}; expected one of {list(_BUILDERS)}")
     _check_config(config)
-    return _BUILDERS[name](N, torch_dtype_to_tl(dtype), variant, **config, **dict(params))
+    return _BUILDERS[name](N, torch_dtype_to_tl(dtype), variant, **config, **dict(params),
+                           out_dtype=torch_dtype_to_tl(out_dtype or dtype))
 
 
 class SoftmaxFamilyKernel(Kernel):
@@ -1874,6 +1888,7 @@ class SoftmaxFamilyKernel(Kernel):
     Args:
         N: length of the reduced axis, fixed at construction.
         dtype: dtype of inputs and output (float16, bfloat16, float32).
+        out_dtype: a forward's output dtype, where it differs: float32 from half precision.
         config: explicit config (keys of ``default_config``; may be partial).
         tune: pick the fastest of ``autotune_configs`` on the current GPU.
     """
@@ -1890,13 +1905,17 @@ class SoftmaxFamilyKernel(Kernel):
         *,
         config: Optional[Dict[str, Any]] = None,
         tune: bool = False,
+        out_dtype: Optional[torch.dtype] = None,
     ) -> None:
         name = type(self).__name__
         check_kernel_args(name, dtype, N=N)
+        if self.variant.backward and out_dtype not in (None, dtype):
+            raise TypeError(f"{name}: a backward writes its inputs' dtype {dtype}, got out_dtype {out_dtype}")
+        check_out_dtype(name, dtype, out_dtype)
         self.N = int(N)
         self._row_vector = row_vector(self.N, dtype)
         self._max_vector = max_vector(dtype)
-        super().__init__(dtype, config=config, tune=tune)
+        super().__init__(dtype, config=config, tune=tune, out_dtype=out_dtype)
 
     # ---- configs -----------------------------------------------------------------------------
     @property
@@ -1974,7 +1993,7 @@ class SoftmaxFamilyKernel(Kernel):
             name = ROW_STATS
         else:
             name = ROW_STAGED if self.stages_rows(vector, config) else ROW_FUSED
-        return build_program(name, self.N, self.dtype, self.variant, config, self.row_params(vector))
+        return build_program(name, self.N, self.dtype, self.variant, config, self.row_params(vector), self.result_dtype)
 
     def least_hinted_rows(self) -> int:
         """The fewest rows whose inputs take ``row_hinted_min_mib`` MiB."""
@@ -2024,7 +2043,8 @@ class SoftmaxFamilyKernel(Kernel):
         """The compiled program ``name`` with shape ``params`` for ``config`` (default: the current one), cached."""
         config = dict(self.config if config is None else config)
         key = (name, params, repr(target)) + tuple(sorted(config.items()))
-        return self.compile_once(key, lambda: build_program(name, self.N, self.dtype, self.variant, config, params),
+        return self.compile_once(key, lambda: build_program(name, self.N, self.dtype, self.variant, config, params,
+                                                            self.result_dtype),
                                  target, (name, params, config))
 
     def build_all_for_sm90(self, inner: int = 8) -> Dict[str, Any]:
@@ -2040,7 +2060,7 @@ class SoftmaxFamilyKernel(Kernel):
         inputs = [torch.randn(rows, self.N, device="cuda", dtype=self.dtype) for _ in range(self.variant.inputs)]
         if self.variant.backward:
             inputs[1] = torch.softmax(inputs[1].float(), -1).to(self.dtype)
-        return (*inputs, torch.empty_like(inputs[0]))
+        return (*inputs, torch.empty_like(inputs[0], dtype=self.result_dtype))
 
     # ---- launch ------------------------------------------------------------------------------
     # What a call needs from the current config is kept in the per-config plans: deriving it per

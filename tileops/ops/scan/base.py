@@ -32,7 +32,8 @@ class ScanOp(Op):
     """Shared forward flow of the scan family (cumsum, its gradient, cumprod).
 
     L3 ops set ``N``, ``dim``, ``dtype``, ``tune`` and a one-entry
-    ``kernel_map`` (the kernel decides the operator and direction), and call
+    ``kernel_map`` (the kernel decides the operator and direction; forwards: ``out_dtype`` too,
+    see ``Op._kernel_dtypes``), and call
     ``_run_kernel`` once every check has passed with CUDA tensors.
     """
 
@@ -46,16 +47,19 @@ class ScanOp(Op):
         return next(iter(self.kernel_map))
 
     def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
-        return self.kernel_map[key](self.N, self.dtype, tune=self.tune)
+        return self.kernel_map[key](self.N, **self._kernel_dtype_args(), tune=self.tune)
 
     # outer and inner are symbolic: ``_run_kernel`` names the kernel by ``(device index,)``.
     kernels_keyed_by_launch = True
 
     def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
         """``y`` shaped like ``x``: the scan of ``x`` along ``self.dim``."""
+        cast, out_dtype = self._kernel_dtypes()
+        if cast is not None:
+            x = x.to(cast)
         shape = x.shape
         if x.numel() == 0:
-            return empty_contiguous(x, shape)
+            return empty_contiguous(x, shape, out_dtype)
         if x.dim() == 0:
             # A scalar scans as a row of one (dim 0 or -1, as PyTorch wraps them).
             return self._run_kernel(x.view(1)).view(())
@@ -67,7 +71,7 @@ class ScanOp(Op):
         kernel = self._kernel(self.kernel_key, (device.index,))
         with on_device(device):
             if inner > 1:
-                y = empty_contiguous(x, shape)
+                y = empty_contiguous(x, shape, out_dtype)
                 outer = y.numel() // (N * inner)
                 columns = (aligned_contiguous(x).view(outer, N, inner), y.view(outer, N, inner))
                 # The column programs number their blocks in int32: at most outer * ceil(inner / 32)
@@ -75,6 +79,6 @@ class ScanOp(Op):
                 launch_in_ranges(kernel.forward, columns, int32_launch_ranges(columns[1].shape, "scan", 32))
                 return y
             # A scan of rows; size-1 axes after ``dim`` fold into it.
-            x_rows, y, y_rows = rows_and_output(x if dim == ndim - 1 else x.flatten(dim), N)
+            x_rows, y, y_rows = rows_and_output(x if dim == ndim - 1 else x.flatten(dim), N, out_dtype)
             launch_in_ranges(kernel.forward, (x_rows, y_rows), int32_launch_ranges(y_rows.shape, "scan"))
         return y if dim == ndim - 1 else y.view(shape)

@@ -28,6 +28,7 @@ class CumprodFwdOp(ScanOp):
         N: Size committed at construction: x.shape[dim].
         dtype: Dtype of x (float16, bfloat16, float32).
         dim: Axis to scan along; negative counts from the end. Default: -1.
+        out_dtype: Dtype of y (None: x's), as if x were cast to it first; a half-precision x to float32 is read as it is. Default: None.
         kernel_map: Overrides of entries of default_kernel_map.
         tune: Autotune kernel configs on first use instead of using heuristics.
 
@@ -49,6 +50,7 @@ class CumprodFwdOp(ScanOp):
         N: int,
         dtype: torch.dtype,
         dim: int = -1,
+        out_dtype: Optional[torch.dtype] = None,
         kernel_map: Optional[Dict[str, Type[Kernel]]] = None,
         tune: bool = False,
     ) -> None:
@@ -56,10 +58,12 @@ class CumprodFwdOp(ScanOp):
         self.N = N
         self.dtype = dtype
         self.dim = dim
+        self.out_dtype = out_dtype
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
-        self._check_params({"dim": "int"})
+        self._check_params({"dim": "int", "out_dtype": "Optional[dtype]"})
         self._check_static_dims({"N": "x.shape[dim]"})
+        self._check_dtype_param("out_dtype", (torch.float16, torch.bfloat16, torch.float32))
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -92,7 +96,7 @@ class CumprodFwdOp(ScanOp):
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
-        return torch.cumprod(x, self.dim)
+        return torch.cumprod(x, self.dim, dtype=self.out_dtype)
 
     def _formula_gradients(self, needs: Tuple[bool, ...], x: Any, y: torch.Tensor, grad_y: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         """The inputs' gradients by the manifest's formulas, for the inputs ``needs`` marks."""
@@ -103,13 +107,13 @@ class CumprodFwdOp(ScanOp):
     def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
-        return torch.ops.tileops.cumprod_fwd(x, self.dim, self._graph_handle if handle is None else handle)
+        return torch.ops.tileops.cumprod_fwd(x, self.dim, self.out_dtype, self._graph_handle if handle is None else handle)
 
     @classmethod
-    def _shared_for(cls, x, dim) -> "CumprodFwdOp":
+    def _shared_for(cls, x, dim, out_dtype) -> "CumprodFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(N=int(rules.axis_size(x.shape, dim, missing=0)), dtype=x.dtype, dim=dim)
+            return cls.shared(N=int(rules.axis_size(x.shape, dim, missing=0)), dtype=x.dtype, dim=dim, out_dtype=out_dtype)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"x": x})
             raise
@@ -117,7 +121,7 @@ class CumprodFwdOp(ScanOp):
     def _fake_outputs(self, x: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""
         shapes = self._infer_output_shapes(tuple(x.shape))
-        return x.new_empty(shapes["y"], dtype=x.dtype)
+        return x.new_empty(shapes["y"], dtype=self.out_dtype or x.dtype)
 
     def _infer_output_shapes(self, x_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"y": tuple(x_shape)}
@@ -128,9 +132,10 @@ class CumprodFwdOp(ScanOp):
 
     def eval_roofline(self, x_shape: Tuple[int, ...]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
+        out_elem_bytes = (self.out_dtype or self.dtype).itemsize
         M = rules.numel(x_shape) // self.N if self.N else 0
         flops = M * self.N
-        moved = 2 * M * self.N * elem_bytes
+        moved = M * self.N * elem_bytes + M * self.N * out_elem_bytes
         return int(flops), int(moved)
 
     def _static_axes(self, x_shape: Tuple[int, ...]) -> frozenset:
@@ -140,9 +145,9 @@ class CumprodFwdOp(ScanOp):
 register_library_op(
     CumprodFwdOp,
     "tileops::cumprod_fwd",
-    "(Tensor x, int dim, int handle) -> Tensor",
+    "(Tensor x, int dim, ScalarType? out_dtype, int handle) -> Tensor",
     inputs=("x",),
-    params=("dim",),
+    params=("dim", "out_dtype"),
     outputs=("y",),
     backward=FormulaBackward(saves=("x", "y")),
 )

@@ -62,8 +62,9 @@ class AxisCallLayout:
 class SoftmaxFamilyOp(Op):
     """Shared forward flow of the softmax family (softmax, log-softmax, forward and backward).
 
-    L3 ops set ``N``, ``dim``, ``dtype``, ``tune`` and a one-entry ``kernel_map``,
-    and call ``_run_kernel(*inputs)`` once every check has passed with CUDA tensors.
+    L3 ops set ``N``, ``dim``, ``dtype``, ``tune`` and a one-entry ``kernel_map`` (forwards:
+    ``out_dtype`` too, see ``Op._kernel_dtypes``), and call ``_run_kernel(*inputs)`` once every
+    check has passed with CUDA tensors.
     """
 
     N: int
@@ -71,7 +72,7 @@ class SoftmaxFamilyOp(Op):
     tune: bool
 
     def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
-        return self.kernel_map[key](self.N, self.dtype, tune=self.tune)
+        return self.kernel_map[key](self.N, **self._kernel_dtype_args(), tune=self.tune)
 
     # Every extent and stride is symbolic: ``_run_kernel`` names the kernel by ``(device index,)``.
     kernels_keyed_by_launch = True
@@ -83,6 +84,9 @@ class SoftmaxFamilyOp(Op):
 
     def _run_kernel(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The contiguous output: the kernel on the inputs' axis views."""
+        cast, out_dtype = self._kernel_dtypes()
+        if cast is not None:
+            inputs = tuple(t.to(cast) for t in inputs)
         first = inputs[0]
         if first.dim() == 0:
             # A scalar is a row of one (dim 0 or -1, as PyTorch wraps them).
@@ -91,9 +95,9 @@ class SoftmaxFamilyOp(Op):
         key = (first.shape, *map(torch.Tensor.stride, inputs))
         layout = self._layouts.get(key, lambda: self._call_layout(inputs))
         if layout.out_like_first:
-            out = torch.empty_like(first)
+            out = torch.empty_like(first, dtype=out_dtype)
         else:
-            out = torch.empty(layout.out_shape, dtype=first.dtype, device=first.device)
+            out = torch.empty(layout.out_shape, dtype=out_dtype, device=first.device)
         if not layout.views:
             return out
         if layout.in_place:

@@ -27,6 +27,7 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
         N: Size committed at construction: x.shape[dim].
         dtype: Dtype of x (float16, bfloat16, float32).
         dim: Axis to normalize along; negative counts from the end. Default: -1.
+        out_dtype: Dtype of y (None: x's), as if x were cast to it first; a half-precision x to float32 is read as it is. Default: None.
         kernel_map: Overrides of entries of default_kernel_map.
         tune: Autotune kernel configs on first use instead of using heuristics.
 
@@ -50,6 +51,7 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
         N: int,
         dtype: torch.dtype,
         dim: int = -1,
+        out_dtype: Optional[torch.dtype] = None,
         kernel_map: Optional[Dict[str, Type[Kernel]]] = None,
         tune: bool = False,
     ) -> None:
@@ -57,10 +59,12 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
         self.N = N
         self.dtype = dtype
         self.dim = dim
+        self.out_dtype = out_dtype
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
-        self._check_params({"dim": "int"})
+        self._check_params({"dim": "int", "out_dtype": "Optional[dtype]"})
         self._check_static_dims({"N": "x.shape[dim]"})
+        self._check_dtype_param("out_dtype", (torch.float16, torch.bfloat16, torch.float32))
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -93,18 +97,18 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
-        return torch.log_softmax(x, self.dim)
+        return torch.log_softmax(x, self.dim, dtype=self.out_dtype)
 
     def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
-        return torch.ops.tileops.log_softmax_fwd(x, self.dim, self._graph_handle if handle is None else handle)
+        return torch.ops.tileops.log_softmax_fwd(x, self.dim, self.out_dtype, self._graph_handle if handle is None else handle)
 
     @classmethod
-    def _shared_for(cls, x, dim) -> "LogSoftmaxFwdOp":
+    def _shared_for(cls, x, dim, out_dtype) -> "LogSoftmaxFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(N=int(rules.axis_size(x.shape, dim, missing=0)), dtype=x.dtype, dim=dim)
+            return cls.shared(N=int(rules.axis_size(x.shape, dim, missing=0)), dtype=x.dtype, dim=dim, out_dtype=out_dtype)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"x": x})
             raise
@@ -112,13 +116,13 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
     def _fake_outputs(self, x: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""
         shapes = self._infer_output_shapes(tuple(x.shape))
-        return x.new_empty(shapes["y"], dtype=x.dtype)
+        return x.new_empty(shapes["y"], dtype=self.out_dtype or x.dtype)
 
     def backward_op(self) -> "LogSoftmaxBwdOp":
         """The op that computes this op's gradients, built once per instance."""
         from .log_softmax_bwd import LogSoftmaxBwdOp
 
-        return self._cached_backward_op(lambda: LogSoftmaxBwdOp(N=self.N, dtype=self.dtype, dim=self.dim, tune=self.tune))
+        return self._cached_backward_op(lambda: LogSoftmaxBwdOp(N=self.N, dtype=self.out_dtype or self.dtype, dim=self.dim, tune=self.tune))
 
     def _infer_output_shapes(self, x_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"y": tuple(x_shape)}
@@ -129,9 +133,10 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
 
     def eval_roofline(self, x_shape: Tuple[int, ...]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
+        out_elem_bytes = (self.out_dtype or self.dtype).itemsize
         M = rules.numel(x_shape) // self.N if self.N else 0
         flops = 5 * M * self.N
-        moved = 2 * M * self.N * elem_bytes
+        moved = M * self.N * elem_bytes + M * self.N * out_elem_bytes
         return int(flops), int(moved)
 
     def _static_axes(self, x_shape: Tuple[int, ...]) -> frozenset:
@@ -141,9 +146,9 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
 register_library_op(
     LogSoftmaxFwdOp,
     "tileops::log_softmax_fwd",
-    "(Tensor x, int dim, int handle) -> Tensor",
+    "(Tensor x, int dim, ScalarType? out_dtype, int handle) -> Tensor",
     inputs=("x",),
-    params=("dim",),
+    params=("dim", "out_dtype"),
     outputs=("y",),
     backward=BackwardWiring(
         saves=("y",),
