@@ -28,9 +28,10 @@ def test_static_dim_follows_a_param_axis(manifest):
     spec = manifest.op("CumsumFwdOp")
     mid = workload(spec, "mid-dim")  # x: [64, 4096, 64], dim=1
     params = param_values(spec, mid)
-    assert params == {"dim": 1}
+    assert params == {"dim": 1, "out_dtype": None}
     assert static_dim_values(spec, mid, params) == {"N": 4096}
-    assert constructor_kwargs(spec, mid, torch.bfloat16) == {"N": 4096, "dtype": torch.bfloat16, "dim": 1}
+    assert constructor_kwargs(spec, mid, torch.bfloat16) == {"N": 4096, "dtype": torch.bfloat16, "dim": 1,
+                                                             "out_dtype": None}
 
 
 def test_defaults_fill_params_the_workload_leaves_out(manifest):
@@ -65,7 +66,7 @@ def test_a_custom_input_factory_is_honoured(manifest):
 
     entry = BenchEntry("CumsumFwdOp", "bench_entry", make_inputs)
     (x,) = build_inputs(Case(spec, workload(spec, "mid-dim"), "float32", entry), "cpu")
-    assert seen == {"shapes": {"x": (64, 4096, 64)}, "dtype": torch.float32, "device": "cpu", "params": {"dim": 1}}
+    assert seen == {"shapes": {"x": (64, 4096, 64)}, "dtype": torch.float32, "device": "cpu", "params": {"dim": 1, "out_dtype": None}}
     assert bool((x == 2.0).all())
 
 

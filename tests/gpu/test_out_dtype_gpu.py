@@ -1,0 +1,144 @@
+"""Half-precision inputs written to float32 in one pass (the ops' ``out_dtype``, the functional
+forms' ``dtype``), by every program of the softmax and scan kernels.
+
+Each result is checked against the float64 reference, allowing the error the float32 kernels
+make on the same values (``x.float()``): the fused call reads the same numbers and computes in
+float32 too.  Its memory is checked as well: an output and the kernels' partials, no float32
+copy of the input."""
+
+import math
+from typing import Callable, Dict, List, Set, Tuple
+
+import pytest
+import torch
+
+import tileops.functional as F
+from tests.op_checks import assert_close
+from tileops.kernels.device_traits import has_fast_memory
+from tileops.ops import CumprodFwdOp, CumsumFwdOp, LogSoftmaxFwdOp, SoftmaxFwdOp
+from tileops.ops.softmax.base import kernel_view
+
+pytestmark = pytest.mark.gpu
+
+HALF = [torch.bfloat16, torch.float16]
+# (shape, dim, transposed): the input has ``shape``, in reversed memory order if ``transposed``.
+Case = Tuple[Tuple[int, ...], int, bool]
+
+# Fused rows (with a tail, and a single row), staged rows, clustered rows (fewer and more than a
+# wave), long rows cut into segments, whole columns, columns cut into segments, and a
+# transposed input (copied once).
+SOFTMAX_CASES: List[Case] = [((3, 127), -1, False), ((1, 4096), -1, False), ((1024, 16384), -1, False),
+                             ((40, 65536), -1, False), ((200, 65536), -1, False), ((64, 262144), -1, False),
+                             ((64, 4096, 64), 1, False), ((2, 4096, 3), 1, False), ((5, 7, 33), 0, True)]
+SOFTMAX_PROGRAMS = {"row_fused", "row_cluster", "row_stats", "row_apply", "column_fused", "column_stats",
+                    "column_apply"}
+# Rows that devices with fast memory stage in shared memory.
+STAGED_PROGRAMS = {"row_staged", "row_cluster_staged"}
+
+# Rows, the look-back scan of few long rows, column tiles, columns cut into segments, single
+# columns scanned as transposed rows, a transposed input.
+SCAN_CASES: List[Case] = [((3, 127), -1, False), ((64, 262144), -1, False), ((256, 1024, 64), 1, False),
+                          ((4, 4096, 64), 1, False), ((2, 4096, 3), 1, False), ((4, 5, 6), 0, True)]
+SCAN_PROGRAM_PREFIXES = ("row_scan", "lookback_row_scan", "column_scan_", "column_sums_", "split_column_scan_")
+
+SOFTMAXES: Dict[str, Tuple[Callable, Callable, type]] = {
+    "softmax": (F.softmax, torch.softmax, SoftmaxFwdOp),
+    "log_softmax": (F.log_softmax, torch.log_softmax, LogSoftmaxFwdOp),
+}
+SCANS: Dict[str, Tuple[Callable, Callable, type]] = {
+    "cumsum": (F.cumsum, torch.cumsum, CumsumFwdOp),
+    "cumprod": (F.cumprod, torch.cumprod, CumprodFwdOp),
+}
+
+
+def _input(name: str, shape: Tuple[int, ...], dtype: torch.dtype, seed: int, transposed: bool = False) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape[::-1] if transposed else shape, generator=generator)
+    # Products of 262144 factors stay in range near 1; softmaxes get a spread of exponents.
+    x = (1 + 0.002 * x if name == "cumprod" else 4 * x).to(device="cuda", dtype=dtype)
+    return x.permute(*reversed(range(x.ndim))) if transposed else x
+
+
+def _check_one_pass(name: str, fn: Callable, reference: Callable, x: torch.Tensor, dim: int) -> None:
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    y = fn(x, dim, dtype=torch.float32)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    assert y.dtype == torch.float32 and y.shape == x.shape and y.is_contiguous()
+    # The output, a transposed input's copy and partials; a float32 copy of x would add its own size.
+    allowed = y.numel() * 4 + (0 if x.is_contiguous() else x.numel() * x.element_size()) + (2 << 20)
+    assert extra <= allowed, f"{name} {tuple(x.shape)}: {extra} bytes allocated, at most {allowed} expected"
+    expected = reference(x.double(), dim)
+    own = fn(x.float(), dim)
+    assert_close(y, expected, torch.float32, slack=(own.double() - expected).abs().max().item())
+
+
+def _softmax_programs(op_cls: type, x: torch.Tensor, dim: int) -> Set[str]:
+    op = op_cls._shared_for(x, dim, torch.float32)
+    kernel = op._kernel(op.kernel_key, (x.device.index,))
+    assert kernel.result_dtype == torch.float32 and kernel.dtype == x.dtype
+    view = kernel_view(x, dim % x.ndim)
+    out = torch.empty(view.shape, dtype=torch.float32, device=x.device)
+    return {name for name, _ in kernel.programs_for(view, out)}
+
+
+def _scan_programs(op_cls: type, x: torch.Tensor, dim: int) -> Set[str]:
+    op = op_cls._shared_for(x, dim, torch.float32)
+    kernel = op._kernel(op.kernel_key, (x.device.index,))
+    assert kernel.result_dtype == torch.float32 and kernel.dtype == x.dtype
+    axis = dim % x.ndim
+    outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
+    return set(kernel.programs_for((outer, x.shape[axis]) if inner == 1 else (outer, x.shape[axis], inner)))
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", sorted(SOFTMAXES))
+def test_softmaxes_write_float32_in_every_program(name: str, dtype: torch.dtype) -> None:
+    fn, reference, op_cls = SOFTMAXES[name]
+    seen: Set[str] = set()
+    for seed, (shape, dim, transposed) in enumerate(SOFTMAX_CASES):
+        x = _input(name, shape, dtype, seed, transposed)
+        _check_one_pass(name, fn, reference, x, dim)
+        seen |= _softmax_programs(op_cls, x, dim)
+    expected = SOFTMAX_PROGRAMS | (STAGED_PROGRAMS if has_fast_memory() else set())
+    assert expected <= seen, f"programs not run: {sorted(expected - seen)}"
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", sorted(SCANS))
+def test_scans_write_float32_in_every_program(name: str, dtype: torch.dtype) -> None:
+    fn, reference, op_cls = SCANS[name]
+    seen: Set[str] = set()
+    for seed, (shape, dim, transposed) in enumerate(SCAN_CASES):
+        x = _input(name, shape, dtype, seed, transposed)
+        _check_one_pass(name, fn, reference, x, dim)
+        seen |= _scan_programs(op_cls, x, dim)
+    for prefix in SCAN_PROGRAM_PREFIXES:
+        assert any(program.startswith(prefix) for program in seen), f"no {prefix}* program ran: {sorted(seen)}"
+
+
+@pytest.mark.parametrize("name", sorted({**SOFTMAXES, **SCANS}))
+def test_gradients_of_a_float32_output_reach_the_half_input(name: str) -> None:
+    """The backward of the float32 output (in float32), then the gradient in the input's dtype."""
+    fn, reference, _ = {**SOFTMAXES, **SCANS}[name]
+    x = _input(name, (8, 4096), torch.bfloat16, 7).requires_grad_()
+    y = fn(x, -1, dtype=torch.float32)
+    grad = torch.rand(y.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(3)) + 0.5
+    (gx,) = torch.autograd.grad(y, x, grad)
+    leaf = x.detach().double().requires_grad_()
+    (expected,) = torch.autograd.grad(reference(leaf, -1), leaf, grad.double())
+    assert gx.dtype == torch.bfloat16
+    assert_close(gx, expected, torch.bfloat16)
+
+
+@pytest.mark.parametrize("name", sorted(SOFTMAXES))
+def test_a_float32_output_compiles_with_inductor(name: str) -> None:
+    torch._dynamo.reset()
+    fn, reference, _ = SOFTMAXES[name]
+    compiled = torch.compile(lambda x: fn(x, -1, dtype=torch.float32), fullgraph=True)
+    x = _input(name, (16, 4096), torch.bfloat16, 5)
+    y = compiled(x)
+    assert y.dtype == torch.float32
+    assert_close(y, reference(x.double(), -1), torch.float32, slack=1e-6)
