@@ -1,6 +1,6 @@
-"""The functional forms' ``dtype`` keyword: the input cast to it before the op, as PyTorch documents
-for ``softmax``, ``log_softmax``, ``cumsum`` and ``cumprod`` and does there (its reductions fold the
-cast into the reduction, which the reductions here do not take: they have no ``dtype``)."""
+"""The functional forms' ``dtype`` keyword: the result as if the input were cast to it before the
+op, as PyTorch documents for ``softmax``, ``log_softmax``, ``cumsum``, ``cumprod``, ``sum`` and
+``mean``."""
 
 import inspect
 from typing import Callable, Dict, Tuple
@@ -17,6 +17,8 @@ FUNCTIONS: Dict[str, Tuple[Callable, Callable]] = {
     "log_softmax": (lambda x, **k: F.log_softmax(x, -1, **k), lambda x, **k: torch.log_softmax(x, -1, **k)),
     "cumsum": (lambda x, **k: F.cumsum(x, 0, **k), lambda x, **k: torch.cumsum(x, 0, **k)),
     "cumprod": (lambda x, **k: F.cumprod(x, -1, **k), lambda x, **k: torch.cumprod(x, -1, **k)),
+    "sum": (lambda x, **k: F.sum(x, 1, **k), lambda x, **k: torch.sum(x, 1, **k)),
+    "mean": (lambda x, **k: F.mean(x, (0, 2), **k), lambda x, **k: torch.mean(x, (0, 2), **k)),
 }
 CASTS = [(torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.bfloat16),
          (torch.bfloat16, torch.float16), (torch.float32, torch.float32)]
@@ -90,7 +92,7 @@ def test_dtype_takes_only_a_dtype_the_op_takes_and_only_by_keyword() -> None:
         F.cumprod(1.0, 0, dtype=torch.float32)
 
 
-def test_the_softmaxes_and_scans_alone_take_dtype_by_keyword() -> None:
+def test_the_softmaxes_scans_and_sums_alone_take_dtype_by_keyword() -> None:
     taking = {name for name in F.__all__ if "dtype" in inspect.signature(getattr(F, name)).parameters}
     assert taking == set(FUNCTIONS)
     for name in taking:

@@ -198,21 +198,21 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     return result
 
 
-def sum(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
-    """Sum forward: y = sum(x, dim). Functional form of ``SumFwdOp``."""
+def sum(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Sum forward: y = sum(x, dim). Functional form of ``SumFwdOp``. ``dtype``: the result's dtype, computed as if x were cast to it first, as ``torch.sum`` does (a half-precision x to float32 in one pass)."""
     if torch.compiler.is_compiling():
-        result = torch.ops.tileops.sum_fwd(x, dim, keepdim, SHARED_INSTANCE)
+        result = torch.ops.tileops.sum_fwd(x, dim, keepdim, dtype, SHARED_INSTANCE)
     else:
-        result = SumFwdOp._shared_for(x, dim, keepdim).forward(x)
+        result = SumFwdOp._shared_for(x, dim, keepdim, dtype).forward(x)
     return result
 
 
-def mean(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
-    """Mean forward: y = sum(x, dim) / (number of reduced elements). Functional form of ``MeanFwdOp``."""
+def mean(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Mean forward: y = sum(x, dim) / (number of reduced elements). Functional form of ``MeanFwdOp``. ``dtype``: the result's dtype, computed as if x were cast to it first, as ``torch.mean`` does (a half-precision x to float32 in one pass)."""
     if torch.compiler.is_compiling():
-        result = torch.ops.tileops.mean_fwd(x, dim, keepdim, SHARED_INSTANCE)
+        result = torch.ops.tileops.mean_fwd(x, dim, keepdim, dtype, SHARED_INSTANCE)
     else:
-        result = MeanFwdOp._shared_for(x, dim, keepdim).forward(x)
+        result = MeanFwdOp._shared_for(x, dim, keepdim, dtype).forward(x)
     return result
 
 

@@ -1,5 +1,5 @@
 """Half-precision inputs written to float32 in one pass (the ops' ``out_dtype``, the functional
-forms' ``dtype``), by every program of the softmax and scan kernels.
+forms' ``dtype``), by every program of the softmax and scan kernels, and by the sums and means.
 
 Each result is checked against the float64 reference, allowing the error the float32 kernels
 make on the same values (``x.float()``): the fused call reads the same numbers and computes in
@@ -15,7 +15,7 @@ import torch
 import tileops.functional as F
 from tests.op_checks import assert_close
 from tileops.kernels.device_traits import has_fast_memory
-from tileops.ops import CumprodFwdOp, CumsumFwdOp, LogSoftmaxFwdOp, SoftmaxFwdOp
+from tileops.ops import CumprodFwdOp, CumsumFwdOp, LogSoftmaxFwdOp, MeanFwdOp, SoftmaxFwdOp, SumFwdOp
 from tileops.ops.softmax.base import kernel_view
 
 pytestmark = pytest.mark.gpu
@@ -41,6 +41,10 @@ SCAN_CASES: List[Case] = [((3, 127), -1, False), ((64, 262144), -1, False), ((25
                           ((4, 4096, 64), 1, False), ((2, 4096, 3), 1, False), ((4, 5, 6), 0, True)]
 SCAN_PROGRAM_PREFIXES = ("row_scan", "lookback_row_scan", "column_scan_", "column_sums_", "split_column_scan_")
 
+# (shape, dims): rows, long rows cut into segments, columns, a middle axis, everything, two axes.
+REDUCTION_CASES = [((3, 127), (-1,)), ((64, 262144), (-1,)), ((4096, 64), (0,)), ((64, 4096, 64), (1,)),
+                   ((4096, 4097), None), ((6, 5, 300), (0, 2))]
+
 SOFTMAXES: Dict[str, Tuple[Callable, Callable, type]] = {
     "softmax": (F.softmax, torch.softmax, SoftmaxFwdOp),
     "log_softmax": (F.log_softmax, torch.log_softmax, LogSoftmaxFwdOp),
@@ -48,6 +52,10 @@ SOFTMAXES: Dict[str, Tuple[Callable, Callable, type]] = {
 SCANS: Dict[str, Tuple[Callable, Callable, type]] = {
     "cumsum": (F.cumsum, torch.cumsum, CumsumFwdOp),
     "cumprod": (F.cumprod, torch.cumprod, CumprodFwdOp),
+}
+SUMS: Dict[str, Tuple[Callable, Callable, type]] = {
+    "sum": (F.sum, torch.sum, SumFwdOp),
+    "mean": (F.mean, torch.mean, MeanFwdOp),
 }
 
 
@@ -59,14 +67,14 @@ def _input(name: str, shape: Tuple[int, ...], dtype: torch.dtype, seed: int, tra
     return x.permute(*reversed(range(x.ndim))) if transposed else x
 
 
-def _check_one_pass(name: str, fn: Callable, reference: Callable, x: torch.Tensor, dim: int) -> None:
+def _check_one_pass(name: str, fn: Callable, reference: Callable, x: torch.Tensor, dim: object) -> None:
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     y = fn(x, dim, dtype=torch.float32)
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - before
-    assert y.dtype == torch.float32 and y.shape == x.shape and y.is_contiguous()
+    assert y.dtype == torch.float32 and y.shape == reference(x, dim).shape and y.is_contiguous()
     # The output, a transposed input's copy and partials; a float32 copy of x would add its own size.
     allowed = y.numel() * 4 + (0 if x.is_contiguous() else x.numel() * x.element_size()) + (2 << 20)
     assert extra <= allowed, f"{name} {tuple(x.shape)}: {extra} bytes allocated, at most {allowed} expected"
@@ -119,10 +127,21 @@ def test_scans_write_float32_in_every_program(name: str, dtype: torch.dtype) -> 
         assert any(program.startswith(prefix) for program in seen), f"no {prefix}* program ran: {sorted(seen)}"
 
 
-@pytest.mark.parametrize("name", sorted({**SOFTMAXES, **SCANS}))
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", sorted(SUMS))
+def test_sums_write_float32(name: str, dtype: torch.dtype) -> None:
+    fn, reference, op_cls = SUMS[name]
+    for seed, (shape, dims) in enumerate(REDUCTION_CASES):
+        x = _input(name, shape, dtype, seed)
+        _check_one_pass(name, fn, reference, x, dims)
+        op = op_cls._shared_for(x, dims, False, torch.float32)
+        assert op._kernel(op.kernel_key, (x.device.index, 2)).result_dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", sorted({**SOFTMAXES, **SCANS, **SUMS}))
 def test_gradients_of_a_float32_output_reach_the_half_input(name: str) -> None:
     """The backward of the float32 output (in float32), then the gradient in the input's dtype."""
-    fn, reference, _ = {**SOFTMAXES, **SCANS}[name]
+    fn, reference, _ = {**SOFTMAXES, **SCANS, **SUMS}[name]
     x = _input(name, (8, 4096), torch.bfloat16, 7).requires_grad_()
     y = fn(x, -1, dtype=torch.float32)
     grad = torch.rand(y.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(3)) + 0.5

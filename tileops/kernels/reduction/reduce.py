@@ -48,6 +48,7 @@ from tileops.kernels.sizes import (
     SECTOR_BYTES,
     WARP,
     check_kernel_args,
+    check_out_dtype,
     is_pow2,
     largest_pow2_divisor,
     max_vector,
@@ -739,11 +740,12 @@ class ReductionKernel(Kernel):
     version = "6"
 
     def __init__(self, dtype: torch.dtype, *, correction: float = 0.0, config: Optional[Dict[str, Any]] = None,
-                 tune: bool = False) -> None:
+                 tune: bool = False, out_dtype: Optional[torch.dtype] = None) -> None:
         check_kernel_args(type(self).__name__, dtype)
+        check_out_dtype(type(self).__name__, dtype, out_dtype)
         self.correction = float(correction)
         self._max_vector = max_vector(dtype)
-        super().__init__(dtype, config=config, tune=tune)
+        super().__init__(dtype, config=config, tune=tune, out_dtype=out_dtype)
 
     @property
     def default_config(self) -> Dict[str, Any]:

@@ -61,7 +61,7 @@ class ReductionOp(Op):
     """Shared forward flow of the reduction family.
 
     L3 ops set ``dim``, ``keepdim``, ``dtype``, ``tune`` (and ``correction`` for
-    the variance) and a one-entry ``kernel_map``.  ``empty_result`` is what a
+    the variance, ``out_dtype`` for the sums, see ``Op._kernel_dtypes``) and a one-entry ``kernel_map``.  ``empty_result`` is what a
     reduction over no elements gives (ops whose rules refuse it have none).
     """
 
@@ -80,13 +80,17 @@ class ReductionOp(Op):
         return next(iter(self.kernel_map))
 
     def _build_kernel(self, key: str, *input_shapes: Tuple[int, ...]) -> Kernel:
-        return self.kernel_map[key](self.dtype, correction=getattr(self, "correction", 0), tune=self.tune)
+        return self.kernel_map[key](**self._kernel_dtype_args(), correction=getattr(self, "correction", 0),
+                                    tune=self.tune)
 
     # Every extent and stride is symbolic: ``_run_kernel`` names the kernel by
     # ``(device index, view rank)`` (rows or columns).
     kernels_keyed_by_launch = True
 
     def _run_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        cast, _ = self._kernel_dtypes()
+        if cast is not None:
+            x = x.to(cast)
         layout = self._layouts.get((x.shape, x.stride(), x.dtype), lambda: self._call_layout(x))
         device = x.device
         out = torch.empty(layout.out_shape, dtype=layout.out_dtype, device=device)
@@ -104,7 +108,8 @@ class ReductionOp(Op):
         shape, strides = tuple(x.shape), x.stride()
         axes = rules.normalize_dims(self.dim, len(shape))
         out_shape = rules.shape_without_axes(shape, axes, self.keepdim)
-        out_dtype = getattr(self.kernel_map[self.kernel_key], "out_dtype", None) or x.dtype
+        # A kernel class's own output dtype (an index), else the op's (``out_dtype``).
+        out_dtype = getattr(self.kernel_map[self.kernel_key], "out_dtype", None) or self._kernel_dtypes()[1]
         if 0 in shape:  # nothing to write, or the empty reduction's value: no launch
             action = "empty" if 0 in out_shape else "fill"
             return CallLayout(out_shape, out_dtype, action, ViewSpec(None, None, None), ROWS, None, None)
