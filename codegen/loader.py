@@ -600,6 +600,7 @@ class _EntryBuilder:
         out = []
         input_names = {t.name for t in inputs}
         param_names = {p.name for p in params}
+        dtype_params = {p.name for p in params if p.type == "Optional[dtype]"}
         labels = set()
         for index, w in enumerate(specs):
             if w["label"] in labels:
@@ -608,9 +609,12 @@ class _EntryBuilder:
             for tensor in w["shapes"]:
                 if tensor not in input_names:
                     raise self.fail(f"{tensor!r} is not an input", "workloads", index, "shapes", tensor)
-            for param in w.get("params") or {}:
+            for param, value in (w.get("params") or {}).items():
                 if param not in param_names:
                     raise self.fail(f"{param!r} is not a param", "workloads", index, "params", param)
+                if param in dtype_params and value not in param_types.DTYPE_NAMES:
+                    raise self.fail(f"{param} names a dtype: one of {list(param_types.DTYPE_NAMES)}, got {value!r}",
+                                    "workloads", index, "params", param)
             out.append(Workload(w["label"], tuple((k, tuple(v)) for k, v in w["shapes"].items()),
                                 tuple(w["dtypes"]), tuple((w.get("params") or {}).items()),
                                 self.at("workloads", index)))

@@ -84,8 +84,11 @@ def test_dtype_takes_only_a_dtype_the_op_takes_and_only_by_keyword() -> None:
         F.softmax(x, dtype=torch.float64)
     with pytest.raises(ValueError, match="LogSoftmaxFwdOp: out_dtype .* must be one of .* got torch.int64"):
         F.log_softmax(x, dtype=torch.int64)
-    with pytest.raises(TypeError, match=r"CumsumFwdOp: out_dtype must be a torch.dtype or None, got 'float32' \(str\)"):
-        F.cumsum(x, 0, dtype="float32")
+    # A name is taken too (as the manifest's workloads give it), for a dtype the op takes.
+    assert F.cumsum(x, 0, dtype="float32").dtype == torch.float32
+    with pytest.raises(TypeError, match=r"CumsumFwdOp: out_dtype must be a torch.dtype, the name of a floating-point "
+                                        r"one, or None, got 'half' \(str\)"):
+        F.cumsum(x, 0, dtype="half")
     with pytest.raises(TypeError, match="positional"):
         F.softmax(x, -1, torch.float32)
     with pytest.raises(TypeError, match="CumprodFwdOp: x must be a torch.Tensor, got float"):

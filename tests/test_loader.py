@@ -133,6 +133,26 @@ def test_each_defect_is_one_located_error(tmp_path: Path, edit, needle: str, mes
     assert error.location.line == line_of(text, needle), str(error)
 
 
+# GOOD with an output dtype the functional form's dtype keyword gives, and a workload naming one.
+WITH_OUT_DTYPE = (GOOD.replace('x: {dtype: "float16 | bfloat16 | float32"}',
+                               'x: {dtype: "float16 | bfloat16 | float32", cast_by_dtype: true}')
+                  .replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", dtype_param: out_dtype}')
+                  .replace("dim: {type: int, default: -1}",
+                           'dim: {type: int, default: -1}\n      out_dtype: {type: "Optional[dtype]", default: null}')
+                  + "  workloads:\n    - {label: wide, shapes: {x: [4, 8], w: [8]}, dtypes: [bfloat16], "
+                    "params: {out_dtype: float32}}\n")
+
+
+def test_an_output_dtype_param_is_named_in_workloads(tmp_path: Path) -> None:
+    op = load_files([write(tmp_path, WITH_OUT_DTYPE)], root=tmp_path).op("AddOneFwdOp")
+    assert op.tensor("y").dtype_param == "out_dtype" and op.tensor("x").cast_by_dtype
+    assert dict(op.workloads[0].params) == {"out_dtype": "float32"}
+    text = WITH_OUT_DTYPE.replace("out_dtype: float32}", "out_dtype: half}")
+    (error,) = errors_of(tmp_path, write(tmp_path, text))
+    assert "out_dtype names a dtype: one of ['float16', 'bfloat16', 'float32', 'float64'], got 'half'" in str(error)
+    assert error.location.line == line_of(text, "out_dtype: half")
+
+
 def test_error_names_the_key_path(tmp_path: Path) -> None:
     text = GOOD.replace("default: -1", "default: minus-one")
     (error,) = errors_of(tmp_path, write(tmp_path, text))

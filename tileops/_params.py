@@ -18,7 +18,11 @@ import numbers
 import operator
 from typing import Any, Dict
 
-__all__ = ["PARAM_TYPES", "ParamTypeError", "accepts", "annotation", "is_int", "normalized"]
+__all__ = ["DTYPE_NAMES", "PARAM_TYPES", "ParamTypeError", "accepts", "annotation", "is_int", "normalized"]
+
+# The names a dtype param may be given by (a manifest workload's ``out_dtype: float32``); an op
+# keeps the torch.dtype.
+DTYPE_NAMES = ("float16", "bfloat16", "float32", "float64")
 
 # type name -> how an error describes the values it accepts
 PARAM_TYPES: Dict[str, str] = {
@@ -31,7 +35,7 @@ PARAM_TYPES: Dict[str, str] = {
     "Optional[str]": "a str or None",
     "Sequence[int]": "an int or a sequence of ints",
     "Optional[Sequence[int]]": "an int, a sequence of ints or None",
-    "Optional[dtype]": "a torch.dtype or None",
+    "Optional[dtype]": "a torch.dtype, the name of a floating-point one, or None",
 }
 
 
@@ -74,7 +78,7 @@ def _accepts_base(base: str, value: Any) -> bool:
     if base == "str":
         return isinstance(value, str)
     if base == "dtype":  # known by its type's name: this module imports no torch
-        return type(value).__name__ == "dtype" and type(value).__module__ == "torch"
+        return (type(value).__name__ == "dtype" and type(value).__module__ == "torch") or value in DTYPE_NAMES
     if base == "Sequence[int]":
         return is_int(value) or (isinstance(value, (list, tuple)) and all(is_int(v) for v in value))
     raise KeyError(base)

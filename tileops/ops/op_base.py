@@ -502,6 +502,8 @@ class Op(torch.nn.Module):
                 value = _params.normalized(type_name, getattr(self, name))
             except _params.ParamTypeError as error:
                 raise TypeError(f"{type(self).__name__}: {name} {error}") from None
+            if isinstance(value, str) and type_name == "Optional[dtype]":  # a dtype by name
+                value = getattr(torch, value)
             setattr(self, name, value)
 
     def _check_static_dims(self, sources: Dict[str, str]) -> None:

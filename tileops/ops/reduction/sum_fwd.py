@@ -39,6 +39,7 @@ class SumFwdOp(ReductionOp):
     # Manifest workloads (for `tileops tune --workload` and tools): shapes, dtype, constructor args.
     workloads: Dict[str, dict] = {
         "rows-16k-16k": {"shapes": [(16384, 16384)], "dtype": "bfloat16", "params": {'dim': [-1]}},
+        "f32-out-rows-16k-16k": {"shapes": [(16384, 16384)], "dtype": "bfloat16", "params": {'dim': [-1], 'out_dtype': 'float32'}},
         "cols-16k-16k": {"shapes": [(16384, 16384)], "dtype": "bfloat16", "params": {'dim': [0]}},
         "all-16k-16k": {"shapes": [(16384, 16384)], "dtype": "bfloat16", "params": {}},
         "small-8x4k": {"shapes": [(8, 4096)], "dtype": "bfloat16", "params": {'dim': [-1]}},

@@ -38,6 +38,7 @@ class SoftmaxFwdOp(SoftmaxFamilyOp):
     # Manifest workloads (for `tileops tune --workload` and tools): shapes, dtype, constructor args.
     workloads: Dict[str, dict] = {
         "rows-32k-4k": {"shapes": [(32768, 4096)], "dtype": "bfloat16", "params": {'N': 4096}},
+        "f32-out-32k-4k": {"shapes": [(32768, 4096)], "dtype": "bfloat16", "params": {'N': 4096, 'out_dtype': 'float32'}},
         "rows-8k-32k": {"shapes": [(8192, 32768)], "dtype": "bfloat16", "params": {'N': 32768}},
         "decode-1x4k": {"shapes": [(1, 4096)], "dtype": "bfloat16", "params": {'N': 4096}},
         "long-64x256k": {"shapes": [(64, 262144)], "dtype": "bfloat16", "params": {'N': 262144}},
