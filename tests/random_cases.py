@@ -18,6 +18,8 @@ import math
 import random
 from typing import Any, Dict, List, Optional, Tuple
 
+import torch
+
 from codegen.model import OpSpec, ParamSpec
 from tests.op_checks import DTYPES, Case, Shape, _sized_axis, _spec, _values, accepted
 
@@ -140,6 +142,8 @@ def _draw_param(p: ParamSpec, rank: int, rng: random.Random) -> Any:
         return rng.choice((p.default, p.minimum, p.maximum, round(rng.uniform(p.minimum, p.maximum), 3)))
     if p.type == "int" and p.name in INT_PARAM_VALUES:
         return rng.choice(INT_PARAM_VALUES[p.name])
+    if p.type == "Optional[dtype]":  # half the time the input's own; a widening, a narrowing
+        return rng.choice((_DEFAULT, _DEFAULT, torch.float32, torch.float16))
     return _DEFAULT
 
 

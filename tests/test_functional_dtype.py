@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tileops.functional as F
-from tests.op_checks import TOLERANCE, assert_close
+from tests.op_checks import assert_close, coarsest
 
 # name -> (tileops call, PyTorch call), both given x and an optional dtype keyword.
 FUNCTIONS: Dict[str, Tuple[Callable, Callable]] = {
@@ -31,10 +31,6 @@ def _input(dtype: torch.dtype, device: str, seed: int = 0) -> torch.Tensor:
     return x.to(device=device, dtype=dtype)
 
 
-def _coarser(*dtypes: torch.dtype) -> torch.dtype:
-    return max(dtypes, key=TOLERANCE.__getitem__)
-
-
 def check_cast_then_op(name: str, source: torch.dtype, target: torch.dtype, device: str) -> None:
     """Forward and gradient of ``name`` with ``dtype=target`` over a ``source`` input against the op's
     semantics in float64 (the input cast to ``target`` first), and the output against PyTorch's own
@@ -49,7 +45,7 @@ def check_cast_then_op(name: str, source: torch.dtype, target: torch.dtype, devi
     # PyTorch's own call, up to its own error: on an H200 its bfloat16 cumprod over these rows came
     # out 0.039 from the kernel's result, which was within bfloat16's tolerance of float64.
     own = pytorch(x.detach(), dtype=target)
-    assert_close(y, own, _coarser(source, target), slack=(own.double() - expected).abs().max().item())
+    assert_close(y, own, coarsest(source, target), slack=(own.double() - expected).abs().max().item())
 
     # A positive incoming gradient: derivative formulas run in their tensors' dtype (here ``target``),
     # and the reversed sums of cumprod's over gradients of either sign cancel, leaving results far
@@ -58,7 +54,7 @@ def check_cast_then_op(name: str, source: torch.dtype, target: torch.dtype, devi
     (gx,) = torch.autograd.grad(y, x, grad)
     (expected_gx,) = torch.autograd.grad(expected, cast, grad.double())
     assert gx.dtype == source
-    assert_close(gx, expected_gx, _coarser(source, target))
+    assert_close(gx, expected_gx, coarsest(source, target))
 
 
 @pytest.mark.parametrize("source, target", CASTS, ids=lambda d: str(d).replace("torch.", ""))
