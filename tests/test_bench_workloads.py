@@ -66,7 +66,8 @@ def test_a_custom_input_factory_is_honoured(manifest):
 
     entry = BenchEntry("CumsumFwdOp", "bench_entry", make_inputs)
     (x,) = build_inputs(Case(spec, workload(spec, "mid-dim"), "float32", entry), "cpu")
-    assert seen == {"shapes": {"x": (64, 4096, 64)}, "dtype": torch.float32, "device": "cpu", "params": {"dim": 1, "out_dtype": None}}
+    assert seen == {"shapes": {"x": (64, 4096, 64)}, "dtype": torch.float32, "device": "cpu",
+                    "params": {"dim": 1, "out_dtype": None}}
     assert bool((x == 2.0).all())
 
 

@@ -75,8 +75,9 @@ def test_no_dtype_or_the_input_s_own_leaves_the_input_as_it_is(name: str) -> Non
 
 def test_dtype_takes_only_a_dtype_the_op_takes_and_only_by_keyword() -> None:
     x = _input(torch.bfloat16, "cpu")
-    with pytest.raises(ValueError, match=r"SoftmaxFwdOp: out_dtype \(the functional form's dtype\) must be one of "
-                                         r"float16, bfloat16, float32 \(the dtypes its input takes\), got torch.float64"):
+    with pytest.raises(ValueError, match=r"SoftmaxFwdOp: out_dtype \(the functional form's dtype\) must be one "
+                                         r"of float16, bfloat16, float32 \(the dtypes its input takes\), got "
+                                         r"torch.float64"):
         F.softmax(x, dtype=torch.float64)
     with pytest.raises(ValueError, match="LogSoftmaxFwdOp: out_dtype .* must be one of .* got torch.int64"):
         F.log_softmax(x, dtype=torch.int64)

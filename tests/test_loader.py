@@ -68,6 +68,10 @@ def test_good_manifest_builds_a_located_model(tmp_path: Path) -> None:
         op.name = "other"  # frozen
 
 
+# GOOD's params with an out_dtype param after dim.
+WITH_OUT_DTYPE_PARAM = 'dim: {type: int, default: -1}\n      out_dtype: {type: "Optional[dtype]", default: null}'
+
+
 @pytest.mark.parametrize("edit, needle, message", [
     (lambda t: t.replace('  summary: "y = x + 1"\n', '  summary: "y = x + 1"\n  colour: red\n'),
      "colour: red", "unknown key 'colour'"),
@@ -105,11 +109,12 @@ def test_good_manifest_builds_a_located_model(tmp_path: Path) -> None:
     (lambda t: t.replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", dtype_param: out_dtype}'),
      "dtype_param: out_dtype", "dtype_param 'out_dtype' must be out_dtype, a param of type Optional[dtype]"),
     (lambda t: t.replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", dtype_param: out_dtype}')
-     .replace("dim: {type: int, default: -1}", "dim: {type: int, default: -1}\n      out_dtype: {type: \"Optional[dtype]\", default: null}"),
+     .replace("dim: {type: int, default: -1}", WITH_OUT_DTYPE_PARAM),
      "dtype_param: out_dtype", "needs an input with cast_by_dtype"),
-    (lambda t: t.replace('w: {dtype: "same_as(x)", shape: [N]}', 'w: {dtype: "same_as(x)", shape: [N], dtype_param: out_dtype}'),
+    (lambda t: t.replace('w: {dtype: "same_as(x)", shape: [N]}',
+                         'w: {dtype: "same_as(x)", shape: [N], dtype_param: out_dtype}'),
      "dtype_param: out_dtype", "only outputs take their dtype from a param"),
-    (lambda t: t.replace("dim: {type: int, default: -1}", "dim: {type: int, default: -1}\n      out_dtype: {type: \"Optional[dtype]\", default: null}"),
+    (lambda t: t.replace("dim: {type: int, default: -1}", WITH_OUT_DTYPE_PARAM),
      "out_dtype: {type", "param 'out_dtype' of type Optional[dtype] is no output's dtype_param"),
     # Bounds: on numbers only, ints on int params, in order, around the default.
     (lambda t: t.replace("dim: {type: int, default: -1}", "mode: {type: str, default: a, minimum: 0}"),
@@ -137,8 +142,7 @@ def test_each_defect_is_one_located_error(tmp_path: Path, edit, needle: str, mes
 WITH_OUT_DTYPE = (GOOD.replace('x: {dtype: "float16 | bfloat16 | float32"}',
                                'x: {dtype: "float16 | bfloat16 | float32", cast_by_dtype: true}')
                   .replace('y: {dtype: "same_as(x)"}', 'y: {dtype: "same_as(x)", dtype_param: out_dtype}')
-                  .replace("dim: {type: int, default: -1}",
-                           'dim: {type: int, default: -1}\n      out_dtype: {type: "Optional[dtype]", default: null}')
+                  .replace("dim: {type: int, default: -1}", WITH_OUT_DTYPE_PARAM)
                   + "  workloads:\n    - {label: wide, shapes: {x: [4, 8], w: [8]}, dtypes: [bfloat16], "
                     "params: {out_dtype: float32}}\n")
 

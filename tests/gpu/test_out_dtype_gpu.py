@@ -101,15 +101,22 @@ def _scan_programs(op_cls: type, x: torch.Tensor, dim: int) -> Set[str]:
     return set(kernel.programs_for((outer, x.shape[axis]) if inner == 1 else (outer, x.shape[axis], inner)))
 
 
+def _run_cases(table: Dict[str, Tuple[Callable, Callable, type]], name: str, dtype: torch.dtype,
+               cases: List[Case], programs_of: Callable[[type, torch.Tensor, int], Set[str]]) -> Set[str]:
+    """Check every case of ``name`` in ``dtype``; the programs the cases launched."""
+    fn, reference, op_cls = table[name]
+    seen: Set[str] = set()
+    for seed, (shape, dim, transposed) in enumerate(cases):
+        x = _input(name, shape, dtype, seed, transposed)
+        _check_one_pass(name, fn, reference, x, dim)
+        seen |= programs_of(op_cls, x, dim)
+    return seen
+
+
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", sorted(SOFTMAXES))
 def test_softmaxes_write_float32_in_every_program(name: str, dtype: torch.dtype) -> None:
-    fn, reference, op_cls = SOFTMAXES[name]
-    seen: Set[str] = set()
-    for seed, (shape, dim, transposed) in enumerate(SOFTMAX_CASES):
-        x = _input(name, shape, dtype, seed, transposed)
-        _check_one_pass(name, fn, reference, x, dim)
-        seen |= _softmax_programs(op_cls, x, dim)
+    seen = _run_cases(SOFTMAXES, name, dtype, SOFTMAX_CASES, _softmax_programs)
     expected = SOFTMAX_PROGRAMS | (STAGED_PROGRAMS if has_fast_memory() else set())
     assert expected <= seen, f"programs not run: {sorted(expected - seen)}"
 
@@ -117,12 +124,7 @@ def test_softmaxes_write_float32_in_every_program(name: str, dtype: torch.dtype)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("name", sorted(SCANS))
 def test_scans_write_float32_in_every_program(name: str, dtype: torch.dtype) -> None:
-    fn, reference, op_cls = SCANS[name]
-    seen: Set[str] = set()
-    for seed, (shape, dim, transposed) in enumerate(SCAN_CASES):
-        x = _input(name, shape, dtype, seed, transposed)
-        _check_one_pass(name, fn, reference, x, dim)
-        seen |= _scan_programs(op_cls, x, dim)
+    seen = _run_cases(SCANS, name, dtype, SCAN_CASES, _scan_programs)
     for prefix in SCAN_PROGRAM_PREFIXES:
         assert any(program.startswith(prefix) for program in seen), f"no {prefix}* program ran: {sorted(seen)}"
 
