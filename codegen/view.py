@@ -353,10 +353,11 @@ class OpView:
     @property
     def dtype_param_checks(self) -> List[Tuple[str, str]]:
         """(param, python tuple of the dtypes it may name) for each output's ``dtype_param``: those
-        the input that the functional form's ``dtype`` keyword casts takes."""
-        cast = next((t for t in self.op.inputs if t.cast_by_dtype), None)
-        return [(t.dtype_param, self._dtype_tuple(cast.dtype.names)) for t in self.op.outputs
-                if t.dtype_param is not None and cast is not None]
+        the input that the functional form's ``dtype`` keyword casts takes (a Bwd op: its
+        primary input's, the dtypes of the forward's input)."""
+        cast = next((t for t in self.op.inputs if t.cast_by_dtype), self.op.primary_input)
+        names = self.op.resolved_dtype_names(cast.name)
+        return [(t.dtype_param, self._dtype_tuple(names)) for t in self.op.outputs if t.dtype_param is not None]
 
     @staticmethod
     def _dtype_tuple(names: Sequence[str]) -> str:
@@ -505,7 +506,10 @@ class OpView:
         link = self.op.backward
         assert link is not None
         items = [f"{d}=self.{d}" for d in link.bwd_static_dims] + [f"dtype={self._backward_dtype()}"]
-        items += [f"{p}=self.{p}" for p in link.bwd_params] + ["tune=self.tune"]
+        # A Bwd op's out_dtype is the gradient's: this op's input dtype, where its output has another.
+        items += [f"{p}=self.dtype if self.{p} is not None else None" if p == "out_dtype" else f"{p}=self.{p}"
+                  for p in link.bwd_params]
+        items += ["tune=self.tune"]
         return f"{link.op}({', '.join(items)})"
 
     def _backward_dtype(self) -> str:

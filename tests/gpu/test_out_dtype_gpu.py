@@ -148,6 +148,10 @@ def test_gradients_of_a_float32_output_reach_the_half_input(name: str) -> None:
     y = fn(x, -1, dtype=torch.float32)
     grad = torch.rand(y.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(3)) + 0.5
     (gx,) = torch.autograd.grad(y, x, grad)
+    if name in ("softmax", "log_softmax", "cumsum"):  # a Bwd kernel writes the bf16 gradient itself
+        backward = {**SOFTMAXES, **SCANS}[name][2]._shared_for(x, -1, torch.float32).backward_op()
+        assert (backward.dtype, backward.out_dtype) == (torch.float32, torch.bfloat16)
+        assert backward._kernel(backward.kernel_key, (x.device.index,)).result_dtype == torch.bfloat16
     leaf = x.detach().double().requires_grad_()
     (expected,) = torch.autograd.grad(reference(leaf, -1), leaf, grad.double())
     assert gx.dtype == torch.bfloat16

@@ -67,10 +67,11 @@ def check_kernel_args(kernel: str, dtype: torch.dtype, **extents: int) -> None:
             raise ValueError(f"{kernel}: {name} must be positive, got {value}")
 
 
-def check_out_dtype(kernel: str, dtype: torch.dtype, out_dtype: Optional[torch.dtype]) -> None:
+def check_out_dtype(kernel: str, dtype: torch.dtype, out_dtype: Optional[torch.dtype], rounds: bool = False) -> None:
     """Refuse an output dtype other than ``dtype`` or, from half precision, float32 (TypeError):
-    the only widening the kernels fuse (they compute in float32)."""
-    if out_dtype is None or out_dtype == dtype:
+    the only widening the kernels fuse (they compute in float32).  A kernel that ``rounds`` (a
+    gradient, which goes back in its input's dtype) writes any of ``SUPPORTED_DTYPES``."""
+    if out_dtype is None or out_dtype == dtype or (rounds and out_dtype in SUPPORTED_DTYPES):
         return
     if out_dtype != torch.float32 or dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"{kernel}: out_dtype must be {dtype} or, for float16 and bfloat16 inputs, float32; "

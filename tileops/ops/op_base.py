@@ -349,15 +349,21 @@ class Op(torch.nn.Module):
         """(the dtype the inputs are cast to before the kernel runs, or None; the output's dtype),
         from the op's ``out_dtype`` param where it has one (a manifest ``dtype_param``).
 
-        A half-precision input to a float32 output is read as it is (the kernels compute in
-        float32): one pass.  Any other change of dtype casts the inputs first, as PyTorch's
-        ``dtype`` arguments are documented to, and runs the kernel of that dtype."""
+        A forward's half-precision input to a float32 output is read as it is (the kernels
+        compute in float32): one pass.  Any other change of dtype casts the inputs first, as
+        PyTorch's ``dtype`` arguments are documented to, and runs the kernel of that dtype.  A
+        backward's output is its result rounded to ``out_dtype`` (a gradient in its input's dtype),
+        which its kernel writes as it is."""
         out_dtype = getattr(self, "out_dtype", None)
         if out_dtype is None or out_dtype == self.dtype:
             return None, self.dtype
-        if out_dtype == torch.float32 and self.dtype in _HALF_DTYPES:
+        if self._is_backward or (out_dtype == torch.float32 and self.dtype in _HALF_DTYPES):
             return None, out_dtype
         return out_dtype, out_dtype
+
+    @property
+    def _is_backward(self) -> bool:
+        return type(self).__name__.endswith("BwdOp")
 
     def _kernel_dtype_args(self) -> Dict[str, Any]:
         """The kernel's ``dtype`` and, where it writes another, ``out_dtype`` (see ``_kernel_dtypes``)."""
@@ -366,16 +372,19 @@ class Op(torch.nn.Module):
         return {"dtype": dtype} if out_dtype == dtype else {"dtype": dtype, "out_dtype": out_dtype}
 
     def _reference_in_out_dtype(self, *inputs: Optional[torch.Tensor]) -> Any:
-        """``_reference_in_float32`` of an op given ``out_dtype``: the inputs cast to it, then the
-        reference of the op of that dtype without one.
+        """``_reference_in_float32`` of an op given ``out_dtype``: a forward's inputs cast to it,
+        then the reference of the op of that dtype without one; a backward's result, rounded to it.
 
-        The reference itself passes ``dtype=out_dtype`` to PyTorch, which then computes in that
+        A forward's reference passes ``dtype=out_dtype`` to PyTorch, which then computes in that
         dtype (bfloat16 on the CPU), while the kernels compute in float32 and round once."""
         out_dtype = self.out_dtype
-        cast = tuple(t.to(out_dtype) if t is not None and t.is_floating_point() else t for t in inputs)
-        plain = self._shared_for(*cast, *(None if name == "out_dtype" else getattr(self, name)
-                                          for name in self._library_params))
-        return plain._reference_in_float32(*cast)
+        # A wider dtype holds the inputs exactly: a backward then computes in it, as its kernel does.
+        if not self._is_backward or out_dtype.itemsize > self.dtype.itemsize:
+            inputs = tuple(t.to(out_dtype) if t is not None and t.is_floating_point() else t for t in inputs)
+        plain = self._shared_for(*inputs, *(None if name == "out_dtype" else getattr(self, name)
+                                            for name in self._library_params))
+        result = plain._reference_in_float32(*inputs)
+        return tuple(t.to(out_dtype) for t in result) if isinstance(result, tuple) else result.to(out_dtype)
 
     def _library_call(self, *inputs: Optional[torch.Tensor]) -> Any:
         raise NotImplementedError(f"{type(self).__name__}._library_call")
@@ -483,8 +492,8 @@ class Op(torch.nn.Module):
         """A param that names an output's dtype (``dtype_param``): None, or one of ``allowed``."""
         value = getattr(self, name)
         if value is not None:
-            _check_dtype(type(self).__name__, value, allowed, " (the dtypes its input takes)",
-                         argument=f"{name} (the functional form's dtype)")
+            argument = name if self._is_backward else f"{name} (the functional form's dtype)"
+            _check_dtype(type(self).__name__, value, allowed, " (the dtypes its input takes)", argument=argument)
 
     @classmethod
     def _require_tensors(cls, inputs: Dict[str, Any], optional: Tuple[str, ...] = ()) -> None:

@@ -1346,7 +1346,8 @@ class ScanKernel(Kernel):
     Args:
         N: length of the scanned axis, fixed at construction.
         dtype: dtype of ``x`` and ``out`` (float16, bfloat16, float32).
-        out_dtype: ``out``'s dtype where it differs: float32 from half precision.
+        out_dtype: ``out``'s dtype where it differs: float32 from half precision; a reverse scan (a
+            gradient) any.
         config: explicit config (keys of ``default_config``; may be partial).
         tune: pick the fastest of ``autotune_configs`` on the current GPU.
     """
@@ -1364,7 +1365,7 @@ class ScanKernel(Kernel):
         out_dtype: Optional[torch.dtype] = None,
     ) -> None:
         check_kernel_args(type(self).__name__, dtype, N=N)
-        check_out_dtype(type(self).__name__, dtype, out_dtype)
+        check_out_dtype(type(self).__name__, dtype, out_dtype, rounds=self.reverse)
         self.N = int(N)
         # (device index, stream, tiles per row) -> (status words, control words); see ``lookback_workspace``.
         self._lookback_workspaces: Dict[Tuple[Any, int, int], Tuple[torch.Tensor, torch.Tensor]] = {}

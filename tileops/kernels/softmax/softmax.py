@@ -1043,7 +1043,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     def softmax_bwd_row_fused(
         G: GT,
         Yv: YT,
-        DX: T.Tensor((R, N), dtype),
+        DX: T.Tensor((R, N), out_dtype),
     ):
         with launch(R) as block:
             if min_blocks > 1:
@@ -1344,7 +1344,7 @@ def row_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         G: AT,
         Yv: BT,
         PS: T.Tensor((R, S), ACCUM),
-        DX: T.Tensor((R, N), dtype),
+        DX: T.Tensor((R, N), out_dtype),
     ):
         with T.Kernel(R, S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (row, seg):
             apply_block(G, Yv, PS, PS, DX, row, seg)
@@ -1665,7 +1665,7 @@ def column_apply_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
         G: T.StridedTensor((O, N, I), (SAO, SAN, 1), dtype),
         Yv: T.StridedTensor((O, N, I), (SBO, SBN, 1), dtype),
         PS: T.Tensor((O, S, I), ACCUM),
-        DX: T.Tensor((O, N, I), dtype),
+        DX: T.Tensor((O, N, I), out_dtype),
     ):
         with T.Kernel(O * T.ceildiv(I, tile), S, threads=threads, prelude=CACHE_HINT_PRELUDE) as (bx, seg):
             apply_block(G, Yv, PS, PS, DX, bx, seg)
@@ -1813,7 +1813,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     def softmax_bwd_column_fused(
         G: T.StridedTensor((O, N, I), (SAO, SAN, 1), dtype),
         Yv: T.StridedTensor((O, N, I), (SBO, SBN, 1), dtype),
-        DX: T.Tensor((O, N, I), dtype),
+        DX: T.Tensor((O, N, I), out_dtype),
     ):
         with launch() as bx:
             fused_block(G, Yv, DX, bx)
@@ -1888,7 +1888,8 @@ class SoftmaxFamilyKernel(Kernel):
     Args:
         N: length of the reduced axis, fixed at construction.
         dtype: dtype of inputs and output (float16, bfloat16, float32).
-        out_dtype: a forward's output dtype, where it differs: float32 from half precision.
+        out_dtype: the output's dtype, where it differs: a forward's float32 from half precision,
+            a backward's any (its input's, for the gradient).
         config: explicit config (keys of ``default_config``; may be partial).
         tune: pick the fastest of ``autotune_configs`` on the current GPU.
     """
@@ -1909,9 +1910,7 @@ class SoftmaxFamilyKernel(Kernel):
     ) -> None:
         name = type(self).__name__
         check_kernel_args(name, dtype, N=N)
-        if self.variant.backward and out_dtype not in (None, dtype):
-            raise TypeError(f"{name}: a backward writes its inputs' dtype {dtype}, got out_dtype {out_dtype}")
-        check_out_dtype(name, dtype, out_dtype)
+        check_out_dtype(name, dtype, out_dtype, rounds=self.variant.backward)
         self.N = int(N)
         # Accesses as wide as 16 bytes of the wider of the input and the output: a float32 output of
         # half-precision rows then takes 16-byte stores (and 8-byte loads), each warp's covering

@@ -27,6 +27,7 @@ class CumsumBwdOp(ScanOp):
         N: Size committed at construction: grad_y.shape[dim].
         dtype: Dtype of grad_y (float16, bfloat16, float32).
         dim: Axis the forward scanned along; negative counts from the end. Default: -1.
+        out_dtype: Dtype of grad_x, the forward input's where the forward's output had another (None: grad_y's); computed in float32, rounded once. Default: None.
         kernel_map: Overrides of entries of default_kernel_map.
         tune: Autotune kernel configs on first use instead of using heuristics.
 
@@ -48,6 +49,7 @@ class CumsumBwdOp(ScanOp):
         N: int,
         dtype: torch.dtype,
         dim: int = -1,
+        out_dtype: Optional[torch.dtype] = None,
         kernel_map: Optional[Dict[str, Type[Kernel]]] = None,
         tune: bool = False,
     ) -> None:
@@ -55,10 +57,12 @@ class CumsumBwdOp(ScanOp):
         self.N = N
         self.dtype = dtype
         self.dim = dim
+        self.out_dtype = out_dtype
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
-        self._check_params({"dim": "int"})
+        self._check_params({"dim": "int", "out_dtype": "Optional[dtype]"})
         self._check_static_dims({"N": "grad_y.shape[dim]"})
+        self._check_dtype_param("out_dtype", (torch.float16, torch.bfloat16, torch.float32))
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -91,18 +95,18 @@ class CumsumBwdOp(ScanOp):
 
     def reference(self, grad_y: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
-        return torch.flip(torch.cumsum(torch.flip(grad_y, (self.dim,)), self.dim), (self.dim,))
+        return torch.flip(torch.cumsum(torch.flip(grad_y, (self.dim,)), self.dim), (self.dim,)).to(self.out_dtype or grad_y.dtype)
 
     def _library_call(self, grad_y: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
-        return torch.ops.tileops.cumsum_bwd(grad_y, self.dim, self._graph_handle if handle is None else handle)
+        return torch.ops.tileops.cumsum_bwd(grad_y, self.dim, self.out_dtype, self._graph_handle if handle is None else handle)
 
     @classmethod
-    def _shared_for(cls, grad_y, dim) -> "CumsumBwdOp":
+    def _shared_for(cls, grad_y, dim, out_dtype) -> "CumsumBwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(N=int(rules.axis_size(grad_y.shape, dim, missing=0)), dtype=grad_y.dtype, dim=dim)
+            return cls.shared(N=int(rules.axis_size(grad_y.shape, dim, missing=0)), dtype=grad_y.dtype, dim=dim, out_dtype=out_dtype)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"grad_y": grad_y})
             raise
@@ -110,7 +114,7 @@ class CumsumBwdOp(ScanOp):
     def _fake_outputs(self, grad_y: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""
         shapes = self._infer_output_shapes(tuple(grad_y.shape))
-        return grad_y.new_empty(shapes["grad_x"], dtype=grad_y.dtype)
+        return grad_y.new_empty(shapes["grad_x"], dtype=self.out_dtype or grad_y.dtype)
 
     def _infer_output_shapes(self, grad_y_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"grad_x": tuple(grad_y_shape)}
@@ -121,9 +125,10 @@ class CumsumBwdOp(ScanOp):
 
     def eval_roofline(self, grad_y_shape: Tuple[int, ...]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
+        out_elem_bytes = (self.out_dtype or self.dtype).itemsize
         M = rules.numel(grad_y_shape) // self.N if self.N else 0
         flops = M * self.N
-        moved = 2 * M * self.N * elem_bytes
+        moved = M * self.N * elem_bytes + M * self.N * out_elem_bytes
         return int(flops), int(moved)
 
     def _static_axes(self, grad_y_shape: Tuple[int, ...]) -> frozenset:
@@ -133,9 +138,9 @@ class CumsumBwdOp(ScanOp):
 register_library_op(
     CumsumBwdOp,
     "tileops::cumsum_bwd",
-    "(Tensor grad_y, int dim, int handle) -> Tensor",
+    "(Tensor grad_y, int dim, ScalarType? out_dtype, int handle) -> Tensor",
     inputs=("grad_y",),
-    params=("dim",),
+    params=("dim", "out_dtype"),
     outputs=("grad_x",),
     backward=ReferenceBackward(),
 )

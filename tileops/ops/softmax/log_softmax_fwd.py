@@ -123,7 +123,7 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
         """The op that computes this op's gradients, built once per instance."""
         from .log_softmax_bwd import LogSoftmaxBwdOp
 
-        return self._cached_backward_op(lambda: LogSoftmaxBwdOp(N=self.N, dtype=self.out_dtype or self.dtype, dim=self.dim, tune=self.tune))
+        return self._cached_backward_op(lambda: LogSoftmaxBwdOp(N=self.N, dtype=self.out_dtype or self.dtype, dim=self.dim, out_dtype=self.dtype if self.out_dtype is not None else None, tune=self.tune))
 
     def _infer_output_shapes(self, x_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"y": tuple(x_shape)}

@@ -123,7 +123,7 @@ class SoftmaxFwdOp(SoftmaxFamilyOp):
         """The op that computes this op's gradients, built once per instance."""
         from .softmax_bwd import SoftmaxBwdOp
 
-        return self._cached_backward_op(lambda: SoftmaxBwdOp(N=self.N, dtype=self.out_dtype or self.dtype, dim=self.dim, tune=self.tune))
+        return self._cached_backward_op(lambda: SoftmaxBwdOp(N=self.N, dtype=self.out_dtype or self.dtype, dim=self.dim, out_dtype=self.dtype if self.out_dtype is not None else None, tune=self.tune))
 
     def _infer_output_shapes(self, x_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"y": tuple(x_shape)}
