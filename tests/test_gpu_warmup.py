@@ -1,6 +1,7 @@
 """The shared command of the GPU warm-up scripts: every task compiled, failures counted."""
 
 import pytest
+import torch
 
 from tests.gpu import warmup
 from tests.gpu.warmup import compile_in_parallel
@@ -66,3 +67,19 @@ def test_the_loss_warmup_covers_every_cross_entropy_config_and_its_tasks_compile
     assert sum(1 for task in tasks if task[0].__name__ == "CrossEntropyFwdKernel" and task[1] == 3) == 5
     for task in (tasks[0], next(iter(soft))):
         assert loss_warmup.compile_for(task, SM90_BUILD_TARGET).startswith(task[0].__name__)
+
+
+def test_a_task_names_an_output_dtype_given_at_construction() -> None:
+    """A kernel built with ``out_dtype`` is compiled as such; an index output of a kernel class
+    (argmax's int64) is the class's own and not named."""
+    from tests.gpu.warmup import dtypes_field, kernel_dtypes
+    from tileops.kernels.reduction.reduce import ArgmaxKernel
+    from tileops.kernels.scan.cumsum import CumsumFwdKernel
+
+    widened = CumsumFwdKernel(4096, torch.bfloat16, out_dtype=torch.float32, config={})
+    assert dtypes_field(widened) == "bfloat16->float32"
+    assert kernel_dtypes("bfloat16->float32") == {"dtype": torch.bfloat16, "out_dtype": torch.float32}
+    rebuilt = CumsumFwdKernel(4096, **kernel_dtypes(dtypes_field(widened)), config={})
+    assert rebuilt.result_dtype == torch.float32 and rebuilt.static_signature() == widened.static_signature()
+    assert dtypes_field(ArgmaxKernel(torch.bfloat16, config={})) == "bfloat16"
+    assert kernel_dtypes("float16") == {"dtype": torch.float16, "out_dtype": None}

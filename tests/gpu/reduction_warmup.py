@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Sequence, Set, Tuple
 
 import torch
 
-from tests.gpu.warmup import compile_in_parallel
+from tests.gpu.warmup import compile_in_parallel, dtypes_field, kernel_dtypes
 
 logger = logging.getLogger("tests.gpu.reduction_warmup")
 
@@ -37,7 +37,7 @@ def _tasks_for(op: Any, x: torch.Tensor) -> List[Task]:
     kernel = op._build_kernel(op.kernel_key, (0,))
     view = reduction_view(x, axes)
     name, params, segments = kernel.launch_plan(view, SM_COUNT)
-    dtype = str(kernel.dtype).replace("torch.", "")
+    dtype = dtypes_field(kernel)
     tasks = [(type(kernel).__name__, dtype, kernel.correction, name, params)]
     if segments > 1:
         tasks.append((type(kernel).__name__, dtype, kernel.correction, COMBINE, kernel._combine_params(segments)))
@@ -80,7 +80,7 @@ def compile_one(task: Task) -> str:
     from tileops.kernels.reduction import reduce as programs
 
     cls_name, dtype, correction, name, params = task
-    kernel = getattr(programs, cls_name)(getattr(torch, dtype), correction=correction, config={})
+    kernel = getattr(programs, cls_name)(**kernel_dtypes(dtype), correction=correction, config={})
     kernel.compile_program(name, params)
     return f"{cls_name} {dtype} {name} {params}"
 

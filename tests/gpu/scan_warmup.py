@@ -15,7 +15,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from tests.gpu.warmup import compile_in_parallel
+from tests.gpu.warmup import compile_in_parallel, dtypes_field, kernel_dtypes
 
 logger = logging.getLogger("tests.gpu.scan_warmup")
 
@@ -26,18 +26,20 @@ Task = Tuple[str, str, int, str, Tuple[Tuple[str, Any], ...], str]
 def _tasks(kernel: Any, view_shape: Tuple[int, ...]) -> List[Task]:
     cls = type(kernel)
     config = tuple(sorted(kernel.config.items()))
-    dtype = str(kernel.dtype).replace("torch.", "")
+    dtype = dtypes_field(kernel)
     return [(cls.__module__, cls.__name__, kernel.N, dtype, config, name) for name in kernel.programs_for(view_shape)]
 
 
-def _op_tasks(op_name: str, shape: Tuple[int, ...], dtype: torch.dtype, dim: int) -> List[Task]:
+def _op_tasks(op_name: str, shape: Tuple[int, ...], dtype: torch.dtype, dim: int,
+              out_dtype: Optional[torch.dtype] = None) -> List[Task]:
     import tileops.ops
     from benchmarks.scan_timing import kernel_view_shape
 
     if 0 in shape:
         return []
     shape = shape or (1,)  # a scalar scans as a row of one, as the op runs it
-    op = getattr(tileops.ops, op_name)(N=shape[dim], dtype=dtype, dim=dim)
+    extra = {} if out_dtype is None else {"out_dtype": out_dtype}
+    op = getattr(tileops.ops, op_name)(N=shape[dim], dtype=dtype, dim=dim, **extra)
     kernel = op._build_kernel(op.kernel_key, (0,))
     return _tasks(kernel, kernel_view_shape(shape, dim))
 
@@ -49,10 +51,11 @@ def inventory() -> List[Task]:
     from tests.op_checks import manifest_cases
 
     tasks: List[Task] = []
-    for op_name in ("CumsumBwdOp", "CumprodFwdOp"):
+    for op_name in ("CumsumFwdOp", "CumsumBwdOp", "CumprodFwdOp"):
         for case in manifest_cases(op_name):
             shape = dict(case.shapes)[next(iter(dict(case.shapes)))]
-            tasks += _op_tasks(op_name, shape, case.dtype, dict(case.params).get("dim", -1))
+            params = dict(case.params)
+            tasks += _op_tasks(op_name, shape, case.dtype, params.get("dim", -1), params.get("out_dtype"))
     for length in t.LENGTHS:
         for dim in (0, 1, 2):
             tasks += _op_tasks("CumsumBwdOp", t.axis_shape(length, dim), torch.float32, dim)
@@ -98,7 +101,7 @@ def compile_one(task: Task) -> None:
 
     module, class_name, N, dtype, config, program = task
     cls = getattr(importlib.import_module(module), class_name)
-    cls(N, getattr(torch, dtype), config=dict(config)).compile_program(program)
+    cls(N, **kernel_dtypes(dtype), config=dict(config)).compile_program(program)
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     return compile_in_parallel(__doc__, inventory, compile_one, argv)

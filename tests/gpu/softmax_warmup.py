@@ -17,7 +17,7 @@ from typing import Any, List, Optional, Sequence, Set, Tuple
 
 import torch
 
-from tests.gpu.warmup import compile_in_parallel
+from tests.gpu.warmup import compile_in_parallel, dtypes_field, kernel_dtypes
 
 logger = logging.getLogger("tests.gpu.softmax_warmup")
 
@@ -27,7 +27,7 @@ Task = Tuple[str, str, int, str, Tuple[Tuple[str, Any], ...], str, Tuple[Tuple[s
 
 def _task(kernel: Any, name: str, params: Any) -> Task:
     cls = type(kernel)
-    return (cls.__module__, cls.__name__, kernel.N, str(kernel.dtype).replace("torch.", ""),
+    return (cls.__module__, cls.__name__, kernel.N, dtypes_field(kernel),
             tuple(sorted(kernel.config.items())), name, params)
 
 
@@ -40,7 +40,7 @@ def _op_programs(op: Any, inputs: List[torch.Tensor]) -> List[Task]:
     kernel = op._build_kernel(op.kernel_key, (0,))
     dim = op.dim % inputs[0].ndim
     views = [kernel_view(t, dim) for t in inputs]
-    out = torch.empty(views[0].shape, dtype=views[0].dtype)
+    out = torch.empty(views[0].shape, dtype=kernel.result_dtype)
     return [_task(kernel, name, params) for name, params in kernel.programs_for(*views, out)]
 
 
@@ -112,7 +112,7 @@ def compile_one(task: Task) -> float:
     module, cls_name, N, dtype, config, name, params = task
     began = time.perf_counter()
     cls = getattr(importlib.import_module(module), cls_name)
-    cls(N, getattr(torch, dtype), config=dict(config)).compile_program(name, params)
+    cls(N, **kernel_dtypes(dtype), config=dict(config)).compile_program(name, params)
     return time.perf_counter() - began
 
 

@@ -22,6 +22,22 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 logger = logging.getLogger("tests.gpu.warmup")
 
 
+def dtypes_field(kernel: Any) -> str:
+    """A kernel's dtypes as a task names them: ``bfloat16``, or ``bfloat16->float32`` for an output
+    dtype given at construction (``out_dtype``)."""
+    given = vars(kernel).get("out_dtype")
+    name = str(kernel.dtype).replace("torch.", "")
+    return name if given is None or given == kernel.dtype else f"{name}->{str(given).replace('torch.', '')}"
+
+
+def kernel_dtypes(field: str) -> Dict[str, Any]:
+    """The ``dtype`` and ``out_dtype`` keywords a kernel of ``dtypes_field`` is built with."""
+    import torch
+
+    dtype, _, out_dtype = field.partition("->")
+    return {"dtype": getattr(torch, dtype), "out_dtype": getattr(torch, out_dtype) if out_dtype else None}
+
+
 def compile_in_parallel(description: str, inventory: Callable[[], Sequence[Any]],
                         compile_one: Callable[[Any], Any], argv: Optional[Sequence[str]] = None) -> int:
     """Parse ``--workers``/``--list``, then compile every task; exit status 1 if any failed."""
