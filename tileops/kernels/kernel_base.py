@@ -135,7 +135,7 @@ class Kernel:
 
     Attributes:
         dtype: element type of the kernel's main tensors.
-        out_dtype: element type of its output (``dtype`` unless a kernel writes wider).
+        out_dtype: element type of its output where it differs from ``dtype`` (None: ``dtype``).
         config: the tile configuration in use (block sizes, threads, ...).
         supported_archs: SM versions (e.g. ``(90,)``) the program is written for.
     """
@@ -145,7 +145,8 @@ class Kernel:
     # configs tuned for the old meaning are never reused.
     version: str = "1"
     # The output's dtype where the kernel writes another than ``dtype`` (None: ``dtype``): a
-    # class's own (an index), or one given at construction (a forward that writes wider).
+    # class's own (an index), or one given at construction (a float32 forward of half precision,
+    # a gradient in its input's dtype).
     out_dtype: Optional[torch.dtype] = None
     # The row count of the representative workload the tuner times on (the row
     # axis is symbolic, so one config serves all row counts; this picks which
