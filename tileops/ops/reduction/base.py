@@ -60,9 +60,9 @@ def reduction_view(x: torch.Tensor, axes: Tuple[int, ...]) -> torch.Tensor:
 class ReductionOp(Op):
     """Shared forward flow of the reduction family.
 
-    L3 ops set ``dim``, ``keepdim``, ``dtype``, ``tune`` (and ``correction`` for
-    the variance, ``out_dtype`` for the sums, see ``Op._kernel_dtypes``) and a one-entry ``kernel_map``.  ``empty_result`` is what a
-    reduction over no elements gives (ops whose rules refuse it have none).
+    L3 ops set ``dim``, ``keepdim``, ``dtype``, ``tune`` (and ``correction`` for the variance,
+    ``out_dtype`` for the sum and mean, see ``Op._kernel_dtypes``) and a one-entry ``kernel_map``.
+    ``empty_result`` is what a reduction over no elements gives (ops whose rules refuse it have none).
     """
 
     dim: Optional[Sequence[int]]

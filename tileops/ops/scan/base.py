@@ -32,8 +32,8 @@ class ScanOp(Op):
     """Shared forward flow of the scan family (cumsum, its gradient, cumprod).
 
     L3 ops set ``N``, ``dim``, ``dtype``, ``tune`` and a one-entry
-    ``kernel_map`` (the kernel decides the operator and direction; forwards: ``out_dtype`` too,
-    see ``Op._kernel_dtypes``), and call
+    ``kernel_map`` (the kernel decides the operator and direction; cumsum's and cumprod's forward
+    and cumsum's backward an ``out_dtype`` too, see ``Op._kernel_dtypes``), and call
     ``_run_kernel`` once every check has passed with CUDA tensors.
     """
 

@@ -62,9 +62,9 @@ class AxisCallLayout:
 class SoftmaxFamilyOp(Op):
     """Shared forward flow of the softmax family (softmax, log-softmax, forward and backward).
 
-    L3 ops set ``N``, ``dim``, ``dtype``, ``tune`` and a one-entry ``kernel_map`` (forwards:
-    ``out_dtype`` too, see ``Op._kernel_dtypes``), and call ``_run_kernel(*inputs)`` once every
-    check has passed with CUDA tensors.
+    L3 ops set ``N``, ``dim``, ``dtype``, ``out_dtype`` (see ``Op._kernel_dtypes``), ``tune`` and a
+    one-entry ``kernel_map``, and call ``_run_kernel(*inputs)`` once every check has passed with
+    CUDA tensors.
     """
 
     N: int
