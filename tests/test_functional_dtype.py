@@ -114,3 +114,27 @@ def test_dtype_traces_without_graph_breaks(dynamic: bool) -> None:
         got = compiled(scores)
         assert got.dtype == expected.dtype == torch.float32
         torch.testing.assert_close(got, expected)
+
+
+def check_compiled_training(name: str, device: str, backend: str) -> None:
+    """Forward and backward of a float32 output of a bf16 input traced by torch.compile: the
+    custom ops' fake functions give the dtypes the eager calls give (the Bwd op's ``out_dtype``
+    included), and the gradient reaches the input in bf16, as in eager."""
+    torch._dynamo.reset()
+    ours, _ = FUNCTIONS[name]
+
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        y = ours(x, dtype=torch.float32)
+        return (y * torch.linspace(0.5, 1.5, y.numel(), device=y.device).view(y.shape)).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend=backend)
+    x = _input(torch.bfloat16, device).requires_grad_()
+    (expected,) = torch.autograd.grad(loss(x), x)
+    (got,) = torch.autograd.grad(compiled(x), x)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_a_float32_output_trains_through_a_compiled_graph(name: str) -> None:
+    check_compiled_training(name, "cpu", "aot_eager")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import tileops.functional as F
-from tests.test_functional_dtype import CASTS, FUNCTIONS, check_cast_then_op
+from tests.test_functional_dtype import CASTS, FUNCTIONS, check_cast_then_op, check_compiled_training
 
 pytestmark = pytest.mark.gpu
 
@@ -27,3 +27,8 @@ def test_dtype_compiles_with_inductor() -> None:
         got = compiled(scores)
         assert got.dtype == torch.bfloat16
         torch.testing.assert_close(got, torch.softmax(scores, -1, dtype=torch.float32).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_a_float32_output_trains_through_inductor(name: str) -> None:
+    check_compiled_training(name, "cuda", "inductor")
