@@ -41,6 +41,7 @@ class Workload:
     shape: Tuple[int, ...]
     dtype: torch.dtype
     dim: int
+    out_dtype: Optional[torch.dtype] = None  # a forward's ``out_dtype`` (the workload's param)
 
 
 def workloads(ops: Sequence[str] = OPS) -> List[Workload]:
@@ -50,17 +51,20 @@ def workloads(ops: Sequence[str] = OPS) -> List[Workload]:
     for name in ops:
         spec = manifest.op(name)
         for workload in spec.workloads:
-            dim = dict(workload.params).get("dim", -1)
+            params = dict(workload.params)
             shape = tuple(dict(workload.shapes)[spec.inputs[0].name])
+            out_dtype = DTYPES[params["out_dtype"]] if params.get("out_dtype") else None
             for dtype in workload.dtypes:
-                found.append(Workload(name, workload.label, shape, DTYPES[dtype], dim))
+                found.append(Workload(name, workload.label, shape, DTYPES[dtype], params.get("dim", -1), out_dtype))
     return found
 
 
 def build_op(workload: Workload) -> Any:
     import tileops.ops
 
-    return getattr(tileops.ops, workload.op)(N=workload.shape[workload.dim], dtype=workload.dtype, dim=workload.dim)
+    given = {} if workload.out_dtype is None else {"out_dtype": workload.out_dtype}
+    return getattr(tileops.ops, workload.op)(N=workload.shape[workload.dim], dtype=workload.dtype, dim=workload.dim,
+                                             **given)
 
 
 def make_input(workload: Workload, seed: int) -> torch.Tensor:
@@ -74,11 +78,11 @@ def make_input(workload: Workload, seed: int) -> torch.Tensor:
 
 def reference_fn(workload: Workload) -> Callable[[torch.Tensor], torch.Tensor]:
     """The manifest reference as a plain function (what eager and torch.compile run)."""
-    dim = workload.dim
+    dim, out_dtype = workload.dim, workload.out_dtype
     if workload.op == "CumsumFwdOp":
-        return lambda x: torch.cumsum(x, dim)
+        return lambda x: torch.cumsum(x, dim, dtype=out_dtype)
     if workload.op == "CumprodFwdOp":
-        return lambda x: torch.cumprod(x, dim)
+        return lambda x: torch.cumprod(x, dim, dtype=out_dtype)
     return lambda g: torch.flip(torch.cumsum(torch.flip(g, (dim,)), dim), (dim,))
 
 

@@ -56,6 +56,7 @@ class Workload:
     shapes: Tuple[Tuple[int, ...], ...]
     dtype: torch.dtype
     dim: int
+    out_dtype: Optional[torch.dtype] = None  # a forward's ``out_dtype`` (the workload's param)
 
 
 def workloads() -> List[Workload]:
@@ -65,10 +66,11 @@ def workloads() -> List[Workload]:
     for name in OPS:
         spec = manifest.op(name)
         for workload in spec.workloads:
-            dim = dict(workload.params).get("dim", -1)
+            params = dict(workload.params)
             shapes = tuple(tuple(dict(workload.shapes)[t.name]) for t in spec.inputs)
+            out_dtype = DTYPES[params["out_dtype"]] if params.get("out_dtype") else None
             for dtype in workload.dtypes:
-                found.append(Workload(name, workload.label, shapes, DTYPES[dtype], dim))
+                found.append(Workload(name, workload.label, shapes, DTYPES[dtype], params.get("dim", -1), out_dtype))
     return found
 
 
@@ -76,7 +78,8 @@ def build_op(workload: Workload):
     import tileops.ops
 
     shape = workload.shapes[0]
-    return getattr(tileops.ops, workload.op)(N=shape[workload.dim], dtype=workload.dtype, dim=workload.dim)
+    given = {} if workload.out_dtype is None else {"out_dtype": workload.out_dtype}
+    return getattr(tileops.ops, workload.op)(N=shape[workload.dim], dtype=workload.dtype, dim=workload.dim, **given)
 
 
 def make_inputs(workload: Workload, seed: int) -> List[torch.Tensor]:
@@ -93,11 +96,11 @@ def make_inputs(workload: Workload, seed: int) -> List[torch.Tensor]:
 
 def reference_fn(workload: Workload) -> Callable[..., torch.Tensor]:
     """The manifest reference as a plain function (what eager and torch.compile run)."""
-    dim = workload.dim
+    dim, out_dtype = workload.dim, workload.out_dtype
     if workload.op == "SoftmaxFwdOp":
-        return lambda x: torch.softmax(x, dim)
+        return lambda x: torch.softmax(x, dim, dtype=out_dtype)
     if workload.op == "LogSoftmaxFwdOp":
-        return lambda x: torch.log_softmax(x, dim)
+        return lambda x: torch.log_softmax(x, dim, dtype=out_dtype)
     if workload.op == "SoftmaxBwdOp":
         return lambda g, y: torch._softmax_backward_data(g, y, dim, y.dtype)
     return lambda g, y: torch._log_softmax_backward_data(g, y, dim, y.dtype)
