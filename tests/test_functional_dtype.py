@@ -138,3 +138,21 @@ def check_compiled_training(name: str, device: str, backend: str) -> None:
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
 def test_a_float32_output_trains_through_a_compiled_graph(name: str) -> None:
     check_compiled_training(name, "cpu", "aot_eager")
+
+
+def test_a_float32_output_exports_and_loads(tmp_path) -> None:
+    """torch.export records the custom ops with their ``out_dtype`` (a ``ScalarType?``), and the
+    saved program loads and runs."""
+
+    class Weights(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.softmax(x, -1, dtype=torch.float32) + F.cumsum(x, 0, dtype=torch.float32)
+
+    x = torch.randn(4, 33, dtype=torch.bfloat16)
+    program = torch.export.export(Weights(), (x,))
+    assert {str(n.target) for n in program.graph.nodes if n.op == "call_function"} >= {
+        "tileops.softmax_fwd.default", "tileops.cumsum_fwd.default"}
+    torch.export.save(program, tmp_path / "weights.pt2")
+    got = torch.export.load(tmp_path / "weights.pt2").module()(x)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, Weights()(x))
