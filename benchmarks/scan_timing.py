@@ -62,9 +62,8 @@ def workloads(ops: Sequence[str] = OPS) -> List[Workload]:
 def build_op(workload: Workload) -> Any:
     import tileops.ops
 
-    given = {} if workload.out_dtype is None else {"out_dtype": workload.out_dtype}
     return getattr(tileops.ops, workload.op)(N=workload.shape[workload.dim], dtype=workload.dtype, dim=workload.dim,
-                                             **given)
+                                             out_dtype=workload.out_dtype)
 
 
 def make_input(workload: Workload, seed: int) -> torch.Tensor:

@@ -78,8 +78,8 @@ def build_op(workload: Workload):
     import tileops.ops
 
     shape = workload.shapes[0]
-    given = {} if workload.out_dtype is None else {"out_dtype": workload.out_dtype}
-    return getattr(tileops.ops, workload.op)(N=shape[workload.dim], dtype=workload.dtype, dim=workload.dim, **given)
+    return getattr(tileops.ops, workload.op)(N=shape[workload.dim], dtype=workload.dtype, dim=workload.dim,
+                                             out_dtype=workload.out_dtype)
 
 
 def make_inputs(workload: Workload, seed: int) -> List[torch.Tensor]:

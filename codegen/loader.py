@@ -289,10 +289,9 @@ class _EntryBuilder:
                 if group == "inputs":
                     raise self.fail("only outputs take their dtype from a param", "signature", group, t.name,
                                     "dtype_param")
+                # The schema allows one name, out_dtype: the op base reads it (``Op._kernel_dtypes``).
                 param = by_name.get(t.dtype_param)
-                # One name: the op base reads it (``Op._kernel_dtypes``), as the kernels' ``out_dtype``.
-                if (t.dtype_param != "out_dtype" or param is None or param.type != "Optional[dtype]"
-                        or param.default is not None):
+                if param is None or param.type != "Optional[dtype]" or param.default is not None:
                     raise self.fail(f"dtype_param {t.dtype_param!r} must be out_dtype, a param of type "
                                     f"Optional[dtype] with default null", "signature", group, t.name, "dtype_param")
                 # A Bwd op's is its gradient's dtype, which its Fwd op gives (it has no functional form).

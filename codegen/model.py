@@ -312,6 +312,11 @@ class OpSpec:
             spec = self.tensor(spec.same_as).dtype
         return spec.names
 
+    @property
+    def dtype_params(self) -> Tuple[str, ...]:
+        """The params that give outputs their dtype (``dtype_param``), in output order."""
+        return tuple(t.dtype_param for t in self.outputs if t.dtype_param is not None)
+
     def may_be_floating(self, tensor: str) -> bool:
         """Whether ``tensor`` may take a floating-point dtype."""
         return any(name in FLOATING_DTYPES for name in self.resolved_dtype_names(tensor))

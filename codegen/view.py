@@ -383,7 +383,7 @@ class OpView:
     def out_elem_bytes(self) -> str:
         """The roofline's ``out_elem_bytes``: the itemsize of an output whose dtype a param gives
         (that dtype where given), else ``elem_bytes``."""
-        param = next((t.dtype_param for t in self.op.outputs if t.dtype_param is not None), None)
+        param = next(iter(self.op.dtype_params), None)
         return "elem_bytes" if param is None else f"(self.{param} or self.dtype).itemsize"
 
     # ---- S21 -----------------------------------------------------------------------
@@ -582,7 +582,7 @@ class FunctionView:
     def dtype_params(self) -> Tuple[str, ...]:
         """The op's params that the keyword ``dtype`` gives (outputs' ``dtype_param``): the op then
         computes the cast itself, and the function casts nothing first."""
-        return tuple(t.dtype_param for t in self.op.outputs if t.dtype_param is not None)
+        return self.op.dtype_params
 
     def _argument(self, name: str) -> str:
         return "dtype" if name in self.dtype_params else name

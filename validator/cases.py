@@ -156,7 +156,7 @@ def expected_roofline(op: OpSpec, case: Case, elem_bytes: int) -> Tuple[Any, Any
     """Flops and bytes of the manifest formulas, vars evaluated in order."""
     shapes = {n: s for n, s in zip(op.input_names, case.shapes) if s is not None}
     values: Dict[str, Any] = {**case.values, "elem_bytes": elem_bytes, "out_elem_bytes": elem_bytes}
-    given = next((values.get(t.dtype_param) for t in op.outputs if t.dtype_param is not None), None)
+    given = next((values.get(name) for name in op.dtype_params), None)
     if given is not None:  # a torch.dtype, or its name in a workload
         values["out_elem_bytes"] = torch_dtype(given).itemsize if isinstance(given, str) else given.itemsize
     for name, expr, _ in op.roofline.vars:

@@ -38,8 +38,7 @@ def _op_tasks(op_name: str, shape: Tuple[int, ...], dtype: torch.dtype, dim: int
     if 0 in shape:
         return []
     shape = shape or (1,)  # a scalar scans as a row of one, as the op runs it
-    extra = {} if out_dtype is None else {"out_dtype": out_dtype}
-    op = getattr(tileops.ops, op_name)(N=shape[dim], dtype=dtype, dim=dim, **extra)
+    op = getattr(tileops.ops, op_name)(N=shape[dim], dtype=dtype, dim=dim, out_dtype=out_dtype)
     kernel = op._build_kernel(op.kernel_key, (0,))
     return _tasks(kernel, kernel_view_shape(shape, dim))
 

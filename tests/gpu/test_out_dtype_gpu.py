@@ -83,19 +83,23 @@ def _check_one_pass(name: str, fn: Callable, reference: Callable, x: torch.Tenso
     assert_close(y, expected, torch.float32, slack=(own.double() - expected).abs().max().item())
 
 
-def _softmax_programs(op_cls: type, x: torch.Tensor, dim: int) -> Set[str]:
+def _float32_kernel(op_cls: type, x: torch.Tensor, dim: int):
+    """The kernel of the functional call's shared op, which reads ``x`` as it is and writes float32."""
     op = op_cls._shared_for(x, dim, torch.float32)
     kernel = op._kernel(op.kernel_key, (x.device.index,))
     assert kernel.result_dtype == torch.float32 and kernel.dtype == x.dtype
+    return kernel
+
+
+def _softmax_programs(op_cls: type, x: torch.Tensor, dim: int) -> Set[str]:
+    kernel = _float32_kernel(op_cls, x, dim)
     view = kernel_view(x, dim % x.ndim)
     out = torch.empty(view.shape, dtype=torch.float32, device=x.device)
     return {name for name, _ in kernel.programs_for(view, out)}
 
 
 def _scan_programs(op_cls: type, x: torch.Tensor, dim: int) -> Set[str]:
-    op = op_cls._shared_for(x, dim, torch.float32)
-    kernel = op._kernel(op.kernel_key, (x.device.index,))
-    assert kernel.result_dtype == torch.float32 and kernel.dtype == x.dtype
+    kernel = _float32_kernel(op_cls, x, dim)
     axis = dim % x.ndim
     outer, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
     return set(kernel.programs_for((outer, x.shape[axis]) if inner == 1 else (outer, x.shape[axis], inner)))
