@@ -92,6 +92,50 @@ def test_eager_calls_skip_the_dispatcher(monkeypatch: pytest.MonkeyPatch) -> Non
     torch.testing.assert_close(x.grad, torch.arange(10.0).view(2, 5).flip(-1).cumsum(-1).flip(-1))
 
 
+def test_custom_op_calls_no_gradient_follows_skip_the_redispatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiled graph calls the custom ops on plain tensors with nothing to record: those calls
+    run the op's kernel from the autograd kernel itself.  A call autograd records, or one on
+    fake tensors, still redispatches below autograd as torch's registration does."""
+    redispatched = []
+    original = torch._ops.OpOverload.redispatch
+    monkeypatch.setattr(torch._ops.OpOverload, "redispatch",
+                        lambda self, *args, **kwargs: redispatched.append(self) or original(self, *args, **kwargs))
+    cumsum = library_op("CumsumFwdOp")
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(cumsum(x, -1, None, SHARED_INSTANCE), x.cumsum(-1))
+    with torch.no_grad():
+        cumsum(x.clone().requires_grad_(), -1, None, SHARED_INSTANCE)
+    assert redispatched == []
+
+    leaf = x.clone().requires_grad_()
+    cumsum(leaf, -1, None, SHARED_INSTANCE).backward(torch.ones(3, 5))
+    torch.testing.assert_close(leaf.grad, torch.arange(5.0, 0.0, -1.0).expand(3, 5))
+    assert cumsum in redispatched
+    redispatched.clear()
+    with FakeTensorMode() as mode:
+        fake = cumsum(mode.from_tensor(x), -1, None, SHARED_INSTANCE)
+    assert fake.shape == (3, 5) and redispatched == [cumsum]
+
+
+def test_only_plain_cpu_and_cuda_keysets_reach_the_kernel_directly() -> None:
+    from tileops.ops.op_base import _reaches_backend_directly
+
+    def direct(tensor: torch.Tensor) -> bool:
+        return _reaches_backend_directly(torch._C._dispatch_keys(tensor).raw_repr())
+
+    assert direct(torch.randn(2)) and direct(torch.randn(2, requires_grad=True))
+    assert not direct(torch.randn(2, device="meta"))
+    assert not direct(torch.randn(2, dtype=torch.complex64).conj())  # a conjugate view is resolved first
+    with FakeTensorMode() as mode:
+        assert not direct(mode.from_tensor(torch.randn(2)))
+    # The keys a CUDA tensor carries (this host may have no GPU to make one).
+    cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    for key in (torch._C.DispatchKey.AutogradCUDA, torch._C.DispatchKey.ADInplaceOrView, torch._C.DispatchKey.AutocastCUDA):
+        cuda = cuda.add(key)
+    assert _reaches_backend_directly(cuda.raw_repr())
+    assert not _reaches_backend_directly(cuda.add(torch._C.DispatchKey.Python).raw_repr())
+
+
 @pytest.mark.parametrize("spec", MANIFEST.ops, ids=lambda s: s.name)
 def test_an_op_copies_and_pickles_with_its_configuration(spec) -> None:
     """deepcopy, pickle and torch.save keep static dims, dtype and params; the copy compiles its
