@@ -113,6 +113,10 @@ class Op(torch.nn.Module):
 
     kernel_map: Dict[str, Type[Kernel]]
     dtype: torch.dtype
+    # The output dtype of ops with the manifest param ``out_dtype`` (None: the input's).  Declared
+    # here so that every call of the others reads None: nn.Module answers a missing attribute by
+    # raising, about 2.4 us a call (CPU host) where ``getattr`` catches it.
+    out_dtype: Optional[torch.dtype] = None
     # Set by ``register_library_op``: the custom op's params (op attributes of those names),
     # and the eager autograd of a differentiable op.
     _library_params: Tuple[str, ...] = ()
@@ -336,7 +340,7 @@ class Op(torch.nn.Module):
         Outputs are contiguous, as the kernels' and the fake function's are: PyTorch's ops keep
         a transposed input's layout, and a compiled graph checks the strides its fake function
         promised."""
-        if getattr(self, "out_dtype", None) is not None:
+        if self.out_dtype is not None:
             return self._reference_in_out_dtype(*inputs)
         if not any(t is not None and t.dtype in _HALF_DTYPES for t in inputs):
             return _contiguous(self.reference(*inputs))
@@ -355,7 +359,7 @@ class Op(torch.nn.Module):
         PyTorch's ``dtype`` arguments are documented to, and runs the kernel of that dtype.  A
         backward's output is its result rounded to ``out_dtype`` (a gradient in its input's dtype),
         which its kernel writes as it is."""
-        out_dtype = getattr(self, "out_dtype", None)
+        out_dtype = self.out_dtype
         if out_dtype is None or out_dtype == self.dtype:
             return None, self.dtype
         if self._is_backward or (out_dtype == torch.float32 and self.dtype in _HALF_DTYPES):
