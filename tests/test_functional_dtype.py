@@ -1,15 +1,23 @@
 """The functional forms' ``dtype`` keyword: the result as if the input were cast to it before the
-op, as PyTorch documents for ``softmax``, ``log_softmax``, ``cumsum``, ``cumprod``, ``sum`` and
-``mean``."""
+op, as PyTorch documents for ``softmax``, ``log_softmax``, ``cumsum``, ``cumprod``, ``sum``, ``mean``
+and (widening) ``torch.linalg.vector_norm``."""
 
 import inspect
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import pytest
 import torch
 
 import tileops.functional as F
 from tests.op_checks import assert_close, coarsest
+
+def _vector_norm(x: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``torch.linalg.vector_norm`` over the last axis; a narrowing ``dtype``, which it refuses,
+    casts ``x`` first, as ``tileops.functional.l2_norm`` does."""
+    if dtype is not None and torch.promote_types(x.dtype, dtype) != dtype:
+        x, dtype = x.to(dtype), None
+    return torch.linalg.vector_norm(x, 2, -1, dtype=dtype)
+
 
 # name -> (tileops call, PyTorch call), both given x and an optional dtype keyword.
 FUNCTIONS: Dict[str, Tuple[Callable, Callable]] = {
@@ -19,6 +27,7 @@ FUNCTIONS: Dict[str, Tuple[Callable, Callable]] = {
     "cumprod": (lambda x, **k: F.cumprod(x, -1, **k), lambda x, **k: torch.cumprod(x, -1, **k)),
     "sum": (lambda x, **k: F.sum(x, 1, **k), lambda x, **k: torch.sum(x, 1, **k)),
     "mean": (lambda x, **k: F.mean(x, (0, 2), **k), lambda x, **k: torch.mean(x, (0, 2), **k)),
+    "l2_norm": (lambda x, **k: F.l2_norm(x, -1, **k), _vector_norm),
 }
 CASTS = [(torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.bfloat16),
          (torch.bfloat16, torch.float16), (torch.float32, torch.float32)]
@@ -90,6 +99,15 @@ def test_dtype_takes_only_a_dtype_the_op_takes_and_only_by_keyword() -> None:
         F.softmax(x, -1, torch.float32)
     with pytest.raises(TypeError, match="CumprodFwdOp: x must be a torch.Tensor, got float"):
         F.cumprod(1.0, 0, dtype=torch.float32)
+
+
+def test_l2_norm_casts_first_where_torch_refuses_a_narrowing_dtype() -> None:
+    x = _input(torch.float32, "cpu")
+    with pytest.raises(RuntimeError, match="narrowing"):
+        torch.linalg.vector_norm(x, dim=-1, dtype=torch.bfloat16)
+    y = F.l2_norm(x, -1, dtype=torch.bfloat16)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, torch.linalg.vector_norm(x.to(torch.bfloat16), dim=-1))
 
 
 def test_the_softmaxes_scans_and_sums_alone_take_dtype_by_keyword() -> None:

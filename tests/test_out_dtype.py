@@ -6,7 +6,7 @@ import torch
 
 from tileops.kernels.scan.cumsum import CumsumBwdKernel, CumsumFwdKernel
 from tileops.kernels.softmax.softmax import SoftmaxBwdKernel, SoftmaxFwdKernel
-from tileops.ops import CumsumBwdOp, SoftmaxBwdOp, SoftmaxFwdOp, SumFwdOp
+from tileops.ops import CumsumBwdOp, L2NormFwdOp, SoftmaxBwdOp, SoftmaxFwdOp, SumFwdOp
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -16,7 +16,8 @@ def test_a_forward_widening_half_precision_reads_the_input_as_it_is(dtype: torch
     op = SoftmaxFwdOp(N=64, dtype=dtype, out_dtype=torch.float32)
     assert op._kernel_dtypes() == (None, torch.float32)
     assert op._kernel_dtype_args() == {"dtype": dtype, "out_dtype": torch.float32}
-    assert SumFwdOp(dtype=dtype, out_dtype=torch.float32)._kernel_dtypes() == (None, torch.float32)
+    for reduction in (SumFwdOp, L2NormFwdOp):
+        assert reduction(dtype=dtype, out_dtype=torch.float32)._kernel_dtypes() == (None, torch.float32)
 
 
 @pytest.mark.parametrize("dtype, out_dtype", [(torch.float32, torch.bfloat16), (torch.bfloat16, torch.float16),

@@ -261,12 +261,12 @@ def argmax(x: torch.Tensor, dim: Optional[int] = None, keepdim: bool = False) ->
     return result
 
 
-def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False) -> torch.Tensor:
-    """L2Norm forward: y = sqrt(sum(x^2, dim)). Functional form of ``L2NormFwdOp``."""
+def l2_norm(x: torch.Tensor, dim: Optional[Union[int, Sequence[int]]] = None, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """L2Norm forward: y = sqrt(sum(x^2, dim)). Functional form of ``L2NormFwdOp``. ``dtype``: the result's dtype, computed as if x were cast to it first, as ``torch.linalg.vector_norm`` does (a half-precision x to float32 in one pass)."""
     if torch.compiler.is_compiling():
-        result = torch.ops.tileops.l2_norm_fwd(x, dim, keepdim, SHARED_INSTANCE)
+        result = torch.ops.tileops.l2_norm_fwd(x, dim, keepdim, dtype, SHARED_INSTANCE)
     else:
-        result = L2NormFwdOp._shared_for(x, dim, keepdim).forward(x)
+        result = L2NormFwdOp._shared_for(x, dim, keepdim, dtype).forward(x)
     return result
 
 

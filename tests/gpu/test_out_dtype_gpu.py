@@ -1,5 +1,6 @@
 """Half-precision inputs written to float32 in one pass (the ops' ``out_dtype``, the functional
-forms' ``dtype``), by every program of the softmax and scan kernels, and by the sums and means.
+forms' ``dtype``), by every program of the softmax and scan kernels, and by the sums, means and
+2-norms.
 
 Each result is checked against the float64 reference, allowing the error the float32 kernels
 make on the same values (``x.float()``): the fused call reads the same numbers and computes in
@@ -15,7 +16,7 @@ import torch
 import tileops.functional as F
 from tests.op_checks import assert_close
 from tileops.kernels.device_traits import has_fast_memory
-from tileops.ops import CumprodFwdOp, CumsumFwdOp, LogSoftmaxFwdOp, MeanFwdOp, SoftmaxFwdOp, SumFwdOp
+from tileops.ops import CumprodFwdOp, CumsumFwdOp, L2NormFwdOp, LogSoftmaxFwdOp, MeanFwdOp, SoftmaxFwdOp, SumFwdOp
 from tileops.ops.softmax.base import kernel_view
 
 pytestmark = pytest.mark.gpu
@@ -56,6 +57,7 @@ SCANS: Dict[str, Tuple[Callable, Callable, type]] = {
 SUMS: Dict[str, Tuple[Callable, Callable, type]] = {
     "sum": (F.sum, torch.sum, SumFwdOp),
     "mean": (F.mean, torch.mean, MeanFwdOp),
+    "l2_norm": (F.l2_norm, lambda x, dim, **k: torch.linalg.vector_norm(x, 2, dim, **k), L2NormFwdOp),
 }
 
 

@@ -28,6 +28,7 @@ class L2NormFwdOp(ReductionOp):
         dtype: Dtype of x (float16, bfloat16, float32).
         dim: Axes to reduce (negative count from the end); None: every axis. Default: None.
         keepdim: Keep reduced axes as size 1. Default: False.
+        out_dtype: Dtype of y (None: x's), as if x were cast to it first; a half-precision x to float32 is read as it is. torch.linalg.vector_norm refuses a narrowing dtype; here x is cast to it first. Default: None.
         kernel_map: Overrides of entries of default_kernel_map.
         tune: Autotune kernel configs on first use instead of using heuristics.
 
@@ -38,6 +39,7 @@ class L2NormFwdOp(ReductionOp):
     # Manifest workloads (for `tileops tune --workload` and tools): shapes, dtype, constructor args.
     workloads: Dict[str, dict] = {
         "rows-16k-16k": {"shapes": [(16384, 16384)], "dtype": "bfloat16", "params": {'dim': [-1]}},
+        "f32-out-rows-16k-16k": {"shapes": [(16384, 16384)], "dtype": "bfloat16", "params": {'dim': [-1], 'out_dtype': 'float32'}},
         "cols-16k-16k": {"shapes": [(16384, 16384)], "dtype": "bfloat16", "params": {'dim': [0]}},
         "all-16k-16k": {"shapes": [(16384, 16384)], "dtype": "bfloat16", "params": {}},
         "small-8x4k": {"shapes": [(8, 4096)], "dtype": "bfloat16", "params": {'dim': [-1]}},
@@ -50,6 +52,7 @@ class L2NormFwdOp(ReductionOp):
         dtype: torch.dtype,
         dim: Optional[Union[int, Sequence[int]]] = None,
         keepdim: bool = False,
+        out_dtype: Optional[torch.dtype] = None,
         kernel_map: Optional[Dict[str, Type[Kernel]]] = None,
         tune: bool = False,
     ) -> None:
@@ -57,9 +60,11 @@ class L2NormFwdOp(ReductionOp):
         self.dtype = dtype
         self.dim = dim
         self.keepdim = keepdim
+        self.out_dtype = out_dtype
         self.tune = tune
         self._check_init_dtype(dtype, (torch.float16, torch.bfloat16, torch.float32))
-        self._check_params({"dim": "Optional[Sequence[int]]", "keepdim": "bool"})
+        self._check_params({"dim": "Optional[Sequence[int]]", "keepdim": "bool", "out_dtype": "Optional[dtype]"})
+        self._check_dtype_param("out_dtype", (torch.float16, torch.bfloat16, torch.float32))
         self.dispatch_kernel(kernel_map)
 
     @property
@@ -94,7 +99,7 @@ class L2NormFwdOp(ReductionOp):
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
-        return torch.linalg.vector_norm(x, 2, self.dim, self.keepdim)
+        return torch.linalg.vector_norm(x if self.out_dtype is None else x.to(self.out_dtype), 2, self.dim, self.keepdim)
 
     def _formula_gradients(self, needs: Tuple[bool, ...], x: Any, y: torch.Tensor, grad_y: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         """The inputs' gradients by the manifest's formulas, for the inputs ``needs`` marks."""
@@ -105,13 +110,13 @@ class L2NormFwdOp(ReductionOp):
     def _library_call(self, x: torch.Tensor, *, handle: Optional[int] = None) -> torch.Tensor:
         """This call through the registered custom op (for torch.compile and autograd); ``handle``
         names the instance the custom op runs on, this one's ``_graph_handle`` unless given."""
-        return torch.ops.tileops.l2_norm_fwd(x, self.dim, self.keepdim, self._graph_handle if handle is None else handle)
+        return torch.ops.tileops.l2_norm_fwd(x, self.dim, self.keepdim, self.out_dtype, self._graph_handle if handle is None else handle)
 
     @classmethod
-    def _shared_for(cls, x, dim, keepdim) -> "L2NormFwdOp":
+    def _shared_for(cls, x, dim, keepdim, out_dtype) -> "L2NormFwdOp":
         """The shared instance for the configuration these inputs and params imply."""
         try:
-            return cls.shared(dtype=x.dtype, dim=dim, keepdim=keepdim)
+            return cls.shared(dtype=x.dtype, dim=dim, keepdim=keepdim, out_dtype=out_dtype)
         except AttributeError:  # an input without a dtype or shape: say which one is no tensor
             cls._require_tensors({"x": x})
             raise
@@ -119,7 +124,7 @@ class L2NormFwdOp(ReductionOp):
     def _fake_outputs(self, x: torch.Tensor) -> torch.Tensor:
         """Empty outputs of the right shapes, dtypes and device, for tracing."""
         shapes = self._infer_output_shapes(tuple(x.shape))
-        return x.new_empty(shapes["y"], dtype=x.dtype)
+        return x.new_empty(shapes["y"], dtype=self.out_dtype or x.dtype)
 
     def _infer_output_shapes(self, x_shape: Tuple[int, ...]) -> Dict[str, Tuple[int, ...]]:
         return {"y": tuple(rules.reduced_shape(x_shape, self.dim, self.keepdim))}
@@ -130,9 +135,10 @@ class L2NormFwdOp(ReductionOp):
 
     def eval_roofline(self, x_shape: Tuple[int, ...]) -> Tuple[int, int]:
         elem_bytes = self.dtype.itemsize
+        out_elem_bytes = (self.out_dtype or self.dtype).itemsize
         Y = rules.numel(rules.reduced_shape(x_shape, self.dim, self.keepdim))
         flops = 2 * rules.numel(x_shape)
-        moved = rules.numel(x_shape) * elem_bytes + Y * elem_bytes
+        moved = rules.numel(x_shape) * elem_bytes + Y * out_elem_bytes
         return int(flops), int(moved)
 
     def _static_axes(self, x_shape: Tuple[int, ...]) -> frozenset:
@@ -142,9 +148,9 @@ class L2NormFwdOp(ReductionOp):
 register_library_op(
     L2NormFwdOp,
     "tileops::l2_norm_fwd",
-    "(Tensor x, int[1]? dim, bool keepdim, int handle) -> Tensor",
+    "(Tensor x, int[1]? dim, bool keepdim, ScalarType? out_dtype, int handle) -> Tensor",
     inputs=("x",),
-    params=("dim", "keepdim"),
+    params=("dim", "keepdim", "out_dtype"),
     outputs=("y",),
     backward=FormulaBackward(saves=("x", "y")),
 )
