@@ -129,11 +129,12 @@ def test_only_plain_cpu_and_cuda_keysets_reach_the_kernel_directly() -> None:
     with FakeTensorMode() as mode:
         assert not direct(mode.from_tensor(torch.randn(2)))
     # The keys a CUDA tensor carries (this host may have no GPU to make one).
-    cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
-    for key in (torch._C.DispatchKey.AutogradCUDA, torch._C.DispatchKey.ADInplaceOrView, torch._C.DispatchKey.AutocastCUDA):
+    keys = torch._C.DispatchKey
+    cuda = torch._C.DispatchKeySet(keys.CUDA)
+    for key in (keys.AutogradCUDA, keys.ADInplaceOrView, keys.AutocastCUDA):
         cuda = cuda.add(key)
     assert _reaches_backend_directly(cuda.raw_repr())
-    assert not _reaches_backend_directly(cuda.add(torch._C.DispatchKey.Python).raw_repr())
+    assert not _reaches_backend_directly(cuda.add(keys.Python).raw_repr())
 
 
 @pytest.mark.parametrize("spec", MANIFEST.ops, ids=lambda s: s.name)
