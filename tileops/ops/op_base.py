@@ -764,11 +764,11 @@ def _register_autograd(library_op: Any, kernel: Callable[..., Any], backward: Ca
     """Register the autograd kernel ``torch.library.register_autograd`` would, with a shortcut.
 
     That kernel hands a call no gradient follows back to the dispatcher below autograd, from
-    Python: about 10 us of host time a call (of 32, CPU host), which every tileops op in a compiled
-    graph pays at run time.  A call on plain CPU or CUDA tensors with no
-    gradient to record would reach ``kernel`` itself, so it calls it directly.  Everything else
-    (an input requiring a gradient, fake or functional tensors while a graph is traced, dispatch
-    modes, conjugate views) takes torch's own kernel, unchanged.
+    Python: about 10 us of host time a call (of 32, CPU host), which every tileops op in a
+    compiled graph pays at run time.  A call on plain CPU or CUDA tensors with no gradient to
+    record would reach ``kernel`` itself, so it calls it directly.  Everything else (an input
+    requiring a gradient, fake or functional tensors while a graph is traced, dispatch modes,
+    conjugate views) takes torch's own kernel, unchanged.
     """
     from torch._library.autograd import Info, make_autograd_impl  # what register_autograd builds
 
@@ -780,7 +780,7 @@ def _register_autograd(library_op: Any, kernel: Callable[..., Any], backward: Ca
             return kernel(*args)
         return recording(keyset, *args, **keyword_only)
 
-    _LIBRARY.impl(library_op._schema.name.split("::")[1], autograd_kernel, "Autograd", with_keyset=True)
+    _LIBRARY.impl(library_op, autograd_kernel, "Autograd", with_keyset=True)
 
 
 @functools.lru_cache(maxsize=None)  # a handful of keysets: one per backend and tensor kind seen

@@ -61,7 +61,7 @@ class ReductionOp(Op):
     """Shared forward flow of the reduction family.
 
     L3 ops set ``dim``, ``keepdim``, ``dtype``, ``tune`` (and ``correction`` for the variance,
-    ``out_dtype`` for the sum and mean, see ``Op._kernel_dtypes``) and a one-entry ``kernel_map``.
+    ``out_dtype`` for the sum, mean and 2-norm, see ``Op._kernel_dtypes``) and a one-entry ``kernel_map``.
     ``empty_result`` is what a reduction over no elements gives (ops whose rules refuse it have none).
     """
 
