@@ -79,6 +79,10 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
     an SM; held to 32 (two blocks), two vectors in flight won: 1024 x 1 262.7, x 2 260.8, x 4
     261.1, x 4 without the hints 267.3, 512 x 2 311.2 (torch.compile 257.7); 16384 x 16384
     streamed 1024 x 2 259.0, x 4 259.9, against 262.4 held on 512 threads (torch.compile 256.6).
+    Reading each row once did not help either: one persistent 1024-thread block an SM copying whole
+    rows into shared memory two to four rows ahead (bulk copies counted on mbarriers, the weight
+    copied there too) ran 8192 x 32768 in 272.8-274.8 µs and 16384 x 16384 in 271.3-280.7,
+    against 259.9-260.1 and 257.2 streamed (torch.compile 256.6 and 255.8; H200, 7 rounds in turns).
 
     ``hinted_min_mib``: resident calls whose input takes at least this many MiB load it with L2's
     ``evict_last`` (the ``RESIDENT_HINTED`` program; 0: every call whose loads can take it).  The
