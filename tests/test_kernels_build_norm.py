@@ -339,6 +339,20 @@ def test_layer_norm_resident_rows_reduce_both_moments_at_one_barrier(N: int, dty
     assert " / " not in source.split("__global__", 1)[1]
 
 
+def test_rms_norm_row_program_follows_hinted_min_mib() -> None:
+    """Resident calls take the hinted program from ``hinted_min_mib`` on (0: every call), streamed
+    rows never (they have none), whatever the order the plans are asked for in."""
+    kernel = RMSNormFwdKernel(4096, torch.bfloat16)
+    threshold = kernel.config["hinted_min_mib"] << 20
+    assert [kernel.row_program(size) for size in (threshold, threshold - 1, 0)] == [
+        rms_norm.RESIDENT_HINTED, rms_norm.RESIDENT, rms_norm.RESIDENT]
+    every = RMSNormFwdKernel(4096, torch.bfloat16, config={"hinted_min_mib": 0})
+    assert every.row_program(0) == rms_norm.RESIDENT_HINTED
+    streamed = RMSNormFwdKernel(262144, torch.bfloat16)
+    assert streamed.row_program(1 << 40) == streamed.row_program(0) == rms_norm.STREAMED
+    assert FusedAddRMSNormFwdKernel(4096, torch.float32).row_program(threshold) == "fused_add_rms_norm_resident_hinted"
+
+
 @needs_nvcc
 def test_layer_norm_large_calls_take_the_program_held_to_more_blocks_an_sm(monkeypatch: pytest.MonkeyPatch) -> None:
     """On fast memory, resident LayerNorm calls of ``HELD_MIN_MIB`` or more (and the hinted ones)

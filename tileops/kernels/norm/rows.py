@@ -611,10 +611,19 @@ class RowNormKernel(Kernel):
     def row_program(self, input_bytes: int) -> str:
         """The program of a call whose inputs take ``input_bytes``: the hinted one from
         ``hinted_min_mib`` on, else ``main_program``."""
+        # One plan lookup a launch: this runs on every call, and three lookups and the
+        # threshold's arithmetic were a tenth of a small call's host path.
+        hinted, threshold, main = self.cached("row_programs", self._row_programs)
+        return hinted if input_bytes >= threshold else main
+
+    def _row_programs(self) -> Tuple[str, float, str]:
+        """``(hinted program, input bytes from which it is taken, main program)``; the threshold
+        is infinite where there is no hinted program."""
         hinted = self.hinted_program()
-        if hinted is not None and input_bytes >= hinted_min_bytes(self.config["hinted_min_mib"]):
-            return hinted
-        return self.main_program()
+        main = self.main_program()
+        if hinted is None:
+            return main, float("inf"), main
+        return hinted, hinted_min_bytes(self.config["hinted_min_mib"]), main
 
     def row_program_names(self) -> List[str]:
         """Every program ``row_program`` may name under the current config."""
