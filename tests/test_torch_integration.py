@@ -275,6 +275,54 @@ def test_functional_api_shares_instances_by_static_configuration() -> None:
     assert a is not CumsumFwdOp.shared(N=7, dtype=torch.float32, dim=0)
 
 
+def test_shared_instances_evict_the_least_recently_used() -> None:
+    from tileops.ops.op_base import _SharedInstances
+
+    cache = _SharedInstances(capacity=3)
+    built = []
+
+    def build(name: str):
+        return lambda: built.append(name) or name
+
+    for name in "abc":
+        assert cache.get(name, build(name)) == name
+    assert cache.get("a", build("a")) == "a"  # a hit: "b" is now the oldest
+    cache.get("d", build("d"))
+    assert len(cache) == 3 and built == ["a", "b", "c", "d"]
+    cache.get("a", build("a"))
+    cache.get("c", build("c"))
+    assert built == ["a", "b", "c", "d"]  # "a" and "c" stayed
+    cache.get("b", build("b"))  # evicted before, built again; "d" goes now
+    cache.get("d", build("d"))
+    assert built == ["a", "b", "c", "d", "b", "d"] and len(cache) == 3
+
+
+def test_shared_instances_under_threads() -> None:
+    """Hits take no lock: threads looking up, inserting and evicting at once raise nothing (an
+    eviction iterates no dict that a hit writes), and the cache and its stamps stay bounded."""
+    import threading
+
+    from tileops.ops.op_base import _SharedInstances
+
+    cache = _SharedInstances(capacity=8)
+    errors: List[BaseException] = []
+
+    def work(offset: int) -> None:
+        try:
+            for i in range(3000):  # twelve keys over eight places: evictions all along
+                assert cache.get((offset + i) % 12, object) is not None
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert len(cache) <= 8 and len(cache._last_used) <= 16
+
+
 def test_every_fwd_op_with_a_floating_output_is_differentiable() -> None:
     for spec in FWD_OPS:
         floating = any(spec.may_be_floating(output.name) for output in spec.outputs)
