@@ -8,7 +8,7 @@ from typing import Any, Optional
 import pytest
 import torch
 
-from tileops.kernels.launch import direct_launcher, merged_axes_view
+from tileops.kernels.launch import direct_launcher, merged_axes_view, rows_and_output
 
 
 class _Module:
@@ -88,6 +88,29 @@ def test_empty_contiguous_is_contiguous_with_unit_rows_whatever_its_model() -> N
         out = empty_contiguous(like, shape)
         assert out.shape == shape and out.dtype == like.dtype and has_unit_rows(out)
         assert out.stride() == torch.empty(shape).stride()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(3, 64),
+    lambda: torch.randn(1, 64),
+    lambda: torch.randn(4, 128)[1:2, :64],  # one row of a wider buffer: contiguous, row stride 128
+    lambda: torch.randn(2, 3, 64)[1],
+    lambda: torch.randn(2, 5, 64),
+    lambda: torch.randn(0, 64),
+    lambda: torch.randn(5, 1),
+    lambda: torch.randn(64, 3).t(),  # not contiguous: a copy
+], ids=["rows", "one-row", "row-of-wider", "slice", "rank-3", "empty", "width-1", "transposed"])
+@pytest.mark.parametrize("dtype", [None, torch.float64])
+def test_rows_and_output_give_rows_width_apart_over_the_same_memory(make: Any, dtype: Optional[torch.dtype]) -> None:
+    x = make()
+    width = x.shape[-1]
+    rows, out, out_rows = rows_and_output(x, width, dtype)
+    assert out.shape == x.shape and out.is_contiguous() and out.dtype == (dtype or x.dtype)
+    for view in (rows, out_rows):
+        assert view.shape == (x.numel() // max(width, 1), width) and view.stride() == (width, 1)
+    assert out_rows.data_ptr() == out.data_ptr()
+    out_rows.copy_(rows)
+    torch.testing.assert_close(out.to(x.dtype), x, rtol=0, atol=0)
 
 
 def test_layout_predicates_match_torch() -> None:

@@ -304,7 +304,10 @@ def rows_and_output(tensor: torch.Tensor, width: int,
     if is_aligned_contiguous(tensor):
         out = torch.empty_like(tensor, dtype=dtype)
         if tensor.dim() == 2:
-            return _contiguous_rows(tensor, width), out, _contiguous_rows(out, width)
+            rows = _contiguous_rows(tensor, width)
+            # ``empty_like`` gives a contiguous 2-D tensor its strides: the output needs a view
+            # exactly where the input did (a single row with a wider stride).
+            return rows, out, out if rows is tensor else out.view(-1, width)
         return tensor.view(-1, width), out, out.view(-1, width)
     out = torch.empty(tuple(tensor.shape), dtype=dtype or tensor.dtype, device=tensor.device)
     return aligned_rows(tensor, width), out, out.view(-1, width)
