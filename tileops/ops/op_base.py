@@ -62,9 +62,9 @@ class _SharedInstances:
 
     Every functional call and every custom-op call of a compiled graph looks its instance up
     here, so a hit takes no lock: a dict read and a use stamp, each one atomic operation in
-    CPython (with a lock and an ordered dict's reordering a hit took 1.16-1.44 us on a CPU host,
-    now 0.39-0.78).  Inserting and evicting hold the lock.  An instance evicted while a caller holds it
-    keeps working; the next lookup of its key builds another."""
+    CPython (with a lock and an ordered dict's reordering a hit took 1.16-1.44 us on a CPU
+    host, now 0.39-0.78).  Inserting and evicting hold the lock.  An instance evicted while a
+    caller holds it keeps working; the next lookup of its key builds another."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
@@ -76,14 +76,15 @@ class _SharedInstances:
     def get(self, key: Hashable, build: Callable[[], OpT]) -> OpT:
         op = self._entries.get(key)
         if op is None:
-            op = self._insert(key, build)
+            return self._insert(key, build)
         self._last_used[key] = next(self._clock)
         return op  # type: ignore[return-value]
 
-    def _insert(self, key: Hashable, build: Callable[[], OpT]) -> Op:
+    def _insert(self, key: Hashable, build: Callable[[], OpT]) -> OpT:
         op = build()  # outside the lock: construction may be slow, and a duplicate is harmless
         with self._lock:
             op = self._entries.setdefault(key, op)
+            # Stamped before the eviction below, which must not take the entry just added.
             self._last_used[key] = next(self._clock)
             while len(self._entries) > self._capacity:
                 # Only ``_entries`` is iterated: hits write stamps concurrently.
@@ -93,7 +94,7 @@ class _SharedInstances:
             if len(self._last_used) > 2 * self._capacity:
                 # Stamps a hit wrote just after its key was evicted.
                 self._last_used = {k: self._last_used.get(k, -1) for k in self._entries}
-        return op
+        return op  # type: ignore[return-value]
 
     def __len__(self) -> int:
         return len(self._entries)
