@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tileops.kernels.fast_math import FAST_EXP2
+from tileops.kernels.kernel_base import SM90_BUILD_TARGET
 from tileops.kernels.loss import cross_entropy
 from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel
 from tileops.kernels.loss.soft_cross_entropy import SoftCrossEntropyBwdKernel, SoftCrossEntropyFwdKernel
@@ -71,16 +72,41 @@ def test_vector_width_keeps_rows_aligned(V: int, dtype: torch.dtype, expected: i
     assert row_vector(V, dtype) == expected
 
 
-@pytest.mark.parametrize("kernel_cls, long_config, llama2_config, blocks_per_sm", [
-    (CrossEntropyFwdKernel, {"threads": 512, "unroll": 8}, {"threads": 256, "unroll": 8}, 0),
-    (CrossEntropyBwdKernel, {"threads": 256, "unroll": 4}, {"threads": 256, "unroll": 4}, 4),
+@pytest.mark.parametrize("kernel_cls, long_config, llama2_config, fixed", [
+    (CrossEntropyFwdKernel, {"threads": 512, "unroll": 8}, {"threads": 256, "unroll": 8}, {"blocks_per_sm": 0}),
+    (CrossEntropyBwdKernel, {"threads": 256, "unroll": 4}, {"threads": 256, "unroll": 4},
+     {"blocks_per_sm": 4, "hinted_min_classes": 65536}),
 ])
-def test_default_configs_cover_short_and_long_rows(kernel_cls, long_config, llama2_config, blocks_per_sm) -> None:
+def test_default_configs_cover_short_and_long_rows(kernel_cls, long_config, llama2_config, fixed) -> None:
     short = kernel_cls(3, torch.float32, config={}).config
-    assert short == {"threads": 32, "unroll": 1, "blocks_per_sm": blocks_per_sm}
-    assert kernel_cls(262144, torch.bfloat16, config={}).config == {**long_config, "blocks_per_sm": blocks_per_sm}
-    assert kernel_cls(32000, torch.bfloat16, config={}).config == {**llama2_config, "blocks_per_sm": blocks_per_sm}
+    assert short == {"threads": 32, "unroll": 1, **fixed}
+    assert kernel_cls(262144, torch.bfloat16, config={}).config == {**long_config, **fixed}
+    assert kernel_cls(32000, torch.bfloat16, config={}).config == {**llama2_config, **fixed}
     assert all(c["threads"] >= 32 for c in kernel_cls(4097, torch.float16, config={}).autotune_configs)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("V, dtype, hinted", [
+    (32000, torch.bfloat16, False), (65536, torch.bfloat16, True), (131072, torch.float32, True),
+    (65537, torch.bfloat16, False),  # rows of odd length load one element at a time: no hint
+])
+def test_bwd_hints_long_rows_and_launches_each_rows_tiles_together(V: int, dtype: torch.dtype, hinted: bool,
+                                                                    tmp_path) -> None:
+    """The backward loads the logits of rows of ``hinted_min_classes`` or more with ``evict_last``
+    (within its four blocks an SM, unspilled), and its grid is one axis, a row's tiles consecutive
+    blocks (the soft-target backward's too)."""
+    kernel = CrossEntropyBwdKernel(V, dtype, label_smoothing=0.1)
+    flags = (("has_grad_lse", True), ("mean", True), ("per_row", False))
+    source = kernel.program_builds(SM90_BUILD_TARGET)[f"main{dict(flags)}"]().get_kernel_source()
+    body = source.split("__global__", 1)[1]
+    assert ("tileops_load_evict_last(" in body) == hinted
+    assert ptxas_report(source, str(tmp_path))["spill_bytes"] == 0
+    assert "blockIdx.y" not in body
+    plain = CrossEntropyBwdKernel(V, dtype, label_smoothing=0.1, config={"hinted_min_classes": 0})
+    assert "tileops_load_evict_last(" not in plain.program_builds(SM90_BUILD_TARGET)[f"main{dict(flags)}"]().get_kernel_source()
+    soft = SoftCrossEntropyBwdKernel(V, dtype, target_dtype=dtype, label_smoothing=0.1)
+    soft_flags = f"main{dict(flags + (('weighted', True),))}"
+    assert "blockIdx.y" not in soft.program_builds(SM90_BUILD_TARGET)[soft_flags]().get_kernel_source()
 
 
 @needs_nvcc
@@ -106,7 +132,8 @@ def test_fast_memory_forward_rows_keep_several_blocks_an_sm(monkeypatch: pytest.
         report = ptxas_report(program.get_kernel_source(), str(tmp_path))
         assert report["spill_bytes"] == 0 and report["registers"] * 256 * 3 <= 65536, report
     # The backwards keep their layouts.
-    assert CrossEntropyBwdKernel(V, torch.bfloat16).config == {"threads": 256, "unroll": 4, "blocks_per_sm": 4}
+    assert CrossEntropyBwdKernel(V, torch.bfloat16).config == {"threads": 256, "unroll": 4, "blocks_per_sm": 4,
+                                                                "hinted_min_classes": 65536}
     assert SoftCrossEntropyBwdKernel(V, torch.bfloat16, target_dtype=torch.bfloat16).config["threads"] == 256
 
 

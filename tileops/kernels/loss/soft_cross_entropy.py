@@ -33,7 +33,7 @@ import torch
 
 from tileops.kernels.fast_math import FAST_EXP2_PRELUDE, fast_exp2
 from tileops.kernels.kernel_base import strided_rows, torch_dtype_to_tl
-from tileops.kernels.loss.cross_entropy import LOG2E, _block_reduce, _CrossEntropyKernel, _online_max
+from tileops.kernels.loss.cross_entropy import LOG2E, _block_reduce, _CrossEntropyKernel, _online_max, _row_and_tile
 from tileops.kernels.sizes import ACCUM, SUPPORTED_DTYPES, WARP, row_vector
 
 __all__ = [
@@ -154,6 +154,8 @@ def soft_cross_entropy_bwd_program(V: int, dtype: str, *, target_dtype: str, vec
     PT, LDP = strided_rows(T, R, V, target_dtype, "LDP")
     GT, LDG = strided_rows(T, R, V, dtype, "LDG")
 
+    tiles = -(-V // tile)
+
     def column(bx, u, tx):
         return bx * tile + u * chunk + tx * vector
 
@@ -168,8 +170,8 @@ def soft_cross_entropy_bwd_program(V: int, dtype: str, *, target_dtype: str, vec
         GradLse: T.Tensor((GS,), ACCUM),
         G: GT,
     ):
-        # Rows on the x axis: gridDim.y is limited to 65535, row counts are not.
-        with T.Kernel(R, T.ceildiv(V, tile), threads=threads) as (row, bx):
+        with T.Kernel(R * tiles, threads=threads) as block:
+            row, bx = _row_and_tile(block, tiles)
             if blocks_per_sm:
                 T.annotate_min_blocks_per_sm(blocks_per_sm)
             tx = T.get_thread_binding()
