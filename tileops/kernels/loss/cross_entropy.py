@@ -651,7 +651,11 @@ class CrossEntropyFwdKernel(_CrossEntropyKernel):
     # states merged by shuffles, then by thread 0 across warps), the target's logit read at the
     # row's start and the plain sum skipped without label smoothing ran, old / new, µs, five
     # rounds in turns: 4096 x 32000 68.70 / 70.34 (smoothing 0.1) and 69.18 / 68.35 (none),
-    # 8192 x 131072 478.05 / 475.87, 1024 x 262144 128.86 / 132.37.
+    # 8192 x 131072 478.05 / 475.87, 1024 x 262144 128.86 / 132.37.  Nor was the row's read: one
+    # bulk copy of the whole row into shared memory (three blocks an SM, every byte of the row in
+    # flight at once) ran 76.3 µs at 4096 x 32000 against 69.6 (512 threads 92.0); eight vectors
+    # in flight from one block barrier, 85.4; a launch bound of three or two blocks an SM, 69.8
+    # and 70.6 against 70.1.
     fast_memory_threads = 256
     fast_memory_unroll = 4
     batch_builder = staticmethod(cross_entropy_total_program)
