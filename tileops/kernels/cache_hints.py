@@ -13,7 +13,8 @@ Programs that read their input once (RMSNorm, LayerNorm, the fused residual add,
 rows, the elementwise kernels) load it with ``evict_last`` too, but only on calls whose inputs
 take ``HINTED_MIN_MIB`` or more.  There the hint let them match or pass torch.compile,
 presumably because the lines they write leave L2 first; on calls of 64 and 128 MiB it cost
-1.7-8.6 % (H100 figures in each kernel's default config).
+1.7-8.6 % (H100 figures in each kernel's default config).  The cross-entropy backward, which
+reads its logits once too, hints by row length instead (``hinted_min_classes``).
 """
 
 from __future__ import annotations

@@ -507,7 +507,8 @@ class _CrossEntropyKernel(Kernel):
         dtype: dtype of the logits (float16, bfloat16, float32).
         ignore_index: target value whose rows are skipped.
         label_smoothing: weight of the uniform distribution mixed into the target.
-        config: explicit config (``threads``, ``unroll``; may be partial).
+        config: explicit config (``threads``, ``unroll``, ``blocks_per_sm`` and the class's
+            ``program_keys``; may be partial).
         tune: pick the fastest of ``autotune_configs`` on the current GPU.
     """
 
