@@ -95,18 +95,20 @@ def test_bwd_hints_long_rows_and_launches_each_rows_tiles_together(V: int, dtype
     """The backward loads the logits of rows of ``hinted_min_classes`` or more with ``evict_last``
     (within its four blocks an SM, unspilled), and its grid is one axis, a row's tiles consecutive
     blocks (the soft-target backward's too)."""
-    kernel = CrossEntropyBwdKernel(V, dtype, label_smoothing=0.1)
     flags = (("has_grad_lse", True), ("mean", True), ("per_row", False))
-    source = kernel.program_builds(SM90_BUILD_TARGET)[f"main{dict(flags)}"]().get_kernel_source()
-    body = source.split("__global__", 1)[1]
+
+    def source(kernel, extra_flags=()) -> str:
+        return kernel.program_builds(SM90_BUILD_TARGET)[f"main{dict(flags + extra_flags)}"]().get_kernel_source()
+
+    hinted_source = source(CrossEntropyBwdKernel(V, dtype, label_smoothing=0.1))
+    body = hinted_source.split("__global__", 1)[1]
     assert ("tileops_load_evict_last(" in body) == hinted
-    assert ptxas_report(source, str(tmp_path))["spill_bytes"] == 0
+    assert ptxas_report(hinted_source, str(tmp_path))["spill_bytes"] == 0
     assert "blockIdx.y" not in body
     plain = CrossEntropyBwdKernel(V, dtype, label_smoothing=0.1, config={"hinted_min_classes": 0})
-    assert "tileops_load_evict_last(" not in plain.program_builds(SM90_BUILD_TARGET)[f"main{dict(flags)}"]().get_kernel_source()
+    assert "tileops_load_evict_last(" not in source(plain)
     soft = SoftCrossEntropyBwdKernel(V, dtype, target_dtype=dtype, label_smoothing=0.1)
-    soft_flags = f"main{dict(flags + (('weighted', True),))}"
-    assert "blockIdx.y" not in soft.program_builds(SM90_BUILD_TARGET)[soft_flags]().get_kernel_source()
+    assert "blockIdx.y" not in source(soft, (("weighted", True),))
 
 
 @needs_nvcc
