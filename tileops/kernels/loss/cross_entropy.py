@@ -161,7 +161,7 @@ def _row_and_tile(block: Any, tiles: int) -> Tuple[Any, Any]:
 
     A row's tiles are launched one after another, so the blocks resident at once cover one stretch
     of memory.  With rows on the grid's x axis and tiles on y (as before) they covered the same
-    tile of as many rows, and the backward ran 4-10 % slower (H200, bf16, µs, rows on x / in
+    tile of as many rows, and the backward ran 5-6 % slower (H200, bf16, µs, rows on x / in
     order): 4096 x 32000 135.4 / 129.2, 16384 x 32000 532.4 / 507.2, 8192 x 131072 1098.8 /
     1037.4; against soft targets 8192 x 131072 1540.1 / 1465.6."""
     return block // tiles, block % tiles
