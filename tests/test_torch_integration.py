@@ -299,7 +299,10 @@ def test_shared_instances_evict_the_least_recently_used() -> None:
 
 def test_shared_instances_under_threads() -> None:
     """Hits take no lock: threads looking up, inserting and evicting at once raise nothing (an
-    eviction iterates no dict that a hit writes), and the cache and its stamps stay bounded."""
+    eviction iterates no dict that a hit writes), and the cache and its stamps stay bounded.
+
+    Stamps are trimmed to the live keys once they pass twice the capacity; a hit that found its key
+    just before another thread evicted it may stamp it afterwards, one such stamp a thread at most."""
     import threading
 
     from tileops.ops.op_base import _SharedInstances
@@ -320,7 +323,7 @@ def test_shared_instances_under_threads() -> None:
     for thread in threads:
         thread.join()
     assert not errors
-    assert len(cache) <= 8 and len(cache._last_used) <= 16
+    assert len(cache) <= 8 and len(cache._last_used) <= 2 * 8 + len(threads)
 
 
 def test_every_fwd_op_with_a_floating_output_is_differentiable() -> None:
