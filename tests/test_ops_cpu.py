@@ -147,6 +147,31 @@ def test_inputs_that_are_no_tensors_are_refused_by_name() -> None:
     torch.testing.assert_close(F.layer_norm(x, None, None), torch.nn.functional.layer_norm(x, (4,)))
 
 
+def test_params_of_no_param_type_are_refused_by_name() -> None:
+    """An array where a number belongs is shown by type, shape and dtype (its repr would print its
+    values), and a value no key can hold (an array, a set) reaches the op's own check through the
+    functional forms too, rather than failing as unhashable."""
+    import tileops.functional as F
+    from tileops.ops import CumsumFwdOp, RMSNormFwdOp
+
+    x, weight = torch.randn(3, 4), torch.ones(4)
+    with pytest.raises(TypeError, match=r"RMSNormFwdOp: eps must be a float, got a Tensor of shape \(4,\) "
+                                        r"and dtype torch.float32$"):
+        RMSNormFwdOp(N=4, dtype=torch.float32, eps=weight)
+    with pytest.raises(TypeError, match=r"CumsumFwdOp: N \(x.shape\[dim\]\) must be an int, got a Tensor of "
+                                        r"shape \(1,\) and dtype torch.int64$"):
+        CumsumFwdOp(N=torch.tensor([4]), dtype=torch.float32)
+    with pytest.raises(TypeError, match=r"RMSNormFwdOp: eps must be a float, got a ndarray of shape \(2,\) "
+                                        r"and dtype float64$"):
+        F.rms_norm(x, weight, eps=np.ones(2))
+    with pytest.raises(TypeError, match=r"SumFwdOp: dim must be an int, a sequence of ints or None, got \{0\} \(set\)$"):
+        F.sum(x, dim={0})
+    with pytest.raises(TypeError, match=r"SoftmaxFwdOp: dim must be an int, got \{\} \(dict\)$"):
+        F.softmax(x, dim={})
+    # A list still shares the instance of the equal tuple.
+    assert F.sum(x, dim=[0]).shape == (4,)
+
+
 def test_a_single_axis_reads_as_a_one_axis_tuple_as_in_torch() -> None:
     from tileops.ops import AmaxFwdOp, SumFwdOp
 

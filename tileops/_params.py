@@ -18,7 +18,8 @@ import numbers
 import operator
 from typing import Any, Dict
 
-__all__ = ["DTYPE_NAMES", "PARAM_TYPES", "ParamTypeError", "accepts", "annotation", "is_int", "normalized"]
+__all__ = ["DTYPE_NAMES", "PARAM_TYPES", "ParamTypeError", "accepts", "annotation", "described", "is_int",
+           "normalized"]
 
 # The names a dtype param may be given by (a manifest workload's ``out_dtype: float32``); an op
 # keeps the torch.dtype.
@@ -109,10 +110,20 @@ def accepts(type_name: str, value: Any) -> bool:
     return (optional and value is None) or _accepts_base(base, value)
 
 
+def described(value: Any) -> str:
+    """``value`` as an error shows what came: its repr and type, or for an array of one or more
+    dims (a tensor passed where a number belongs) its type, shape and dtype, whose repr would
+    print the values."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None and len(shape) > 0:
+        return f"a {type(value).__name__} of shape {tuple(shape)} and dtype {dtype}"
+    return f"{value!r} ({type(value).__name__})"
+
+
 def normalized(type_name: str, value: Any) -> Any:
     """``value`` as an op keeps it (plain Python numbers, sequences as tuples, a single int as a
     one-element tuple); ``ParamTypeError`` if it is not of the type."""
     if not accepts(type_name, value):
-        raise ParamTypeError(f"must be {PARAM_TYPES[type_name]}, got {value!r} ({type(value).__name__})")
+        raise ParamTypeError(f"must be {PARAM_TYPES[type_name]}, got {described(value)}")
     base, _ = _base(type_name)
     return None if value is None else _plain(base, value)

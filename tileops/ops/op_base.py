@@ -109,15 +109,22 @@ def _hashable(value: Any) -> Hashable:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _configuration_key(cls: type, config: Dict[str, Any]) -> Hashable:
-    """``cls`` and its keyword arguments as a key, whatever their order.
+def _configuration_key(cls: type, config: Dict[str, Any]) -> Optional[Hashable]:
+    """``cls`` and its keyword arguments as a key, whatever their order; None where a value
+    cannot be part of one.
 
     Every functional call looks its instance up by this key, so the usual case (hashable
-    values) is one C-level set construction; a list (``dim=[0, 1]``) becomes a tuple."""
+    values) is one C-level set construction; a list (``dim=[0, 1]``) becomes a tuple.  Other
+    unhashable values (an array, a dict) are no param's type: the op's constructor names
+    the argument and what it expected."""
     try:
         return cls, frozenset(config.items())
     except TypeError:
+        pass
+    try:
         return cls, frozenset((name, _hashable(value)) for name, value in config.items())
+    except TypeError:
+        return None
 
 
 class Op(torch.nn.Module):
@@ -191,7 +198,10 @@ class Op(torch.nn.Module):
     @classmethod
     def shared(cls: Type[OpT], **config: Any) -> OpT:
         """The process-wide instance for this static configuration (used by ``tileops.functional``)."""
-        return _SHARED.get(_configuration_key(cls, config), lambda: cls(**config))
+        key = _configuration_key(cls, config)
+        if key is None:
+            return cls(**config)  # unshared; its constructor refuses such a value, naming it
+        return _SHARED.get(key, lambda: cls(**config))
 
     @property
     def _graph_handle(self) -> int:
@@ -548,7 +558,7 @@ class Op(torch.nn.Module):
             value = getattr(self, name)
             if not _params.is_int(value):
                 raise TypeError(f"{type(self).__name__}: {name} ({source}) must be an int, "
-                                f"got {value!r} ({type(value).__name__})")
+                                f"got {_params.described(value)}")
             if value < 0:
                 raise ValueError(f"{type(self).__name__}: {name} ({source}) must be at least 0, got {value}")
             setattr(self, name, int(value))
