@@ -164,7 +164,8 @@ def test_params_of_no_param_type_are_refused_by_name() -> None:
     with pytest.raises(TypeError, match=r"RMSNormFwdOp: eps must be a float, got a ndarray of shape \(2,\) "
                                         r"and dtype float64$"):
         F.rms_norm(x, weight, eps=np.ones(2))
-    with pytest.raises(TypeError, match=r"SumFwdOp: dim must be an int, a sequence of ints or None, got \{0\} \(set\)$"):
+    with pytest.raises(TypeError, match=r"SumFwdOp: dim must be an int, a sequence of ints or None, "
+                                        r"got \{0\} \(set\)$"):
         F.sum(x, dim={0})
     with pytest.raises(TypeError, match=r"SoftmaxFwdOp: dim must be an int, got \{\} \(dict\)$"):
         F.softmax(x, dim={})
