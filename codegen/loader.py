@@ -419,23 +419,39 @@ class _EntryBuilder:
         preconditions: List[ShapeRule] = list(self._implied_rules(inputs, tensors, names))
         output_rules: List[OutputRule] = []
         output_names = frozenset(t.name for t in outputs)
-        for index, text in enumerate(texts):
+        for index, item in enumerate(texts):
             where = self.at("shape_rules", index)
+            text, why = (item["rule"], item["why"]) if isinstance(item, dict) else (item, "")
             try:
                 head = text.split("==")[0].strip() if "==" in text else ""
                 if head.endswith(".shape") and head[: -len(".shape")] in output_names:
+                    if why:
+                        raise RuleSyntaxError("an output's shape rule is never broken by a call; it takes no `why`")
                     output, shape = rules.parse_output_rule(text, output_names, tensors, names)
                     if any(r.output == output for r in output_rules):
                         raise RuleSyntaxError(f"a second rule for the shape of {output!r}")
                     output_rules.append(OutputRule(output, text, shape, where))
                 else:
-                    preconditions.append(ShapeRule(text, rules.parse_rule(text, tensors, names), where))
+                    self._add_precondition(preconditions, ShapeRule(text, rules.parse_rule(text, tensors, names),
+                                                                    where, why=why))
             except RuleSyntaxError as exc:
                 raise ManifestError(where, str(exc)) from None
         missing = [t.name for t in outputs if not any(r.output == t.name for r in output_rules)]
         if missing:
             raise self.fail(f"no `{missing[0]}.shape == ...` rule for output {missing[0]!r}", "shape_rules")
         return tuple(preconditions), tuple(output_rules)
+
+    @staticmethod
+    def _add_precondition(preconditions: List[ShapeRule], rule: ShapeRule) -> None:
+        """Append ``rule``, unless an input's declared shape already implies it: that rule, checked
+        first, then carries the written one's ``why``."""
+        source = rules.to_source(rule.expr)
+        for index, known in enumerate(preconditions):
+            if known.implied and rules.to_source(known.expr) == source:
+                if rule.why:
+                    preconditions[index] = replace(known, why=rule.why)
+                return
+        preconditions.append(rule)
 
     def _implied_rules(self, inputs, tensors, names):
         """Rules implied by fixed-rank ``shape`` declarations of inputs."""

@@ -108,6 +108,7 @@ class ShapeRule:
     expr: rules.Expr
     location: Location
     implied: bool = False  # derived from a tensor's declared ``shape`` rather than written
+    why: str = ""  # what the rule asks, in words, for the error of a call that breaks it
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,12 @@ class RuleCheck:
     text: str
     guard: Optional[str]  # an optional tensor that must be present for the rule to apply
     values: str  # a dict literal of the params and static dims the rule reads, for its error
+    why: str  # the manifest's words on what the rule asks, as a string literal ("" where none)
+
+
+def _string_literal(text: str) -> str:
+    """``text`` as a double-quoted Python string literal, as the generated code writes strings."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _bounds_doc(param: ParamSpec) -> str:
@@ -236,7 +242,7 @@ class OpView:
             used = rules.tensors_in(rule.expr, frozenset(self.op.input_names)) & optional
             guard = " and ".join(f"{t} is not None" for t in sorted(used)) or None
             checks.append(RuleCheck(rules.render(rule.expr, self._fwd), rules.to_source(rule.expr), guard,
-                                    self._rule_values(rule.expr)))
+                                    self._rule_values(rule.expr), _string_literal(rule.why) if rule.why else ""))
         return checks
 
     def _rule_values(self, expr: rules.Expr) -> str:

@@ -68,6 +68,18 @@ def test_good_manifest_builds_a_located_model(tmp_path: Path) -> None:
         op.name = "other"  # frozen
 
 
+def test_a_rule_s_why_reaches_the_rule_a_declared_shape_implies(tmp_path: Path) -> None:
+    """A written precondition the inputs' declared shapes already imply is not checked twice: the
+    implied rule, checked first, takes the written one's words."""
+    text = GOOD.replace('    - "-x.ndim <= dim < x.ndim"\n',
+                        '    - {rule: "-x.ndim <= dim < x.ndim", why: "dim must be an axis of x"}\n'
+                        '    - {rule: "w.ndim == 1", why: "w must be a vector"}\n')
+    op = load_files([write(tmp_path, text)], root=tmp_path).op("AddOneFwdOp")
+    assert [(r.text, r.why, r.implied) for r in op.shape_rules] == [
+        ("w.ndim == 1", "w must be a vector", True), ("w.shape[0] == N", "", True),
+        ("-x.ndim <= dim < x.ndim", "dim must be an axis of x", False)]
+
+
 # GOOD's params with an out_dtype param after dim.
 WITH_OUT_DTYPE_PARAM = 'dim: {type: int, default: -1}\n      out_dtype: {type: "Optional[dtype]", default: null}'
 
@@ -127,6 +139,11 @@ WITH_OUT_DTYPE_PARAM = 'dim: {type: int, default: -1}\n      out_dtype: {type: "
      "minimum: 0", "default -1 lies outside [0, None]"),
     (lambda t: t.replace("dim: {type: int, default: -1}", "dim: {type: int, default: -1, minimum: low}"),
      "minimum: low", "expected number, got 'low'"),
+    # A rule's words for its error: preconditions only, and never without the rule.
+    (lambda t: t.replace('    - "y.shape == x.shape"\n', '    - {rule: "y.shape == x.shape", why: "y is x plus one"}\n'),
+     "y is x plus one", "an output's shape rule is never broken by a call; it takes no `why`"),
+    (lambda t: t.replace('    - "-x.ndim <= dim < x.ndim"\n', '    - {rule: "-x.ndim <= dim < x.ndim"}\n'),
+     "{rule:", "missing required key: 'why' is a required property"),
 ])
 def test_each_defect_is_one_located_error(tmp_path: Path, edit, needle: str, message: str) -> None:
     text = edit(GOOD)

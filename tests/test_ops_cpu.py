@@ -220,11 +220,29 @@ def test_shape_rule_violations_quote_the_rule() -> None:
     with pytest.raises(ValueError, match=r"shape rule `weight.shape\[0\] == N` does not hold for x.shape=\(2, 8\), "
                                          r"weight.shape=\(9,\), N=8$"):
         RMSNormFwdOp(N=8, dtype=torch.float32)(torch.randn(2, 8), torch.randn(9))
-    with pytest.raises(ValueError, match=r"SumFwdOp: shape rule `dim is None or len\(dim\) < 2 or .*` does not hold "
-                                         r"for x.shape=\(4, 8\), dim=\(0, -2\)$"):
-        SumFwdOp(dtype=torch.float32, dim=(0, -2))(torch.randn(4, 8))
     with pytest.raises(ValueError, match=r"shape rule `x.ndim >= 1`"):
         RMSNormFwdOp(N=8, dtype=torch.float32)(torch.randn(()), torch.randn(8))
+
+
+def test_a_rule_s_words_lead_its_violation() -> None:
+    """Where the manifest gives a rule a `why`, the error says it first, then the rule and the shapes."""
+    import tileops.functional as F
+    from tileops.ops import AmaxFwdOp, SumFwdOp
+
+    with pytest.raises(ValueError, match=r"^SumFwdOp: dim must not name an axis twice \(shape rule `dim is None or "
+                                         r"len\(dim\) < 2 or .*` does not hold for x.shape=\(4, 8\), dim=\(0, -2\)\)$"):
+        SumFwdOp(dtype=torch.float32, dim=(0, -2))(torch.randn(4, 8))
+    with pytest.raises(ValueError, match=r"^AmaxFwdOp: every reduced axis must be non-empty: an empty one has no "
+                                         r"maximum \(shape rule `numel\(.*\) > 0` does not hold for x.shape=\(3, 0\), "
+                                         r"dim=\(1,\)\)$"):
+        AmaxFwdOp(dtype=torch.float32, dim=1)(torch.empty(3, 0))
+    # The declared shape [N, V] implies the rule; the written one lends it its words.
+    with pytest.raises(ValueError, match=r"^CrossEntropyFwdOp: logits must be 2-D: one row of class scores per sample "
+                                         r"\(shape rule `logits.ndim == 2` does not hold for logits.shape=\(2, 3, 8\), "
+                                         r"target.shape=\(2, 3\)\)$"):
+        F.cross_entropy(torch.randn(2, 3, 8), torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"^SiluAndMulFwdOp: the last axis must have even length"):
+        F.silu_and_mul(torch.randn(4, 7))
 
 
 @pytest.mark.parametrize("dim", [0, -1])

@@ -504,13 +504,17 @@ class Op(torch.nn.Module):
             pass
 
     # ---- error wording ---------------------------------------------------------------
-    def _rule_violation(self, rule: str, values: Mapping[str, Any], /,
+    def _rule_violation(self, rule: str, values: Mapping[str, Any], why: str = "", /,
                         **tensors: Optional[torch.Tensor]) -> ValueError:
-        """The error of a shape rule that does not hold: the inputs' shapes, then the params and
+        """The error of a shape rule that does not hold: the manifest's words on what it asks
+        (``why``, where the rule has them), the rule, then the inputs' shapes and the params and
         static dims the rule reads (``values``)."""
         seen = [f"{name}.shape={tuple(t.shape)}" for name, t in tensors.items() if t is not None]
         seen += [f"{name}={value!r}" for name, value in values.items()]
-        return ValueError(f"{type(self).__name__}: shape rule `{rule}` does not hold for {', '.join(seen)}")
+        broken = f"shape rule `{rule}` does not hold for {', '.join(seen)}"
+        if why:
+            return ValueError(f"{type(self).__name__}: {why} ({broken})")
+        return ValueError(f"{type(self).__name__}: {broken}")
 
     def _static_dim_mismatch(self, name: str, source: str, committed: int, got: int) -> ValueError:
         return ValueError(

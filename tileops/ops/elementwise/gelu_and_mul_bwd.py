@@ -89,7 +89,7 @@ class GeluAndMulBwdOp(GatedElementwiseOp):
         if not (x.ndim >= 1):
             raise self._rule_violation("x.ndim >= 1", {}, grad_y=grad_y, x=x)
         if not (x.shape[-1] % 2 == 0):
-            raise self._rule_violation("x.shape[-1] % 2 == 0", {}, grad_y=grad_y, x=x)
+            raise self._rule_violation("x.shape[-1] % 2 == 0", {}, "the last axis must have even length: its two halves are the gate and the value", grad_y=grad_y, x=x)
         if not (grad_y.shape == x.shape[:-1] + (x.shape[-1] // 2,)):
             raise self._rule_violation("grad_y.shape == x.shape[:-1] + (x.shape[-1] // 2,)", {}, grad_y=grad_y, x=x)
         if rules.axis_size(x.shape, -1) != self.N:

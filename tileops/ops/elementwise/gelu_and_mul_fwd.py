@@ -89,7 +89,7 @@ class GeluAndMulFwdOp(GatedElementwiseOp):
         if not (x.ndim >= 1):
             raise self._rule_violation("x.ndim >= 1", {}, x=x)
         if not (x.shape[-1] % 2 == 0):
-            raise self._rule_violation("x.shape[-1] % 2 == 0", {}, x=x)
+            raise self._rule_violation("x.shape[-1] % 2 == 0", {}, "the last axis must have even length: its two halves are the gate and the value", x=x)
         if rules.axis_size(x.shape, -1) != self.N:
             raise self._static_dim_mismatch("N", "x.shape[-1]", self.N, rules.axis_size(x.shape, -1))
 

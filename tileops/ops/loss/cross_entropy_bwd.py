@@ -100,7 +100,7 @@ class CrossEntropyBwdOp(CrossEntropyBwdBase):
         if grad_lse is not None and not (grad_lse.ndim == 1):
             raise self._rule_violation("grad_lse.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
+            raise self._rule_violation("logits.ndim == 2", {}, "logits must be 2-D: one row of class scores per sample", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if grad_lse is not None and not (logits.shape[0] == grad_lse.shape[0]):
             raise self._rule_violation("logits.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (logits.shape[1] == self.V):
@@ -113,8 +113,6 @@ class CrossEntropyBwdOp(CrossEntropyBwdBase):
             raise self._rule_violation("lse.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if grad_lse is not None and not (lse.shape[0] == grad_lse.shape[0]):
             raise self._rule_violation("lse.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
-        if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (target.shape == (logits.shape[0],)):
             raise self._rule_violation("target.shape == (logits.shape[0],)", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, target=target, lse=lse)
         if not (lse.shape == (logits.shape[0],)):

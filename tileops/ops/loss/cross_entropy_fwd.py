@@ -99,15 +99,13 @@ class CrossEntropyFwdOp(CrossEntropyFwdBase):
     def _check_shapes(self, logits: torch.Tensor, target: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", {}, logits=logits, target=target)
+            raise self._rule_violation("logits.ndim == 2", {}, "logits must be 2-D: one row of class scores per sample", logits=logits, target=target)
         if not (logits.shape[1] == self.V):
             raise self._rule_violation("logits.shape[1] == V", {"V": self.V}, logits=logits, target=target)
         if not (target.ndim == 1):
             raise self._rule_violation("target.ndim == 1", {}, logits=logits, target=target)
         if not (target.shape[0] == logits.shape[0]):
             raise self._rule_violation("target.shape[0] == logits.shape[0]", {}, logits=logits, target=target)
-        if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", {}, logits=logits, target=target)
         if not (target.shape == (logits.shape[0],)):
             raise self._rule_violation("target.shape == (logits.shape[0],)", {}, logits=logits, target=target)
         if rules.axis_size(logits.shape, 1) != self.V:

@@ -98,7 +98,7 @@ class SoftCrossEntropyBwdOp(SoftCrossEntropyBwdBase):
         if grad_lse is not None and not (grad_lse.ndim == 1):
             raise self._rule_violation("grad_lse.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
+            raise self._rule_violation("logits.ndim == 2", {}, "logits must be 2-D: one row of class scores per sample", grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if grad_lse is not None and not (logits.shape[0] == grad_lse.shape[0]):
             raise self._rule_violation("logits.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (logits.shape[1] == self.V):
@@ -121,8 +121,6 @@ class SoftCrossEntropyBwdOp(SoftCrossEntropyBwdBase):
             raise self._rule_violation("mass.ndim == 1", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if grad_lse is not None and not (mass.shape[0] == grad_lse.shape[0]):
             raise self._rule_violation("mass.shape[0] == grad_lse.shape[0]", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
-        if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if not (probabilities.shape == logits.shape):
             raise self._rule_violation("probabilities.shape == logits.shape", {}, grad_loss=grad_loss, grad_lse=grad_lse, logits=logits, probabilities=probabilities, weight=weight, lse=lse, mass=mass)
         if weight is not None and not (weight.shape == (logits.shape[1],)):

@@ -99,7 +99,7 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
     def _check_shapes(self, logits: torch.Tensor, probabilities: torch.Tensor, weight: Optional[torch.Tensor] = None) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", {}, logits=logits, probabilities=probabilities, weight=weight)
+            raise self._rule_violation("logits.ndim == 2", {}, "logits must be 2-D: one row of class scores per sample", logits=logits, probabilities=probabilities, weight=weight)
         if not (logits.shape[1] == self.V):
             raise self._rule_violation("logits.shape[1] == V", {"V": self.V}, logits=logits, probabilities=probabilities, weight=weight)
         if not (probabilities.ndim == 2):
@@ -112,8 +112,6 @@ class SoftCrossEntropyFwdOp(SoftCrossEntropyFwdBase):
             raise self._rule_violation("weight.ndim == 1", {}, logits=logits, probabilities=probabilities, weight=weight)
         if weight is not None and not (weight.shape[0] == self.V):
             raise self._rule_violation("weight.shape[0] == V", {"V": self.V}, logits=logits, probabilities=probabilities, weight=weight)
-        if not (logits.ndim == 2):
-            raise self._rule_violation("logits.ndim == 2", {}, logits=logits, probabilities=probabilities, weight=weight)
         if not (probabilities.shape == logits.shape):
             raise self._rule_violation("probabilities.shape == logits.shape", {}, logits=logits, probabilities=probabilities, weight=weight)
         if weight is not None and not (weight.shape == (logits.shape[1],)):

@@ -86,7 +86,7 @@ class ArgmaxFwdOp(ReductionOp):
         if not (self.dim is None or -max(x.ndim, 1) <= self.dim < max(x.ndim, 1)):
             raise self._rule_violation("dim is None or -max(x.ndim, 1) <= dim < max(x.ndim, 1)", {"dim": self.dim}, x=x)
         if not (rules.numel(rules.reduced_shape(x.shape, rules.reduced_shape(rules.normalize_dims(None, x.ndim), self.dim))) > 0):
-            raise self._rule_violation("numel(reduced_shape(x.shape, reduced_shape(normalize_dims(None, x.ndim), dim))) > 0", {"dim": self.dim}, x=x)
+            raise self._rule_violation("numel(reduced_shape(x.shape, reduced_shape(normalize_dims(None, x.ndim), dim))) > 0", {"dim": self.dim}, "every reduced axis must be non-empty: an empty one has no largest element", x=x)
 
     def reference(self, x: torch.Tensor) -> torch.Tensor:
         """The manifest's PyTorch reference: the CPU path and the oracle of tests and benchmarks."""
