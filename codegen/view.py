@@ -8,6 +8,7 @@ renderer, so the same tree feeds generated code, the interpreter and messages.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
@@ -73,8 +74,9 @@ class RuleCheck:
 
 
 def _string_literal(text: str) -> str:
-    """``text`` as a double-quoted Python string literal, as the generated code writes strings."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """``text`` as a double-quoted Python string literal, as the generated code writes strings
+    (a JSON string is one, escapes included)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _bounds_doc(param: ParamSpec) -> str:
