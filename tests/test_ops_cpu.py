@@ -212,10 +212,10 @@ def test_shape_rule_violations_quote_the_rule() -> None:
         MulFwdOp(dtype=torch.float32)(torch.randn(8, 4096), torch.randn(4095))
 
     # The params and static dims a rule reads follow the shapes.
-    with pytest.raises(ValueError, match=r"CumsumFwdOp: shape rule `-max\(x.ndim, 1\) <= dim < max\(x.ndim, 1\)` does "
-                                         r"not hold for x.shape=\(4, 3\), dim=2$"):
+    with pytest.raises(ValueError, match=r"CumsumFwdOp: dim must be an axis of x \(shape rule `-max\(x.ndim, 1\) <= "
+                                         r"dim < max\(x.ndim, 1\)` does not hold for x.shape=\(4, 3\), dim=2\)$"):
         CumsumFwdOp(N=4, dtype=torch.float32, dim=2)(torch.randn(4, 3))
-    with pytest.raises(ValueError, match=r"does not hold for x.shape=\(\), dim=1$"):
+    with pytest.raises(ValueError, match=r"does not hold for x.shape=\(\), dim=1\)$"):
         CumsumFwdOp(N=1, dtype=torch.float32, dim=1)(torch.tensor(2.0))
     with pytest.raises(ValueError, match=r"shape rule `weight.shape\[0\] == N` does not hold for x.shape=\(2, 8\), "
                                          r"weight.shape=\(9,\), N=8$"):

@@ -84,7 +84,7 @@ class ArgmaxFwdOp(ReductionOp):
     def _check_shapes(self, x: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (self.dim is None or -max(x.ndim, 1) <= self.dim < max(x.ndim, 1)):
-            raise self._rule_violation("dim is None or -max(x.ndim, 1) <= dim < max(x.ndim, 1)", {"dim": self.dim}, x=x)
+            raise self._rule_violation("dim is None or -max(x.ndim, 1) <= dim < max(x.ndim, 1)", {"dim": self.dim}, "dim must be an axis of x", x=x)
         if not (rules.numel(rules.reduced_shape(x.shape, rules.reduced_shape(rules.normalize_dims(None, x.ndim), self.dim))) > 0):
             raise self._rule_violation("numel(reduced_shape(x.shape, reduced_shape(normalize_dims(None, x.ndim), dim))) > 0", {"dim": self.dim}, "every reduced axis must be non-empty: an empty one has no largest element", x=x)
 

@@ -93,7 +93,7 @@ class SumFwdOp(ReductionOp):
         if not (self.dim is None or len(self.dim) >= 1):
             raise self._rule_violation("dim is None or len(dim) >= 1", {"dim": self.dim}, "dim must name at least one axis (None reduces them all)", x=x)
         if not (self.dim is None or -max(x.ndim, 1) <= min(self.dim) and max(self.dim) < max(x.ndim, 1)):
-            raise self._rule_violation("dim is None or -max(x.ndim, 1) <= min(dim) and max(dim) < max(x.ndim, 1)", {"dim": self.dim}, x=x)
+            raise self._rule_violation("dim is None or -max(x.ndim, 1) <= min(dim) and max(dim) < max(x.ndim, 1)", {"dim": self.dim}, "every axis in dim must be an axis of x", x=x)
         if not (self.dim is None or len(self.dim) < 2 or self.dim[0] % max(x.ndim, 1) != self.dim[1] % max(x.ndim, 1)):
             raise self._rule_violation("dim is None or len(dim) < 2 or dim[0] % max(x.ndim, 1) != dim[1] % max(x.ndim, 1)", {"dim": self.dim}, "dim must not name an axis twice", x=x)
 

@@ -89,7 +89,7 @@ class CumsumBwdOp(ScanOp):
     def _check_shapes(self, grad_y: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (-max(grad_y.ndim, 1) <= self.dim < max(grad_y.ndim, 1)):
-            raise self._rule_violation("-max(grad_y.ndim, 1) <= dim < max(grad_y.ndim, 1)", {"dim": self.dim}, grad_y=grad_y)
+            raise self._rule_violation("-max(grad_y.ndim, 1) <= dim < max(grad_y.ndim, 1)", {"dim": self.dim}, "dim must be an axis of grad_y", grad_y=grad_y)
         if rules.axis_size(grad_y.shape, self.dim) != self.N:
             raise self._static_dim_mismatch("N", "grad_y.shape[dim]", self.N, rules.axis_size(grad_y.shape, self.dim))
 

@@ -92,7 +92,7 @@ class LogSoftmaxBwdOp(SoftmaxFamilyOp):
     def _check_shapes(self, grad_y: torch.Tensor, y: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (-max(y.ndim, 1) <= self.dim < max(y.ndim, 1)):
-            raise self._rule_violation("-max(y.ndim, 1) <= dim < max(y.ndim, 1)", {"dim": self.dim}, grad_y=grad_y, y=y)
+            raise self._rule_violation("-max(y.ndim, 1) <= dim < max(y.ndim, 1)", {"dim": self.dim}, "dim must be an axis of y", grad_y=grad_y, y=y)
         if not (grad_y.shape == y.shape):
             raise self._rule_violation("grad_y.shape == y.shape", {}, grad_y=grad_y, y=y)
         if rules.axis_size(y.shape, self.dim) != self.N:

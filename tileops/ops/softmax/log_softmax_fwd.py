@@ -92,7 +92,7 @@ class LogSoftmaxFwdOp(SoftmaxFamilyOp):
     def _check_shapes(self, x: torch.Tensor) -> None:
         """The manifest's shape rules and static dims on the inputs' shapes."""
         if not (-max(x.ndim, 1) <= self.dim < max(x.ndim, 1)):
-            raise self._rule_violation("-max(x.ndim, 1) <= dim < max(x.ndim, 1)", {"dim": self.dim}, x=x)
+            raise self._rule_violation("-max(x.ndim, 1) <= dim < max(x.ndim, 1)", {"dim": self.dim}, "dim must be an axis of x", x=x)
         if rules.axis_size(x.shape, self.dim) != self.N:
             raise self._static_dim_mismatch("N", "x.shape[dim]", self.N, rules.axis_size(x.shape, self.dim))
 
