@@ -67,7 +67,7 @@ def shapes_naming(op: OpSpec, local_names: Sequence[str] = ()) -> rules.Naming:
 @dataclass(frozen=True)
 class RuleCheck:
     condition: str
-    text: str
+    text: str  # the rule as the manifest's language writes it, as a string literal
     guard: Optional[str]  # an optional tensor that must be present for the rule to apply
     values: str  # a dict literal of the params and static dims the rule reads, for its error
     why: str  # the manifest's words on what the rule asks, as a string literal ("" where none)
@@ -243,8 +243,9 @@ class OpView:
         for rule in self.op.shape_rules:
             used = rules.tensors_in(rule.expr, frozenset(self.op.input_names)) & optional
             guard = " and ".join(f"{t} is not None" for t in sorted(used)) or None
-            checks.append(RuleCheck(rules.render(rule.expr, self._fwd), rules.to_source(rule.expr), guard,
-                                    self._rule_values(rule.expr), _string_literal(rule.why) if rule.why else ""))
+            checks.append(RuleCheck(rules.render(rule.expr, self._fwd), _string_literal(rules.to_source(rule.expr)),
+                                    guard, self._rule_values(rule.expr),
+                                    _string_literal(rule.why) if rule.why else ""))
         return checks
 
     def _rule_values(self, expr: rules.Expr) -> str:
