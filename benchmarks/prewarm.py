@@ -22,12 +22,15 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
-__all__ = ["prewarm", "warm_case", "find_case", "in_processes", "noted"]
+__all__ = ["prewarm", "warm_case", "case_key", "find_case", "in_processes", "noted"]
 
 logger = logging.getLogger(__name__)
 
-# (op name, workload label, dtype): what a worker needs to find its case again.
-CaseKey = Tuple[str, str, str]
+# (op name, workload label, dtype): a manifest case, as ``--ops``/``--workloads`` name it.
+CaseName = Tuple[str, str, str]
+# (op name, dtype, workload): what a worker needs to set a case up again, whether its workload is
+# the manifest's or one reshaped from it (``config_sweep --shape``, ``model_shapes``).
+CaseKey = Tuple[str, str, Any]
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,16 +43,30 @@ def _catalogue() -> Tuple[Any, Any]:
     return load_manifest(), load_entries()
 
 
-def find_case(key: CaseKey) -> Tuple[Any, Any]:
-    """The manifest and the one case ``key`` names."""
+def find_case(name: CaseName) -> Tuple[Any, Any]:
+    """The manifest and the one case ``name`` names."""
     from .workloads import select_cases
 
-    op, label, dtype = key
+    op, label, dtype = name
     manifest, entries = _catalogue()
     cases = select_cases(manifest, entries, [op], [label], [dtype])
     if len(cases) != 1:
-        raise LookupError(f"{'/'.join(key)} selects {len(cases)} cases")
+        raise LookupError(f"{'/'.join(name)} selects {len(cases)} cases")
     return manifest, cases[0]
+
+
+def case_key(case: Any) -> CaseKey:
+    """What ``warm_case`` needs of ``case`` (a ``workloads.Case``) in another process."""
+    return case.spec.name, case.dtype, case.workload
+
+
+def _case_from_key(key: CaseKey) -> Tuple[Any, Any]:
+    """The manifest and the case ``key`` describes."""
+    from .workloads import Case
+
+    op, dtype, workload = key
+    manifest, entries = _catalogue()
+    return manifest, Case(manifest.op(op), workload, dtype, entries.get(op))
 
 
 def noted(work: Callable[[], Any], device_name: str) -> Tuple[float, str]:
@@ -80,7 +97,7 @@ def warm_case(key: CaseKey, with_compile: bool, device_name: str = "cuda") -> Tu
     from .variants import default_compiler
 
     def call_every_variant() -> None:
-        manifest, case = find_case(key)
+        manifest, case = _case_from_key(key)
         ctx = RunContext(manifest, None, torch.device(device_name),  # no timing here: no backend
                          compiler=default_compiler if with_compile else None,
                          generator=torch.Generator(device_name).manual_seed(0))
@@ -112,7 +129,7 @@ def in_processes(task: Callable[[Any], Tuple[float, str]], items: Sequence[Any],
 def prewarm(cases: Sequence[Any], jobs: int, with_compile: bool = True,
             device_name: str = "cuda") -> List[Tuple[CaseKey, str]]:
     """Warm every case in ``jobs`` spawned processes; returns the (case, error) pairs that failed."""
-    keys: List[CaseKey] = [(case.spec.name, case.workload.label, case.dtype) for case in cases]
+    keys: List[CaseKey] = [case_key(case) for case in cases]
     if jobs <= 0 or not keys:
         return []
     began = time.perf_counter()
@@ -121,14 +138,19 @@ def prewarm(cases: Sequence[Any], jobs: int, with_compile: bool = True,
     for done, (key, seconds, note) in enumerate(in_processes(task, keys, jobs), 1):
         if note:
             failures.append((key, note))
-            logger.warning("prewarm %s failed (the timed run compiles it): %s", "/".join(key), note)
+            logger.warning("prewarm %s failed (the timed run compiles it): %s", _label(key), note)
         else:
-            logger.debug("prewarm %s: %.1f s", "/".join(key), seconds)
+            logger.debug("prewarm %s: %.1f s", _label(key), seconds)
         if done % 20 == 0:
             logger.info("prewarmed %d/%d cases", done, len(keys))
     logger.info("prewarmed %d cases with %d processes in %.0f s (%d failed)",
                 len(keys), jobs, time.perf_counter() - began, len(failures))
     return failures
+
+
+def _label(key: CaseKey) -> str:
+    op, dtype, workload = key
+    return f"{op}/{workload.label}/{dtype}"
 
 
 def default_jobs(cpu_count: Optional[int] = None) -> int:

@@ -19,7 +19,7 @@ from codegen.model import Manifest, OpSpec, Workload
 __all__ = [
     "BenchEntry", "Case", "load_entries", "select_cases", "param_values", "static_dim_values",
     "input_shapes", "input_dtype_names", "constructor_kwargs", "random_inputs", "build_inputs",
-    "resolve_op_class", "tensor_bytes",
+    "resolve_op_class", "split_names", "tensor_bytes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def load_entries(package: str = "benchmarks.ops") -> Dict[str, BenchEntry]:
     return found
 
 
-def _split(values: Optional[Sequence[str]]) -> List[str]:
+def split_names(values: Optional[Sequence[str]]) -> List[str]:
     """``["a,b", "c"]`` -> ``["a", "b", "c"]`` (the Makefile passes one word per flag)."""
     return [part for value in values or () for part in value.replace(",", " ").split()]
 
@@ -77,7 +77,7 @@ def select_cases(manifest: Manifest, entries: Mapping[str, BenchEntry],
                  ops: Optional[Sequence[str]] = None, workloads: Optional[Sequence[str]] = None,
                  dtypes: Optional[Sequence[str]] = None) -> List[Case]:
     """Implemented ops x their workloads x dtypes, narrowed by the filters (None: all)."""
-    wanted_ops, wanted_workloads, wanted_dtypes = _split(ops), _split(workloads), _split(dtypes)
+    wanted_ops, wanted_workloads, wanted_dtypes = split_names(ops), split_names(workloads), split_names(dtypes)
     known = {spec.name for spec in manifest.ops}
     for name in wanted_ops:
         if name not in known:

@@ -63,13 +63,19 @@ def test_fast_memory_is_told_apart_by_its_peak_an_sm() -> None:
 def test_fast_memory_keeps_two_blocks_an_sm_on_long_rows(monkeypatch: pytest.MonkeyPatch, fast: bool) -> None:
     """Where the memory is fast, RMSNorm holds a row on at most 512 threads (streaming longer
     ones, and half-precision rows of 16384 or more on 1024 threads, two vectors in flight each,
-    with L2 hints) and LayerNorm streams rows of 32 KiB or more in quarter-row chunks (holding
+    with L2 hints; half-precision rows of up to 8192 on 256) and LayerNorm streams rows of 32 KiB or more in quarter-row chunks (holding
     shorter ones to fewer registers); shorter rows and the fused residual add keep the H100's
     layouts."""
     for module in (rms_norm, layer_norm):
         monkeypatch.setattr(module, "has_fast_memory", lambda: fast)
     rms = {N: RMSNormFwdKernel(N, torch.bfloat16).layout() for N in (8192, 16384, 32768)}
-    assert rms[8192] == RowLayout(8192, 8, 512, 512)
+    assert rms[8192] == RowLayout(8192, 8, 256 if fast else 512, 256 if fast else 512)
+    assert RMSNormFwdKernel(5120, torch.bfloat16).layout() == RowLayout(5120, 8, 256 if fast else 512,
+                                                                        256 if fast else 512)
+    assert RMSNormFwdKernel(8200, torch.float16).layout() == RowLayout(8200, 8, 512 if fast else 1024,
+                                                                       512 if fast else 1024)
+    assert RMSNormFwdKernel(4096, torch.bfloat16).layout() == RowLayout(4096, 8, 256, 256)
+    assert FusedAddRMSNormFwdKernel(8192, torch.bfloat16).layout() == RowLayout(8192, 8, 512, 512)
     assert rms[16384] == (StreamLayout(16384, 8, 1024, 2) if fast else RowLayout(16384, 8, 1024, 1024))
     assert rms[32768] == (StreamLayout(32768, 8, 1024, 2) if fast else RowLayout(32768, 8, 1024, 1024))
     assert RMSNormFwdKernel(16384, torch.float32).layout() == RowLayout(16384, 4, 512 if fast else 1024,

@@ -50,6 +50,8 @@ __all__ = ["RMSNormFwdKernel", "rms_norm_default_config", "resident_rms_program"
 RESIDENT_CAP = 32
 # The most threads a row held in registers gets on devices with fast memory.
 FAST_MEMORY_ROW_THREADS = MAX_THREADS // 2
+# ... and a half-precision row there, where a thread then holds no more than ``RESIDENT_CAP``.
+FAST_MEMORY_HALF_ROW_THREADS = MAX_THREADS // 4
 # Half-precision rows of at least this many elements are streamed on devices with fast memory.
 FAST_MEMORY_STREAMED_ROW = 16384
 
@@ -83,6 +85,13 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
     rows into shared memory two to four rows ahead (bulk copies counted on mbarriers, the weight
     copied there too) ran 8192 x 32768 in 272.8-274.8 µs and 16384 x 16384 in 271.3-280.7,
     against 259.9-260.1 and 257.2 streamed (torch.compile 256.6 and 255.8; H200, 7 rounds in turns).
+    Shorter half-precision rows there take at most ``FAST_MEMORY_HALF_ROW_THREADS`` threads (up to
+    ``RESIDENT_CAP`` elements each, so rows of 4097 to 8192), which fits more rows an SM than 512
+    threads do.  H200, 16384 rows (32768 of 6144), 7 rounds in turns, µs, 512 threads / 256 /
+    torch.compile: bf16 5120 86.58 / 79.20 / 88.13; 6144 190.30 / 186.94 / 191.20; 7168 110.46 /
+    109.98 / 109.92; 8192 132.13 / 124.91 / 124.96 (1024 threads 163.84, streamed 163.81); float16
+    8192 128.10 / 125.18 / 124.99.  The fused residual add keeps 512: its 256-thread rows gained at
+    7168 (221.89 -> 219.94 µs) and lost at 5120 (156.43 -> 157.28) and 8192 (247.81 -> 249.66).
 
     ``hinted_min_mib``: resident calls whose input takes at least this many MiB load it with L2's
     ``evict_last`` (the ``RESIDENT_HINTED`` program; 0: every call whose loads can take it).  The
@@ -99,8 +108,11 @@ def rms_norm_default_config(N: int, dtype: torch.dtype, fast_memory: bool = Fals
               "stream_hints": 0}
     if fast_memory and dtype.itemsize == 2:
         config.update(stream_threads=1024, stream_unroll=2, stream_hints=1)
+        narrow = -(-N // FAST_MEMORY_HALF_ROW_THREADS)
         if N >= FAST_MEMORY_STREAMED_ROW:
             config["per_thread"] = 2 * RESIDENT_CAP  # more than a thread holds: the rows are streamed
+        elif narrow <= RESIDENT_CAP:
+            config["per_thread"] = max(per_thread, narrow)
     return config
 
 
