@@ -14,9 +14,9 @@ import torch
 from tileops.kernels.fast_math import FAST_EXP2
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET
 from tileops.kernels.loss import cross_entropy
-from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel
+from tileops.kernels.loss.cross_entropy import CrossEntropyBwdKernel, CrossEntropyFwdKernel, flat_rows
 from tileops.kernels.loss.soft_cross_entropy import SoftCrossEntropyBwdKernel, SoftCrossEntropyFwdKernel
-from tileops.kernels.sizes import row_vector
+from tileops.kernels.sizes import max_vector, row_vector
 from tests.toolchain import divisions_at_accesses, needs_nvcc, ptxas_report
 
 
@@ -88,7 +88,7 @@ def test_default_configs_cover_short_and_long_rows(kernel_cls, long_config, llam
 @needs_nvcc
 @pytest.mark.parametrize("V, dtype, hinted", [
     (32000, torch.bfloat16, False), (65536, torch.bfloat16, True), (131072, torch.float32, True),
-    (65537, torch.bfloat16, False),  # rows of odd length load one element at a time: no hint
+    (65537, torch.bfloat16, True),  # rows of odd length are read in windows, whole ones hinted
 ])
 def test_bwd_hints_long_rows_and_launches_each_rows_tiles_together(V: int, dtype: torch.dtype, hinted: bool,
                                                                     tmp_path) -> None:
@@ -185,3 +185,69 @@ def test_soft_target_kernels_read_both_rows_with_one_access_width(dtype, target_
     assert kernel.static_signature()["target_dtype"] == str(target_dtype)[6:]
     with pytest.raises(TypeError, match="target_dtype"):
         SoftCrossEntropyFwdKernel(8, torch.float32, target_dtype=torch.int64)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls", (CrossEntropyFwdKernel, CrossEntropyBwdKernel))
+@pytest.mark.parametrize("V, dtype", [(50257, torch.bfloat16), (32001, torch.float16), (4099, torch.float32)])
+def test_rows_no_16_byte_access_can_start_are_read_in_windows(kernel_cls, V: int, dtype: torch.dtype,
+                                                               tmp_path) -> None:
+    """GPT-2's 50257 classes: a row's start is 16-byte aligned only every eighth row, so the rows are
+    read (and the gradient written) through a flat view in aligned 16-byte windows, not one element
+    at a time; only the windows that straddle a row's ends are read element by element."""
+    kernel = kernel_cls(V, dtype, label_smoothing=0.1)
+    assert kernel.windowed and kernel._vector == max_vector(dtype)
+    source = next(iter(kernel.program_builds(SM90_BUILD_TARGET).values()))().get_kernel_source()
+    body = source.split("__global__", 1)[1]
+    assert "windowed" in body and re.search(r"\*\((uint4|float4)\*\)\(X \+ ", body)
+    if kernel_cls is CrossEntropyBwdKernel:
+        assert re.search(r"\*\((uint4|float4)\*\)\(G \+ ", body)
+    assert ptxas_report(source, str(tmp_path))["spill_bytes"] == 0
+    assert not kernel_cls(V - V % max_vector(dtype), dtype).windowed
+    soft = {CrossEntropyFwdKernel: SoftCrossEntropyFwdKernel, CrossEntropyBwdKernel: SoftCrossEntropyBwdKernel}
+    assert not soft[kernel_cls](V, dtype, target_dtype=dtype).windowed
+
+
+def test_flat_rows_span_the_rows_and_the_gaps_between_them() -> None:
+    buffer = torch.arange(20.0).view(4, 5)
+    assert flat_rows(buffer[:, :3]).tolist() == list(range(18))
+    assert flat_rows(buffer[1:2, 1:4]).tolist() == [6.0, 7.0, 8.0]
+    assert flat_rows(buffer[1:2, 1:4]).data_ptr() == buffer[1:2, 1:4].data_ptr()
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls = []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+
+
+def test_windowed_launches_take_flat_rows_and_row_strides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forward hands the program the logits' flat view and row stride; the backward also the
+    gradient's, reading from a contiguous copy the logits whose rows sit at other offsets into
+    their windows than the gradient's rows."""
+    recorder = _Recorder()
+    for cls in (CrossEntropyFwdKernel, CrossEntropyBwdKernel):
+        monkeypatch.setattr(cls, "_launcher", lambda self, **flags: recorder)
+    V, rows = 13, 3
+    padded = torch.randn(rows, 16, dtype=torch.bfloat16)
+    logits, target = padded[:, :V], torch.zeros(rows, dtype=torch.int64)
+    per_row = torch.empty(rows)
+    CrossEntropyFwdKernel(V, torch.bfloat16).forward(logits, target, per_row, per_row)
+    flat, _, _, _, stride = recorder.calls[-1]
+    assert flat.shape == (2 * 16 + V,) and flat.data_ptr() == logits.data_ptr() and stride == 16
+
+    backward = CrossEntropyBwdKernel(V, torch.bfloat16)
+    grad = torch.empty(rows, V, dtype=torch.bfloat16)
+    backward.forward(logits, target, per_row, per_row, per_row, per_row, grad)
+    flat, *_, flat_grad, stride, grad_stride = recorder.calls[-1]
+    assert (stride, grad_stride) == (V, V) and flat.data_ptr() != logits.data_ptr()  # 16 - 13: a copy
+    assert torch.equal(flat.view(rows, V), logits) and flat_grad.data_ptr() == grad.data_ptr()
+    wide = torch.randn(rows, 8 + V, dtype=torch.bfloat16)[:, :V]  # 21 - 13 = 8: the same offsets
+    backward.forward(wide, target, per_row, per_row, per_row, per_row, grad)
+    flat, *_, stride, grad_stride = recorder.calls[-1]
+    assert flat.data_ptr() == wide.data_ptr() and (stride, grad_stride) == (8 + V, V)
+    backward.forward(logits, target, per_row, per_row, per_row, per_row, logits)  # in place
+    flat, *_, flat_grad, stride, grad_stride = recorder.calls[-1]
+    assert flat.data_ptr() == flat_grad.data_ptr() == logits.data_ptr() and stride == grad_stride == 16

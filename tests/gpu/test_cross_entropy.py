@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.op_checks import TOLERANCE
-from tileops.kernels.loss.cross_entropy import SMALL_TOTAL_ELEMENTS
+from tileops.kernels.loss.cross_entropy import SMALL_TOTAL_ELEMENTS, windowed_rows
 from tileops.ops import CrossEntropyBwdOp, CrossEntropyFwdOp, SoftCrossEntropyFwdOp
 
 pytestmark = pytest.mark.gpu
@@ -32,6 +32,7 @@ CONFIGS: List[Tuple[int, torch.dtype, int, float]] = [
     (4097, torch.bfloat16, -100, 0.0),
     (4097, torch.float32, -100, 0.1),
     (32000, torch.bfloat16, -100, 0.0),
+    (50257, torch.bfloat16, -100, 0.1),  # GPT-2's classes: rows read in windows
     (32000, torch.float16, -100, 0.0),
     (32000, torch.float32, -100, 0.0),
     (32000, torch.bfloat16, -100, 0.1),
@@ -79,11 +80,15 @@ def _inputs(V: int, dtype: torch.dtype, ignore_index: int, rows: int, seed: int)
 
 
 def _close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
-    """Per-dtype relative tolerance against the largest expected magnitude (all-zero results: against 1e-6)."""
+    """Per-dtype relative tolerance against the largest expected magnitude (all-zero results: against
+    1e-6), and never less than the step between subnormals of ``actual``'s dtype: a float32 value a
+    few ulps from float64's, rounded to float16 near 2**-25, lands on either neighbour."""
     assert not torch.isnan(actual).any(), "NaN in the result"
     tol = TOLERANCE[dtype]
     scale = expected.abs().max().item() if expected.numel() else 1.0
-    torch.testing.assert_close(actual.double(), expected.double(), rtol=tol, atol=tol * max(scale, 1e-6))
+    info = torch.finfo(actual.dtype)
+    atol = max(tol * max(scale, 1e-6), info.smallest_normal * info.eps)
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=tol, atol=atol)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
@@ -321,7 +326,10 @@ def test_compiled_training_step_matches_eager() -> None:
                          ids=lambda c: f"V{c[0]}-{str(c[1])[6:]}")
 def test_logits_sliced_from_a_padded_vocabulary_give_what_a_copy_gives(config, reduction: str) -> None:
     """Logits ``[N, V]`` that are a row slice of a wider buffer (a vocabulary padded to a
-    multiple of 64) are read in place: loss, lse and gradient are bitwise those of a copy."""
+    multiple of 64) are read in place: loss, lse and gradient are bitwise those of a copy.  Rows
+    read in windows (``windowed_rows``: V not a multiple of a 16-byte vector) start at other
+    offsets into their windows in the buffer than in the copy, so each thread sums other
+    elements: there the results agree within rounding."""
     V, dtype, ignore_index, label_smoothing = config
     fwd, _ = _ops(V, dtype, ignore_index, label_smoothing, reduction)
     padded, target = _inputs(V + 64, dtype, ignore_index, _rows(V), seed=V + 1)
@@ -334,7 +342,10 @@ def test_logits_sliced_from_a_padded_vocabulary_give_what_a_copy_gives(config, r
         results.append((loss, lse, logits.grad))
     assert not padded[:, :V].is_contiguous()
     for sliced, copied in zip(*results):
-        assert torch.equal(sliced, copied)
+        if windowed_rows(V, dtype):
+            _close(sliced, copied, torch.float32 if sliced.dtype == torch.float32 else dtype)
+        else:
+            assert torch.equal(sliced, copied)
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)

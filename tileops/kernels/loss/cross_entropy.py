@@ -37,6 +37,11 @@ total / folded, us: 528 rows 18.5 / 22.5 / 20.7; 4096 rows 92.0 / 95.2 / 98.5;
 8192 rows 173.3 / 177.6 / 185.6.  Instead the total's launch overlaps the row
 program's last blocks (see ``kernel_base``): 4096 rows 95.3 -> 94.2 us.
 
+Rows whose length is not a multiple of a 16-byte vector (GPT-2's 50257 classes) do not all
+start on a 16-byte boundary; both row programs then read them (and the backward writes the
+gradient) in aligned windows of a flat view (``windowed_rows``), one 16-byte access per window
+but for the two that straddle a row's ends.
+
 ``V``, ``ignore_index`` and the label smoothing are compile-time constants; the
 row count is a TileLang symbolic value, so one program serves every batch.
 Row offsets are 64-bit (the row stride is an int64 symbolic value).  A row
@@ -59,13 +64,15 @@ from tileops.kernels.device_traits import has_fast_memory
 from tileops.kernels.fast_math import FAST_EXP2_PRELUDE, fast_exp2
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
-from tileops.kernels.sizes import ACCUM, MAX_THREADS, WARP, check_kernel_args, next_pow2, row_vector
+from tileops.kernels.sizes import ACCUM, MAX_THREADS, WARP, check_kernel_args, max_vector, next_pow2, row_vector
 
 __all__ = [
     "CrossEntropyFwdKernel",
     "CrossEntropyBwdKernel",
     "cross_entropy_fwd_program",
     "cross_entropy_bwd_program",
+    "flat_rows",
+    "windowed_rows",
 ]
 
 
@@ -173,17 +180,87 @@ def _nan_unless_in_range(T: Any, target: Any, V: int, value: Any) -> Any:
     return T.if_then_else(T.And(target >= 0, target < V), value, T.cast(float("nan"), ACCUM))
 
 
-def _row_loss(T: Any, X: Any, Target: Any, row: Any, st: Any, V: int, label_smoothing: float) -> Any:
+def _row_loss(T: Any, X: Any, Target: Any, row: Any, st: Any, V: int, label_smoothing: float,
+              row_start: Any = None) -> Any:
     """The loss of a kept row from its state (``_LSE``, ``_XSUM``); NaN for a target outside the row,
-    whose logit is read clamped into the row."""
-    loss = ((1.0 - label_smoothing) * (st[_LSE] - T.cast(X[row, T.min(T.max(Target[row], 0), V - 1)], ACCUM))
+    whose logit is read clamped into the row.  ``row_start``: ``X`` is flat (a windowed program's
+    view) and the row begins at that element."""
+    column = T.min(T.max(Target[row], 0), V - 1)
+    logit = X[row, column] if row_start is None else X[row_start + column]
+    loss = ((1.0 - label_smoothing) * (st[_LSE] - T.cast(logit, ACCUM))
             + label_smoothing * (st[_LSE] - st[_XSUM] / V))
     return _nan_unless_in_range(T, Target[row], V, loss)
 
 
+# ---- rows that no 16-byte access can start ----------------------------------------------------------
+#
+# A row of ``V`` elements, ``V`` not a multiple of a 16-byte vector (GPT-2's 50257 classes), starts
+# on a 16-byte boundary only every few rows.  The windowed programs read such rows through a flat
+# view of the tensor in aligned windows of ``vector`` elements: window ``w`` of a row holds its
+# columns ``w * vector - skew`` on, ``skew`` being how far the row starts into its first window.
+# Windows wholly inside the row are one 16-byte access; the first and last are read element by
+# element, their elements outside the row left out.
+
+
+def flat_rows(rows: torch.Tensor) -> torch.Tensor:
+    """The elements of ``rows`` (2-D, unit-stride rows) from the first row's start to the last
+    row's end, as one 1-D view (the gaps between rows included)."""
+    count, width = rows.shape
+    return rows.as_strided(((count - 1) * rows.stride(0) + width,), (1,))
+
+
+def windowed_rows(V: int, dtype: torch.dtype) -> bool:
+    """Whether rows of ``V`` elements take the windowed programs: some row start is not 16-byte aligned."""
+    return V % max_vector(dtype) != 0
+
+
+def _window_count(V: int, vector: int) -> int:
+    """Windows that cover a row of ``V`` elements whatever its skew."""
+    return -(-(V + vector - 1) // vector)
+
+
+def _window_macros(T: Any, V: int, vector: int, dtype: str, policy: Optional[str] = None) -> Tuple[Any, Any]:
+    """Macros ``(load, store)`` of one window ``w`` of a row whose first window is ``first`` (an
+    element index over ``vector``) and whose skew is ``skew``: ``load(a, offset, X, first, w, skew)``
+    fills ``a[offset:offset + vector]`` (-inf outside the row; whole windows loaded with L2
+    ``policy``); ``store(G, a, offset, first, w, skew)`` writes the row's elements of the window."""
+    load_vector = vector_load(T, policy, vector, dtype)
+
+    @T.macro
+    def load(a, offset, X, first, w, skew):
+        c0 = w * vector - skew
+        if T.And(c0 >= 0, c0 + vector <= V):
+            load_vector(a, offset, X, (first + w) * vector)
+        else:
+            for k in T.unroll(vector):
+                a[offset + k] = T.if_then_else(T.And(c0 + k >= 0, c0 + k < V), X[(first + w) * vector + k],
+                                           T.cast(-T.infinity(ACCUM), dtype))
+
+    @T.macro
+    def store(G, a, offset, first, w, skew):
+        c0 = w * vector - skew
+        if T.And(c0 >= 0, c0 + vector <= V):
+            for k in T.vectorized(vector):
+                G[(first + w) * vector + k] = a[offset + k]
+        else:
+            for k in T.unroll(vector):
+                if T.And(c0 + k >= 0, c0 + k < V):
+                    G[(first + w) * vector + k] = a[offset + k]
+
+    return load, store
+
+
 def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
-                              ignore_index: int, label_smoothing: float, blocks_per_sm: int = 0) -> Any:
-    """Per-row ``loss`` and ``lse`` (float32) of ``logits`` ``(R, V)`` and ``target`` ``(R,)``."""
+                              ignore_index: int, label_smoothing: float, blocks_per_sm: int = 0,
+                              windowed: bool = False) -> Any:
+    """Per-row ``loss`` and ``lse`` (float32) of ``logits`` ``(R, V)`` and ``target`` ``(R,)``.
+
+    ``windowed``: the logits come as a flat view of their rows and their row stride, and are read
+    in windows (see ``windowed_rows``); ``(X, Target, Loss, Lse, LDX)``."""
+    if windowed:
+        return _cross_entropy_fwd_windowed(V, dtype, vector=vector, threads=threads, unroll=unroll,
+                                           ignore_index=ignore_index, label_smoothing=label_smoothing,
+                                           blocks_per_sm=blocks_per_sm)
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     chunk = threads * vector
@@ -250,10 +327,87 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
     return cross_entropy_fwd
 
 
+def _cross_entropy_fwd_windowed(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
+                                ignore_index: int, label_smoothing: float, blocks_per_sm: int) -> Any:
+    """``cross_entropy_fwd_program`` over rows read in windows: the same walk, each step ``unroll``
+    windows a thread; elements outside the row are -inf, which add nothing to the maximum or to
+    the sum of exponentials, and are left out of the plain sum."""
+    import tilelang.language as T  # deferred: importing tilelang costs seconds
+
+    step_windows = threads * unroll
+    steps = -(-_window_count(V, vector) // step_windows)
+    warps = threads // WARP
+    R = T.dynamic("R")
+    L = T.dynamic("L", "int64")
+    block_reduce = _block_reduce(T, threads)
+    load_window, _ = _window_macros(T, V, vector, dtype)
+    _, rescale_sum = _online_max(T, V, vector, unroll, None, (_MAX, _SUM, _NEW_MAX, _OFFSET))
+
+    @T.prim_func
+    def cross_entropy_fwd_windowed(
+        X: T.Tensor((L,), dtype),
+        Target: T.Tensor((R,), "int64"),
+        Loss: T.Tensor((R,), ACCUM),
+        Lse: T.Tensor((R,), ACCUM),
+        LDX: T.int64,
+    ):
+        with T.Kernel(R, threads=threads, prelude=FAST_EXP2_PRELUDE) as row:
+            if blocks_per_sm:
+                T.annotate_min_blocks_per_sm(blocks_per_sm)
+            T.pdl_trigger()  # the next launch may start early (see kernel_base)
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * vector,), dtype)
+            st = T.alloc_local((_STATE,), ACCUM)
+            at = T.alloc_local((3,), "int64")  # the row's first element, its first window, its skew
+            scratch = T.alloc_shared((3, max(1, warps)), ACCUM)
+            at[0] = T.cast(row, "int64") * LDX
+            at[1] = at[0] // vector
+            at[2] = at[0] - at[1] * vector
+            st[_MAX] = -T.infinity(ACCUM)
+            st[_SUM] = T.cast(0, ACCUM)
+            st[_XSUM] = T.cast(0, ACCUM)
+            for step in T.serial(steps):
+                for u in T.unroll(unroll):
+                    load_window(a, u * vector, X, at[1], step * step_windows + u * threads + tx,
+                                T.cast(at[2], "int32"))
+                st[_NEW_MAX] = st[_MAX]
+                for i in T.unroll(unroll * vector):
+                    st[_NEW_MAX] = T.max(st[_NEW_MAX], T.cast(a[i], ACCUM))
+                rescale_sum(st)
+                for u in T.unroll(unroll):
+                    first_column = (step * step_windows + u * threads + tx) * vector - T.cast(at[2], "int32")
+                    if first_column < V:
+                        for k in T.unroll(vector):  # -inf outside the row: exp2 gives 0
+                            st[_SUM] = st[_SUM] + fast_exp2(T, (T.cast(a[u * vector + k], ACCUM) - st[_OFFSET]) * LOG2E)
+                        if label_smoothing > 0:  # else the plain sum is not read
+                            if T.And(first_column >= 0, first_column + vector <= V):
+                                for k in T.unroll(vector):
+                                    st[_XSUM] = st[_XSUM] + T.cast(a[u * vector + k], ACCUM)
+                            else:
+                                for k in T.unroll(vector):
+                                    st[_XSUM] = st[_XSUM] + T.if_then_else(
+                                        T.And(first_column + k >= 0, first_column + k < V),
+                                        T.cast(a[u * vector + k], ACCUM), T.cast(0, ACCUM))
+            st[_NEW_MAX] = st[_MAX]
+            block_reduce(st, _NEW_MAX, scratch, 0, tx, True)
+            rescale_sum(st)
+            block_reduce(st, _SUM, scratch, 1, tx, False)
+            block_reduce(st, _XSUM, scratch, 2, tx, False)
+            if tx == 0:
+                st[_LSE] = T.if_then_else(st[_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_MAX]) + T.log(st[_SUM])
+                Lse[row] = st[_LSE]
+                if Target[row] == ignore_index:
+                    Loss[row] = T.cast(0, ACCUM)
+                else:
+                    Loss[row] = _row_loss(T, X, Target, row, st, V, label_smoothing, row_start=at[0])
+
+    return cross_entropy_fwd_windowed
+
+
 def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
                               ignore_index: int, label_smoothing: float, blocks_per_sm: int = 0,
                               per_row: bool = True, has_grad_lse: bool = True, mean: bool = False,
-                              hinted_min_classes: int = 0) -> Any:
+                              hinted_min_classes: int = 0, windowed: bool = False) -> Any:
     """``grad = cp * exp(x - lse) - cs * ((1 - eps) * onehot(target) + eps / V)`` over ``(R, V)`` tiles.
 
     ``cs``, the row's share of the loss's gradient: ``GradLoss[row]`` (``per_row``) or
@@ -262,9 +416,19 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
     (``has_grad_lse``) or ``cs``.  Unused arguments are not read (any tensor of their dtype
     will do).  Rows of ``hinted_min_classes`` classes or more (0: none) load the logits with
     L2's ``evict_last`` hint (``cache_hints``).
+
+    ``windowed``: the logits and the gradient come as flat views of their rows and their row
+    strides, which must be equal modulo ``vector`` (every row then starts as far into a window in
+    both), and are read and written in windows (see ``windowed_rows``); ``(X, Target, Lse,
+    GradLoss, GradLse, Kept, G, LDX, LDG)``.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
+    if windowed:
+        return _cross_entropy_bwd_windowed(
+            T, V, dtype, vector=vector, threads=threads, unroll=unroll, ignore_index=ignore_index,
+            label_smoothing=label_smoothing, blocks_per_sm=blocks_per_sm, per_row=per_row,
+            has_grad_lse=has_grad_lse, mean=mean, hinted_min_classes=hinted_min_classes)
     chunk = threads * vector
     tile = chunk * unroll
     R = T.dynamic("R")
@@ -335,6 +499,79 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
                         G[row, bx * tile + u * chunk + tx * vector + k] = a[u * vector + k]
 
     return cross_entropy_bwd
+
+
+def _cross_entropy_bwd_windowed(T: Any, V: int, dtype: str, *, vector: int, threads: int, unroll: int,
+                                ignore_index: int, label_smoothing: float, blocks_per_sm: int, per_row: bool,
+                                has_grad_lse: bool, mean: bool, hinted_min_classes: int) -> Any:
+    """``cross_entropy_bwd_program`` over rows read and written in windows: a block's tile is
+    ``unroll`` windows a thread; elements outside the row are computed from -inf and not stored."""
+    tile_windows = threads * unroll
+    tiles = -(-_window_count(V, vector) // tile_windows)
+    R = T.dynamic("R")
+    LX = T.dynamic("LX", "int64")
+    LG = T.dynamic("LG", "int64")
+    GL = T.dynamic("GL")
+    GS = T.dynamic("GS")
+    target_weight = 1.0 - label_smoothing
+    uniform_weight = label_smoothing / V
+    hinted = 0 < hinted_min_classes <= V and takes_hint(EVICT_LAST, vector, dtype)
+    load_window, store_window = _window_macros(T, V, vector, dtype, EVICT_LAST if hinted else None)
+
+    @T.prim_func
+    def cross_entropy_bwd_windowed(
+        X: T.Tensor((LX,), dtype),
+        Target: T.Tensor((R,), "int64"),
+        Lse: T.Tensor((R,), ACCUM),
+        GradLoss: T.Tensor((GL,), dtype),
+        GradLse: T.Tensor((GS,), ACCUM),
+        Kept: T.Tensor((1,), ACCUM),
+        G: T.Tensor((LG,), dtype),
+        LDX: T.int64,
+        LDG: T.int64,
+    ):
+        with T.Kernel(R * tiles, threads=threads, prelude=CACHE_HINT_PRELUDE if hinted else None) as block:
+            row, bx = _row_and_tile(block, tiles)
+            if blocks_per_sm:
+                T.annotate_min_blocks_per_sm(blocks_per_sm)
+            if mean:  # the kept-row count comes from the launch before
+                T.pdl_sync()  # wait for the launch before (see kernel_base)
+            tx = T.get_thread_binding()
+            a = T.alloc_local((unroll * vector,), dtype)  # the logits, then (in place) the gradient
+            st = T.alloc_local((5,), ACCUM)
+            here = T.alloc_local((1,), "int64")
+            at = T.alloc_local((3,), "int64")  # the row's first window in X and in G, its skew
+            at[0] = T.cast(row, "int64") * LDX // vector
+            at[2] = T.cast(row, "int64") * LDX - at[0] * vector
+            at[1] = T.cast(row, "int64") * LDG // vector
+            for u in T.unroll(unroll):
+                load_window(a, u * vector, X, at[0], bx * tile_windows + u * threads + tx, T.cast(at[2], "int32"))
+            # The target's offset from the column of this thread's first element (as in the plain
+            # program), or -1 when none of the thread's elements is the target.
+            here[0] = Target[row] - ((bx * tile_windows + tx) * vector - at[2])
+            target_at = T.if_then_else(
+                T.And(T.And(Target[row] != ignore_index, here[0] >= 0), here[0] < tile_windows * vector),
+                T.cast(here[0], "int32"), -1)
+            st[0] = Lse[row]
+            st[4] = T.cast(GradLoss[row if per_row else 0], ACCUM)
+            if mean:
+                st[4] = st[4] / Kept[0]
+            st[4] = T.if_then_else(Target[row] == ignore_index, T.cast(0, ACCUM),
+                                   _nan_unless_in_range(T, Target[row], V, st[4]))
+            st[1] = st[4] + GradLse[row] if has_grad_lse else st[4]
+            st[2] = st[4] * uniform_weight
+            st[3] = st[2] + st[4] * target_weight
+            for u in T.unroll(unroll):
+                for k in T.unroll(vector):
+                    a[u * vector + k] = T.cast(
+                        st[1] * T.exp2((T.cast(a[u * vector + k], ACCUM) - st[0]) * LOG2E)
+                        - T.if_then_else(u * threads * vector + k == target_at, st[3], st[2]),
+                        dtype,
+                    )
+            for u in T.unroll(unroll):
+                store_window(G, a, u * vector, at[1], bx * tile_windows + u * threads + tx, T.cast(at[2], "int32"))
+
+    return cross_entropy_bwd_windowed
 
 
 # ---- batch programs (one block) ---------------------------------------------------------------------
@@ -524,12 +761,17 @@ class _CrossEntropyKernel(Kernel):
         self.V = int(V)
         self.ignore_index = int(ignore_index)
         self.label_smoothing = float(label_smoothing)
+        self.windowed = self.reads_windows and windowed_rows(self.V, dtype)
         self._vector = self._access_vector(dtype)
         super().__init__(dtype, config=config, tune=tune)
 
+    # Whether the class's programs read rows that no 16-byte access can start in windows
+    # (``windowed_rows``); else such rows are read as many elements at a time as divide ``V``.
+    reads_windows = False
+
     def _access_vector(self, dtype: torch.dtype) -> int:
         """Elements each thread reads at a time along a row."""
-        return row_vector(self.V, dtype)
+        return max_vector(dtype) if self.windowed else row_vector(self.V, dtype)
 
     def _program_constants(self) -> Dict[str, Any]:
         """The builder's compile-time arguments beside ``V``, the dtype, the vector and the config."""
@@ -586,8 +828,9 @@ class _CrossEntropyKernel(Kernel):
         builder's defaults, which ``Kernel.compile`` and the tuner take."""
         config = {**self.default_config, **config}
         _check_config(config)
+        windowed = {"windowed": True} if self.windowed else {}
         return self.builder(self.V, torch_dtype_to_tl(self.dtype), vector=self._vector,
-                            **self._program_constants(), **config, **dict(flags))
+                            **self._program_constants(), **config, **dict(flags), **windowed)
 
     # Every flag combination of the main program a call may take (``()``: the builder's defaults).
     main_flags: Tuple[Flags, ...] = ((),)
@@ -662,9 +905,14 @@ class CrossEntropyFwdKernel(_CrossEntropyKernel):
     batch_builder = staticmethod(cross_entropy_total_program)
     batch_flags = ((("mean", False),), (("mean", True),))
 
+    reads_windows = True
+
     def forward(self, logits: torch.Tensor, target: torch.Tensor, loss_rows: torch.Tensor,
                 lse: torch.Tensor) -> torch.Tensor:
-        self._launcher()(logits, target, loss_rows, lse)
+        if self.windowed:
+            self._launcher()(flat_rows(logits), target, loss_rows, lse, logits.stride(0))
+        else:
+            self._launcher()(logits, target, loss_rows, lse)
         return loss_rows
 
     def total(self, loss_rows: torch.Tensor, target: torch.Tensor, out: torch.Tensor, *, mean: bool) -> torch.Tensor:
@@ -728,11 +976,21 @@ class CrossEntropyBwdKernel(_CrossEntropyKernel):
     batch_builder = staticmethod(cross_entropy_kept_rows_program)
     batch_flags = ((),)
 
+    reads_windows = True
+
     def forward(self, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, grad_loss: torch.Tensor,
                 grad_lse: torch.Tensor, kept: torch.Tensor, grad: torch.Tensor, *, per_row: bool = True,
                 has_grad_lse: bool = True, mean: bool = False) -> torch.Tensor:
-        self._launcher(has_grad_lse=has_grad_lse, mean=mean, per_row=per_row)(
-            logits, target, lse, grad_loss, grad_lse, kept, grad)
+        launch = self._launcher(has_grad_lse=has_grad_lse, mean=mean, per_row=per_row)
+        if not self.windowed:
+            launch(logits, target, lse, grad_loss, grad_lse, kept, grad)
+            return grad
+        if (logits.stride(0) - grad.stride(0)) % self._vector:
+            # Logits rows that start at other offsets into their windows than the gradient's (a row
+            # slice of a wider buffer, written to a new contiguous gradient) are read from a copy.
+            logits = logits.contiguous()
+        launch(flat_rows(logits), target, lse, grad_loss, grad_lse, kept, flat_rows(grad), logits.stride(0),
+               grad.stride(0))
         return grad
 
     def kept_rows(self, target: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
