@@ -17,7 +17,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 __all__ = ["main", "run", "build_parser", "add_arguments"]
 
@@ -79,15 +79,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return run(args)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Select the cases and, unless only listing them, benchmark them on the GPU."""
+def run(args: argparse.Namespace, select: Optional[Callable[..., List[Any]]] = None) -> int:
+    """Select the cases and, unless only listing them, benchmark them on the GPU.
+
+    ``select(manifest, entries, ops, workloads, dtypes)`` picks them (default: the manifest's
+    workloads, ``workloads.select_cases``)."""
     from codegen.loader import load_manifest
 
     from .workloads import load_entries, select_cases
 
     manifest = load_manifest()
     try:
-        cases = select_cases(manifest, load_entries(), args.ops, args.workloads, args.dtypes)
+        cases = (select or select_cases)(manifest, load_entries(), args.ops, args.workloads, args.dtypes)
     except ValueError as exc:
         print(f"benchmarks: {exc}", file=sys.stderr)
         return 2

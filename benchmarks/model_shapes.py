@@ -23,13 +23,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .__main__ import RESULTS_DIR, _run, add_arguments
+from .__main__ import RESULTS_DIR, add_arguments, run
 from .config_sweep import reshaped_case
 from .workloads import Case, select_cases, split_names
 
 __all__ = ["ModelShape", "MODEL_SHAPES", "model_shape_cases", "main"]
-
-logger = logging.getLogger("benchmarks")
 
 Shapes = Tuple[Tuple[str, Tuple[int, ...]], ...]
 
@@ -134,6 +132,11 @@ def model_shape_cases(manifest: Any, entries: Dict[str, Any], ops: Optional[Sequ
                       labels: Optional[Sequence[str]] = None, dtypes: Optional[Sequence[str]] = None,
                       table: Sequence[ModelShape] = MODEL_SHAPES) -> List[Case]:
     """The cases of ``table`` (narrowed by op, label and dtype), each its template reshaped."""
+    ops, labels, dtypes = split_names(ops), split_names(labels), split_names(dtypes)
+    for kind, wanted, known in (("op", ops, {row.op for row in table}), ("label", labels, {row.label for row in table})):
+        unknown = sorted(set(wanted) - known)
+        if unknown:
+            raise ValueError(f"no model shape of {kind} {unknown} (known: {sorted(known)})")
     cases = []
     for row in table:
         if (ops and row.op not in ops) or (labels and row.label not in labels) or (dtypes and row.dtype not in dtypes):
@@ -159,31 +162,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
-    from codegen.loader import load_manifest
-
-    from .workloads import load_entries
-
-    manifest = load_manifest()
-    try:
-        cases = model_shape_cases(manifest, load_entries(), split_names(args.ops), split_names(args.workloads),
-                                  split_names(args.dtypes))
-    except ValueError as exc:
-        print(f"benchmarks.model_shapes: {exc}", file=sys.stderr)
-        return 2
-    if args.list:
-        for case in cases:
-            print(case.label)
-        return 0
-    if not cases:
-        print("no model shapes selected", file=sys.stderr)
-        return 2
-    import torch
-
-    if not torch.cuda.is_available():
-        print("python -m benchmarks.model_shapes needs a CUDA device", file=sys.stderr)
-        return 2
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    return _run(args, manifest, cases)
+    return run(args, select=model_shape_cases)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,14 @@ def test_filters_narrow_by_op_label_and_dtype(catalogue):
     assert {case.spec.name for case in qwen} >= {"RMSNormFwdOp", "SiluAndMulBwdOp"}
 
 
+def test_an_op_or_label_the_table_lacks_is_refused_by_name(catalogue):
+    with pytest.raises(ValueError, match=r"no model shape of op \['NoSuchOp'\]"):
+        model_shape_cases(*catalogue, ops=["NoSuchOp"])
+    with pytest.raises(ValueError, match=r"no model shape of label \['gpt3'\]"):
+        model_shape_cases(*catalogue, labels=["gpt2,gpt3"])
+    assert main(["--list", "--workloads", "gpt3"]) == 2
+
+
 def test_a_template_the_manifest_lacks_is_refused_by_name(catalogue):
     table = [ModelShape("some-model", "RMSNormFwdOp", "no-such-workload", (("x", (3, 96)),))]
     with pytest.raises(ValueError, match="some-model: RMSNormFwdOp has no workload 'no-such-workload'"):

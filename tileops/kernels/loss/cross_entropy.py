@@ -270,12 +270,11 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
     R = T.dynamic("R")
     XT, LDX = strided_rows(T, R, V, dtype, "LDX")
 
-    block_reduce = _block_reduce(T, threads)
-
     def column(step, u, tx):
         return step * step_elems + u * chunk + tx * vector
 
     advance_max, rescale_sum = _online_max(T, V, vector, unroll, column, (_MAX, _SUM, _NEW_MAX, _OFFSET))
+    end_row = _row_end(T, threads, V, ignore_index, label_smoothing, rescale_sum, flat=False)
 
     @T.prim_func
     def cross_entropy_fwd(
@@ -309,22 +308,38 @@ def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, 
                             # Subtract, then scale: the maximum itself gives exp2(0) = 1 exactly.
                             st[_SUM] = st[_SUM] + fast_exp2(T, (T.cast(a[u * vector + k], ACCUM) - st[_OFFSET]) * LOG2E)
                             st[_XSUM] = st[_XSUM] + T.cast(a[u * vector + k], ACCUM)
-            # The block's maximum, then every thread's sum moved to it and summed.
-            st[_NEW_MAX] = st[_MAX]
-            block_reduce(st, _NEW_MAX, scratch, 0, tx, True)
-            rescale_sum(st)
-            block_reduce(st, _SUM, scratch, 1, tx, False)
-            block_reduce(st, _XSUM, scratch, 2, tx, False)
-            if tx == 0:
-                # The maximum itself (not offset / log2(e)), so a one-class row's loss is exactly 0.
-                st[_LSE] = T.if_then_else(st[_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_MAX]) + T.log(st[_SUM])
-                Lse[row] = st[_LSE]
-                if Target[row] == ignore_index:
-                    Loss[row] = T.cast(0, ACCUM)
-                else:
-                    Loss[row] = _row_loss(T, X, Target, row, st, V, label_smoothing)
+            end_row(st, scratch, tx, X, Target, Loss, Lse, row, 0)
 
     return cross_entropy_fwd
+
+
+def _row_end(T: Any, threads: int, V: int, ignore_index: int, label_smoothing: float, rescale_sum: Any,
+             flat: bool) -> Any:
+    """Macro ``end_row(st, scratch, tx, X, Target, Loss, Lse, row, row_start)``: the block's
+    maximum, every thread's sum moved to it and summed, then ``Lse`` and ``Loss`` of the row
+    (``flat``: ``X`` is a flat view and the row begins at its element ``row_start``)."""
+    block_reduce = _block_reduce(T, threads)
+
+    def loss(X: Any, Target: Any, row: Any, st: Any, row_start: Any) -> Any:
+        return _row_loss(T, X, Target, row, st, V, label_smoothing, row_start if flat else None)
+
+    @T.macro
+    def end_row(st, scratch, tx, X, Target, Loss, Lse, row, row_start):
+        st[_NEW_MAX] = st[_MAX]
+        block_reduce(st, _NEW_MAX, scratch, 0, tx, True)
+        rescale_sum(st)
+        block_reduce(st, _SUM, scratch, 1, tx, False)
+        block_reduce(st, _XSUM, scratch, 2, tx, False)
+        if tx == 0:
+            # The maximum itself (not offset / log2(e)), so a one-class row's loss is exactly 0.
+            st[_LSE] = T.if_then_else(st[_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_MAX]) + T.log(st[_SUM])
+            Lse[row] = st[_LSE]
+            if Target[row] == ignore_index:
+                Loss[row] = T.cast(0, ACCUM)
+            else:
+                Loss[row] = loss(X, Target, row, st, row_start)
+
+    return end_row
 
 
 def _cross_entropy_fwd_windowed(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
@@ -339,9 +354,9 @@ def _cross_entropy_fwd_windowed(V: int, dtype: str, *, vector: int, threads: int
     warps = threads // WARP
     R = T.dynamic("R")
     L = T.dynamic("L", "int64")
-    block_reduce = _block_reduce(T, threads)
     load_window, _ = _window_macros(T, V, vector, dtype)
     _, rescale_sum = _online_max(T, V, vector, unroll, None, (_MAX, _SUM, _NEW_MAX, _OFFSET))
+    end_row = _row_end(T, threads, V, ignore_index, label_smoothing, rescale_sum, flat=True)
 
     @T.prim_func
     def cross_entropy_fwd_windowed(
@@ -388,18 +403,7 @@ def _cross_entropy_fwd_windowed(V: int, dtype: str, *, vector: int, threads: int
                                     st[_XSUM] = st[_XSUM] + T.if_then_else(
                                         T.And(first_column + k >= 0, first_column + k < V),
                                         T.cast(a[u * vector + k], ACCUM), T.cast(0, ACCUM))
-            st[_NEW_MAX] = st[_MAX]
-            block_reduce(st, _NEW_MAX, scratch, 0, tx, True)
-            rescale_sum(st)
-            block_reduce(st, _SUM, scratch, 1, tx, False)
-            block_reduce(st, _XSUM, scratch, 2, tx, False)
-            if tx == 0:
-                st[_LSE] = T.if_then_else(st[_MAX] == -T.infinity(ACCUM), T.cast(0, ACCUM), st[_MAX]) + T.log(st[_SUM])
-                Lse[row] = st[_LSE]
-                if Target[row] == ignore_index:
-                    Loss[row] = T.cast(0, ACCUM)
-                else:
-                    Loss[row] = _row_loss(T, X, Target, row, st, V, label_smoothing, row_start=at[0])
+            end_row(st, scratch, tx, X, Target, Loss, Lse, row, at[0])
 
     return cross_entropy_fwd_windowed
 
@@ -436,11 +440,11 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
     GT, LDG = strided_rows(T, R, V, dtype, "LDG")
     GL = T.dynamic("GL")
     GS = T.dynamic("GS")
-    target_weight = 1.0 - label_smoothing
-    uniform_weight = label_smoothing / V
     hinted = 0 < hinted_min_classes <= V and takes_hint(EVICT_LAST, vector, dtype)
     load_vector = vector_load(T, EVICT_LAST if hinted else None, vector, dtype)
     tiles = -(-V // tile)
+    gradient = _gradient_macro(T, V, dtype, vector=vector, threads=threads, unroll=unroll, ignore_index=ignore_index,
+                               label_smoothing=label_smoothing, per_row=per_row, has_grad_lse=has_grad_lse, mean=mean)
 
     @T.prim_func
     def cross_entropy_bwd(
@@ -467,38 +471,55 @@ def cross_entropy_bwd_program(V: int, dtype: str, *, vector: int, threads: int, 
             for u in T.unroll(unroll):
                 if bx * tile + u * chunk + tx * vector < V:
                     load_vector(a, u * vector, X, row, bx * tile + u * chunk + tx * vector)
-            # The target's offset from this thread's first column, or -1 when none of the
-            # thread's columns is the target: each element then compares a 32-bit register
-            # with a constant.  Ignored rows: cs = 0 and no column matches.
             here[0] = Target[row] - (bx * tile + tx * vector)
-            target_at = T.if_then_else(
-                T.And(T.And(Target[row] != ignore_index, here[0] >= 0), here[0] < tile),
-                T.cast(here[0], "int32"), -1)
-            # Per element the subtracted term is one of two row constants.  (x - lse) is
-            # formed before the scaling, not folded into one fma with lse * log2(e): near
-            # p = 1 that rounding would swamp the gradient p - 1 (exactly 0 for V = 1).
-            st[0] = Lse[row]
-            st[4] = T.cast(GradLoss[row if per_row else 0], ACCUM)
-            if mean:
-                st[4] = st[4] / Kept[0]
-            st[4] = T.if_then_else(Target[row] == ignore_index, T.cast(0, ACCUM),
-                                   _nan_unless_in_range(T, Target[row], V, st[4]))
-            st[1] = st[4] + GradLse[row] if has_grad_lse else st[4]
-            st[2] = st[4] * uniform_weight
-            st[3] = st[2] + st[4] * target_weight
-            for u in T.unroll(unroll):
-                for k in T.unroll(vector):
-                    a[u * vector + k] = T.cast(
-                        st[1] * T.exp2((T.cast(a[u * vector + k], ACCUM) - st[0]) * LOG2E)
-                        - T.if_then_else(u * chunk + k == target_at, st[3], st[2]),
-                        dtype,
-                    )
+            gradient(a, st, row, here, Target, Lse, GradLoss, GradLse, Kept)
             for u in T.unroll(unroll):
                 if bx * tile + u * chunk + tx * vector < V:
                     for k in T.vectorized(vector):
                         G[row, bx * tile + u * chunk + tx * vector + k] = a[u * vector + k]
 
     return cross_entropy_bwd
+
+
+def _gradient_macro(T: Any, V: int, dtype: str, *, vector: int, threads: int, unroll: int, ignore_index: int,
+                    label_smoothing: float, per_row: bool, has_grad_lse: bool, mean: bool) -> Any:
+    """Macro ``gradient(a, st, row, here, Target, Lse, GradLoss, GradLse, Kept)``: the row's
+    coefficients into ``st``, then the gradient of the thread's ``unroll`` vectors of logits ``a``,
+    in place.  ``here[0]`` is the target's column less the column of the thread's first element;
+    the element ``u * threads * vector + k`` on is the target's when that is where it lies."""
+    target_weight = 1.0 - label_smoothing
+    uniform_weight = label_smoothing / V
+    span = threads * vector * unroll
+
+    @T.macro
+    def gradient(a, st, row, here, Target, Lse, GradLoss, GradLse, Kept):
+        # The target's offset from this thread's first element, or -1 when none of the thread's
+        # elements is the target: each element then compares a 32-bit register with a constant.
+        # Ignored rows: cs = 0 and no element matches.
+        target_at = T.if_then_else(
+            T.And(T.And(Target[row] != ignore_index, here[0] >= 0), here[0] < span),
+            T.cast(here[0], "int32"), -1)
+        # Per element the subtracted term is one of two row constants.  (x - lse) is
+        # formed before the scaling, not folded into one fma with lse * log2(e): near
+        # p = 1 that rounding would swamp the gradient p - 1 (exactly 0 for V = 1).
+        st[0] = Lse[row]
+        st[4] = T.cast(GradLoss[row if per_row else 0], ACCUM)
+        if mean:
+            st[4] = st[4] / Kept[0]
+        st[4] = T.if_then_else(Target[row] == ignore_index, T.cast(0, ACCUM),
+                               _nan_unless_in_range(T, Target[row], V, st[4]))
+        st[1] = st[4] + GradLse[row] if has_grad_lse else st[4]
+        st[2] = st[4] * uniform_weight
+        st[3] = st[2] + st[4] * target_weight
+        for u in T.unroll(unroll):
+            for k in T.unroll(vector):
+                a[u * vector + k] = T.cast(
+                    st[1] * T.exp2((T.cast(a[u * vector + k], ACCUM) - st[0]) * LOG2E)
+                    - T.if_then_else(u * threads * vector + k == target_at, st[3], st[2]),
+                    dtype,
+                )
+
+    return gradient
 
 
 def _cross_entropy_bwd_windowed(T: Any, V: int, dtype: str, *, vector: int, threads: int, unroll: int,
@@ -513,10 +534,10 @@ def _cross_entropy_bwd_windowed(T: Any, V: int, dtype: str, *, vector: int, thre
     LG = T.dynamic("LG", "int64")
     GL = T.dynamic("GL")
     GS = T.dynamic("GS")
-    target_weight = 1.0 - label_smoothing
-    uniform_weight = label_smoothing / V
     hinted = 0 < hinted_min_classes <= V and takes_hint(EVICT_LAST, vector, dtype)
     load_window, store_window = _window_macros(T, V, vector, dtype, EVICT_LAST if hinted else None)
+    gradient = _gradient_macro(T, V, dtype, vector=vector, threads=threads, unroll=unroll, ignore_index=ignore_index,
+                               label_smoothing=label_smoothing, per_row=per_row, has_grad_lse=has_grad_lse, mean=mean)
 
     @T.prim_func
     def cross_entropy_bwd_windowed(
@@ -546,28 +567,8 @@ def _cross_entropy_bwd_windowed(T: Any, V: int, dtype: str, *, vector: int, thre
             at[1] = T.cast(row, "int64") * LDG // vector
             for u in T.unroll(unroll):
                 load_window(a, u * vector, X, at[0], bx * tile_windows + u * threads + tx, T.cast(at[2], "int32"))
-            # The target's offset from the column of this thread's first element (as in the plain
-            # program), or -1 when none of the thread's elements is the target.
             here[0] = Target[row] - ((bx * tile_windows + tx) * vector - at[2])
-            target_at = T.if_then_else(
-                T.And(T.And(Target[row] != ignore_index, here[0] >= 0), here[0] < tile_windows * vector),
-                T.cast(here[0], "int32"), -1)
-            st[0] = Lse[row]
-            st[4] = T.cast(GradLoss[row if per_row else 0], ACCUM)
-            if mean:
-                st[4] = st[4] / Kept[0]
-            st[4] = T.if_then_else(Target[row] == ignore_index, T.cast(0, ACCUM),
-                                   _nan_unless_in_range(T, Target[row], V, st[4]))
-            st[1] = st[4] + GradLse[row] if has_grad_lse else st[4]
-            st[2] = st[4] * uniform_weight
-            st[3] = st[2] + st[4] * target_weight
-            for u in T.unroll(unroll):
-                for k in T.unroll(vector):
-                    a[u * vector + k] = T.cast(
-                        st[1] * T.exp2((T.cast(a[u * vector + k], ACCUM) - st[0]) * LOG2E)
-                        - T.if_then_else(u * threads * vector + k == target_at, st[3], st[2]),
-                        dtype,
-                    )
+            gradient(a, st, row, here, Target, Lse, GradLoss, GradLse, Kept)
             for u in T.unroll(unroll):
                 store_window(G, a, u * vector, at[1], bx * tile_windows + u * threads + tx, T.cast(at[2], "int32"))
 
