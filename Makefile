@@ -8,7 +8,7 @@ GPU_PY ?= python3
 OPS ?=
 WORKLOADS ?=
 
-.PHONY: setup gen gen-check validate test test-gpu bench bench-readme new-op clean
+.PHONY: setup gen gen-check validate test test-gpu bench bench-models bench-readme new-op clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON_BOOT) -m venv $(VENV)
@@ -52,6 +52,10 @@ test-gpu:
 
 bench:
 	$(GPU_PY) -m benchmarks $(if $(OPS),--ops $(OPS)) $(if $(WORKLOADS),--workloads $(WORKLOADS))
+
+# The same harness over the sizes of published models (benchmarks/model_shapes.py).
+bench-models:
+	$(GPU_PY) -m benchmarks.model_shapes $(if $(OPS),--ops $(OPS)) $(if $(WORKLOADS),--workloads $(WORKLOADS))
 
 # Re-render the README's results table from the committed CSVs after a bench run.
 bench-readme: $(STAMP)
