@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -31,6 +32,11 @@ CASES = [
     # Rows of exactly `unroll` chunks: straight-line walks.
     ("var", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 2), ("fused", 1), ("exact", 1))),
     ("argmax", programs.ROW, (("vector", 2), ("threads", 256), ("unroll", 4), ("fused", 1), ("exact", 1))),
+    # Rows read in windows: split (the index, log-sum-exp's chunk pass, the mean's count) and fused.
+    ("argmax", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 0), ("windowed", 1))),
+    ("logsumexp", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 0), ("windowed", 1))),
+    ("mean", programs.ROW, (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 0), ("windowed", 1))),
+    ("var", programs.ROW, (("vector", 8), ("threads", 512), ("unroll", 8), ("fused", 1), ("windowed", 1))),
 ]
 
 
@@ -69,6 +75,27 @@ def test_exact_rows_walk_without_a_loop_or_checks_and_the_shift_is_read_after_th
     with pytest.raises(ValueError, match="exact rows need the fused program"):
         programs.build_program(programs.ROW, "sum", torch.float32, torch.float32, 0.0,
                                params[:-1] + (("fused", 0), ("exact", 1)))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("reducer, fused", [("sum", 1), ("var", 1), ("var", 0), ("argmax", 0), ("logsumexp", 0)])
+def test_windowed_rows_load_16_bytes_and_check_each_element_in_32_bits(reducer: str, fused: int, tmp_path) -> None:
+    """Every window is one 16-byte load from the rows' flat memory, its row's elements picked by
+    32-bit checks; the program holds at most 64 registers a thread (four 256-thread blocks an SM)
+    and spills none.  Loads element by element at the rows' ends took 127 registers."""
+    params = (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", fused), ("windowed", 1))
+    source = _compile((reducer, programs.ROW, params))
+    body = source.split("__global__", 2)[2]
+    loads = re.findall(r"= \*\(uint4\*\)\(XF \+ ", body)
+    assert len(loads) == (2 if reducer == "argmax" else 1), body  # one per walk (argmax walks again for NaN)
+    # No element-wise load but the variance's shift, read once.
+    assert len(re.findall(r"\bXF\[", body)) == (1 if reducer == "var" else 0), body
+    assert re.search(r"\(\(int\)max\(.*\) <= e\w*\) && \(e\w* < \(\(int\)min\(", body)
+    report = ptxas_report(source, str(tmp_path))
+    assert report["spill_bytes"] == 0 and report["registers"] <= 64, report
+    with pytest.raises(ValueError, match="never windows"):
+        programs.build_program(programs.ROW, "sum", torch.bfloat16, torch.bfloat16, 0.0,
+                               params[:3] + (("fused", 1), ("exact", 1), ("windowed", 1)))
 
 
 def test_a_fused_mean_folds_a_sum_and_divides_by_the_extent_at_its_store() -> None:
@@ -241,6 +268,37 @@ def test_program_specs_hold_every_fused_row_program(dtype: torch.dtype, config) 
         rows = torch.empty(1, N, dtype=dtype).expand(16384, N)  # a stride-0 view stands in for the data
         name, params, segments = kernel.launch_plan(rows, 132)
         assert (name, params) in specs, (N, dict(params))
+    for N in range(1, 1 << 17, 7):  # rows read in windows, fused or cut across blocks
+        for count in (16384, 8):
+            name, params, segments = kernel.launch_plan(torch.empty(count, N, dtype=dtype, device="meta"), 132)
+            assert (name, params) in specs or dict(params)["vector"] < vector, (N, dict(params))
+
+
+def test_rows_no_wide_access_fits_are_read_in_windows_where_that_gains() -> None:
+    """Windows of 16 bytes replace accesses narrower than 8 bytes, over rows cut across blocks for
+    every reducer, and over rows a block reduces alone but for argmax and log-sum-exp."""
+    def plan(kernel, shape, stride=None, offset=0):
+        x = torch.empty(shape, dtype=torch.bfloat16, device="meta")
+        if stride is not None or offset:
+            x = x.as_strided(shape, (stride or shape[1], 1), offset)
+        name, params, segments = kernel.launch_plan(x, 132)
+        shape = dict(params)
+        # The builds hold every program of 16-byte accesses (windows among them).
+        assert name == programs.ROW and ((name, params) in kernel.program_specs() or shape["vector"] < 8)
+        return shape["vector"], shape["threads"], shape.get("windowed", 0), segments
+
+    total, argmax = programs.SumKernel(torch.bfloat16, config={}), programs.ArgmaxKernel(torch.bfloat16, config={})
+    wide = programs.SumKernel(torch.bfloat16, config={"split_row_threads": 512})
+    for kernel in (total, argmax, wide):  # a decoding batch's vocabulary: cut across blocks of 256 threads
+        assert plan(kernel, (256, 50257)) == (8, 256, 1, 3)
+    assert plan(total, (16384, 4097)) == (8, 256, 1, 1)
+    assert plan(argmax, (16384, 4097)) == (1, 256, 0, 1)   # as before windows
+    assert plan(argmax, (200, 4097)) == (1, 256, 0, 3)     # cut as before, over its plain accesses
+    assert plan(total, (16384, 4100)) == (4, 256, 0, 1)    # 8-byte accesses stay
+    assert plan(total, (9, 1000), stride=1003) == (8, 256, 1, 1)
+    assert plan(total, (9, 1000), stride=1000, offset=1) == (1, 256, 0, 1)  # an unaligned start
+    off = programs.SumKernel(torch.bfloat16, config={"windowed_below_bytes": 0})
+    assert plan(off, (256, 50257)) == (1, 256, 0, 3)
 
 
 @pytest.mark.parametrize("shape, why", [

@@ -16,8 +16,9 @@ OPS = ["SumFwdOp", "MeanFwdOp", "AmaxFwdOp", "AminFwdOp", "VarFwdOp", "LogSumExp
 MANIFEST_CASES = [case for name in OPS for case in manifest_cases(name, max_numel=1 << 24)]
 
 # (op, shape, dtype, params, layout): layouts are "contiguous", "transposed" (last two axes
-# swapped in memory), "sliced" (every other row of a wider buffer) and "offset" (a view one
-# element into its storage, so 16-byte accesses do not fit).
+# swapped in memory), "sliced" (every other row of a wider buffer), "padded" (rows three elements
+# apart more than their length) and "offset" (a view one element into its storage, so 16-byte
+# accesses do not fit).
 EXTRA: List[Tuple[str, Tuple[int, ...], torch.dtype, Dict[str, Any], str]] = []
 for _op in OPS:
     if _op == "ArgmaxFwdOp":
@@ -50,6 +51,14 @@ for _op in OPS:
     EXTRA.append((_op, (600, 16384), torch.bfloat16, _last, "contiguous"))
     EXTRA.append((_op, (560, 20000), torch.float32, _last, "sliced"))
     EXTRA.append((_op, (540, 33000), torch.float16, _last, "offset"))
+    # Rows no 16-byte access can start, read in aligned windows: split over blocks (a decoding
+    # batch's vocabulary), one block a row short and long, a row stride of its own, and a whole
+    # tensor of odd size as one row.
+    EXTRA.append((_op, (256, 50257), torch.bfloat16, _last, "contiguous"))
+    EXTRA.append((_op, (33, 4099), torch.float32, _last, "sliced"))
+    EXTRA.append((_op, (600, 16389), torch.float16, _last, "contiguous"))
+    EXTRA.append((_op, (9, 1000), torch.bfloat16, _last, "padded"))
+    EXTRA.append((_op, (5, 100003), torch.bfloat16, {"dim": None}, "contiguous"))
 EXTRA.append(("VarFwdOp", (64, 1000), torch.float32, {"dim": (1,), "correction": 0}, "contiguous"))
 EXTRA.append(("VarFwdOp", (64, 1), torch.float32, {"dim": (1,)}, "contiguous"))  # 1 element: NaN, as torch
 EXTRA.append(("SumFwdOp", (4, 0, 5), torch.float32, {"dim": (1,)}, "contiguous"))
@@ -79,6 +88,9 @@ def make_extra_input(shape: Tuple[int, ...], dtype: torch.dtype, layout: str, de
     elif layout == "sliced":
         base = torch.randn(*shape[:-2], 2 * shape[-2], shape[-1], generator=generator)
         x = base.to(device=device, dtype=dtype)[..., ::2, :]
+    elif layout == "padded":
+        base = torch.randn(*shape[:-1], shape[-1] + 3, generator=generator)
+        x = base.to(device=device, dtype=dtype)[..., :shape[-1]]
     elif layout == "offset":
         base = torch.randn(torch.Size(shape).numel() + 1, generator=generator)
         x = base.to(device=device, dtype=dtype)[1:].view(shape)
@@ -150,12 +162,14 @@ def test_argmax_takes_the_first_maximum_and_nan() -> None:
     assert torch.isnan(AmaxFwdOp(dtype=torch.float32, dim=(-1,))(x)[1])
 
 
+@pytest.mark.parametrize("width", [70000, 70001])
 @pytest.mark.parametrize("fill", [0.0, float("-inf"), float("nan")])
-def test_argmax_of_equal_values_is_the_first_position(fill: float) -> None:
+def test_argmax_of_equal_values_is_the_first_position(fill: float, width: int) -> None:
     from tileops.ops import ArgmaxFwdOp
 
-    # Rows long enough to be split over blocks, and columns over many lanes.
-    x = torch.full((3, 70000), fill, device="cuda", dtype=torch.bfloat16)
+    # Rows long enough to be split over blocks (of odd length: read in windows, which must not
+    # fold a neighbouring row's equal values), and columns over many lanes.
+    x = torch.full((3, width), fill, device="cuda", dtype=torch.bfloat16)
     assert ArgmaxFwdOp(dtype=torch.bfloat16, dim=-1)(x).tolist() == [0, 0, 0]
     assert ArgmaxFwdOp(dtype=torch.bfloat16, dim=None)(x).item() == 0
     assert torch.argmax(x.cpu().float(), -1).tolist() == [0, 0, 0]

@@ -17,7 +17,8 @@ give too few blocks to fill the GPU):
   state ``P[row, seg, 0, :]``.  Rows of exactly 1, 2 or 4 chunks
   (``exact``) are walked in straight-line code with no bounds checks; fused
   rows of ``long_row_unroll`` chunks or more take ``long_row_threads``
-  threads a block.
+  threads a block.  Rows no 16-byte access can start (an odd length or
+  stride) are read in aligned 16-byte windows (``windowed``).
 * **column**: block ``(outer, inner tile, seg)``: ``col_threads`` threads
   cover ``col_threads * cvec`` neighbouring inner positions, the other
   ``lanes`` walk the axis; states merge across lanes.  Fused or partial, as
@@ -229,7 +230,7 @@ def _store_macros(T: Any, spec: ReducerSpec, macros: Dict[str, Any], out_dtype: 
 
 
 def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, vector: int, threads: int,
-                unroll: int, fused: int, exact: int = 0) -> Any:
+                unroll: int, fused: int, exact: int = 0, windowed: int = 0) -> Any:
     """Reduce every row of ``(G, N)``: into ``Y[G]`` (fused) or into partials ``P[G, S, 1, width]``.
 
     ``exact``: every row is exactly ``unroll`` chunks (``N == threads * vector * unroll``, fused
@@ -237,11 +238,26 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     loop with a run-time trip count delays their loads, and checked loads let the compiler
     issue some of them only after folding the others, a memory latency each time (H100, fp32
     amax of 8 x 4096 rows: the loop 5.15 us, one checked step 5.57, exact 4.86-4.96).
+
+    ``windowed``: rows whose starts or length no ``vector``-element access fits (``N`` or the
+    row stride not a multiple of it; the tensor's start must be) are walked in aligned windows
+    of one vector, as if each row began ``skew`` elements earlier, at the window its first
+    element lies in.  Each window is one ``vector``-wide load, those at the row's ends too, and
+    only the row's elements are folded (a 32-bit check an element).  Reading past the row is
+    safe: an aligned window that holds one of the tensor's elements lies in that element's page,
+    and in its block of PyTorch's allocator (512-byte multiples).  Without windows such rows
+    take one-element accesses, whose few bytes in flight a thread leave the memory idle (H200,
+    bf16 argmax of 256 x 50257: 30.5 us, 20 % of copy bandwidth; in windows 23.7).  The end
+    windows read element by element, each under its own check, took 127 registers a thread
+    where the plain program takes 34, and summed rows of 16384 x 4100 bf16 3x slower than
+    8-byte accesses (107.7 against 35.0 us).
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     if exact and not fused:
         raise ValueError("reduction row program: exact rows need the fused program (a segment per row)")
+    if exact and windowed:
+        raise ValueError("reduction row program: exact rows are whole vectors, never windows")
     # A mean folds as a sum: its count is the row's extent (see the partial store below).
     folded = _fold_reducer(reducer, fused, counted_segments=True)
     spec = REDUCERS[folded]
@@ -265,56 +281,112 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
 
     # A block walks every ``bounds[1]``-th group of ``unroll`` chunks from group ``bounds[0]``
     # on: its segment's groups interleave with the other segments' (see ``reduce_segment``).
+    # Windowed, positions count from the row's first window: ``bounds[2]`` is that window's
+    # index in the flat memory, ``bounds[3]`` the row's skew into it.
+    def window(bounds, step, u, tx):
+        return ((bounds[0] + step * bounds[1]) * unroll + u) * threads + tx
+
     def position(bounds, step, u, tx):
-        return ((bounds[0] + step * bounds[1]) * unroll + u) * chunk + tx * vector
+        return window(bounds, step, u, tx) * vector
+
+    def column(bounds, step, u, tx):
+        """The row's column of the access's first element (windowed: negative in a skewed first window)."""
+        return position(bounds, step, u, tx) - bounds[3] if windowed else position(bounds, step, u, tx)
 
     def loaded(bounds, step, u, tx):
-        return True if exact else position(bounds, step, u, tx) < N
+        return True if exact else column(bounds, step, u, tx) < N
+
+    def window_span(bounds, step, u, tx):
+        """Windowed: ``(first, last)``, the window's elements that lie in the row (int32)."""
+        c0 = column(bounds, step, u, tx)
+        return T.cast(T.max(-c0, 0), "int32"), T.cast(T.min(N - c0, vector), "int32")
+
+    def for_row_elements(action: Any) -> Any:
+        """Macro: ``action(e, u, ...)`` for each element ``e`` of access ``u`` that lies in the row."""
+
+        @T.macro
+        def each(bounds, step, u, tx, st, sti, buf, shift, cm, nv):
+            if loaded(bounds, step, u, tx):
+                if windowed:
+                    # One check an element, in 32 bits, whole windows or not: a branch to an
+                    # unchecked path for whole windows, or 64-bit checks, took more registers
+                    # (bf16 sums: 48 and 51 registers a thread against 42).
+                    first, last = window_span(bounds, step, u, tx)
+                    for e in T.unroll(vector):
+                        if T.And(e >= first, e < last):
+                            action(e, u, bounds, step, tx, st, sti, buf, shift, cm, nv)
+                else:
+                    for e in T.unroll(vector):
+                        action(e, u, bounds, step, tx, st, sti, buf, shift, cm, nv)
+
+        return each
+
+    @T.macro
+    def load_access(X, XF, buf, bounds, row, step, u, tx):
+        if loaded(bounds, step, u, tx):
+            if windowed:  # the whole window, even where it runs past the row (see the docstring)
+                for e in T.vectorized(vector):
+                    buf[u * vector + e] = XF[(bounds[2] + window(bounds, step, u, tx)) * vector + e]
+            else:
+                for e in T.vectorized(vector):
+                    buf[u * vector + e] = X[row, position(bounds, step, u, tx) + e]
+
+    @T.macro
+    def chunk_action(e, u, bounds, step, tx, st, sti, buf, shift, cm, nv):
+        chunk_fold(cm, 0, T.cast(buf[u * vector + e], ACCUM))
+
+    chunk_elements = for_row_elements(chunk_action) if chunk_fold is not None else None
 
     def segment_walk(fold_element: Any) -> Any:
         """Macro: fold every element of the segment ``bounds`` (first group, stride) of ``row``
         with ``fold_element``."""
 
         @T.macro
-        def walk_step(X, st, sti, buf, cm, nv, bounds, shift, row, tx, step):
+        def fold_action(e, u, bounds, step, tx, st, sti, buf, shift, cm, nv):
+            fold_element(st, sti, 0, T.cast(buf[u * vector + e], ACCUM), column(bounds, step, u, tx) + e, shift[0],
+                         cm)
+
+        fold_elements = for_row_elements(fold_action)
+
+        @T.macro
+        def walk_step(X, XF, st, sti, buf, cm, nv, bounds, shift, row, tx, step):
             for u in T.unroll(unroll):
-                if loaded(bounds, step, u, tx):
-                    for e in T.vectorized(vector):
-                        buf[u * vector + e] = X[row, position(bounds, step, u, tx) + e]
+                load_access(X, XF, buf, bounds, row, step, u, tx)
             if spec.shifted:
                 # The shift is the segment's first element, read after the step's loads are
                 # issued: read before the walk, its conversion lands ahead of the loop and the
                 # loads wait a whole memory latency for it (H100, bf16 variance of 8 x 4096
                 # rows: 5.31 -> 5.0 us).
                 if step == 0:
-                    shift[0] = T.cast(X[row, T.min(bounds[0] * (unroll * chunk), N - 1)], ACCUM)
+                    first = T.max(column(bounds, 0, 0, 0), 0) if windowed else position(bounds, 0, 0, 0)
+                    shift[0] = T.cast(X[row, T.min(first, N - 1)], ACCUM)
             if tally is not None:
                 nv[0] = 0
                 for u in T.unroll(unroll):
                     if loaded(bounds, step, u, tx):
-                        nv[0] = nv[0] + vector
+                        if windowed:
+                            first, last = window_span(bounds, step, u, tx)
+                            nv[0] = nv[0] + last - first
+                        else:
+                            nv[0] = nv[0] + vector
                 tally(st, 0, nv[0])
             if chunk_init is not None:
                 chunk_init(cm, 0)
                 for u in T.unroll(unroll):
-                    if loaded(bounds, step, u, tx):
-                        for e in T.unroll(vector):
-                            chunk_fold(cm, 0, T.cast(buf[u * vector + e], ACCUM))
+                    chunk_elements(bounds, step, u, tx, st, sti, buf, shift, cm, nv)
                 rebase(st, 0, cm)
             for u in T.unroll(unroll):
-                if loaded(bounds, step, u, tx):
-                    for e in T.unroll(vector):
-                        fold_element(st, sti, 0, T.cast(buf[u * vector + e], ACCUM),
-                                     position(bounds, step, u, tx) + e, shift[0], cm)
+                fold_elements(bounds, step, u, tx, st, sti, buf, shift, cm, nv)
 
         @T.macro
-        def walk(X, st, sti, buf, cm, nv, bounds, shift, row, tx):
+        def walk(X, XF, st, sti, buf, cm, nv, bounds, shift, row, tx):
             if exact:
-                walk_step(X, st, sti, buf, cm, nv, bounds, shift, row, tx, 0)
+                walk_step(X, XF, st, sti, buf, cm, nv, bounds, shift, row, tx, 0)
             else:
-                groups = T.ceildiv(T.ceildiv(N, chunk), unroll)
+                # Windowed, the row's elements and its skew before them.
+                groups = T.ceildiv(T.ceildiv(N + bounds[3] if windowed else N, chunk), unroll)
                 for step in T.serial(T.ceildiv(T.max(groups - bounds[0], 0), bounds[1])):
-                    walk_step(X, st, sti, buf, cm, nv, bounds, shift, row, tx, step)
+                    walk_step(X, XF, st, sti, buf, cm, nv, bounds, shift, row, tx, step)
 
         return walk
 
@@ -322,7 +394,7 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
     walk_exact = segment_walk(exact_fold) if exact_fold is not None else None
 
     @T.macro
-    def reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, row, seg, segments, tx):
+    def reduce_segment(X, XF, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, row, seg, segments, tx):
         # The segment's first group of chunks, and the stride between its groups.  Segments
         # interleave rather than each taking a contiguous slice: the blocks running at once
         # then read neighbouring memory, as the blocks of many short rows do.  (H100, sum of
@@ -332,11 +404,11 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
         init(st, sti, 0)
         if exact_init is not None:
             exact_init(cm)
-        walk(X, st, sti, buf, cm, nv, bounds, shift, row, tx)
+        walk(X, XF, st, sti, buf, cm, nv, bounds, shift, row, tx)
         if walk_exact is not None:
             if needs_exact(cm):
                 init(st, sti, 0)
-                walk_exact(X, st, sti, buf, cm, nv, bounds, shift, row, tx)
+                walk_exact(X, XF, st, sti, buf, cm, nv, bounds, shift, row, tx)
         if same_shift:
             tree(st, sti, ot, oti, sh, shi, tx)
             prepare(st, sti, 0, shift[0])
@@ -359,13 +431,20 @@ def row_program(reducer: str, dtype: str, out_dtype: str, correction: float, *, 
         ot = T.alloc_local((spec.slots,), ACCUM)
         oti = T.alloc_local((1,), "int64")
         shift = T.alloc_local((1,), ACCUM)
-        bounds = T.alloc_local((2,), "int64")
+        bounds = T.alloc_local((4,), "int64") if windowed else T.alloc_local((2,), "int64")
         sh = T.alloc_shared((spec.slots, threads), ACCUM)
         shi = T.alloc_shared((1, threads), "int64")
-        T.assume(LDX % vector == 0)
-        T.assume(N % vector == 0)
+        XF = None
+        if windowed:
+            # The rows as one flat run of memory, for loads whose alignment the compiler can see.
+            XF = T.Tensor((G * LDX,), dtype, X.data)
+            bounds[2] = T.cast(row, "int64") * LDX // vector
+            bounds[3] = T.cast(row, "int64") * LDX - bounds[2] * vector
+        else:
+            T.assume(LDX % vector == 0)
+            T.assume(N % vector == 0)
         shift[0] = T.cast(0, ACCUM)
-        reduce_segment(X, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, row, seg, segments, tx)
+        reduce_segment(X, XF, st, sti, ot, oti, sh, shi, buf, cm, nv, bounds, shift, row, seg, segments, tx)
         if tx == 0:
             if fused:
                 out[row] = stores["final"](st, sti, 0)
@@ -631,7 +710,8 @@ def build_program(name: str, reducer: str, dtype: torch.dtype, out_dtype: torch.
 
 
 def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] = (0, 0, 0),
-                             long_row_threads: int = 512, split_row_threads: int = 256) -> Dict[str, int]:
+                             long_row_threads: int = 512, split_row_threads: int = 256,
+                             windowed_fused_rows: bool = True) -> Dict[str, int]:
     """Heuristic config: 256-thread blocks, four 16-byte vectors in flight per thread; eight
     (``long_row_unroll``) over rows a block reduces alone that take that many.
 
@@ -653,6 +733,11 @@ def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] 
 
     Row segments (a row cut across blocks, as in a whole-tensor reduction) take
     ``split_row_threads``-thread blocks (``ReductionKernel.fast_memory_split_row_threads``).
+
+    Rows whose accesses would be narrower than ``windowed_below_bytes`` (8: 8-byte accesses
+    stay, H200, bf16 sum of 16384 x 4100, 35.0 µs against 43.5 in windows) are read in 16-byte
+    windows (``row_program``), when cut across blocks always, when a block reduces a row alone
+    where ``windowed_fused_rows`` (``ReductionKernel.windowed_fused_rows``).
 
     ``one_pass`` is the one-pass column program's (col_threads, threads,
     unroll); col_threads 0 never takes it.  ``one_pass_min_tile_bytes`` (the
@@ -683,7 +768,8 @@ def reduction_default_config(dtype: torch.dtype, one_pass: Tuple[int, int, int] 
     """
     col_threads, threads, unroll = one_pass
     return {"row_threads": 256, "row_unroll": 4, "long_row_unroll": 8, "long_row_threads": long_row_threads,
-            "split_row_threads": split_row_threads,
+            "split_row_threads": split_row_threads, "windowed_below_bytes": 8,
+            "windowed_fused_rows": int(windowed_fused_rows),
             "column_threads": 256, "column_unroll": 4,
             "combine_threads": 256, "one_pass_col_threads": col_threads, "one_pass_threads": threads,
             "one_pass_unroll": unroll, "one_pass_min_tile_bytes": 256, "one_pass_split_blocks_per_sm": 2,
@@ -735,6 +821,14 @@ class ReductionKernel(Kernel):
     # The variance, log-sum-exp and argmax, whose merges carry wider states, were not timed
     # with it and keep ``row_threads``.
     fast_memory_split_row_threads: int = 512
+    # Whether rows a block reduces alone are read in windows (``row_program``); rows cut across
+    # blocks always may be.  H200, rows of 4097 bf16 a block each, µs windowed / one element at a
+    # time (torch.compile), median of 7 rounds in turns: 16384 rows sum 43.6 / 75.9 (46.0),
+    # variance 63.7 / 113.8 (98.1), float32 variance of 8192 rows 42.5 / 90.1 (52.6); but argmax
+    # 116.4 / 61.1 (187.7) and log-sum-exp 78.4 / 61.2 (105.0), whose folds, each element checked,
+    # hold more registers (argmax's segments 63 a thread, log-sum-exp's rows 48).  Cut across
+    # blocks, windows gained: 256 x 50257, argmax 23.7 / 29.1 (25.7), sum 14.9 / 22.5 (20.9).
+    windowed_fused_rows: bool = True
     # "5": wide one-pass column tiles and their few-segment split; "6": row segments take
     # ``split_row_threads`` (before, ``row_threads``).
     version = "6"
@@ -753,7 +847,8 @@ class ReductionKernel(Kernel):
         if self.dtype.itemsize == 2 and has_fast_memory():
             long_row_threads = self.fast_memory_long_row_threads or long_row_threads
             split_row_threads = self.fast_memory_split_row_threads or split_row_threads
-        return reduction_default_config(self.dtype, self.one_pass, long_row_threads, split_row_threads)
+        return reduction_default_config(self.dtype, self.one_pass, long_row_threads, split_row_threads,
+                                        self.windowed_fused_rows)
 
     # ---- programs ----------------------------------------------------------------------------
     def program(self, **config: Any) -> Any:
@@ -763,16 +858,39 @@ class ReductionKernel(Kernel):
                              self._row_params(self._max_vector, True, config))
 
     def _row_params(self, vector: int, fused: bool, config: Optional[Dict[str, Any]] = None,
-                    long_rows: bool = False, exact_unroll: int = 0, threads: int = 0) -> ProgramParams:
+                    long_rows: bool = False, exact_unroll: int = 0, threads: int = 0,
+                    windowed: bool = False) -> ProgramParams:
         config = self.config if config is None else config
         unroll = exact_unroll or (config["long_row_unroll"] if long_rows else config["row_unroll"])
-        threads = threads or (config["row_threads"] if fused else self._segment_threads(vector, config))
+        threads = threads or (config["row_threads"] if fused else self._segment_threads(vector, config, windowed))
         params = (("vector", vector), ("threads", threads), ("unroll", unroll), ("fused", int(fused)))
-        return params + ((("exact", 1),) if exact_unroll else ())
+        return params + ((("exact", 1),) if exact_unroll else ()) + ((("windowed", 1),) if windowed else ())
 
-    def _segment_threads(self, vector: int, config: Dict[str, Any]) -> int:
-        """Threads a block over row segments: ``split_row_threads`` with 16-byte accesses, else ``row_threads``."""
-        return config["split_row_threads"] if vector == self._max_vector else config["row_threads"]
+    def row_access(self, x: torch.Tensor, windows: bool = True) -> Tuple[int, bool]:
+        """(access width in elements, windowed) of the rows of ``x`` (2-D, unit-stride rows).
+
+        Rows whose length or stride no wider access fits are read in windows of the widest
+        access the tensor's start allows (``row_program``) while the plain access would be
+        narrower than ``windowed_below_bytes``, and ``windows`` allows them."""
+        plain = widest_access(x, x.stride(0) | x.shape[1], self._max_vector)
+        aligned = widest_access(x, 0, self._max_vector)
+        if windows and aligned > plain and plain * self.dtype.itemsize < self.config["windowed_below_bytes"]:
+            return aligned, True
+        return plain, False
+
+    def _row_segments(self, x: torch.Tensor, vector: int, windowed: bool, sm_count: int) -> int:
+        """Blocks a row of ``x`` is cut across: enough for ``ROW_BLOCKS_PER_SM`` an SM, at most one
+        a group of ``row_unroll`` chunks."""
+        threads, unroll = self._segment_threads(vector, self.config, windowed), self.config["row_unroll"]
+        most = max(1, -(-x.shape[1] // (threads * vector * unroll)))
+        return max(1, min(-(-ROW_BLOCKS_PER_SM * sm_count // x.shape[0]), most))
+
+    def _segment_threads(self, vector: int, config: Dict[str, Any], windowed: bool = False) -> int:
+        """Threads a block over row segments: ``split_row_threads`` with 16-byte accesses, else
+        ``row_threads``.  Windows take ``row_threads`` too: their checks take more registers than
+        four blocks of 512 threads an SM leave (42 a thread in a bf16 sum)."""
+        wide = vector == self._max_vector and not windowed
+        return config["split_row_threads"] if wide else config["row_threads"]
 
     def _fused_row_threads(self, N: int, vector: int) -> int:
         """``long_row_threads`` for rows of ``long_row_unroll`` chunks of ``row_threads`` or more,
@@ -781,7 +899,7 @@ class ReductionKernel(Kernel):
         long_rows = N >= config["row_threads"] * vector * config["long_row_unroll"]
         return config["long_row_threads"] if long_rows else config["row_threads"]
 
-    def _fused_row_params(self, N: int, vector: int) -> ProgramParams:
+    def _fused_row_params(self, N: int, vector: int, windowed: bool = False) -> ProgramParams:
         """The fused row program for rows of ``N`` (``_fused_row_threads`` threads a row): straight-line
         when a row is exactly 1, 2 or 4 chunks (up to ``row_unroll``), more vectors in flight when it
         takes ``long_row_unroll`` or more."""
@@ -789,9 +907,10 @@ class ReductionKernel(Kernel):
         threads = self._fused_row_threads(N, vector)
         chunk = threads * vector
         chunks = N // chunk
-        if N % chunk == 0 and chunks in EXACT_ROW_CHUNKS and chunks <= config["row_unroll"]:
+        if N % chunk == 0 and chunks in EXACT_ROW_CHUNKS and chunks <= config["row_unroll"] and not windowed:
             return self._row_params(vector, True, exact_unroll=chunks, threads=threads)
-        return self._row_params(vector, True, long_rows=N >= chunk * config["long_row_unroll"], threads=threads)
+        return self._row_params(vector, True, long_rows=N >= chunk * config["long_row_unroll"], threads=threads,
+                                windowed=windowed)
 
     def _fused_row_variants(self, vector: int) -> List[ProgramParams]:
         """Every fused row program some row length takes, in the order first reached.
@@ -889,6 +1008,14 @@ class ReductionKernel(Kernel):
         cvec = largest_pow2_divisor(inner, self._max_vector)
         specs = [(ROW, self._row_params(self._max_vector, fused)) for fused in (True, False)]
         specs += [(ROW, params) for params in self._fused_row_variants(self._max_vector) if (ROW, params) not in specs]
+        # Windowed rows: the segments, and where allowed, fused rows of every thread count and
+        # unroll (never exact): lengths past each threshold, and the shortest.
+        specs += [(ROW, self._row_params(self._max_vector, False, windowed=True))]
+        if self.config["windowed_fused_rows"]:
+            lengths = {self.config[key] * self._max_vector * self.config["long_row_unroll"] + 1
+                       for key in ("row_threads", "long_row_threads")} | {1}
+            specs += list(dict.fromkeys((ROW, self._fused_row_params(N, self._max_vector, windowed=True))
+                                        for N in sorted(lengths)))
         specs += [(COLUMN, self._column_params(inner, cvec, fused)) for fused in (True, False)]
         one_pass = self._one_pass_params()
         if one_pass is not None:
@@ -916,13 +1043,14 @@ class ReductionKernel(Kernel):
         """(program, shape parameters, segments) for ``x`` on ``sm_count`` SMs; one segment: the fused program."""
         N = x.shape[1]
         if x.dim() == 2:
-            vector = widest_access(x, x.stride(0) | N, self._max_vector)
-            threads, unroll = self._segment_threads(vector, self.config), self.config["row_unroll"]
-            most = max(1, -(-N // (threads * vector * unroll)))
-            segments = max(1, min(-(-ROW_BLOCKS_PER_SM * sm_count // x.shape[0]), most))
+            vector, windowed = self.row_access(x)
+            segments = self._row_segments(x, vector, windowed, sm_count)
+            if segments == 1 and windowed and not self.config["windowed_fused_rows"]:
+                vector, windowed = self.row_access(x, windows=False)
+                segments = self._row_segments(x, vector, windowed, sm_count)
             if segments == 1:
-                return ROW, self._fused_row_params(N, vector), 1
-            return ROW, self._row_params(vector, False), segments
+                return ROW, self._fused_row_params(N, vector, windowed), 1
+            return ROW, self._row_params(vector, False, windowed=windowed), segments
         inner = x.shape[2]
         cvec = widest_access(x, x.stride(0) | x.stride(1), largest_pow2_divisor(inner, self._max_vector))
         one_pass = self._one_pass_plan(x, cvec, sm_count)
@@ -1004,6 +1132,7 @@ class LogSumExpKernel(ReductionKernel):
 
     reducer = "logsumexp"
     min_column_steps = 8
+    windowed_fused_rows = False
     fast_memory_split_row_threads = 0
     long_row_threads = 256
     # H200, bf16 16384 x 16384 rows, median of 7 rounds in turns, µs with 64 / 128 / 256 / 512
@@ -1016,6 +1145,7 @@ class ArgmaxKernel(ReductionKernel):
 
     reducer = "argmax"
     min_column_steps = 8
+    windowed_fused_rows = False
     fast_memory_split_row_threads = 0
     long_row_threads = 256
     # Fewer threads a row: more blocks an SM, and a shorter closing merge of (value, index)
