@@ -136,6 +136,27 @@ def test_fast_memory_layer_norm_backward_keeps_a_block_a_row_group(monkeypatch: 
         assert RMSNormBwdKernel(4096, dtype).layout() == RowLayout(4096, 8, 256, 512)
 
 
+@pytest.mark.parametrize("fast", [False, True], ids=["h100", "fast-memory"])
+def test_fast_memory_backward_rows_with_idle_lanes_keep_a_block_a_row_group(monkeypatch: pytest.MonkeyPatch,
+                                                                             fast: bool) -> None:
+    """Rows of 2880 or 3584 leave lanes idle in their last column group (256 lanes of two 16-byte
+    vectors hold 4096): where memory is fast each row group has a block of its own, four an SM;
+    rows that fill their groups (2048, 4096) still fold two or four groups a block."""
+    monkeypatch.setattr(backward, "has_fast_memory", lambda: fast)
+    for cls in (RMSNormBwdKernel, FusedAddRMSNormBwdKernel):
+        for N in (2880, 3584):
+            kernel = cls(N, torch.bfloat16)
+            layout = kernel.layout()
+            assert layout.has_tail and layout.row_threads == 256
+            assert layout.block_threads == (256 if fast else 512)
+            assert kernel.blocks_per_sm(layout) == (4 if fast else 2)
+            assert kernel.folds(layout)  # shared-memory sums, written as whole vectors
+        for N, lanes in ((2048, 128), (4096, 256)):
+            assert cls(N, torch.bfloat16).layout() == RowLayout(N, 8, lanes, 512)
+    # A float16 fused add keeps a block per row group everywhere (see ``norm_bwd_default_config``).
+    assert FusedAddRMSNormBwdKernel(4096, torch.float16).layout().block_threads == 256
+
+
 def test_longer_forward_rows_are_streamed() -> None:
     for cls in (LayerNormFwdKernel, FusedAddRMSNormFwdKernel, RMSNormFwdKernel):
         assert isinstance(cls(65536, torch.bfloat16).layout(), StreamLayout)

@@ -65,7 +65,7 @@ def inventory() -> List[Task]:
             continue
         op = build_op(case)
         add(kernel_tasks(op._build_kernel(op.kernel_key, (0,))))
-    for rows, N, dtype in t.GRAD_CASES:
+    for rows, N, dtype in t.GRAD_CASES + t.RAGGED_GRAD_CASES:
         add(kernel_tasks(_op_kernel("RMSNormFwdOp", N, dtype, 1e-6)))
         add(kernel_tasks(_op_kernel("RMSNormBwdOp", N, dtype, 1e-6)))
     for rows, N, dtype, (weight, bias) in t.LAYER_GRAD_CASES:

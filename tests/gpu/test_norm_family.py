@@ -61,13 +61,19 @@ GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
     (1100, 20000, torch.float32),
     (1500, 32768, torch.bfloat16),
 ]
+# Resident rows whose last column group leaves lanes idle (256 lanes of two vectors hold 4096), which
+# take a block per row group where memory is fast and fold two a block elsewhere.
+RAGGED_GRAD_CASES: List[Tuple[int, int, torch.dtype]] = [
+    (1000, 2880, torch.bfloat16),
+    (777, 3584, torch.float16),
+]
 # Streamed rows whose backward is run under both schedules (see ``stream_overlap``).
 SCHEDULE_CASES = GRAD_CASES[-2:]
 # Which affine tensors LayerNorm gets, (weight, bias); every combination on a few cases.
 AFFINES = [(True, True), (False, False), (True, False), (False, True)]
 AFFINE_CASES = [GRAD_CASES[1], GRAD_CASES[3], GRAD_CASES[6], GRAD_CASES[9], GRAD_CASES[11], GRAD_CASES[13],
                 GRAD_CASES[-1]]
-LAYER_GRAD_CASES = [(*case, (True, True)) for case in GRAD_CASES] + [
+LAYER_GRAD_CASES = [(*case, (True, True)) for case in GRAD_CASES + RAGGED_GRAD_CASES] + [
     (*case, affine) for case in AFFINE_CASES for affine in AFFINES[1:]]
 FUSED_SIZES = ODD_SIZES + (4096, 32768)
 FUSED_DTYPES = (torch.bfloat16, torch.float32)
@@ -75,7 +81,7 @@ FUSED_DTYPES = (torch.bfloat16, torch.float32)
 # in shared memory, streamed, split over clusters for few rows and for many), one-row launches.
 # float16 rows of 2048 and 4096 take a block a row group (its fold spills; see ``norm_bwd_default_config``).
 FUSED_GRAD_CASES = [GRAD_CASES[i] for i in (0, 1, 2, 3, 5, 7, 9, 11, 13, 16, 19, 20)] + [
-    (3000, 4096, torch.float16), (133, 2048, torch.float16), (1, 4096, torch.float16)]
+    (3000, 4096, torch.float16), (133, 2048, torch.float16), (1, 4096, torch.float16)] + RAGGED_GRAD_CASES
 
 
 def _op(name: str, N: int, dtype: torch.dtype, eps: float = 1e-5):
@@ -113,7 +119,7 @@ def _check_grads(ours: List[Optional[torch.Tensor]], wide: List[Optional[torch.T
         assert_close(mine.grad, theirs.grad, dtype)
 
 
-@pytest.mark.parametrize("rows, N, dtype", GRAD_CASES, ids=str)
+@pytest.mark.parametrize("rows, N, dtype", GRAD_CASES + RAGGED_GRAD_CASES, ids=str)
 def test_rms_norm_gradients_match_autograd(rows, N, dtype):
     generator = torch.Generator().manual_seed(rows + N)
     x, weight = _randn(rows, N, dtype=dtype, generator=generator), _randn(N, dtype=dtype, generator=generator)
