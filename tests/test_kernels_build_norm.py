@@ -151,6 +151,10 @@ def test_fast_memory_backward_rows_with_idle_lanes_keep_a_block_a_row_group(monk
             assert layout.block_threads == (256 if fast else 512)
             assert kernel.blocks_per_sm(layout) == (4 if fast else 2)
             assert kernel.folds(layout)  # shared-memory sums, written as whole vectors
+            # Tuning still times the other layouts: a block per group, two a block, four a block.
+            tried = {cls(N, torch.bfloat16, config=config).layout().block_threads
+                     for config in kernel.autotune_configs}
+            assert tried == {256, 512, 1024}
         for N, lanes in ((2048, 128), (4096, 256)):
             assert cls(N, torch.bfloat16).layout() == RowLayout(N, 8, lanes, 512)
     # A float16 fused add keeps a block per row group everywhere (see ``norm_bwd_default_config``).

@@ -1387,8 +1387,12 @@ class NormBwdKernel(RowNormKernel):
             else:
                 staging = tuple({"cluster_stage": split.threads, "cluster_stage_early": early} for early in (0, 1))
             streams = ({"many_rows_ctas": 0},) + tuple({**stream, "many_rows_ctas": 0} for stream in streams) + staging
-        for threads in (0, MAX_THREADS):  # a block per row group, and the largest folding blocks
-            if self.layout({**default, "fold_threads": threads}) != self.layout():
+        # A block per row group, two groups a block, and the largest folding blocks: each layout once.
+        layouts = {self.layout()}
+        for threads in (0, FOLD_THREADS, MAX_THREADS):
+            layout = self.layout({**default, "fold_threads": threads})
+            if layout not in layouts:
+                layouts.add(layout)
                 streams += ({"fold_threads": threads},)
         if self.dtype == torch.bfloat16:
             streams += ({"widen_by_word": 1 - default["widen_by_word"]},)
