@@ -130,6 +130,13 @@ def _sized_axis(params: Dict[str, Any], rank: int) -> int:
     return dim % rank
 
 
+def family_ops(family: str) -> Tuple[str, ...]:
+    """The implemented ops of a manifest family, in manifest order: an op a kernel author adds to
+    the family gets the family's GPU tests over its workloads and awkward shapes with no list to
+    edit."""
+    return tuple(op.name for op in _manifest().ops if op.family == family and op.status == "implemented")
+
+
 def manifest_cases(op_name: str, dtypes: Optional[Sequence[str]] = None, max_numel: int = 1 << 30,
                    seed: int = 0) -> List[Case]:
     """Workloads plus awkward shapes for ``op_name``, each accepted by its shape rules."""

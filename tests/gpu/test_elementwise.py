@@ -24,14 +24,11 @@ from typing import Any, Callable, Dict, List, Tuple
 import pytest
 import torch
 
-from tests.op_checks import assert_close, check_against_reference, manifest_cases
+from tests.op_checks import assert_close, check_against_reference, family_ops, manifest_cases
 
 pytestmark = pytest.mark.gpu
 
-OPS = (
-    "ReluFwdOp", "SigmoidFwdOp", "SiluFwdOp", "SiluBwdOp", "GeluFwdOp", "GeluBwdOp", "ExpFwdOp",
-    "AddFwdOp", "MulFwdOp", "SiluAndMulFwdOp", "SiluAndMulBwdOp", "GeluAndMulFwdOp", "GeluAndMulBwdOp",
-)
+OPS = family_ops("elementwise")
 # Manifest cases up to this many elements; the large workloads are checked by the timing script.
 MAX_CASE_ELEMENTS = 1 << 24
 MANIFEST_CASES = [case for name in OPS for case in manifest_cases(name, max_numel=MAX_CASE_ELEMENTS)]

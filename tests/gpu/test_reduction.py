@@ -8,11 +8,11 @@ from typing import Any, Dict, List, Tuple
 import pytest
 import torch
 
-from tests.op_checks import assert_close, check_against_reference, manifest_cases
+from tests.op_checks import assert_close, check_against_reference, family_ops, manifest_cases
 
 pytestmark = pytest.mark.gpu
 
-OPS = ["SumFwdOp", "MeanFwdOp", "AmaxFwdOp", "AminFwdOp", "VarFwdOp", "LogSumExpFwdOp", "ArgmaxFwdOp", "L2NormFwdOp"]
+OPS = family_ops("reduction")
 MANIFEST_CASES = [case for name in OPS for case in manifest_cases(name, max_numel=1 << 24)]
 
 # (op, shape, dtype, params, layout): layouts are "contiguous", "transposed" (last two axes

@@ -24,11 +24,11 @@ from typing import Any, Callable, Dict, List, Tuple
 import pytest
 import torch
 
-from tests.op_checks import assert_close, check_against_reference, manifest_cases
+from tests.op_checks import assert_close, check_against_reference, family_ops, manifest_cases
 
 pytestmark = pytest.mark.gpu
 
-OPS = ("SoftmaxFwdOp", "SoftmaxBwdOp", "LogSoftmaxFwdOp", "LogSoftmaxBwdOp")
+OPS = family_ops("softmax")
 # Forward op, its backward op, and the PyTorch function the pair matches.
 PAIRS: Dict[str, Tuple[str, str, Callable[..., torch.Tensor]]] = {
     "softmax": ("SoftmaxFwdOp", "SoftmaxBwdOp", torch.softmax),
