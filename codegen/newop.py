@@ -43,8 +43,9 @@ def add_manifest_stub(name: str, family: str, manifest_dir: Path) -> Path:
         raise SystemExit(f"error: {family!r} is not a family name (lowercase, underscores)")
     path = manifest_dir / f"{family}.yaml"
     text = path.read_text() if path.exists() else f"{SCHEMA_COMMENT}\n# {family.capitalize()} operators.\n"
-    if re.search(rf"^{name}:", text, flags=re.M):
-        raise SystemExit(f"error: {name} is already in {path.name}")
+    for existing in sorted(manifest_dir.glob("*.yaml")):  # op names are unique across families
+        if re.search(rf"^{name}:", existing.read_text(), flags=re.M):
+            raise SystemExit(f"error: {name} is already in {existing.name}")
     stem = name[: -len("Op")]
     # A Fwd op starts out differentiated by its reference until it has a Bwd op.
     backward = "  backward: reference  # or {op: ...BwdOp, saves: [...]}\n" if stem.endswith("Fwd") else ""

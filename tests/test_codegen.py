@@ -245,6 +245,14 @@ def test_new_op_cli_adds_a_loadable_stub(project: Path) -> None:
     assert "tileops/kernels/activation/softplus.py" in generate(project)
 
 
+def test_new_op_cli_refuses_a_name_another_family_holds(project: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "codegen", "--root", str(project), "new-op", "ReluFwdOp",
+                             "--family", "activation"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "ReluFwdOp is already in elementwise.yaml" in result.stderr
+    assert not (project / "manifest" / "activation.yaml").exists()
+
+
 def test_a_reference_backward_differentiates_the_reference_eager_traced_and_twice(project: Path) -> None:
     """``backward: reference`` (the demo op): an eager backward runs plain autograd of the reference
     (torch.func's transforms cost most of a millisecond a call), a compiled one traces
