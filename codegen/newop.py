@@ -16,7 +16,7 @@ _STUB = """
   status: spec-only
   summary: "TODO one line of semantics, e.g. y = f(x)"
   ref_api: ""
-  signature:
+{bases}  signature:
     inputs:
       x: {{dtype: "float16 | bfloat16 | float32", description: "TODO"}}
     outputs:
@@ -49,6 +49,14 @@ def add_manifest_stub(name: str, family: str, manifest_dir: Path) -> Path:
     stem = name[: -len("Op")]
     # A Fwd op starts out differentiated by its reference until it has a Bwd op.
     backward = "  backward: reference  # or {op: ...BwdOp, saves: [...]}\n" if stem.endswith("Fwd") else ""
-    stub = _STUB.format(name=name, family=family, key=snake_case(stem), kernel=f"{stem}Kernel", backward=backward)
+    stub = _STUB.format(name=name, family=family, key=snake_case(stem), kernel=f"{stem}Kernel", backward=backward,
+                        bases=_bases_hint(text))
     path.write_text(text.rstrip("\n") + "\n" + stub)
     return path
+
+
+def _bases_hint(family_text: str) -> str:
+    """A comment naming the family bases its ops already extend (each once, in manifest order), for
+    the author to pick from; nothing for a new family (whose ops extend ``Op`` until it has one)."""
+    bases = list(dict.fromkeys(re.findall(r"^  op_base: *(\w+)", family_text, flags=re.M)))
+    return f"  # op_base: {' | '.join(bases)}  (this family's bases; pick the one the op fits)\n" if bases else ""

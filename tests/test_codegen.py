@@ -245,6 +245,16 @@ def test_new_op_cli_adds_a_loadable_stub(project: Path) -> None:
     assert "tileops/kernels/activation/softplus.py" in generate(project)
 
 
+def test_new_op_stub_in_a_family_names_the_family_bases(project: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "codegen", "--root", str(project), "new-op", "SoftplusFwdOp",
+                             "--family", "elementwise"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    stub = (project / "manifest" / "elementwise.yaml").read_text().split("\nSoftplusFwdOp:\n")[1]
+    assert "  # op_base: UnaryElementwiseOp | BinaryElementwiseOp | GatedElementwiseOp  (this family's bases" in stub
+    op = load(project).op("SoftplusFwdOp")  # still a loadable spec-only stub, extending ``Op``
+    assert op.status == "spec-only" and op.op_base == "Op"
+
+
 def test_new_op_cli_refuses_a_name_another_family_holds(project: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "codegen", "--root", str(project), "new-op", "ReluFwdOp",
                              "--family", "activation"], cwd=ROOT, capture_output=True, text=True)
