@@ -39,6 +39,7 @@ from tileops.kernels.softmax.softmax import (
 )
 from tileops.kernels.softmax import softmax as softmax_module
 from tileops.kernels.launch import int32_launch_ranges
+from tileops.kernels.sizes import max_vector
 from tileops.ops.softmax.base import SoftmaxFamilyOp, kernel_view
 from tests.toolchain import divisions_at_accesses, needs_nvcc, ptxas_report
 
@@ -422,6 +423,36 @@ def test_default_config_is_valid(N: int, dtype: torch.dtype, backward: bool) -> 
     assert (config["cluster_threads"], config["cluster_min_blocks"]) == ((1024, 1) if backward else (512, 2))
     assert config["block_threads"] >= max(config["row_threads"], 128)
     assert N % row_vector(N, dtype) == 0 and row_vector(N, dtype) * dtype.itemsize <= 16
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N", [2100, 4096, 4097, 4104, 6000, 8000, 8192, 12288, 16384, 20000, 32000])
+def test_fused_rows_past_a_power_of_two_keep_their_threads_busy(N: int, dtype: torch.dtype, backward: bool) -> None:
+    # A row of a block or more: every thread holds whole vectors of it, as many as the
+    # heuristic's target (two, or one for the half-precision backward), and the row takes the
+    # most threads that do; a row just past a power of two no longer gets twice the threads,
+    # most of them holding one vector.
+    config = softmax_default_config(N, dtype, backward)
+    threads, vector = config["row_threads"], max_vector(dtype)
+    target = 1 if backward and dtype.itemsize == 2 else 2
+    if threads < 1024:
+        assert N // (threads * vector) >= target
+        assert N // (2 * threads * vector) < target
+        assert -(-N // threads) <= fused_elements_cap(dtype, backward)
+
+
+def test_fused_rows_layouts() -> None:
+    # Rows a power-of-two multiple of the target keep their layouts, rows past one of a block or
+    # more halve them, and rows that share a block keep the fewest threads that hold them.
+    bf16 = torch.bfloat16
+    assert [softmax_default_config(n, bf16)["row_threads"] for n in (100, 127, 1000, 1500, 2100, 4096, 4104, 6000,
+                                                                     8192, 12288, 32768)] \
+        == [8, 8, 64, 128, 128, 256, 256, 256, 512, 512, 1024]
+    assert [softmax_default_config(n, bf16, True)["row_threads"] for n in (127, 4096, 4104, 8192, 8200)] \
+        == [16, 512, 512, 1024, 1024]
+    assert [softmax_default_config(n, torch.float32)["row_threads"] for n in (100, 4096, 4104, 8192)] \
+        == [16, 512, 512, 1024]
 
 
 def test_rows_fuse_while_they_fit_in_registers() -> None:

@@ -50,6 +50,12 @@ GRAD_CASES = [
     ((2, 3, 3), 0, torch.float16),
     ((1,), 0, torch.float32),
     ((2, 262144), -1, torch.bfloat16),
+    # Fused rows just past a power of two: a thread holds two or three vectors (one or two in
+    # the half-precision backwards), the first lanes one more.
+    ((777, 4104), -1, torch.bfloat16),
+    ((300, 6000), -1, torch.float16),
+    ((65, 12288), -1, torch.bfloat16),
+    ((1000, 100), -1, torch.float32),
 ]
 # (N, dtype) of rows past the fused program's register budget (and one just inside it).
 LONG_ROWS = [(65537, torch.float32), (262144, torch.bfloat16), (32769, torch.float16)]

@@ -7,7 +7,7 @@ import torch
 __all__ = [
     "SUPPORTED_DTYPES", "ACCUM", "WARP", "MAX_THREADS", "THREADS_PER_SM", "REGISTERS_PER_SM", "MIN_BLOCK_THREADS",
     "VECTOR_BYTES", "MAX_EXTENT",
-    "is_pow2", "next_pow2", "largest_pow2_divisor", "max_vector", "row_vector", "check_kernel_args",
+    "is_pow2", "next_pow2", "prev_pow2", "largest_pow2_divisor", "max_vector", "row_vector", "check_kernel_args",
     "check_out_dtype",
 ]
 
@@ -38,6 +38,11 @@ def is_pow2(n: int) -> bool:
 def next_pow2(n: int) -> int:
     """The smallest power of two at least ``n`` (1 for ``n <= 1``)."""
     return 1 << max(0, (n - 1).bit_length())
+
+
+def prev_pow2(n: int) -> int:
+    """The largest power of two at most ``n`` (``n`` >= 1)."""
+    return 1 << (n.bit_length() - 1)
 
 
 def largest_pow2_divisor(n: int, cap: int) -> int:

@@ -98,6 +98,7 @@ from tileops.kernels.sizes import (
     largest_pow2_divisor,
     max_vector,
     next_pow2,
+    prev_pow2,
     row_vector,
 )
 
@@ -217,8 +218,22 @@ def fused_elements_cap(dtype: torch.dtype, backward: bool) -> int:
     return min(FUSED_REGISTER_BYTES // (dtype.itemsize * (2 if backward else 1)), FUSED_MAX_ELEMENTS)
 
 
-def _fused_row_config(N: int, per_thread: int) -> Dict[str, int]:
-    row_threads = min(MAX_THREADS, next_pow2(-(-N // per_thread)))
+def _fused_row_config(N: int, per_thread: int, cap: int) -> Dict[str, int]:
+    """Threads of a fused row (a power of two, at most 1024).
+
+    Rows that share a block (at most ``MIN_BLOCK_THREADS`` threads at ``per_thread`` elements
+    or fewer each) take the fewest threads that hold no more than that.  Longer rows take the
+    most threads whose every thread holds at least ``per_thread`` elements (at least
+    ``MIN_BLOCK_THREADS``), doubled while a thread would hold more than ``cap``: rounding the
+    count up there leaves most threads of a row just past a power of two holding less, and an
+    SM with fewer bytes in flight.  Short rows went the other way (see ``softmax_default_config``)."""
+    fewest = min(MAX_THREADS, next_pow2(-(-N // per_thread)))
+    if fewest <= MIN_BLOCK_THREADS:
+        row_threads = fewest
+    else:
+        row_threads = min(MAX_THREADS, max(MIN_BLOCK_THREADS, prev_pow2(N // per_thread)))
+        while row_threads < MAX_THREADS and -(-N // row_threads) > cap:
+            row_threads *= 2
     return {"row_threads": row_threads, "block_threads": max(row_threads, MIN_BLOCK_THREADS)}
 
 
@@ -238,7 +253,19 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
 
     Fused rows: two 16-byte vectors per thread, or more for long rows (a row
     gets at most 1024 threads), so a 4096-wide half-precision row takes 256
-    threads.  The half-precision backward takes one vector of each input
+    threads.  A row of a block or more just past a power of two takes the most
+    threads that hold the target each (``_fused_row_config``), not twice as
+    many, most holding one vector.  H200, median of 7 rounds in turns, µs,
+    halved / previous layout (torch.compile): bf16 softmax 8192 x 4104 33.9 /
+    48.6 (124.9), x 6000 46.7 / 59.9, x 8000 62.2 / 69.9, x 12288 120.2 / 144.2
+    (staged, 1024 threads), 32768 x 2100 65.3 / 74.3, odd 8192 x 4097 41.4 /
+    49.1; log-softmax 8192 x 4104 36.2 / 50.2; float32 softmax 8192 x 4104 85.4
+    / 94.9; the bf16 backward 8192 x 4104 50.1 / 97.4 (51.3), x 6000 68.1 /
+    117.6 (72.8), log-softmax 51.0 / 98.7 (62.9).  Rows that share a block keep
+    the fewest threads: 65536 x 100 bf16 took 14.4 µs in half of them against
+    10.8, 65536 x 127 (one-element loads) 43.7 against 24.3 (16 threads: 14.0,
+    torch.compile 20.6); 16384 x 1000 18.5 against 18.8.
+    The half-precision backward takes one vector of each input
     (512 threads for 4096): on H100s, 32768 x 4096 bf16, median of 5 rounds
     taken in turns, 259.7 -> 258.5 µs for softmax (torch.compile 256.7) and
     259.6 -> 258.5 for log-softmax (260.7); 128 threads a row ran 259.8 and
@@ -319,8 +346,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
     """
     vector = max_vector(dtype)
     vectors = 1 if backward and dtype.itemsize == 2 else 2
-    per_thread = max(vectors * vector, -(-N // MAX_THREADS))
-    rows = _fused_row_config(N, per_thread)
+    rows = _fused_row_config(N, vectors * vector, fused_elements_cap(dtype, backward))
     whole_block = rows["row_threads"] == MAX_THREADS and fused_fits(N, dtype, backward, MAX_THREADS)
     stages = 2 if log else 1
     staged = fast_memory and not backward and whole_block and staged_fits(N, dtype, MAX_THREADS, stages)
@@ -391,7 +417,7 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False,
     cap = fused_elements_cap(dtype, backward)
     candidates = [default]
     for per_thread in (vector, 2 * vector, 4 * vector, cap):
-        candidates.append({**default, **_fused_row_config(N, max(per_thread, -(-N // MAX_THREADS)))})
+        candidates.append({**default, **_fused_row_config(N, per_thread, cap)})
     if -(-N // default["row_threads"]) <= cap:  # the default holds a row in one block
         candidates.append({**default, "row_hinted_min_mib": 0})
         if not backward:
