@@ -50,8 +50,9 @@ GRAD_CASES = [
     ((2, 3, 3), 0, torch.float16),
     ((1,), 0, torch.float32),
     ((2, 262144), -1, torch.bfloat16),
-    # Fused rows just past a power of two: a thread holds two or three vectors (one or two in
-    # the half-precision backwards), the first lanes one more.
+    # Fused rows of a block or more just past a power of two: a thread holds two or three
+    # vectors (one or two in the half-precision backwards), the first lanes one more; and short
+    # rows that share a block.
     ((777, 4104), -1, torch.bfloat16),
     ((300, 6000), -1, torch.float16),
     ((65, 12288), -1, torch.bfloat16),
