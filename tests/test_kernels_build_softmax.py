@@ -36,6 +36,7 @@ from tileops.kernels.softmax.softmax import (
     softmax_autotune_configs,
     softmax_default_config,
     staged_fits,
+    windows_fit,
 )
 from tileops.kernels.softmax import softmax as softmax_module
 from tileops.kernels.launch import int32_launch_ranges
@@ -178,7 +179,10 @@ def test_row_clusters_hold_their_rows_in_registers(kernel_cls, N: int, dtype: to
                                           "cluster_stages": 0})
     assert kernel.row_cluster() == cluster
     (spec,) = kernel.program_specs(1, outer=1 << 10)
-    assert spec == (ROW_CLUSTER, (("vector", row_vector(N, dtype)), ("cluster", cluster)))
+    # Odd rows whose windows fit take them (``windows_fit``): 65537 in the forward.
+    windows = N % max_vector(dtype) != 0 and kernel_cls is LogSoftmaxFwdKernel
+    vector = max_vector(dtype) if windows else row_vector(N, dtype)
+    assert spec == (ROW_CLUSTER, (("vector", vector), ("cluster", cluster)) + ((("windowed", 1),) if windows else ()))
     source = kernel.compile_program(*spec, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
     # Each block stores its partial result into every block of its cluster, after waiting for the
     # arrival each block made when it started, and the full barrier comes before anything is read.
@@ -815,3 +819,77 @@ def test_launch_plans_follow_each_calls_alignment(monkeypatch: pytest.MonkeyPatc
     kernel(columns[:2], torch.empty(2, 64, 16, dtype=torch.bfloat16))  # another outer extent: its own plan
     assert [name for name, _ in launched[4:]] == [name for name, _ in kernel.programs_for(columns, columns)] + [
         name for name, _ in kernel.programs_for(columns[:2], columns[:2])]
+
+
+# ---- rows no 16-byte access can start, in windows ----------------------------------------------
+
+
+def test_odd_rows_take_windows_where_every_row_starts_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = SoftmaxFwdKernel(127, torch.bfloat16)
+    launched = _recorded_plans(kernel, monkeypatch)
+    windowed = (ROW_FUSED, (("vector", 8), ("hinted", 0), ("windowed", 1)))
+    buffer = torch.empty(4 * 136 + 8, dtype=torch.bfloat16)
+    assert buffer.data_ptr() % 16 == 0
+    calls = [
+        (buffer[:4 * 127].view(4, 127), windowed),  # contiguous
+        (buffer[:4 * 135].view(4, 135)[:, :127], windowed),  # rows 135 apart: 8 more than the output's
+        (buffer[:4 * 130].view(4, 130)[:, :127], (ROW_FUSED, (("vector", 1), ("hinted", 0)))),  # 3 more
+        (buffer[1:4 * 127 + 1].view(4, 127), (ROW_FUSED, (("vector", 1), ("hinted", 0)))),  # a start mid-window
+        (buffer[:130].view(1, 130)[:, :127], windowed),  # one row: its stride is never stepped
+    ]
+    for x, _ in calls:
+        kernel(x, torch.empty(x.shape, dtype=torch.bfloat16))
+    assert launched == [plan for _, plan in calls]
+    # An output that starts mid-window, as the input does not, reads element by element too.
+    kernel(calls[0][0], torch.empty(4 * 127 + 1, dtype=torch.bfloat16)[1:].view(4, 127))
+    assert launched[-1] == (ROW_FUSED, (("vector", 1), ("hinted", 0)))
+    # Rows a 16-byte access can start never take windows.
+    aligned = SoftmaxFwdKernel(128, torch.bfloat16)
+    assert not aligned.windows_allowed([torch.empty(4, 128, dtype=torch.bfloat16)] * 2)
+
+
+def test_odd_rows_of_a_wider_output_take_its_windows() -> None:
+    """A float32 output of bfloat16 rows: windows of four elements, 8 bytes of the input."""
+    kernel = SoftmaxFwdKernel(127, torch.bfloat16, out_dtype=torch.float32)
+    x = torch.empty(64, 127, dtype=torch.bfloat16)
+    (_, params), = kernel.programs_for(x, torch.empty(64, 127))
+    assert dict(params)["vector"] == 4 and dict(params)["windowed"] == 1
+
+
+def test_windows_fit_the_registers_of_the_rows_threads() -> None:
+    # A row's windows may take a vector more a thread than its elements.
+    assert windows_fit(127, torch.bfloat16, False, 8, 8, 48)  # 17 windows, three a thread
+    assert not windows_fit(127, torch.bfloat16, False, 4, 8, 32)  # five a thread
+    # The backward keeps a vector of room: 50257 bf16 in 8 x 256 threads would hold 32 of 32.
+    assert windows_fit(50257, torch.bfloat16, False, 2048, 8, 32)
+    assert not windows_fit(50257, torch.bfloat16, True, 2048, 8, 32)
+    backward = SoftmaxBwdKernel(50257, torch.bfloat16)
+    (_, params), = backward.program_specs(1, outer=1 << 10)
+    assert "windowed" not in dict(params) and dict(params)["vector"] == 1
+    forward = SoftmaxFwdKernel(50257, torch.bfloat16)
+    (name, params), = forward.program_specs(1, outer=1 << 10)
+    assert name == ROW_CLUSTER and dict(params)["windowed"] == 1
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls, N, dtype, outer, out_dtype", [
+    (SoftmaxFwdKernel, 127, torch.bfloat16, 4096, None),
+    (SoftmaxFwdKernel, 127, torch.bfloat16, 4096, torch.float32),
+    (LogSoftmaxFwdKernel, 1001, torch.float32, 4096, None),
+    (SoftmaxBwdKernel, 4097, torch.bfloat16, 4096, None),
+    (LogSoftmaxBwdKernel, 37, torch.float16, 4096, None),
+    (SoftmaxFwdKernel, 50257, torch.bfloat16, 256, None),
+    (LogSoftmaxBwdKernel, 65537, torch.float16, 256, None),
+], ids=str)
+def test_windowed_programs_move_16_bytes_and_spill_nothing(kernel_cls, N: int, dtype: torch.dtype, outer: int,
+                                                          out_dtype, tmp_path) -> None:
+    kernel = kernel_cls(N, dtype, out_dtype=out_dtype)
+    (name, params), = kernel.program_specs(1, outer=outer)
+    assert dict(params)["windowed"] == 1
+    source = kernel.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
+    body = source[source.index("__global__ void __launch_bounds__"):]
+    # Whole windows: one 16-byte access of the output (of the input too, where it is as wide).
+    assert body.count("*(uint4*)(") + body.count("*(float4*)(") >= (1 if out_dtype else 2)
+    assert not divisions_at_accesses(source), name
+    report = ptxas_report(source, str(tmp_path))
+    assert report["spill_bytes"] == 0, report

@@ -78,6 +78,14 @@ def inventory() -> List[Task]:
                     _, kernel, inputs = t.hint_case(name, N, dtype, threshold, 3, device="cpu")
                     out = torch.empty(3, N, dtype=dtype)
                     tasks.update(_task(kernel, n, p) for n, p in kernel.programs_for(*inputs, out))
+        for N, dtype, rows, _ in t.WINDOWED_ROWS:
+            for gap in t.ROW_GAPS:
+                _, kernel, inputs = t.windowed_case(name, N, dtype, rows, gap, device="cpu")
+                out = torch.empty(rows, N, dtype=dtype)
+                tasks.update(_task(kernel, n, p) for n, p in kernel.programs_for(*inputs, out))
+            shifted = torch.empty(rows, N + 8, dtype=dtype)[:, 1:N + 1]
+            out = torch.empty(rows, N, dtype=dtype)
+            tasks.update(_task(kernel, n, p) for n, p in kernel.programs_for(shifted, *inputs[1:], out))
         op, kernel = t._op_and_kernel(name, 4096, torch.bfloat16, **t.TWO_STEP_CONFIG)
         tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1))
         if not name.endswith("BwdOp"):

@@ -10,6 +10,7 @@
   forward slices);
 * forward rows staged in shared memory ahead of the one a block reduces, by a block or by
   a row cluster's blocks;
+* rows no 16-byte access can start, read and written in aligned windows;
 * views that need no copy (row and column slices, broadcast rows, misaligned
   starts) and views that do (transposes);
 * masked rows (``-inf``), and tensors of more than 2**31 elements.
@@ -196,6 +197,51 @@ def test_fused_rows_with_and_without_the_hint(name, N, dtype):
             assert dict(params)["hinted"] == int(threshold == 0 and dict(params)["vector"] * dtype.itemsize == 16)
             kernel(*inputs, out)
             assert_close(out, _reference(name, op, inputs), dtype)
+
+
+# (N, dtype, rows, whether the backwards take windows) of rows no 16-byte access can start, read
+# in aligned windows: short rows that share a block, rows of a block (ragged, float32), rows of
+# row clusters (the backward over 50257 keeps element loads: its windows would not fit).
+WINDOWED_ROWS = [(37, torch.float16, 33, True), (127, torch.bfloat16, 1000, True), (1001, torch.float32, 500, True),
+                 (4097, torch.bfloat16, 300, True), (50257, torch.bfloat16, 300, False),
+                 (65537, torch.float16, 140, True)]
+# Gaps between rows: rows that start as far into their windows as the output's (0, 8), and rows that
+# do not (3: element loads).
+ROW_GAPS = (0, 8, 3)
+
+
+def windowed_case(name: str, N: int, dtype: torch.dtype, rows: int, gap: int, device: str = "cuda"):
+    """The op, its kernel, and inputs of ``rows`` rows ``N + gap`` elements apart (a forward's
+    rows masked as ``_mask_forward_rows`` does)."""
+    op, kernel = _op_and_kernel(name, N, dtype)
+    x = torch.randn(rows, N + gap, device=device, dtype=dtype)[:, :N]
+    if not name.endswith("BwdOp"):
+        _mask_forward_rows(x)
+    return op, kernel, _inputs_like(name, x)
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("N, dtype, rows, backward_windows", WINDOWED_ROWS, ids=str)
+def test_odd_rows_in_windows(name, N, dtype, rows, backward_windows):
+    for gap in ROW_GAPS:
+        op, kernel, inputs = windowed_case(name, N, dtype, rows, gap)
+        out = torch.full((rows, N), float("nan"), device="cuda", dtype=dtype)
+        (program, params), = kernel.programs_for(*inputs, out)
+        windows = gap % 8 == 0 and (backward_windows or not name.endswith("BwdOp"))
+        assert dict(params).get("windowed", 0) == int(windows), (program, params)
+        kernel(*inputs, out)
+        expected = _reference(name, op, inputs)
+        assert torch.equal(torch.isnan(out.cpu()), torch.isnan(expected.cpu()))
+        assert_close(out, expected, dtype)
+    # A row slice that starts mid-window in the input but not in the output reads element by element.
+    op, kernel, (x, *rest) = windowed_case(name, N, dtype, rows, 8)
+    shifted = torch.randn(rows, N + 8, device="cuda", dtype=dtype)[:, 1:N + 1]
+    shifted[:, :N - 1] = x[:, :N - 1]
+    out = torch.empty(rows, N, device="cuda", dtype=dtype)
+    (_, params), = kernel.programs_for(shifted, *rest, out)
+    assert "windowed" not in dict(params)
+    kernel(shifted, *rest, out)
+    assert_close(out, _reference(name, op, [shifted, *rest]), dtype)
 
 
 # (N, dtype, row_stages) of forward rows staged in shared memory: whole 1024-thread blocks one and

@@ -65,6 +65,7 @@ from tileops.kernels.fast_math import FAST_EXP2_PRELUDE, fast_exp2
 from tileops.kernels.kernel_base import SM90_BUILD_TARGET, Kernel, strided_rows, torch_dtype_to_tl
 from tileops.kernels.launch import direct_launcher
 from tileops.kernels.sizes import ACCUM, MAX_THREADS, WARP, check_kernel_args, max_vector, next_pow2, row_vector
+from tileops.kernels.windows import flat_rows, window_count, window_macros, windowed_rows
 
 __all__ = [
     "CrossEntropyFwdKernel",
@@ -192,64 +193,6 @@ def _row_loss(T: Any, X: Any, Target: Any, row: Any, st: Any, V: int, label_smoo
     return _nan_unless_in_range(T, Target[row], V, loss)
 
 
-# ---- rows that no 16-byte access can start ----------------------------------------------------------
-#
-# A row of ``V`` elements, ``V`` not a multiple of a 16-byte vector (GPT-2's 50257 classes), starts
-# on a 16-byte boundary only every few rows.  The windowed programs read such rows through a flat
-# view of the tensor in aligned windows of ``vector`` elements: window ``w`` of a row holds its
-# columns ``w * vector - skew`` on, ``skew`` being how far the row starts into its first window.
-# Windows wholly inside the row are one 16-byte access; the first and last are read element by
-# element, their elements outside the row left out.
-
-
-def flat_rows(rows: torch.Tensor) -> torch.Tensor:
-    """The elements of ``rows`` (2-D, unit-stride rows) from the first row's start to the last
-    row's end, as one 1-D view (the gaps between rows included)."""
-    count, width = rows.shape
-    return rows.as_strided(((count - 1) * rows.stride(0) + width,), (1,))
-
-
-def windowed_rows(V: int, dtype: torch.dtype) -> bool:
-    """Whether rows of ``V`` elements take the windowed programs: some row start is not 16-byte aligned."""
-    return V % max_vector(dtype) != 0
-
-
-def _window_count(V: int, vector: int) -> int:
-    """Windows that cover a row of ``V`` elements whatever its skew."""
-    return -(-(V + vector - 1) // vector)
-
-
-def _window_macros(T: Any, V: int, vector: int, dtype: str, policy: Optional[str] = None) -> Tuple[Any, Any]:
-    """Macros ``(load, store)`` of one window ``w`` of a row whose first window is ``first`` (an
-    element index over ``vector``) and whose skew is ``skew``: ``load(a, offset, X, first, w, skew)``
-    fills ``a[offset:offset + vector]`` (-inf outside the row; whole windows loaded with L2
-    ``policy``); ``store(G, a, offset, first, w, skew)`` writes the row's elements of the window."""
-    load_vector = vector_load(T, policy, vector, dtype)
-
-    @T.macro
-    def load(a, offset, X, first, w, skew):
-        c0 = w * vector - skew
-        if T.And(c0 >= 0, c0 + vector <= V):
-            load_vector(a, offset, X, (first + w) * vector)
-        else:
-            for k in T.unroll(vector):
-                a[offset + k] = T.if_then_else(T.And(c0 + k >= 0, c0 + k < V), X[(first + w) * vector + k],
-                                           T.cast(-T.infinity(ACCUM), dtype))
-
-    @T.macro
-    def store(G, a, offset, first, w, skew):
-        c0 = w * vector - skew
-        if T.And(c0 >= 0, c0 + vector <= V):
-            for k in T.vectorized(vector):
-                G[(first + w) * vector + k] = a[offset + k]
-        else:
-            for k in T.unroll(vector):
-                if T.And(c0 + k >= 0, c0 + k < V):
-                    G[(first + w) * vector + k] = a[offset + k]
-
-    return load, store
-
-
 def cross_entropy_fwd_program(V: int, dtype: str, *, vector: int, threads: int, unroll: int,
                               ignore_index: int, label_smoothing: float, blocks_per_sm: int = 0,
                               windowed: bool = False) -> Any:
@@ -350,11 +293,11 @@ def _cross_entropy_fwd_windowed(V: int, dtype: str, *, vector: int, threads: int
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
     step_windows = threads * unroll
-    steps = -(-_window_count(V, vector) // step_windows)
+    steps = -(-window_count(V, vector) // step_windows)
     warps = threads // WARP
     R = T.dynamic("R")
     L = T.dynamic("L", "int64")
-    load_window, _ = _window_macros(T, V, vector, dtype)
+    load_window, _ = window_macros(T, V, vector, dtype)
     _, rescale_sum = _online_max(T, V, vector, unroll, None, (_MAX, _SUM, _NEW_MAX, _OFFSET))
     end_row = _row_end(T, threads, V, ignore_index, label_smoothing, rescale_sum, flat=True)
 
@@ -528,14 +471,14 @@ def _cross_entropy_bwd_windowed(T: Any, V: int, dtype: str, *, vector: int, thre
     """``cross_entropy_bwd_program`` over rows read and written in windows: a block's tile is
     ``unroll`` windows a thread; elements outside the row are computed from -inf and not stored."""
     tile_windows = threads * unroll
-    tiles = -(-_window_count(V, vector) // tile_windows)
+    tiles = -(-window_count(V, vector) // tile_windows)
     R = T.dynamic("R")
     LX = T.dynamic("LX", "int64")
     LG = T.dynamic("LG", "int64")
     GL = T.dynamic("GL")
     GS = T.dynamic("GS")
     hinted = 0 < hinted_min_classes <= V and takes_hint(EVICT_LAST, vector, dtype)
-    load_window, store_window = _window_macros(T, V, vector, dtype, EVICT_LAST if hinted else None)
+    load_window, store_window = window_macros(T, V, vector, dtype, EVICT_LAST if hinted else None)
     gradient = _gradient_macro(T, V, dtype, vector=vector, threads=threads, unroll=unroll, ignore_index=ignore_index,
                                label_smoothing=label_smoothing, per_row=per_row, has_grad_lse=has_grad_lse, mean=mean)
 

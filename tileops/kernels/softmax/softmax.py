@@ -38,6 +38,11 @@ Programs:
   memory, where the rows give each cluster of a resident wave at least two): the row cluster
   program's rows taken in turn by a wave of clusters, each block copying its share of the next
   rows into shared memory while the cluster reduces and writes the current one.
+* **windowed rows** (fused or row cluster rows that no 16-byte access can start: ``N`` not a
+  multiple of one, as GPT-2's 50257 or a row of 127): the same programs read and write the
+  rows in aligned 16-byte windows of the flat tensor (``tileops.kernels.windows``), where
+  every tensor's rows start as far into their windows and the windows fit the threads'
+  registers; else such rows take accesses of as many elements as divide ``N``.
 * **row stats + row apply** (longer or fewer rows): a row is cut into ``S`` segments,
   one block each.  The first program writes each segment's partial
   reduction (for the forward, a running max and a sum of exponentials
@@ -101,6 +106,7 @@ from tileops.kernels.sizes import (
     prev_pow2,
     row_vector,
 )
+from tileops.kernels.windows import window_count, window_macros
 
 __all__ = [
     "SoftmaxFwdKernel",
@@ -328,6 +334,9 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
     in clusters of four 512-thread blocks 111.5 / 109.3, torch.compile 145.5; log-softmax 93.2 /
     - / 89.2 / 85.2 / 109.9 / 108.1, torch.compile 125.5.  Over 64 x 65536 (one row a cluster)
     staging lost: 13.2 against 11.9.
+    ``row_windows``: fused and row cluster rows that no 16-byte access can start (``N`` odd, say)
+    are read and written in aligned 16-byte windows where a call's tensors allow it (see
+    ``row_fused_program``; 0: accesses of as many elements as divide ``N``).
     ``row_hinted_min_mib``: fused rows load with ``evict_last`` on calls whose inputs take at
     least this many MiB (0: every call), ``HINTED_MIN_MIB``.  H100, bf16 rows of 4096, median
     of 7 rounds in turns, µs without / with the hint: forward 4096 rows 21.70 / 21.54, 8192
@@ -355,6 +364,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
         "row_stages": stages if staged else 0,
         "cluster_stages": 2 if fast_memory and not backward else 0,
         "cache_exp": 1,
+        "row_windows": 1,
         "row_hinted_min_mib": HINTED_MIN_MIB,
         "cluster_cache_hints": 0,
         "min_blocks": 1,
@@ -418,6 +428,8 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False,
     candidates = [default]
     for per_thread in (vector, 2 * vector, 4 * vector, cap):
         candidates.append({**default, **_fused_row_config(N, per_thread, cap)})
+    if N % vector:  # odd rows: element loads against windows
+        candidates.append({**default, "row_windows": 0})
     if -(-N // default["row_threads"]) <= cap:  # the default holds a row in one block
         candidates.append({**default, "row_hinted_min_mib": 0})
         if not backward:
@@ -462,7 +474,7 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("split_unroll", "column_unroll", "fused_column_unroll", "min_blocks", "cluster_min_blocks"):
         if config[key] < 1:
             raise ValueError(f"softmax kernels: {key} must be positive")
-    for key in ("cache_exp", "cluster_cache_hints", "split_cache_hints", "column_cache_hints"):
+    for key in ("cache_exp", "row_windows", "cluster_cache_hints", "split_cache_hints", "column_cache_hints"):
         if config[key] not in (0, 1):
             raise ValueError(f"softmax kernels: {key} must be 0 or 1, got {config[key]}")
     if config["row_hinted_min_mib"] < 0:
@@ -471,6 +483,11 @@ def _check_config(config: Dict[str, int]) -> None:
         if not (is_pow2(config[key]) and config[key] <= MAX_CLUSTER):
             raise ValueError(f"softmax kernels: {key} must be a power of two <= {MAX_CLUSTER} (1: no {what} "
                              f"clusters), got {config[key]}")
+
+
+def cluster_elements_cap(dtype: torch.dtype, backward: bool) -> int:
+    """Row elements one thread of a row cluster may hold in registers (see ``row_cluster_size``)."""
+    return min(fused_elements_cap(dtype, backward), CACHED_EXP_ELEMENTS)
 
 
 def fused_fits(N: int, dtype: torch.dtype, backward: bool, row_threads: int) -> bool:
@@ -486,6 +503,15 @@ def staged_fits(N: int, dtype: torch.dtype, row_threads: int, stages: int, clust
     return stages * -(-N // (cluster * span)) * span * dtype.itemsize <= STAGED_MAX_BYTES
 
 
+def windows_fit(N: int, dtype: torch.dtype, backward: bool, span: int, vector: int, cap: int) -> bool:
+    """Whether ``span`` threads hold a row of ``N`` read in windows of ``vector`` elements (see
+    ``row_fused_program``), at most ``cap`` elements each.  A row's windows may take a vector more
+    a thread than its elements; a backward, holding two inputs, keeps a vector of room below
+    ``cap`` (sm_90 ptxas: rows of 50257 bf16 in clusters of 1024-thread blocks, at the cap,
+    spilled 164 bytes a thread)."""
+    return -(-window_count(N, vector) // span) * vector <= cap - (vector if backward else 0)
+
+
 def row_cluster_size(N: int, dtype: torch.dtype, backward: bool, threads: int,
                      most: int = MAX_CLUSTER) -> Optional[int]:
     """Blocks of ``threads`` a row cluster needs to hold a row in registers, or None past ``most``.
@@ -493,7 +519,7 @@ def row_cluster_size(N: int, dtype: torch.dtype, backward: bool, threads: int,
     A thread holds at most ``CACHED_EXP_ELEMENTS`` elements, so the forward keeps its
     exponentials in registers too.
     """
-    per_thread = min(fused_elements_cap(dtype, backward), CACHED_EXP_ELEMENTS)
+    per_thread = cluster_elements_cap(dtype, backward)
     cluster = 2
     while cluster <= most:
         if -(-N // (cluster * threads)) <= per_thread:
@@ -766,8 +792,8 @@ def _cluster_share(T: Any, cluster: int, once: bool = True) -> Callable[..., Any
 
 def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, row_threads: int,
                       block_threads: int, cache_exp: int = 0, min_blocks: int = 1, cluster: int = 1,
-                      hinted: int = 0, staged: int = 0, row_stages: int = 1, out_dtype: Optional[str] = None,
-                      **_: Any) -> Any:
+                      hinted: int = 0, staged: int = 0, row_stages: int = 1, windowed: int = 0,
+                      out_dtype: Optional[str] = None, **_: Any) -> Any:
     """Rows of ``(R, N)`` held in registers: one read, one write.
 
     ``out_dtype``: the output's element type (default ``dtype``; a forward may write wider).
@@ -793,6 +819,14 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     synchronisation the staging needs.  With a cluster as well (the row cluster staged
     program), the groups that take rows in turn are clusters, each block staging its share of
     the row, and the blocks exchange their pairs once a row.
+
+    With ``windowed`` (fused or row cluster rows, not staged; ``vector`` a 16-byte access of the
+    widest tensor), rows that no 16-byte access can start (``windows``) are read and written in
+    aligned windows: thread ``lane``'s vector ``j`` is the row's window ``j * span + lane``, its
+    elements outside the row held as -inf (forward) or 0 (backward), which add nothing to the
+    row's maximum or sums, and never stored.  Every input's row stride must equal the output's
+    (``N``) modulo ``vector``, and every tensor start a whole vector, so that a row starts as
+    far into its first window in each.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -800,6 +834,8 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     if staged and (variant.backward or block_threads != row_threads or row_stages < 1):
         raise ValueError("softmax kernels: the row staged program holds one row a block (block_threads == "
                          "row_threads; in a row cluster, a share of one), of a forward, at least one row ahead")
+    if windowed and staged:
+        raise ValueError("softmax kernels: the row staged programs copy rows in whole 16-byte vectors, never windows")
     if clustered and block_threads != row_threads:
         raise ValueError("softmax kernels: each block of a row cluster holds one share of the row "
                          "(block_threads == row_threads)")
@@ -807,8 +843,9 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     # Threads that share a row: a block's, or a whole cluster's.
     span = cluster * row_threads
     chunk = span * vector
-    full_vecs = N // chunk
-    has_tail = N % chunk > 0
+    # Windowed, a thread folds every window it holds: those past the row's end hold the fill.
+    full_vecs = -(-window_count(N, vector) // span) if windowed else N // chunk
+    has_tail = not windowed and N % chunk > 0
     vecs = full_vecs + int(has_tail)
     cached = bool(cache_exp) and not variant.backward and not variant.log and vecs * vector <= CACHED_EXP_ELEMENTS
     reduce = _group_reduce(T, 1, row_threads)
@@ -821,6 +858,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     R = T.dynamic("R")
     row_policy = EVICT_LAST if hinted else None
     load = vector_load(T, row_policy, vector, dtype)
+    load_window, store_window = window_macros(T, N, vector, dtype, row_policy, fill_zero=variant.backward)
 
     @T.macro
     def load_row(src, buf, row, lane):
@@ -831,6 +869,30 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                 if (full_vecs * span + lane) * vector < N:
                     for k in T.vectorized(vector):
                         buf[full_vecs * vector + k] = src[row, (full_vecs * span + lane) * vector + k]
+
+    @T.macro
+    def first_window(at, slot, row, stride):
+        """``at[slot]``: the window that row ``row`` of a tensor of row ``stride`` starts in."""
+        at[slot] = T.cast(row, "int64") * stride // vector
+
+    @T.macro
+    def load_windows(src, buf, row, lane, first, skew):
+        if row < R:
+            for j in T.unroll(full_vecs):
+                load_window(buf, j * vector, src, first, j * span + lane, skew)
+
+    @T.macro
+    def store_windows(dst, a, b, e, o, st, row, lane, first, skew):
+        """Write this thread's windows of the row from ``e`` (cached exponentials), else from
+        ``a`` and ``b``, through ``o`` (one window of the output)."""
+        if row < R:
+            for j in T.unroll(full_vecs):
+                for k in T.unroll(vector):
+                    if cached:
+                        o[k] = T.cast(e[j * vector + k] * st[_FINAL], out_dtype)
+                    else:
+                        o[k] = output(a[j * vector + k], b[j * vector + k], st, 0)
+                store_window(dst, o, 0, first, j * span + lane, skew)
 
     # A block stages only its own share of a row: vector ``j`` of thread ``tx`` at
     # ``(j * row_threads + tx) * vector`` (with no cluster, where it lies in the row).
@@ -971,9 +1033,10 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             fold_row(st, _MAX, a, a, lane, True)
 
         @T.macro
-        def finish_row(Y, a, e, st, scratch, gathered, base, row, lane, rank, tx):
+        def finish_row(Y, a, e, st, scratch, gathered, base, row, lane, rank, tx, o, at):
             """Reduce this thread's row maximum, sum the exponentials, and write the row (a cluster's
-            blocks exchange their pairs through ``gathered[base:base + cluster]``)."""
+            blocks exchange their pairs through ``gathered[base:base + cluster]``; windowed, ``Y`` is
+            flat and the row's windows are written through ``o`` from ``at``)."""
             reduce(st, _MAX, scratch, 0, tx, True)
             safe_scaled(st, _OFFSET, _MAX)
             st[_SUM] = T.cast(0, ACCUM)
@@ -993,6 +1056,9 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                         gathered[base + rank, 0] == -T.infinity(ACCUM), T.cast(0, ACCUM),
                         T.exp2(st[_T2] - st[_OFFSET]),
                     )
+            if windowed:
+                store_windows(Y, a, a, e, o, st, row, lane, at[1], T.cast(at[2], "int32"))
+            elif cached:
                 store_cached(Y, e, st, row, lane)
             else:
                 store_row(Y, a, a, st, row, lane)
@@ -1035,7 +1101,7 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                         # The maximum has consumed ``a``: the slot may take the row row_stages ahead.
                         stage_row(X, staging, stage, group + (step + row_stages) * (blocks // cluster), lane, tx)
                         finish_row(Y, a, e, st, scratch, gathered, (step % 2) * cluster,
-                                   group + step * (blocks // cluster), lane, rank, tx)
+                                   group + step * (blocks // cluster), lane, rank, tx, None, None)
 
             return softmax_row_staged
 
@@ -1055,10 +1121,24 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                 gathered = T.alloc_shared((cluster, 2), ACCUM, scope="shared") if clustered else None
                 if clustered:
                     T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
-                T.assume(LDX % vector == 0)
-                load_row(X, a, row, lane)
-                fold_max(st, a, lane)
-                finish_row(Y, a, e, st, scratch, gathered, 0, row, lane, rank, tx)
+                if windowed:
+                    # The rows as flat runs of memory; ``at``: the row's first window in X and in
+                    # Y, then its skew into them.
+                    XF = T.Tensor((R * LDX,), dtype, X.data)
+                    YF = T.Tensor((R * N,), out_dtype, Y.data)
+                    at = T.alloc_local((3,), "int64")
+                    o = T.alloc_local((vector,), out_dtype)
+                    first_window(at, 0, row, LDX)
+                    first_window(at, 1, row, N)
+                    at[2] = T.cast(row, "int64") * LDX - at[0] * vector
+                    load_windows(XF, a, row, lane, at[0], T.cast(at[2], "int32"))
+                    fold_max(st, a, lane)
+                    finish_row(YF, a, e, st, scratch, gathered, 0, row, lane, rank, tx, o, at)
+                else:
+                    T.assume(LDX % vector == 0)
+                    load_row(X, a, row, lane)
+                    fold_max(st, a, lane)
+                    finish_row(Y, a, e, st, scratch, gathered, 0, row, lane, rank, tx, None, None)
 
         return softmax_row_fused
 
@@ -1083,10 +1163,22 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
             if clustered:
                 gathered = T.alloc_shared((cluster, 2), ACCUM, scope="shared")  # see the forward
                 T.cluster_arrive_relaxed()  # paired with the wait before the first remote store
-            T.assume(LDG % vector == 0)
-            T.assume(LDY % vector == 0)
-            load_row(G, a, row, lane)
-            load_row(Yv, b, row, lane)
+            if windowed:
+                # ``at``: the row's first window in G, Yv and DX, then its skew into them.
+                GF = T.Tensor((R * LDG,), dtype, G.data)
+                YF = T.Tensor((R * LDY,), dtype, Yv.data)
+                at = T.alloc_local((4,), "int64")
+                first_window(at, 0, row, LDG)
+                first_window(at, 1, row, LDY)
+                first_window(at, 2, row, N)
+                at[3] = T.cast(row, "int64") * LDG - at[0] * vector
+                load_windows(GF, a, row, lane, at[0], T.cast(at[3], "int32"))
+                load_windows(YF, b, row, lane, at[1], T.cast(at[3], "int32"))
+            else:
+                T.assume(LDG % vector == 0)
+                T.assume(LDY % vector == 0)
+                load_row(G, a, row, lane)
+                load_row(Yv, b, row, lane)
             st[_SUM] = T.cast(0, ACCUM)
             fold_row(st, _SUM, a, b, lane, False)
             reduce(st, _SUM, scratch, 0, tx, False)
@@ -1095,7 +1187,12 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                 st[_SUM] = gathered[0, 0]
                 for k in T.unroll(1, cluster):
                     st[_SUM] = st[_SUM] + gathered[k, 0]
-            store_row(DX, a, b, st, row, lane)
+            if windowed:
+                DF = T.Tensor((R * N,), out_dtype, DX.data)
+                o = T.alloc_local((vector,), out_dtype)
+                store_windows(DF, a, b, None, o, st, row, lane, at[2], T.cast(at[3], "int32"))
+            else:
+                store_row(DX, a, b, st, row, lane)
 
     return softmax_bwd_row_fused
 
@@ -1922,8 +2019,9 @@ class SoftmaxFamilyKernel(Kernel):
 
     variant: SoftmaxVariant = SoftmaxVariant(backward=False, log=False)
     # "2": fused rows take the hint per call, from ``row_hinted_min_mib`` on (was ``row_cache_hints``);
-    # "3": the row staged program (``row_stages``); "4": the row cluster staged program (``cluster_stages``).
-    version = "4"
+    # "3": the row staged program (``row_stages``); "4": the row cluster staged program (``cluster_stages``);
+    # "5": odd rows in windows (``row_windows``).
+    version = "5"
 
     def __init__(
         self,
@@ -1946,6 +2044,8 @@ class SoftmaxFamilyKernel(Kernel):
         widest = out_dtype if out_dtype is not None and out_dtype.itemsize > dtype.itemsize else dtype
         self._row_vector = row_vector(self.N, widest)
         self._max_vector = max_vector(widest)
+        # Rows no 16-byte access can start may be read in windows (``windows_allowed``).
+        self._may_window = self.N % self._max_vector != 0
         super().__init__(dtype, config=config, tune=tune, out_dtype=out_dtype)
 
     # ---- configs -----------------------------------------------------------------------------
@@ -2002,8 +2102,42 @@ class SoftmaxFamilyKernel(Kernel):
             return math.inf
         return STAGED_CLUSTER_MIN_TURNS * (sm_count // STAGED_CLUSTER)
 
-    def row_programs(self, rows: int, vector: int, sm_count: int) -> Tuple[Tuple[str, ...], ProgramParams]:
-        """The programs ``rows`` rows launch, with their shape parameters."""
+    def row_programs(self, rows: int, vector: int, sm_count: int,
+                     windows: bool = False) -> Tuple[Tuple[str, ...], ProgramParams]:
+        """The programs ``rows`` rows launch, with their shape parameters; ``windows``: the rows
+        may be read in windows (``windows_allowed``), which the fused and row cluster programs
+        take where ``vector`` is narrower than 16 bytes and the windows fit their registers."""
+        names, params = self._row_programs(rows, vector, sm_count)
+        if windows and self.config["row_windows"] and vector < self._max_vector and names[0] in (ROW_FUSED, ROW_CLUSTER):
+            return names, self._windowed_params(names[0], rows, params) or params
+        return names, params
+
+    def _windowed_params(self, name: str, rows: int, params: ProgramParams) -> Optional[ProgramParams]:
+        """``params`` of program ``name`` (fused or row cluster) read in 16-byte windows, or None
+        where the windows would not fit the registers of the row's threads."""
+        vector, backward, config = self._max_vector, self.variant.backward, self.config
+        if name == ROW_FUSED:
+            span, cap = config["row_threads"], fused_elements_cap(self.dtype, backward)
+            extra = (("hinted", int(self.hints_rows(rows, vector))),)
+        else:
+            cluster = dict(params)["cluster"]
+            span, cap = cluster * config["cluster_threads"], cluster_elements_cap(self.dtype, backward)
+            extra = (("cluster", cluster),)
+        if not windows_fit(self.N, self.dtype, backward, span, vector, cap):
+            return None
+        return self.row_params(vector) + extra + (("windowed", 1),)
+
+    def windows_allowed(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether rows of ``tensors`` (``(*inputs, out)``, 2-D) may be read in 16-byte windows:
+        ``N`` is not a multiple of one, every tensor starts on one, and every row starts as far
+        into its window in each (row strides equal to ``N`` modulo a window)."""
+        vector = self._max_vector
+        if not self._may_window:
+            return False
+        return all(widest_access(tensor, 0, vector) == vector
+                   and (tensor.shape[0] == 1 or (tensor.stride(0) - self.N) % vector == 0) for tensor in tensors)
+
+    def _row_programs(self, rows: int, vector: int, sm_count: int) -> Tuple[Tuple[str, ...], ProgramParams]:
         if self.fused():
             if self.stages_rows(vector):
                 return (ROW_STAGED,), self.row_params(vector)
@@ -2058,7 +2192,7 @@ class SoftmaxFamilyKernel(Kernel):
         (for ``inner == 1``, ``outer`` is the number of rows)."""
         if inner == 1:
             vector = self._row_vector if vector is None else vector
-            names, params = self.row_programs(outer, vector, sm_count)
+            names, params = self.row_programs(outer, vector, sm_count, windows=self._may_window)
             return [(name, params) for name in names]
         cvec = largest_pow2_divisor(inner, self._max_vector) if vector is None else vector
         names, params = self.column_programs(outer, inner, cvec, sm_count)
@@ -2159,6 +2293,8 @@ class SoftmaxFamilyKernel(Kernel):
         out = tensors[-1]
         if out.dim() == 2:
             key: Tuple[Any, ...] = (access_alignment(tensors, (0,)),)
+            if self._may_window:
+                key += (self.windows_allowed(tensors),)
             if self._fuses_rows():
                 key += (out.shape[0] >= self._launch_plans.get("hinted rows", self.least_hinted_rows),)
             else:
@@ -2185,7 +2321,7 @@ class SoftmaxFamilyKernel(Kernel):
             vector = self._row_vector
             for tensor in tensors:
                 vector = widest_access(tensor, tensor.stride(0), vector)
-            return self.row_programs(out.shape[0], vector, sm_count)
+            return self.row_programs(out.shape[0], vector, sm_count, self.windows_allowed(tensors))
         inner = out.shape[2]
         cvec = largest_pow2_divisor(inner, self._max_vector)
         for tensor in tensors:
