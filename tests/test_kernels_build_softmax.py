@@ -41,6 +41,7 @@ from tileops.kernels.softmax.softmax import (
 from tileops.kernels.softmax import softmax as softmax_module
 from tileops.kernels.launch import int32_launch_ranges
 from tileops.kernels.sizes import max_vector
+from tileops.kernels.windows import window_count
 from tileops.ops.softmax.base import SoftmaxFamilyOp, kernel_view
 from tests.toolchain import divisions_at_accesses, needs_nvcc, ptxas_report
 
@@ -436,25 +437,30 @@ def test_fused_rows_past_a_power_of_two_keep_their_threads_busy(N: int, dtype: t
     # A row of a block or more: every thread holds whole vectors of it, as many as the
     # heuristic's target (two, or one for the half-precision backward), and the row takes the
     # most threads that do; a row just past a power of two no longer gets twice the threads,
-    # most of them holding one vector.
+    # most of them holding one vector.  A forward row read in windows counts windows, four a
+    # thread at least (``WINDOWED_ROW_WINDOWS``).
     config = softmax_default_config(N, dtype, backward)
     threads, vector = config["row_threads"], max_vector(dtype)
     target = 1 if backward and dtype.itemsize == 2 else 2
+    held = N // vector
+    if config["row_windows"] and N % vector:
+        target, held = softmax_module.WINDOWED_ROW_WINDOWS, window_count(N, vector)
     if threads < 1024:
-        assert N // (threads * vector) >= target
-        assert N // (2 * threads * vector) < target
+        assert held // threads >= target
+        assert held // (2 * threads) < target
         assert -(-N // threads) <= fused_elements_cap(dtype, backward)
 
 
 def test_fused_rows_layouts() -> None:
     # Rows a power-of-two multiple of the target keep their layouts, rows past one of a block or
-    # more halve them, and rows that share a block keep the fewest threads that hold them.
+    # more halve them, and rows that share a block keep the fewest threads that hold them (a row
+    # read one element at a time, 127 wide: 8 elements a thread forward, 4 backward).
     bf16 = torch.bfloat16
     assert [softmax_default_config(n, bf16)["row_threads"] for n in (100, 127, 1000, 1500, 2100, 4096, 4104, 6000,
                                                                      8192, 12288, 32768)] \
-        == [8, 8, 64, 128, 128, 256, 256, 256, 512, 512, 1024]
+        == [8, 16, 64, 128, 128, 256, 256, 256, 512, 512, 1024]
     assert [softmax_default_config(n, bf16, True)["row_threads"] for n in (127, 4096, 4104, 8192, 8200)] \
-        == [16, 512, 512, 1024, 1024]
+        == [32, 512, 512, 1024, 1024]
     assert [softmax_default_config(n, torch.float32)["row_threads"] for n in (100, 4096, 4104, 8192)] \
         == [16, 512, 512, 1024]
 
@@ -825,7 +831,7 @@ def test_launch_plans_follow_each_calls_alignment(monkeypatch: pytest.MonkeyPatc
 
 
 def test_odd_rows_take_windows_where_every_row_starts_alike(monkeypatch: pytest.MonkeyPatch) -> None:
-    kernel = SoftmaxFwdKernel(127, torch.bfloat16)
+    kernel = SoftmaxFwdKernel(127, torch.bfloat16, config={"row_windows": 1})
     launched = _recorded_plans(kernel, monkeypatch)
     windowed = (ROW_FUSED, (("vector", 8), ("hinted", 0), ("windowed", 1)))
     buffer = torch.empty(4 * 136 + 8, dtype=torch.bfloat16)
@@ -850,9 +856,9 @@ def test_odd_rows_take_windows_where_every_row_starts_alike(monkeypatch: pytest.
 
 def test_odd_rows_of_a_wider_output_take_its_windows() -> None:
     """A float32 output of bfloat16 rows: windows of four elements, 8 bytes of the input."""
-    kernel = SoftmaxFwdKernel(127, torch.bfloat16, out_dtype=torch.float32)
-    x = torch.empty(64, 127, dtype=torch.bfloat16)
-    (_, params), = kernel.programs_for(x, torch.empty(64, 127))
+    kernel = SoftmaxFwdKernel(4097, torch.bfloat16, out_dtype=torch.float32)
+    x = torch.empty(64, 4097, dtype=torch.bfloat16)
+    (_, params), = kernel.programs_for(x, torch.empty(64, 4097))
     assert dict(params)["vector"] == 4 and dict(params)["windowed"] == 1
 
 
@@ -883,13 +889,35 @@ def test_windows_fit_the_registers_of_the_rows_threads() -> None:
 ], ids=str)
 def test_windowed_programs_move_16_bytes_and_spill_nothing(kernel_cls, N: int, dtype: torch.dtype, outer: int,
                                                           out_dtype, tmp_path) -> None:
-    kernel = kernel_cls(N, dtype, out_dtype=out_dtype)
+    kernel = kernel_cls(N, dtype, out_dtype=out_dtype, config={"row_windows": 1})
     (name, params), = kernel.program_specs(1, outer=outer)
     assert dict(params)["windowed"] == 1
     source = kernel.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
     body = source[source.index("__global__ void __launch_bounds__"):]
+    # The rows are read through flat views, from the window each starts in.
+    assert ("XF" in body or "GF" in body) and "skew" in body
     # Whole windows: one 16-byte access of the output (of the input too, where it is as wide).
     assert body.count("*(uint4*)(") + body.count("*(float4*)(") >= (1 if out_dtype else 2)
     assert not divisions_at_accesses(source), name
     report = ptxas_report(source, str(tmp_path))
     assert report["spill_bytes"] == 0, report
+
+
+def test_windows_by_default_where_they_pay() -> None:
+    """Forward rows a block or more wide whose threads each take four windows or more, and the
+    forward's row clusters, read odd rows in windows; shorter rows and the backwards read them an
+    element at a time, a short row's threads holding 8 elements (forward) or 4 (backward)."""
+    layouts = {(N, backward): (config["row_threads"], config["row_windows"])
+               for N in (127, 2049, 4097, 6001, 12289, 50257) for backward in (False, True)
+               for config in [softmax_default_config(N, torch.bfloat16, backward)]}
+    assert layouts == {
+        (127, False): (16, 0), (127, True): (32, 0),
+        (2049, False): (128, 0), (2049, True): (256, 0),
+        (4097, False): (128, 1), (4097, True): (512, 0),
+        (6001, False): (128, 1), (6001, True): (512, 0),
+        (12289, False): (512, 1), (12289, True): (1024, 0),
+        (50257, False): (1024, 1), (50257, True): (1024, 0),
+    }
+    # Rows a 16-byte access can start keep their layouts.
+    assert softmax_default_config(4104, torch.bfloat16)["row_threads"] == 256
+    assert softmax_default_config(100, torch.bfloat16)["row_threads"] == 8

@@ -211,9 +211,9 @@ ROW_GAPS = (0, 8, 3)
 
 
 def windowed_case(name: str, N: int, dtype: torch.dtype, rows: int, gap: int, device: str = "cuda"):
-    """The op, its kernel, and inputs of ``rows`` rows ``N + gap`` elements apart (a forward's
-    rows masked as ``_mask_forward_rows`` does)."""
-    op, kernel = _op_and_kernel(name, N, dtype)
+    """The op, its kernel with windows on (``row_windows``), and inputs of ``rows`` rows ``N + gap``
+    elements apart (a forward's rows masked as ``_mask_forward_rows`` does)."""
+    op, kernel = _op_and_kernel(name, N, dtype, row_windows=1)
     x = torch.randn(rows, N + gap, device=device, dtype=dtype)[:, :N]
     if not name.endswith("BwdOp"):
         _mask_forward_rows(x)

@@ -162,6 +162,11 @@ CLUSTER_MIN_THREADS_PER_SM = {True: BACKWARD_CLUSTER_THREADS, False: FORWARD_CLU
 # least this many rows a cluster of the wave (fewer leave no next row to stage).
 STAGED_CLUSTER = 2
 STAGED_CLUSTER_MIN_TURNS = 2
+# Windows a thread of a fused forward row holds at least, where rows are read in windows
+# (``_windowed_row_config``); shorter rows read their elements one at a time.
+WINDOWED_ROW_WINDOWS = 4
+# Elements a thread of a short row read one element at a time holds, forward and backward.
+ONE_ELEMENT_ROW_ELEMENTS = {False: 8, True: 4}
 # Column tiles span at most this many threads across the inner extent.
 MAX_COL_THREADS = 32
 LOG2E = 1.4426950408889634
@@ -241,6 +246,22 @@ def _fused_row_config(N: int, per_thread: int, cap: int) -> Dict[str, int]:
         while row_threads < MAX_THREADS and -(-N // row_threads) > cap:
             row_threads *= 2
     return {"row_threads": row_threads, "block_threads": max(row_threads, MIN_BLOCK_THREADS)}
+
+
+def _windowed_row_config(N: int, dtype: torch.dtype, cap: int) -> Optional[Dict[str, int]]:
+    """Threads of a fused forward row read in 16-byte windows, or None where the row is too short
+    for windows to pay: each thread takes at least ``WINDOWED_ROW_WINDOWS`` windows, in blocks of
+    at least ``MIN_BLOCK_THREADS`` threads, doubled while it would hold more than ``cap`` elements."""
+    vector = max_vector(dtype)
+    windows = window_count(N, vector)
+    threads = min(MAX_THREADS, prev_pow2(max(1, windows // WINDOWED_ROW_WINDOWS)))
+    while -(-windows // threads) * vector > cap:
+        if threads == MAX_THREADS:
+            return None
+        threads *= 2
+    if threads < MIN_BLOCK_THREADS:
+        return None
+    return {"row_threads": threads, "block_threads": threads}
 
 
 def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
@@ -355,7 +376,15 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
     """
     vector = max_vector(dtype)
     vectors = 1 if backward and dtype.itemsize == 2 else 2
-    rows = _fused_row_config(N, vectors * vector, fused_elements_cap(dtype, backward))
+    cap = fused_elements_cap(dtype, backward)
+    windowed = None if backward or N % vector == 0 else _windowed_row_config(N, dtype, cap)
+    rows = windowed or _fused_row_config(N, vectors * vector, cap)
+    if windowed is None and row_vector(N, dtype) == 1:
+        short = _fused_row_config(N, ONE_ELEMENT_ROW_ELEMENTS[backward], cap)
+        if short["row_threads"] <= MIN_BLOCK_THREADS:
+            rows = short
+    # Windows for the forward's fused rows where they pay, and its row clusters.
+    row_windows = not backward and (windowed is not None or not fused_fits(N, dtype, backward, rows["row_threads"]))
     whole_block = rows["row_threads"] == MAX_THREADS and fused_fits(N, dtype, backward, MAX_THREADS)
     stages = 2 if log else 1
     staged = fast_memory and not backward and whole_block and staged_fits(N, dtype, MAX_THREADS, stages)
@@ -364,7 +393,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
         "row_stages": stages if staged else 0,
         "cluster_stages": 2 if fast_memory and not backward else 0,
         "cache_exp": 1,
-        "row_windows": 1,
+        "row_windows": int(row_windows),
         "row_hinted_min_mib": HINTED_MIN_MIB,
         "cluster_cache_hints": 0,
         "min_blocks": 1,
@@ -1949,12 +1978,13 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
 
 def row_cluster_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: int, cluster: int,
                         cluster_threads: int, cluster_min_blocks: int = 1, cache_exp: int = 0,
-                        cluster_cache_hints: int = 0, out_dtype: Optional[str] = None, **_: Any) -> Any:
+                        cluster_cache_hints: int = 0, windowed: int = 0, out_dtype: Optional[str] = None,
+                        **_: Any) -> Any:
     """A row held by a cluster of ``cluster`` blocks of ``cluster_threads`` threads (see ``row_fused_program``),
     built for ``cluster_min_blocks`` blocks an SM; ``cluster_cache_hints`` is its ``hinted``."""
     return row_fused_program(N, dtype, variant, vector=vector, row_threads=cluster_threads,
                              block_threads=cluster_threads, cache_exp=cache_exp, min_blocks=cluster_min_blocks,
-                             cluster=cluster, hinted=cluster_cache_hints, out_dtype=out_dtype)
+                             cluster=cluster, hinted=cluster_cache_hints, windowed=windowed, out_dtype=out_dtype)
 
 
 def row_staged_program(N: int, dtype: str, variant: SoftmaxVariant, **config: Any) -> Any:
