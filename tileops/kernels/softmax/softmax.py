@@ -357,7 +357,17 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
     staging lost: 13.2 against 11.9.
     ``row_windows``: fused and row cluster rows that no 16-byte access can start (``N`` odd, say)
     are read and written in aligned 16-byte windows where a call's tensors allow it (see
-    ``row_fused_program``; 0: accesses of as many elements as divide ``N``).
+    ``row_fused_program``; 0: accesses of as many elements as divide ``N``).  On by default for
+    the forward's fused rows of at least ``WINDOWED_ROW_WINDOWS`` windows a thread and its row
+    clusters; the backwards keep element loads, which won there.  H200, bf16, median of 7 rounds
+    in turns, µs, windows / element loads (torch.compile): forward 8192 x 4097 36.9 / 41.2
+    (125.5), 8192 x 6001 50.9 / 59.2 (133.6), 256 x 50257 in a row cluster 27.2 / 28.2 (78.8),
+    log-softmax 2048 x 50257 171.9 / 180.4 (263.2); 8192 x 4097 in windows on 512 / 256 / 128
+    threads 67.7 / 43.3 / 36.9; backward 8192 x 4097 in 512 threads 93.1 against 59.8 (93.6),
+    65536 x 127 27.9 against 18.3.  Short rows read an element at a time
+    (``ONE_ELEMENT_ROW_ELEMENTS``) take more threads than rows of 16-byte accesses: forward
+    65536 x 127 14.0 in 16 threads against 24.1 in 8 (20.4), 16384 x 1001 20.9 in 128 against
+    21.5 in 64 (23.4); backward 65536 x 127 16.5 in 32 against 18.4 in 16 (17.8).
     ``row_hinted_min_mib``: fused rows load with ``evict_last`` on calls whose inputs take at
     least this many MiB (0: every call), ``HINTED_MIN_MIB``.  H100, bf16 rows of 4096, median
     of 7 rounds in turns, µs without / with the hint: forward 4096 rows 21.70 / 21.54, 8192
