@@ -57,3 +57,19 @@ def test_a_kernel_that_does_not_compile(project: Path) -> None:
     assert run.error_keys() == {("kernel", OP, rule)}
     assert "does not build for sm_90" in run.message("kernel", OP, rule)
     assert run.returncode == 1
+
+
+def test_kernels_built_side_by_side_report_in_manifest_order(project: Path) -> None:
+    # With two kernels or more the builds run in spawned processes (one a core): a broken one is
+    # still its own finding, the other still builds, and the timings keep the manifest's order.
+    other = "CumsumFwdOp"
+    manifest = load_manifest(project / "manifest", project)
+    kernel = manifest.op(OP).kernels[0]
+    with (project / kernel.path).open("a") as handle:
+        handle.write(BROKEN_PROGRAM.format(kernel=kernel.class_name))
+    run = run_validator(project, "--levels", "kernel", "--op", OP, "--op", other)
+    assert run.error_keys() == {("kernel", OP, f"kernel_map.{kernel.key}")}
+    builds = [name.split(" (")[0] for name in run.report["levels"][0]["timings"] if "." in name.split(" (")[0]]
+    expected = [f"{op.name}.{ref.key}" for op in manifest.ops if op.name in (OP, other) for ref in op.kernels]
+    assert builds == expected
+    assert run.returncode == 1

@@ -6,19 +6,24 @@ constructed for the first workload (its shapes, first dtype and params) and
 ``build_all_for_sm90()`` when the kernel offers it (kernels with several
 programs) or the ``Kernel`` base's ``build_for_sm90()``.  nvcc is enough:
 TileLang accepts an explicit ``sm_90`` target.  Spec-only ops are skipped
-with a warning (their kernel may still be a skeleton).
+with a warning (their kernel may still be a skeleton).  Kernels build in one
+spawned process a core (``build_jobs``): the builds are independent, and one
+after another they took most of CI's time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import multiprocessing
 import os
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from codegen.model import KernelRef, OpSpec
+from codegen.model import KernelRef, Manifest, OpSpec
 
 from .cases import ACCEPT, Case, workload_case
 from .context import SPEC_ONLY, Context, missing_method, short_error, where
@@ -80,6 +85,41 @@ def build_one(op: OpSpec, cls: type, case: Case, ref: KernelRef) -> Tuple[Option
     return None, time.perf_counter() - started, programs
 
 
+def _build_in_worker(manifest: Manifest, op: OpSpec, ref: KernelRef, root: Path) -> Tuple[Optional[Finding], float, int]:
+    """``build_one`` in a spawned process, which imports the op's class and makes its case itself."""
+    ctx = Context(manifest, (op,), root)
+    cls, problems = ctx.class_or_finding(op, LEVEL)
+    case = build_case(ctx, op)
+    if cls is None or case is None:  # the parent found both; a worker that does not is a finding
+        return (problems[0] if problems else Finding(LEVEL, op.name, f"kernel_map.{ref.key}", where(ref.location),
+                                                     "the build process found no class or case"), 0.0, 0)
+    return build_one(op, cls, case, ref)
+
+
+def build_jobs(kernels: int) -> int:
+    """Processes the kernel builds take: one a core (``TILEOPS_BUILD_JOBS`` overrides), at most one a kernel."""
+    wanted = int(os.environ.get("TILEOPS_BUILD_JOBS", "0")) or os.cpu_count() or 1
+    return max(1, min(wanted, kernels))
+
+
+def _build_all(ctx: Context, builds: Sequence[Tuple[OpSpec, type, Case, KernelRef]]
+               ) -> List[Tuple[Optional[Finding], float, int]]:
+    """``build_one`` of every build, in order; in spawned processes where there are several."""
+    jobs = build_jobs(len(builds))
+    if jobs == 1:
+        return [build_one(*build) for build in builds]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_build_in_worker, ctx.manifest, op, ref, ctx.root) for op, _, _, ref in builds]
+        results = []
+        for (op, _, _, ref), future in zip(builds, futures):
+            try:
+                results.append(future.result())
+            except Exception as exc:  # the worker itself failed (killed, or a result it could not send)
+                results.append((Finding(LEVEL, op.name, f"kernel_map.{ref.key}", where(ref.location),
+                                        f"{ref.class_name}: its build process failed: {short_error(exc)}"), 0.0, 0))
+        return results
+
+
 def _import_tilelang() -> float:
     """Import TileLang up front, so that the first kernel's time is its build alone."""
     started = time.perf_counter()
@@ -93,6 +133,7 @@ def check(ctx: Context) -> Tuple[List[Finding], str, Dict[str, float]]:
     findings: List[Finding] = []
     timings: Dict[str, float] = {}
     built = programs = 0
+    builds: List[Tuple[OpSpec, type, Case, KernelRef]] = []
     if any(op.status != SPEC_ONLY for op in ctx.selected):
         timings["import tilelang (once)"] = _import_tilelang()
     for op in ctx.selected:
@@ -113,12 +154,12 @@ def check(ctx: Context) -> Tuple[List[Finding], str, Dict[str, float]]:
             findings.append(Finding(LEVEL, op.name, "workloads", where(op.location),
                                     "no workload and no accepted case to build the kernels for"))
             continue
-        for ref in op.kernels:
-            finding, seconds, count = build_one(op, cls, case, ref)
-            timings[f"{op.name}.{ref.key} ({ref.class_name}, {counted(count, 'program')})"] = seconds
-            if finding is not None:
-                findings.append(finding)
-            else:
-                built += 1
-                programs += count
+        builds += [(op, cls, case, ref) for ref in op.kernels]
+    for (op, _, _, ref), (finding, seconds, count) in zip(builds, _build_all(ctx, builds)):
+        timings[f"{op.name}.{ref.key} ({ref.class_name}, {counted(count, 'program')})"] = seconds
+        if finding is not None:
+            findings.append(finding)
+        else:
+            built += 1
+            programs += count
     return findings, f"{counted(built, 'kernel')}, {counted(programs, 'program')} for sm_90", timings
