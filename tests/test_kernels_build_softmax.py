@@ -735,12 +735,16 @@ def test_column_cluster_size(blocks: int, N: int, most: int, expected: int) -> N
 
 
 @needs_nvcc
+@pytest.mark.parametrize("fast_memory", [False, True], ids=["slow_memory", "fast_memory"])
 @pytest.mark.parametrize("kernel_cls", [SoftmaxFwdKernel, SoftmaxBwdKernel, LogSoftmaxFwdKernel, LogSoftmaxBwdKernel],
                          ids=str)
-def test_column_cluster_program_builds_for_sm90(kernel_cls, tmp_path) -> None:
+def test_column_cluster_program_builds_for_sm90(kernel_cls, fast_memory, tmp_path, monkeypatch) -> None:
     # The middle axis of 64 x 4096 x 64 cut between two blocks: launched as a cluster, the
-    # blocks' column states stored into each other's shared memory, and no spills.
+    # blocks' column states stored into each other's shared memory, and no spills, with four
+    # vectors a thread in flight, or on fast memory eight.
+    monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: fast_memory)
     kernel = kernel_cls(4096, torch.bfloat16)
+    assert kernel.config["fused_column_unroll"] == (8 if fast_memory else 4)
     specs = kernel.program_specs(64, outer=64)
     assert [(name, dict(params)["cluster"]) for name, params in specs] == [(COLUMN_FUSED, 2)]
     source = kernel.compile_program(*specs[0], target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()

@@ -167,6 +167,9 @@ STAGED_CLUSTER_MIN_TURNS = 2
 WINDOWED_ROW_WINDOWS = 4
 # Elements a thread of a short row read one element at a time holds, forward and backward.
 ONE_ELEMENT_ROW_ELEMENTS = {False: 8, True: 4}
+# 16-byte vectors of each input a fused column thread has in flight, on fast memory
+# (``device_traits``) and elsewhere (see ``softmax_default_config``).
+FUSED_COLUMN_UNROLL = {True: 8, False: 4}
 # Column tiles span at most this many threads across the inner extent.
 MAX_COL_THREADS = 32
 LOG2E = 1.4426950408889634
@@ -346,7 +349,17 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
     64 in clusters of two 42.7 against 44.8 µs, log-softmax 42.7 against
     48.0; 256 x 512 x 64, one block a column group, 23.2 against 31.9;
     8 x 8192 x 256 in clusters of four 69.3 against 68.7, log-softmax 69.7
-    against 72.3; 1 x 4096 x 1024 23.2 against 23.4).
+    against 72.3; 1 x 4096 x 1024 23.2 against 23.4).  On fast memory eight won again, forward
+    and backward (H200, bf16, median of 7 rounds in turns, µs, four / eight vectors
+    (torch.compile)): 64 x 4096 x 64 forward 36.2 / 33.0 (53.4), log-softmax 36.0 / 32.1 (58.9),
+    backward 40.4 / 37.8 (47.5), log-softmax backward 30.8 / 30.6 (40.9); 8 x 8192 x 256 forward
+    61.2 / 54.2 (51.8), backward 53.9 / 50.0 (46.5); 16 x 32768 x 64 forward 112.4 / 98.8
+    (83.6), backward 104.8 / 97.5 (82.4); 1 x 4096 x 1024 forward 21.4 / 19.8 (29.2), backward
+    15.7 / 15.6 (22.4).  There 256 and 1024 threads lost to 512 (64 x 4096 x 64 forward 43.9
+    and 39.7 against 36.4), and the forward's column hints helped where the input fits well in
+    L2 (32 MiB: 64 x 4096 x 64 30.8 against 33.0 with eight vectors, 8 x 8192 x 256 52.2 against
+    54.2) and lost where it does not (64 MiB, 16 x 32768 x 64: 101.3 against 98.8), so they stay
+    off.
     ``cluster_stages`` (forward, fast memory): rows each block of the row cluster staged program
     copies ahead (``stages_clusters``; 0: rows too long for a block take the row cluster
     program).  H200, bf16 1024 x 65536, median of 7 rounds in turns, µs: softmax one row a
@@ -415,7 +428,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
         "column_threads": 256,
         "column_unroll": 4,
         "fused_column_threads": 512,
-        "fused_column_unroll": 4,
+        "fused_column_unroll": FUSED_COLUMN_UNROLL[fast_memory],
         "column_cache_hints": 1 if backward else 0,
         "column_cluster": MAX_CLUSTER,
     }
