@@ -73,3 +73,17 @@ def test_kernels_built_side_by_side_report_in_manifest_order(project: Path) -> N
     expected = [f"{op.name}.{ref.key}" for op in manifest.ops if op.name in (OP, other) for ref in op.kernels]
     assert builds == expected
     assert run.returncode == 1
+
+
+def test_build_jobs_follow_the_cores_or_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from validator.kernels import build_jobs
+
+    monkeypatch.delenv("TILEOPS_BUILD_JOBS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 6)
+    assert (build_jobs(38), build_jobs(4), build_jobs(1)) == (6, 4, 1)
+    monkeypatch.setenv("TILEOPS_BUILD_JOBS", "3")
+    assert build_jobs(38) == 3
+    for bad in ("0", "-2", "two"):
+        monkeypatch.setenv("TILEOPS_BUILD_JOBS", bad)
+        with pytest.raises(ValueError, match="TILEOPS_BUILD_JOBS"):
+            build_jobs(38)

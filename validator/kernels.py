@@ -98,7 +98,10 @@ def _build_in_worker(manifest: Manifest, op: OpSpec, ref: KernelRef, root: Path)
 
 def build_jobs(kernels: int) -> int:
     """Processes the kernel builds take: one a core (``TILEOPS_BUILD_JOBS`` overrides), at most one a kernel."""
-    wanted = int(os.environ.get("TILEOPS_BUILD_JOBS", "0")) or os.cpu_count() or 1
+    setting = os.environ.get("TILEOPS_BUILD_JOBS", "").strip()
+    if setting and not (setting.isdigit() and int(setting) > 0):
+        raise ValueError(f"TILEOPS_BUILD_JOBS must be a positive whole number of processes, got {setting!r}")
+    wanted = int(setting) if setting else os.cpu_count() or 1
     return max(1, min(wanted, kernels))
 
 
