@@ -105,10 +105,9 @@ def build_jobs(kernels: int) -> int:
     return max(1, min(wanted, kernels))
 
 
-def _build_all(ctx: Context, builds: Sequence[Tuple[OpSpec, type, Case, KernelRef]]
+def _build_all(ctx: Context, builds: Sequence[Tuple[OpSpec, type, Case, KernelRef]], jobs: int
                ) -> List[Tuple[Optional[Finding], float, int]]:
-    """``build_one`` of every build, in order; in spawned processes where there are several."""
-    jobs = build_jobs(len(builds))
+    """``build_one`` of every build, in order; in ``jobs`` spawned processes where there are several."""
     if jobs == 1:
         return [build_one(*build) for build in builds]
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -137,8 +136,6 @@ def check(ctx: Context) -> Tuple[List[Finding], str, Dict[str, float]]:
     timings: Dict[str, float] = {}
     built = programs = 0
     builds: List[Tuple[OpSpec, type, Case, KernelRef]] = []
-    if any(op.status != SPEC_ONLY for op in ctx.selected):
-        timings["import tilelang (once)"] = _import_tilelang()
     for op in ctx.selected:
         if op.status == SPEC_ONLY:
             findings.append(Finding(LEVEL, op.name, "status", where(op.location),
@@ -158,7 +155,10 @@ def check(ctx: Context) -> Tuple[List[Finding], str, Dict[str, float]]:
                                     "no workload and no accepted case to build the kernels for"))
             continue
         builds += [(op, cls, case, ref) for ref in op.kernels]
-    for (op, _, _, ref), (finding, seconds, count) in zip(builds, _build_all(ctx, builds)):
+    jobs = build_jobs(len(builds))
+    if builds and jobs == 1:  # spawned builders import TileLang themselves
+        timings["import tilelang (once)"] = _import_tilelang()
+    for (op, _, _, ref), (finding, seconds, count) in zip(builds, _build_all(ctx, builds, jobs)):
         timings[f"{op.name}.{ref.key} ({ref.class_name}, {counted(count, 'program')})"] = seconds
         if finding is not None:
             findings.append(finding)
