@@ -133,6 +133,29 @@ def test_backward_columns_keep_the_axis_in_l2_for_the_second_read(outer: int, N:
             assert ptxas_report(source, str(tmp_path))["spill_bytes"] == 0
 
 
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls", [SoftmaxFwdKernel, LogSoftmaxFwdKernel], ids=str)
+def test_forward_columns_hint_calls_that_fit_in_l2_on_fast_memory(kernel_cls, monkeypatch) -> None:
+    # 64 x 4096 x 64 bf16 (32 MiB) takes the hinted fused column program, 16 x 32768 x 64 (64 MiB)
+    # the plain one; elsewhere, and with the hint on every call already, no call takes it.
+    monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: True)
+    kernel = kernel_cls(4096, torch.bfloat16)
+    assert kernel.config["column_hinted_max_mib"] == 32
+    (small,) = kernel.program_specs(64, outer=64)
+    assert small[0] == COLUMN_FUSED and dict(small[1])["hinted"] == 1
+    body = kernel.compile_program(*small, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
+    assert "tileops_load_evict_last(" in body[body.index("__global__"):]
+    large = kernel_cls(32768, torch.bfloat16).program_specs(64, outer=16)
+    assert [name for name, _ in large] == [COLUMN_FUSED] and "hinted" not in dict(large[0][1])
+    unhinted = kernel_cls(4096, torch.bfloat16, config={"column_hinted_max_mib": 0}).program_specs(64, outer=64)
+    assert "hinted" not in dict(unhinted[0][1])
+    assert "hinted" not in dict(kernel_cls(4096, torch.bfloat16, config={"column_cache_hints": 1})
+                                .program_specs(64, outer=64)[0][1])
+    assert SoftmaxBwdKernel(4096, torch.bfloat16).config["column_hinted_max_mib"] == 0
+    monkeypatch.setattr(softmax_module, "has_fast_memory", lambda: False)
+    assert "hinted" not in dict(kernel_cls(4096, torch.bfloat16).program_specs(64, outer=64)[0][1])
+
+
 # ---- row clusters ------------------------------------------------------------------------------
 
 

@@ -170,6 +170,9 @@ ONE_ELEMENT_ROW_ELEMENTS = {False: 8, True: 4}
 # 16-byte vectors of each input a fused column thread has in flight, on fast memory
 # (``device_traits``) and elsewhere (see ``softmax_default_config``).
 FUSED_COLUMN_UNROLL = {True: 8, False: 4}
+# The forward's fused column calls whose input takes at most this many MiB load it with L2's
+# ``evict_last`` on fast memory (``column_hinted_max_mib``): its second walk then reads from L2.
+COLUMN_HINTED_MAX_MIB = 32
 # Column tiles span at most this many threads across the inner extent.
 MAX_COL_THREADS = 32
 LOG2E = 1.4426950408889634
@@ -358,8 +361,13 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
     15.7 / 15.6 (22.4).  There 256 and 1024 threads lost to 512 (64 x 4096 x 64 forward 43.9
     and 39.7 against 36.4), and the forward's column hints helped where the input fits well in
     L2 (32 MiB: 64 x 4096 x 64 30.8 against 33.0 with eight vectors, 8 x 8192 x 256 52.2 against
-    54.2) and lost where it does not (64 MiB, 16 x 32768 x 64: 101.3 against 98.8), so they stay
-    off.
+    54.2) and lost where it does not (64 MiB, 16 x 32768 x 64: 101.3 against 98.8).  So on fast
+    memory the forward's fused column calls whose input takes at most ``column_hinted_max_mib``
+    MiB (``COLUMN_HINTED_MAX_MIB``; 0: none) take them; the rest, and every call elsewhere, keep
+    plain loads.  Below 32 MiB they changed nothing (µs, plain / hinted: 48 x 4096 x 64, 24 MiB,
+    29.2 / 29.1; 24 x 8192 x 64 30.2 / 30.0; 2 x 8192 x 256, 8 MiB, 21.2 / 21.2; 1 x 4096 x 1024
+    19.8 / 19.9); at 32 MiB, 64 x 4096 x 64, 33.1 / 30.8; at 64 MiB 98.2 / 100.2.  The backward
+    keeps them on every call: without, 64 x 4096 x 64 took 41.0 against 38.2.
     ``cluster_stages`` (forward, fast memory): rows each block of the row cluster staged program
     copies ahead (``stages_clusters``; 0: rows too long for a block take the row cluster
     program).  H200, bf16 1024 x 65536, median of 7 rounds in turns, µs: softmax one row a
@@ -430,6 +438,7 @@ def softmax_default_config(N: int, dtype: torch.dtype, backward: bool = False,
         "fused_column_threads": 512,
         "fused_column_unroll": FUSED_COLUMN_UNROLL[fast_memory],
         "column_cache_hints": 1 if backward else 0,
+        "column_hinted_max_mib": COLUMN_HINTED_MAX_MIB if fast_memory and not backward else 0,
         "column_cluster": MAX_CLUSTER,
     }
 
@@ -529,8 +538,9 @@ def _check_config(config: Dict[str, int]) -> None:
     for key in ("cache_exp", "row_windows", "cluster_cache_hints", "split_cache_hints", "column_cache_hints"):
         if config[key] not in (0, 1):
             raise ValueError(f"softmax kernels: {key} must be 0 or 1, got {config[key]}")
-    if config["row_hinted_min_mib"] < 0:
-        raise ValueError(f"softmax kernels: row_hinted_min_mib must be at least 0, got {config['row_hinted_min_mib']}")
+    for key in ("row_hinted_min_mib", "column_hinted_max_mib"):
+        if config[key] < 0:
+            raise ValueError(f"softmax kernels: {key} must be at least 0, got {config[key]}")
     for key, what in (("max_cluster", "row"), ("column_cluster", "column")):
         if not (is_pow2(config[key]) and config[key] <= MAX_CLUSTER):
             raise ValueError(f"softmax kernels: {key} must be a power of two <= {MAX_CLUSTER} (1: no {what} "
@@ -1884,7 +1894,7 @@ def _cluster_share_columns(T: Any, variant: SoftmaxVariant, cluster: int, col_th
 
 def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: int, col_threads: int,
                          threads: int, fused_column_unroll: int, column_cache_hints: int = 0, cluster: int = 1,
-                         out_dtype: Optional[str] = None, **_: Any) -> Any:
+                         hinted: int = 0, out_dtype: Optional[str] = None, **_: Any) -> Any:
     """Whole columns in one block, or in one cluster of blocks: reduce, merge, write; no partials.
 
     Block ``bx`` takes outer index ``o`` and ``tile = col_threads * cvec``
@@ -1897,6 +1907,8 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     and each walks a shorter segment.  When one step of a block covers its
     segment (``ceil(N / cluster) <= lanes * fused_column_unroll``), the
     second walk is not needed: the thread writes from the registers it loaded.
+    ``hinted`` (a call's, ``SoftmaxFamilyKernel.column_programs``) loads with ``evict_last`` as
+    ``column_cache_hints`` does for every call.
     """
     import tilelang.language as T  # deferred: importing tilelang costs seconds
 
@@ -1905,7 +1917,7 @@ def column_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, cvec: i
     per = -(-N // cluster)  # axis positions of one block's segment
     resident = per <= lanes * fused_column_unroll
     unroll = -(-per // lanes) if resident else fused_column_unroll
-    setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, column_cache_hints)
+    setup = _column_setup(T, N, cvec, col_threads, threads, unroll, dtype, int(column_cache_hints or hinted))
     place_thread, scratch_shape, slot = setup["place_thread"], setup["scratch_shape"], setup["slot"]
     out_dtype = out_dtype or dtype
     passes = _column_passes(T, out_dtype, variant, setup)
@@ -2073,8 +2085,9 @@ class SoftmaxFamilyKernel(Kernel):
     variant: SoftmaxVariant = SoftmaxVariant(backward=False, log=False)
     # "2": fused rows take the hint per call, from ``row_hinted_min_mib`` on (was ``row_cache_hints``);
     # "3": the row staged program (``row_stages``); "4": the row cluster staged program (``cluster_stages``);
-    # "5": odd rows in windows (``row_windows``).
-    version = "5"
+    # "5": odd rows in windows (``row_windows``); "6": small fused column calls hinted
+    # (``column_hinted_max_mib``).
+    version = "6"
 
     def __init__(
         self,
@@ -2223,6 +2236,15 @@ class SoftmaxFamilyKernel(Kernel):
         ``evict_last``: its inputs take ``row_hinted_min_mib`` or more and its loads move 16 bytes."""
         return rows >= self.least_hinted_rows() and takes_hint(EVICT_LAST, vector, torch_dtype_to_tl(self.dtype))
 
+    def hints_columns(self, columns: int) -> bool:
+        """Whether a fused column call over ``columns`` columns (outer times inner) loads with
+        ``evict_last`` beyond ``column_cache_hints``: its inputs take at most ``column_hinted_max_mib``
+        MiB, so what its first walk read is still in L2 for the second."""
+        config = self.config
+        most = config["column_hinted_max_mib"] << 20
+        input_bytes = columns * self.N * self.dtype.itemsize * self.variant.inputs
+        return bool(most) and not config["column_cache_hints"] and input_bytes <= most
+
     def row_params(self, vector: int) -> ProgramParams:
         return (("vector", vector),)
 
@@ -2236,7 +2258,7 @@ class SoftmaxFamilyKernel(Kernel):
         fused = fused_column_params(self.N, self.dtype, outer, inner, cvec, sm_count,
                                     self.config["fused_column_threads"], self.config["column_cluster"])
         if fused is not None:
-            return (COLUMN_FUSED,), fused
+            return (COLUMN_FUSED,), fused + ((("hinted", 1),) if self.hints_columns(outer * inner) else ())
         return (COLUMN_STATS, COLUMN_APPLY), self.column_params(inner, cvec)
 
     def program_specs(self, inner: int = 1, vector: Optional[int] = None, outer: int = 1,
