@@ -2226,10 +2226,13 @@ class SoftmaxFamilyKernel(Kernel):
             name = ROW_STAGED if self.stages_rows(vector, config) else ROW_FUSED
         return build_program(name, self.N, self.dtype, self.variant, config, self.row_params(vector), self.result_dtype)
 
+    def line_input_bytes(self) -> int:
+        """Bytes the inputs of one row (or one column: a line along the axis) take."""
+        return self.N * self.dtype.itemsize * self.variant.inputs
+
     def least_hinted_rows(self) -> int:
         """The fewest rows whose inputs take ``row_hinted_min_mib`` MiB."""
-        row_bytes = self.N * self.dtype.itemsize * self.variant.inputs
-        return -(-hinted_min_bytes(self.config["row_hinted_min_mib"]) // row_bytes)
+        return -(-hinted_min_bytes(self.config["row_hinted_min_mib"]) // self.line_input_bytes())
 
     def hints_rows(self, rows: int, vector: int) -> bool:
         """Whether a call of ``rows`` fused rows, read ``vector`` elements at a time, loads them with
@@ -2240,10 +2243,8 @@ class SoftmaxFamilyKernel(Kernel):
         """Whether a fused column call over ``columns`` columns (outer times inner) loads with
         ``evict_last`` beyond ``column_cache_hints``: its inputs take at most ``column_hinted_max_mib``
         MiB, so what its first walk read is still in L2 for the second."""
-        config = self.config
-        most = config["column_hinted_max_mib"] << 20
-        input_bytes = columns * self.N * self.dtype.itemsize * self.variant.inputs
-        return bool(most) and not config["column_cache_hints"] and input_bytes <= most
+        most = self.config["column_hinted_max_mib"] << 20
+        return bool(most) and not self.config["column_cache_hints"] and columns * self.line_input_bytes() <= most
 
     def row_params(self, vector: int) -> ProgramParams:
         return (("vector", vector),)
