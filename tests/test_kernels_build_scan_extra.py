@@ -80,6 +80,29 @@ def test_reverse_row_scan_keeps_16_byte_accesses() -> None:
 
 
 @needs_nvcc
+@pytest.mark.parametrize("N, program, trade", [
+    (4096, ROW_SCAN, "__shfl_sync((uint)4294967295, vals["),  # two chunks a row: across the warp
+    (64, ROW_SCAN, "__shfl_xor_sync((uint)4294967295, condval, 1"),  # rows of eight threads: in pairs
+    (262144, LOOKBACK_ROW_SCAN, "__shfl_sync((uint)4294967295, vals["),
+    (32768, ROW_SCAN, None),  # sixteen chunks a row: direct stores
+], ids=str)
+def test_float32_results_of_half_rows_are_traded_into_whole_sector_stores(N: int, program: str,
+                                                                          trade: object) -> None:
+    """bf16 in, float32 out: the lanes trade results where that measured faster, and every store
+    of the output stays a 16-byte vector; a bf16 output trades nothing."""
+    source = CumsumFwdKernel(N, torch.bfloat16, out_dtype=torch.float32).build_all_for_sm90()[program]
+    source = source.get_kernel_source()
+    body = source[source.index("__global__"):]
+    if trade is None:
+        assert "__shfl_sync((uint)4294967295, vals[" not in body and "condval, 1" not in body
+    else:
+        assert trade in body
+    assert "*(float4*)(Y" in body and not re.search(r"\bY\[", body)
+    plain = CumsumFwdKernel(N, torch.bfloat16).build_all_for_sm90()[program].get_kernel_source()
+    assert "__shfl_sync((uint)4294967295, vals[" not in plain
+
+
+@needs_nvcc
 def test_forward_program_keeps_its_symbol() -> None:
     source = CumsumFwdKernel(127, torch.float16).build_for_sm90().get_kernel_source()
     assert _global_symbols(source) == ["cumsum_row_scan_kernel"] * len(_global_symbols(source))

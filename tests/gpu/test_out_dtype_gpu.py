@@ -42,6 +42,15 @@ SCAN_CASES: List[Case] = [((3, 127), -1, False), ((64, 262144), -1, False), ((25
                           ((4, 4096, 64), 1, False), ((2, 4096, 3), 1, False), ((4, 5, 6), 0, True)]
 SCAN_PROGRAM_PREFIXES = ("row_scan", "lookback_row_scan", "column_scan_", "column_sums_", "split_column_scan_")
 
+# Row scans by how a thread's float32 results reach memory (``row_scan_program``): rows a warp or
+# more wide (whole chunks traded across the warp, then a tail), rows of 8 and 2 threads (lanes
+# paired), rows of one thread, rows of eight chunks (direct stores) and of four (traded), and the
+# look-back scan; each also under deterministic algorithms, where the few long rows take the
+# split scan.
+SCAN_STORE_CASES: List[Case] = [((130, 2056), -1, False), ((9, 64), -1, False), ((7, 16), -1, False),
+                                ((6, 8), -1, False), ((200, 8192), -1, False), ((64, 8192), -1, False),
+                                ((64, 262144), -1, False)]
+
 # (shape, dims): rows, long rows cut into segments, columns, a middle axis, everything, two axes.
 REDUCTION_CASES = [((3, 127), (-1,)), ((64, 262144), (-1,)), ((4096, 64), (0,)), ((64, 4096, 64), (1,)),
                    ((4096, 4097), None), ((6, 5, 300), (0, 2))]
@@ -133,6 +142,20 @@ def test_scans_write_float32_in_every_program(name: str, dtype: torch.dtype) -> 
     seen = _run_cases(SCANS, name, dtype, SCAN_CASES, _scan_programs)
     for prefix in SCAN_PROGRAM_PREFIXES:
         assert any(program.startswith(prefix) for program in seen), f"no {prefix}* program ran: {sorted(seen)}"
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["any", "deterministic"])
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", sorted(SCANS))
+def test_row_scans_write_float32_from_every_store_layout(name: str, dtype: torch.dtype, deterministic: bool) -> None:
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        seen = _run_cases(SCANS, name, dtype, SCAN_STORE_CASES, _scan_programs)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    expected = {"row_scan", "split_row_scan"} if deterministic else {"row_scan", "lookback_row_scan"}
+    assert expected <= seen, f"programs not run: {sorted(expected - seen)}"
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)

@@ -13,7 +13,9 @@ for a forward sum):
   elements.  Each thread scans its ``items`` consecutive elements in
   registers, a shuffle scan combines the threads of a warp, a shared-memory
   pass combines the warps of a row, and a running carry links the chunks.
-  Short rows are packed several to a block.
+  Short rows are packed several to a block.  A half-precision row scanned
+  into float32 has 32 bytes of results a thread for its 16-byte load; lanes
+  trade them so that each 16-byte store of a warp fills whole sectors.
 * **split row scan**, for few long rows that would leave SMs idle: a first
   program sums each of ``segments`` slices of every row, a second scans each
   slice in its own block, starting from the sum of the slices before it
@@ -202,6 +204,13 @@ def cumsum_default_config(N: int, dtype: torch.dtype) -> Dict[str, int]:
     # 2 x 65536 x 64 23.1 -> 22.0-22.6, 64 x 4096 x 64 cut in two 39.9 -> 37.6-37.8.
     config["column_min_blocks"] = 128
     config["column_split_blocks"] = 256
+    # Half-precision rows scanned into float32 trade results between lanes so that every store
+    # fills whole sectors (``row_scan_program``), in the look-back scan and in plain rows of at
+    # most this many chunks.  H200, bf16 to float32, µs, direct stores / traded (median of 7-9 in
+    # turns): 32768 x 4096 (2 chunks) 223.7 / 195.8, 16384 x 8192 (4) 226.9 / 204.3, 8192 x
+    # 16384 (8) 214.1 / 255.9, 8192 x 32768 (16) 420.6 / 508.5; 64 x 262144 (look-back) 44.9 /
+    # 30.0; 2097152 x 64 (lanes paired) 197.9 / 194.7.  Why long plain rows lose was not found.
+    config["traded_max_chunks"] = 4
     return config
 
 
@@ -302,6 +311,7 @@ def row_scan_program(
     blocks_per_sm: int = 0,
     lookback_stages: int = 2,
     out_dtype: Optional[str] = None,
+    traded_max_chunks: int = 0,
     **_: Any,
 ) -> Any:
     """A row scan of ``(R, N)`` in one of three modes, written in ``out_dtype`` (default ``dtype``).
@@ -438,10 +448,58 @@ def row_scan_program(
             vals[k] = op(vals[k], op(state[0], state[2]))
         state[0] = op(state[0], state[4])
 
+    # Half-precision rows scanned into float32: a thread's 16-byte load becomes 32 bytes of results,
+    # which two 16-byte stores of its own would write as half of every sector they touch.  Lanes
+    # trade halves of their spans instead (``store_warp``, ``store_pair``), so that every store fills
+    # whole sectors; not in plain rows of more than ``traded_max_chunks`` chunks, where trading
+    # measured slower (see ``cumsum_default_config``).
+    half = items // 2
+    traded = (traded_max_chunks > 0 and not reverse and items == vector and row_threads >= 2
+              and vector * _elem_bytes(out_dtype) == 2 * VECTOR_BYTES
+              and (mode == "lookback" or total_chunks <= traded_max_chunks))
+
+    @T.macro
+    def store_warp(Y, vals, staged, row, lane, first):
+        """A warp's ``WARP * items`` consecutive elements in two stores of consecutive 16-byte
+        pieces: in store ``s`` lane ``l`` writes half the span of lane ``s * WARP / 2 + l / 2``."""
+        lane_in_warp = lane % WARP
+        odd = lane_in_warp % 2
+        for s in T.unroll(2):
+            # Every lane shuffles both halves (no shuffle under a branch), then keeps its own.
+            for k in T.unroll(half):
+                staged[k] = T.shfl_sync(vals[k], s * (WARP // 2) + lane_in_warp // 2)
+                staged[half + k] = T.shfl_sync(vals[half + k], s * (WARP // 2) + lane_in_warp // 2)
+            for k in T.unroll(half):
+                staged[k] = T.if_then_else(odd == 1, staged[half + k], staged[k])
+            if row < R:
+                for k in T.vectorized(half):
+                    Y[row, first - lane_in_warp * half + s * WARP * half + k] = staged[k]
+
+    @T.macro
+    def store_pair(Y, vals, staged, row, lane, first):
+        """Rows narrower than a warp: lanes ``2j`` and ``2j + 1`` (spans ``[F, F + items)`` and
+        ``[F + items, F + 2 * items)``) write ``[F, F + items)`` in one store and the rest in the
+        next, each lane half a span a store."""
+        odd = lane % 2
+        # The even lane sends its second half and receives its partner's first; the odd one the reverse.
+        for k in T.unroll(half):
+            staged[half + k] = T.shfl_xor(T.if_then_else(odd == 1, vals[k], vals[half + k]), 1)
+        for k in T.unroll(half):
+            staged[k] = T.if_then_else(odd == 1, staged[half + k], vals[k])
+            staged[half + k] = T.if_then_else(odd == 1, vals[half + k], staged[half + k])
+        if row < R:
+            for s in T.unroll(2):
+                for k in T.vectorized(half):
+                    Y[row, first - odd * half + s * items + k] = staged[s * half + k]
+
     @T.macro
     def store_chunk(Y, vals, staged, row, lane, chunk_index, guarded):
         first = first_element(lane, chunk_index)
-        if guarded:
+        if traded and not guarded and row_threads >= WARP:
+            store_warp(Y, vals, staged, row, lane, first)
+        elif traded and not guarded:
+            store_pair(Y, vals, staged, row, lane, first)
+        elif guarded:
             for k in T.unroll(items):
                 if (row < R) and in_row(first, k):
                     Y[row, first + k] = T.cast(vals[register(k)], out_dtype)
@@ -484,7 +542,7 @@ def row_scan_program(
                 T.assume(LDX % row_access == 0)
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items,), dtype)
-                staged = T.alloc_local((items,), out_dtype)  # used by reverse scans only
+                staged = T.alloc_local((items,), out_dtype)  # used by reverse scans and traded stores only
                 vals = T.alloc_local((items,), ACCUM)
                 state = T.alloc_local((5,), ACCUM)
                 totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
@@ -521,7 +579,7 @@ def row_scan_program(
                 T.pdl_sync()  # wait for the launch before (see kernel_base)
                 tx = T.get_thread_binding()
                 raw = T.alloc_local((items,), dtype)
-                staged = T.alloc_local((items,), out_dtype)  # used by reverse scans only
+                staged = T.alloc_local((items,), out_dtype)  # used by reverse scans and traded stores only
                 vals = T.alloc_local((items,), ACCUM)
                 state = T.alloc_local((5,), ACCUM)
                 totals = T.alloc_shared((2, rows_per_block, warps_per_row), ACCUM)
@@ -753,7 +811,7 @@ def row_scan_program(
             # while other warps still read the one before.
             tile_offset = T.alloc_shared((2,), ACCUM)
             raw = T.alloc_local((items,), dtype)
-            staged = T.alloc_local((items,), out_dtype)  # used by reverse scans only
+            staged = T.alloc_local((items,), out_dtype)  # used by reverse scans and traded stores only
             vals = T.alloc_local((items,), ACCUM)
             # Per chunk, the tile's total before this thread's span, and the tile's total: of
             # the tile being scanned, and of the next one, reduced a step ahead.
@@ -1354,6 +1412,7 @@ class ScanKernel(Kernel):
 
     combine: str = ADD
     reverse: bool = False
+    version = "2"  # the config gained ``traded_max_chunks``
 
     def __init__(
         self,
