@@ -79,11 +79,16 @@ def test_reverse_row_scan_keeps_16_byte_accesses() -> None:
     assert "X[" not in source and "Y[" not in source
 
 
+# How the generated CUDA trades float32 results: across a warp, or between neighbouring lanes.
+WARP_TRADE = "__shfl_sync((uint)4294967295, vals["
+PAIR_TRADE = "__shfl_xor_sync((uint)4294967295, condval, 1"
+
+
 @needs_nvcc
 @pytest.mark.parametrize("N, program, trade", [
-    (4096, ROW_SCAN, "__shfl_sync((uint)4294967295, vals["),  # two chunks a row: across the warp
-    (64, ROW_SCAN, "__shfl_xor_sync((uint)4294967295, condval, 1"),  # rows of eight threads: in pairs
-    (262144, LOOKBACK_ROW_SCAN, "__shfl_sync((uint)4294967295, vals["),
+    (4096, ROW_SCAN, WARP_TRADE),  # two chunks a row
+    (64, ROW_SCAN, PAIR_TRADE),  # rows of eight threads
+    (262144, LOOKBACK_ROW_SCAN, WARP_TRADE),
     (32768, ROW_SCAN, None),  # sixteen chunks a row: direct stores
 ], ids=str)
 def test_float32_results_of_half_rows_are_traded_into_whole_sector_stores(N: int, program: str,
@@ -94,12 +99,12 @@ def test_float32_results_of_half_rows_are_traded_into_whole_sector_stores(N: int
     source = source.get_kernel_source()
     body = source[source.index("__global__"):]
     if trade is None:
-        assert "__shfl_sync((uint)4294967295, vals[" not in body and "condval, 1" not in body
+        assert WARP_TRADE not in body and "__shfl_xor_sync" not in body
     else:
         assert trade in body
     assert "*(float4*)(Y" in body and not re.search(r"\bY\[", body)
     plain = CumsumFwdKernel(N, torch.bfloat16).build_all_for_sm90()[program].get_kernel_source()
-    assert "__shfl_sync((uint)4294967295, vals[" not in plain
+    assert WARP_TRADE not in plain and PAIR_TRADE not in plain
 
 
 @needs_nvcc

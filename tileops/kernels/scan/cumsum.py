@@ -495,14 +495,15 @@ def row_scan_program(
     @T.macro
     def store_chunk(Y, vals, staged, row, lane, chunk_index, guarded):
         first = first_element(lane, chunk_index)
-        if traded and not guarded and row_threads >= WARP:
-            store_warp(Y, vals, staged, row, lane, first)
-        elif traded and not guarded:
-            store_pair(Y, vals, staged, row, lane, first)
-        elif guarded:
+        if guarded:
             for k in T.unroll(items):
                 if (row < R) and in_row(first, k):
                     Y[row, first + k] = T.cast(vals[register(k)], out_dtype)
+        elif traded:
+            if row_threads >= WARP:
+                store_warp(Y, vals, staged, row, lane, first)
+            else:
+                store_pair(Y, vals, staged, row, lane, first)
         else:
             if row < R:
                 if reverse:
