@@ -22,6 +22,7 @@ from tileops.kernels.softmax.softmax import (
     ROW_CLUSTER,
     ROW_CLUSTER_STAGED,
     ROW_FUSED,
+    ROW_HELD,
     ROW_STAGED,
     ROW_STATS,
     SoftmaxBwdKernel,
@@ -61,13 +62,14 @@ KERNELS = (SoftmaxFwdKernel, SoftmaxBwdKernel, LogSoftmaxFwdKernel, LogSoftmaxBw
         (LogSoftmaxFwdKernel, 4096, torch.float32, 64, 16, {ROW_FUSED, COLUMN_FUSED}),
         (SoftmaxBwdKernel, 1000, torch.bfloat16, 200, 8, {ROW_FUSED, COLUMN_FUSED}),
         (LogSoftmaxBwdKernel, 127, torch.float16, 4, 5, {ROW_FUSED, COLUMN_STATS, COLUMN_APPLY}),
-        (LogSoftmaxFwdKernel, 65537, torch.float32, 1, 1, {ROW_STATS, ROW_APPLY}),
+        (LogSoftmaxFwdKernel, 65537, torch.float32, 1, 1, {ROW_HELD}),
+        (SoftmaxFwdKernel, 1 << 21, torch.bfloat16, 1, 1, {ROW_STATS, ROW_APPLY}),
         (SoftmaxBwdKernel, 262144, torch.bfloat16, 1, 1, {ROW_STATS, ROW_APPLY}),
         (SoftmaxBwdKernel, 262144, torch.bfloat16, 64, 1, {ROW_CLUSTER}),
         (LogSoftmaxBwdKernel, 100003, torch.float32, 64, 1, {ROW_CLUSTER}),
     ],
     ids=["softmax-fwd-4096-bf16", "log-fwd-4096-fp32", "softmax-bwd-1000-bf16-resident", "log-bwd-127-fp16",
-         "log-fwd-65537-fp32-split", "softmax-bwd-256k-bf16-split", "softmax-bwd-256k-bf16-cluster",
+         "log-fwd-65537-fp32-held", "softmax-fwd-2m-bf16-split", "softmax-bwd-256k-bf16-split", "softmax-bwd-256k-bf16-cluster",
          "log-bwd-100003-fp32-cluster"],
 )
 def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, outer: int, inner: int,
@@ -98,7 +100,8 @@ def test_two_step_loads_keep_the_row_in_l2_for_the_second_read(kernel_cls, tmp_p
     assert softmax_default_config(262144, torch.bfloat16, kernel_cls.variant.backward)["split_cache_hints"] == (
         0 if kernel_cls.variant.backward else 1)
     for hints in (1, 0):
-        kernel = kernel_cls(262144, torch.bfloat16, config={"split_cache_hints": hints})
+        # The forward's rows of 262144 take the held program by default.
+        kernel = kernel_cls(262144, torch.bfloat16, config={"split_cache_hints": hints, "held_threads": 0})
         for name, params in kernel.program_specs(1):
             source = kernel.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
             body = source[source.index("__global__"):]
@@ -107,7 +110,7 @@ def test_two_step_loads_keep_the_row_in_l2_for_the_second_read(kernel_cls, tmp_p
             assert "tileops_load_" not in body.replace(expected[name], "")
             if hints:
                 assert ptxas_report(source, str(tmp_path))["spill_bytes"] == 0
-    narrow = kernel_cls(262143, torch.bfloat16, config={"split_cache_hints": 1})  # odd rows: 2-byte accesses
+    narrow = kernel_cls(262143, torch.bfloat16, config={"split_cache_hints": 1, "held_threads": 0})  # odd rows: 2-byte accesses
     for name, params in narrow.program_specs(1):
         source = narrow.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
         assert "tileops_load_" not in source[source.index("__global__"):]
@@ -335,11 +338,62 @@ def test_row_clusters_take_the_rows_that_fill_the_gpu() -> None:
     # two steps unless its config gives it 1024-thread blocks.
     assert SoftmaxFwdKernel(131072, torch.bfloat16).row_cluster() == 8
     assert SoftmaxFwdKernel(131072, torch.bfloat16).row_programs(17, 8, sm_count)[0] == (ROW_CLUSTER,)
-    assert SoftmaxFwdKernel(262144, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
+    assert SoftmaxFwdKernel(262144, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_HELD,)
     clustered = SoftmaxFwdKernel(262144, torch.bfloat16, config={"cluster_threads": 1024})
     assert clustered.row_programs(1024, 8, sm_count)[0] == (ROW_CLUSTER,)
     # One block's rows never split: no clusters at all.
     assert SoftmaxBwdKernel(262144, torch.bfloat16, config={"max_cluster": 1}).row_cluster() is None
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_cls", [SoftmaxFwdKernel, LogSoftmaxFwdKernel])
+@pytest.mark.parametrize("N, dtype, held", [(262144, torch.bfloat16, 22), (65537, torch.float32, 9),
+                                            (100000, torch.float16, 9)], ids=str)
+def test_held_rows_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, held: int, tmp_path) -> None:
+    """A held row's blocks publish one 64-bit word each, back off while they wait for their row's
+    words, and reset the workspace for the next launch; the registers hold the shares (no spills
+    at 64 registers, four 256-thread blocks an SM)."""
+    kernel = kernel_cls(N, dtype)
+    vector = row_vector(N, dtype)
+    spec = kernel.row_programs(16, vector, 132)  # too few rows for row clusters
+    assert spec == ((ROW_HELD,), (("vector", vector), ("held", held)))
+    program = kernel.compile_program(ROW_HELD, spec[1], target={"kind": "cuda", "arch": "sm_90"})
+    source = program.get_kernel_source()
+    body = source[source.index("__global__ void __launch_bounds__"):]
+    assert "__launch_bounds__(256, 4)" in body
+    assert body.count("AtomicStore(") == 1 and body.count("AtomicAddRet(") == 1 and "__nanosleep(" in body
+    assert body.index("AtomicStore(") < body.index("__nanosleep(") < body.index("AtomicAddRet((&(Control[0])), 1)")
+    report = ptxas_report(source, str(tmp_path))
+    assert report["registers"] <= 64 and report["spill_bytes"] == 0, report
+
+
+def test_held_rows_take_the_forwards_few_long_rows() -> None:
+    """Forward rows too long for a block and too few for row clusters take the held program where a
+    row needs at most as many blocks as there are SMs and as a block has threads; backwards never."""
+    sm_count = 132
+    kernel = SoftmaxFwdKernel(262144, torch.bfloat16)
+    assert kernel.row_held(sm_count) == 22 == -(-262144 // (256 * 48))
+    for rows in (1, 16, 64, 1024):
+        assert kernel.row_programs(rows, 8, sm_count) == ((ROW_HELD,), (("vector", 8), ("held", 22)))
+    assert kernel.row_held(21) is None  # more blocks a row than SMs
+    assert SoftmaxFwdKernel(1 << 21, torch.bfloat16).row_held(sm_count) is None  # 171 blocks
+    narrow = SoftmaxFwdKernel(1 << 20, torch.bfloat16, config={"held_threads": 64, "held_min_blocks": 16})
+    assert narrow.row_held(sm_count) is None  # 342 blocks, more than a block has threads
+    wide = SoftmaxFwdKernel(1 << 21, torch.bfloat16, config={"held_threads": 512, "held_min_blocks": 2})
+    assert wide.row_held(sm_count) == 86
+    off = SoftmaxFwdKernel(262144, torch.bfloat16, config={"held_threads": 0})
+    assert off.row_programs(64, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
+    # Rows a row cluster takes keep it; rows one block holds stay fused.
+    assert SoftmaxFwdKernel(131072, torch.bfloat16).row_programs(17, 8, sm_count)[0] == (ROW_CLUSTER,)
+    assert SoftmaxFwdKernel(131072, torch.bfloat16).row_programs(16, 8, sm_count)[0] == (ROW_HELD,)
+    assert SoftmaxFwdKernel(6144, torch.bfloat16, config={"row_threads": 64, "block_threads": 64}).row_held(
+        sm_count) is None
+    for kernel_cls in (SoftmaxBwdKernel, LogSoftmaxBwdKernel):
+        assert kernel_cls(262144, torch.bfloat16).row_held(sm_count) is None
+        assert kernel_cls(262144, torch.bfloat16).row_programs(16, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
+    with pytest.raises(ValueError, match="held_threads"):
+        build_program(ROW_HELD, 262144, torch.bfloat16, kernel.variant, {**kernel.config, "held_threads": 96},
+                      (("vector", 8), ("held", 22)))
 
 
 def test_fast_memory_stages_forward_rows_that_take_a_whole_block(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -360,7 +414,7 @@ def test_fast_memory_stages_forward_rows_that_take_a_whole_block(monkeypatch: py
         assert kernel_cls(4096, torch.bfloat16).config["row_stages"] == 0
         # The program ``build_for_sm90`` checks is the one such calls launch: it takes the grid.
         assert [param.name for param in kernel_cls(32768, torch.bfloat16).program().params][-1] == "blocks"
-        assert kernel_cls(262144, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_STATS, ROW_APPLY)
+        assert kernel_cls(262144, torch.bfloat16).row_programs(1024, 8, sm_count)[0] == (ROW_HELD,)
     # Two float32 rows of 32768 take 256 KiB: the log-softmax's stay fused, the softmax's are staged.
     assert LogSoftmaxFwdKernel(32768, torch.float32).config["row_stages"] == 0
     assert SoftmaxFwdKernel(32768, torch.float32).config["row_stages"] == 1

@@ -96,7 +96,8 @@ def _cumsum_programs() -> dict:
 def _pairs() -> List[tuple]:
     reduction_row = (("vector", 8), ("threads", 256), ("unroll", 4), ("fused", 0))
     combine = (("threads", 256), ("group", 8))
-    softmax_rows = _softmax_programs(SoftmaxFwdKernel(262144, torch.bfloat16), 1, 1)
+    # Rows of 262144 take the held program unless the config turns it off.
+    softmax_rows = _softmax_programs(SoftmaxFwdKernel(262144, torch.bfloat16, config={"held_threads": 0}), 1, 1)
     softmax_columns = _softmax_programs(LogSoftmaxBwdKernel(127, torch.float16), 5, 4)
     scans = _cumsum_programs()
     pairs = [

@@ -95,6 +95,11 @@ def inventory() -> List[Task]:
             for N, dtype, stages in t.CLUSTER_STAGED_ROWS:
                 op, kernel = t._op_and_kernel(name, N, dtype, cluster_stages=stages)
                 tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(1, outer=1024))
+            for N, dtype, row_counts in t.HELD_ROWS:
+                op, kernel = t._op_and_kernel(name, N, dtype)
+                for rows in row_counts:
+                    x, out = torch.empty(rows, N + 8, dtype=dtype)[:, :N], torch.empty(rows, N, dtype=dtype)
+                    tasks.update(_task(kernel, n, p) for n, p in kernel.programs_for(x, out))
         for shape, dtype, _ in t.COLUMN_CLUSTERS:
             op, kernel = t._op_and_kernel(name, shape[1], dtype, 1)
             tasks.update(_task(kernel, n, p) for n, p in kernel.program_specs(shape[2], outer=shape[0]))

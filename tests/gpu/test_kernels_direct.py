@@ -301,7 +301,7 @@ def test_cumsum_lookback_workspace_is_ready_for_every_next_launch() -> None:
     torch.cuda.synchronize()
     for x, out in calls:
         _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(LOOKBACK_N))
-    assert max(status.shape[1] for status, _ in kernel._lookback_workspaces.values()) >= 128
+    assert max(status.shape[1] for status, _ in kernel._lookback_workspaces.snapshot().values()) >= 128
 
 
 def test_cumsum_few_long_rows_are_reproducible_under_deterministic_algorithms() -> None:
@@ -337,7 +337,7 @@ def test_cumsum_lookback_on_two_streams_at_once() -> None:
     for xs, ys in zip(inputs, outs):
         for x, out in zip(xs, ys):
             _assert_matches(out, torch.cumsum(x.double(), dim=1), atol=_cumsum_atol(LOOKBACK_N))
-    keys = {key[1] for key in kernel._lookback_workspaces}
+    keys = {key[1] for key in kernel._lookback_workspaces.snapshot()}
     assert {stream.cuda_stream for stream in streams} <= keys
 
 
@@ -351,12 +351,12 @@ def test_cumsum_lookback_replays_in_a_cuda_graph() -> None:
     with torch.cuda.stream(side):
         kernel(static_x, static_out)
     torch.cuda.current_stream().wait_stream(side)
-    cached = dict(kernel._lookback_workspaces)
+    cached = kernel._lookback_workspaces.snapshot()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         kernel(static_x, static_out)
     # Nothing captured is kept: a cached workspace must not live in the graph's pool.
-    assert kernel._lookback_workspaces == cached
+    assert kernel._lookback_workspaces.snapshot() == cached
     for _ in range(4):
         static_x.copy_(torch.randn_like(static_x))
         static_out.fill_(float("nan"))

@@ -26,13 +26,14 @@ HALF = [torch.bfloat16, torch.float16]
 Case = Tuple[Tuple[int, ...], int, bool]
 
 # Fused rows (with a tail, and a single row), staged rows, clustered rows (fewer and more than a
-# wave), long rows cut into segments, whole columns, columns cut into segments, and a
-# transposed input (copied once).
+# wave), long rows held by several blocks, longer rows cut into segments, whole columns, columns
+# cut into segments, and a transposed input (copied once).
 SOFTMAX_CASES: List[Case] = [((3, 127), -1, False), ((1, 4096), -1, False), ((1024, 16384), -1, False),
                              ((40, 65536), -1, False), ((200, 65536), -1, False), ((64, 262144), -1, False),
-                             ((64, 4096, 64), 1, False), ((2, 4096, 3), 1, False), ((5, 7, 33), 0, True)]
-SOFTMAX_PROGRAMS = {"row_fused", "row_cluster", "row_stats", "row_apply", "column_fused", "column_stats",
-                    "column_apply"}
+                             ((2, 1 << 21), -1, False), ((64, 4096, 64), 1, False), ((2, 4096, 3), 1, False),
+                             ((5, 7, 33), 0, True)]
+SOFTMAX_PROGRAMS = {"row_fused", "row_cluster", "row_held", "row_stats", "row_apply", "column_fused",
+                    "column_stats", "column_apply"}
 # Rows that devices with fast memory stage in shared memory.
 STAGED_PROGRAMS = {"row_staged", "row_cluster_staged"}
 

@@ -355,6 +355,77 @@ def test_column_clusters(name, shape, dtype, cluster):
     assert_close(out, expected, dtype)
 
 
+# ---- rows held by several blocks -------------------------------------------------------------------
+
+# (N, dtype, row counts) of forward rows held by blocks that exchange through global memory: 22
+# blocks of 16-byte vectors; 9 blocks of one-element accesses (65537 float32); a last block partly
+# past the row's end (100000 half, 131080 bf16).  Row counts below those of row clusters, and
+# (where no row cluster holds the rows) far more blocks than fit on the GPU at once.
+HELD_ROWS = [(262144, torch.bfloat16, (1, 3, 16, 300)), (65537, torch.float32, (1, 3, 16)),
+             (100000, torch.float16, (3, 16)), (131080, torch.bfloat16, (3, 700))]
+
+
+@pytest.mark.parametrize("name", ("SoftmaxFwdOp", "LogSoftmaxFwdOp"))
+@pytest.mark.parametrize("N, dtype, row_counts", HELD_ROWS, ids=str)
+def test_held_rows(name, N, dtype, row_counts):
+    """Strided rows, masked as in ``test_row_clusters``: a row all -inf, a lone finite element (so
+    most blocks of its row hold only -inf), every other element -inf."""
+    from tileops.kernels.softmax.softmax import ROW_HELD
+
+    op, kernel = _op_and_kernel(name, N, dtype)
+    for rows in row_counts:
+        x = torch.randn(rows, N + 8, device="cuda", dtype=dtype)[:, :N]
+        if rows >= 3:
+            _mask_forward_rows(x)
+        _check_program(name, op, kernel, [x], ROW_HELD)
+
+
+def test_held_rows_leave_the_workspace_ready_for_every_next_launch():
+    """Back-to-back launches with no sync between them, row counts that shrink and grow (the
+    workspace grows), on two streams at once, and a CUDA graph's replays between eager launches."""
+    N, dtype = 262144, torch.bfloat16
+    op, kernel = _op_and_kernel("SoftmaxFwdOp", N, dtype)
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    calls = []
+    torch.cuda.synchronize()
+    for rows in (64, 5, 64, 1, 100, 128, 7, 64):
+        for stream in streams:
+            with torch.cuda.stream(stream):
+                x = torch.randn(rows, N, device="cuda", dtype=dtype)
+                out = torch.full_like(x, float("nan"))
+                kernel(x, out)
+                calls.append((x, out))
+    torch.cuda.synchronize()
+    for x, out in calls:
+        assert_close(out, torch.softmax(x.double(), -1), dtype)
+    held = kernel._held_workspaces.snapshot()
+    assert {stream.cuda_stream for stream in streams} <= {key[1] for key in held}
+    assert max(status.shape[1] for status, _ in held.values()) >= 128
+
+    static_x = torch.randn(64, N, device="cuda", dtype=dtype)
+    static_out = torch.empty_like(static_x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        kernel(static_x, static_out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernel(static_x, static_out)
+    sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    assert kernel._held_workspaces.snapshot().keys() == held.keys() | {
+        (torch.cuda.current_device(), side.cuda_stream, kernel.row_held(sm_count))}
+    for _ in range(3):
+        static_x.copy_(torch.randn_like(static_x))
+        static_out.fill_(float("nan"))
+        graph.replay()
+        x = torch.randn(64, N, device="cuda", dtype=dtype)
+        out = kernel(x, torch.empty_like(x))
+        torch.cuda.synchronize()
+        assert_close(static_out, torch.softmax(static_x.double(), -1), dtype)
+        assert_close(out, torch.softmax(x.double(), -1), dtype)
+
+
 # ---- views -----------------------------------------------------------------------------------------
 
 

@@ -15,7 +15,8 @@ with it (H200, bf16, RMSNorm 8192 x 32768 259.8 µs either way).
 
 from typing import Any, Callable, Optional
 
-__all__ = ["BF16_WIDEN_PRELUDE", "float32_of", "to_float32", "widening_prelude"]
+__all__ = ["BF16_PAIR_MAX_PRELUDE", "BF16_WIDEN_PRELUDE", "float32_of", "pair_max", "pair_max_init", "larger_of_pair",
+           "to_float32", "widening_prelude"]
 
 BF16_WIDEN = "tileops_bf16_at"
 BF16_WIDEN_PRELUDE = r"""
@@ -24,6 +25,38 @@ __device__ __forceinline__ float tileops_bf16_at(const void* buffer, int index) 
   return __uint_as_float((index & 1) ? (word & 0xffff0000u) : (word << 16));
 }
 """
+
+
+# The maximum of bfloat16 elements two at a time: ``max.bf16x2`` on the words that hold them, then
+# the larger half of the running pair widened once.  Half the instructions of widening every
+# element first, where a program's instructions set its pace (the softmax's held rows).
+BF16_PAIR_MAX_PRELUDE = r"""
+__device__ __forceinline__ unsigned int tileops_bf16x2_max(unsigned int running, const void* buffer, int pair) {
+  unsigned int result;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(result) : "r"(running), "r"(reinterpret_cast<const unsigned int*>(buffer)[pair]));
+  return result;
+}
+__device__ __forceinline__ float tileops_bf16x2_larger(unsigned int pair) {
+  return fmaxf(__uint_as_float(pair << 16), __uint_as_float(pair & 0xffff0000u));
+}
+"""
+# Two bfloat16 -inf: the running pair before any element.
+_BF16_PAIR_NEG_INF = 0xFF80FF80
+
+
+def pair_max_init(T: Any) -> Any:
+    return T.uint32(_BF16_PAIR_NEG_INF)
+
+
+def pair_max(T: Any, running: Any, buffer: Any, pair: int) -> Any:
+    """``running`` (a pair of bfloat16 in a uint32) against the pair of elements ``2 * pair`` and
+    ``2 * pair + 1`` of the local bfloat16 ``buffer`` (``BF16_PAIR_MAX_PRELUDE``)."""
+    return T.call_extern("uint32", "tileops_bf16x2_max", running, T.address_of(buffer[0]), pair)
+
+
+def larger_of_pair(T: Any, running: Any) -> Any:
+    """The larger of a running pair's two bfloat16 values, in float32."""
+    return T.call_extern("float32", "tileops_bf16x2_larger", running)
 
 
 def _is_local_bfloat16_element(value: Any) -> bool:

@@ -41,12 +41,12 @@ Global indices are computed in 64-bit by TileLang.
 
 # No ``from __future__ import annotations``: TileLang evaluates the
 # ``T.Tensor`` annotations of its programs against the enclosing scope.
-import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from tileops.kernels.cache_hints import CACHE_HINT_PRELUDE, EVICT_FIRST, EVICT_LAST, vector_load
+from tileops.kernels.exchange import BACKOFF_NS, CONTROL_WORDS, SIDE, ExchangeWorkspaces, exchange_macros
 from tileops.kernels.kernel_base import (
     PASS_CONFIGS,
     SM90_BUILD_TARGET,
@@ -294,7 +294,6 @@ def _load_vector(N: int, items: int, dtype: str) -> int:
 STATUS_EMPTY = 0  # not published yet
 STATUS_AGGREGATE = 1  # the sum of the tile alone
 STATUS_PREFIX = 2  # the sum of the row up to and including the tile
-LOOKBACK_BACKOFF_NS = 64  # pause before re-reading predecessors that have not published
 
 
 def row_scan_program(
@@ -730,30 +729,13 @@ def row_scan_program(
                 found[0] = op(found[0], found[1])
             else:
                 # Back off: spinning at full rate steals L2 bandwidth from the loads being waited on.
-                T.call_extern("handle", "__nanosleep", LOOKBACK_BACKOFF_NS)
+                T.call_extern("handle", "__nanosleep", BACKOFF_NS)
                 read_window(Status, side, row, lane, window, word)
 
     S = T.dynamic("S")
 
-    @T.macro
-    def clear_other_side(Status, side, block, blocks, tx):
-        """Zero this block's share of the status words the previous launch used."""
-        for i in T.serial(T.ceildiv(S * used_tiles, blocks * threads)):
-            if (i * blocks + block) * threads + tx < S * used_tiles:
-                Status[1 - side, ((i * blocks + block) * threads + tx) // used_tiles,
-                       ((i * blocks + block) * threads + tx) % used_tiles] = T.uint64(0)
-
-    @T.macro
-    def arrive(Control, side, sides, blocks, tx):
-        """The last block to finish resets the arrival count and hands the launch after this one
-        the other side (every block has read ``side`` by then).  No fence: what this launch
-        wrote is read by later launches only, after it has ended."""
-        T.sync_threads()
-        if tx == 0:
-            sides[1] = T.atomic_add(Control[0], 1, return_prev=True)
-            if sides[1] == blocks - 1:
-                Control[0] = 0
-                Control[1] = 1 - side
+    exchange = exchange_macros(T, threads)
+    clear_other_side, arrive = exchange["clear_other_side"], exchange["arrive"]
 
     @T.macro
     def reduce_tile(Status, side, staging, stage, index, tx, lane, warp, raw, spans, total, running, warp_totals):
@@ -797,7 +779,7 @@ def row_scan_program(
     def cumsum_lookback_row_scan(
         X: XT,
         Status: T.Tensor((2, S, used_tiles), "uint64"),
-        Control: T.Tensor((2,), "int32"),
+        Control: T.Tensor((CONTROL_WORDS,), "int32"),
         Y: T.Tensor((R, N), out_dtype),
         blocks: T.int32,
     ):
@@ -836,7 +818,7 @@ def row_scan_program(
             steps = T.ceildiv(R * used_tiles - block, blocks)
             for j in T.unroll(stages - 1):
                 issue_tile(X, staging, j, block + j * blocks, tx)
-            sides[0] = Control[1]
+            sides[0] = Control[SIDE]
             clear_other_side(Status, sides[0], block, blocks, tx)
             # Each tile is reduced and its total published a step before it is scanned:
             # by the time a block looks back, its predecessors (tiles other blocks staged
@@ -1326,12 +1308,6 @@ def _named_for_operator(program: Any, combine: str, reverse: bool) -> Any:
     return program.with_attr("global_symbol", f"{prefix}{'_reverse' if reverse else ''}_{stem}")
 
 
-def _new_lookback_workspace(rows: int, tiles: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Zeroed status words of both sides, and the control words (arrivals, the side in use)."""
-    return (torch.zeros((2, rows, tiles), dtype=torch.uint64, device=device),
-            torch.zeros(2, dtype=torch.int32, device=device))
-
-
 def lookback_layout(
     N: int, threads: int, items: int, segments: int, elem_bytes: int, stages: int
 ) -> Tuple[int, int]:
@@ -1427,9 +1403,7 @@ class ScanKernel(Kernel):
         check_kernel_args(type(self).__name__, dtype, N=N)
         check_out_dtype(type(self).__name__, dtype, out_dtype, rounds=self.reverse)
         self.N = int(N)
-        # (device index, stream, tiles per row) -> (status words, control words); see ``lookback_workspace``.
-        self._lookback_workspaces: Dict[Tuple[Any, int, int], Tuple[torch.Tensor, torch.Tensor]] = {}
-        self._lookback_workspace_lock = threading.Lock()
+        self._lookback_workspaces = ExchangeWorkspaces()
         super().__init__(dtype, config=config, tune=tune, out_dtype=out_dtype)
 
     @property
@@ -1457,31 +1431,9 @@ class ScanKernel(Kernel):
         return min(rows * tiles, self.sm_count(device) * resident)
 
     def lookback_workspace(self, rows: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The status words (two sides of at least ``rows`` rows) and control words of a look-back
-        scan over ``rows`` rows.
-
-        A launch publishes its tiles in one side and zeroes the other, which the launch
-        before it used; its last block to finish hands the next launch the zeroed side.
-        So the words are ready for the next launch in the same stream with no zeroing
-        launch (on H100, zeroing took 3-4 us against a 28 us scan of 64 x 262144 bf16),
-        and CUDA graph replays find them as the last launch left them.  One workspace
-        per device and stream: launches in one stream run in turn, in two they could
-        overlap.  While a stream is captured into a graph, each call gets a fresh one
-        whose zeroing is captured with it (a cached one might live in the graph's pool).
-        """
-        tiles = self._lookback_tiles()
-        if torch.cuda.is_current_stream_capturing():
-            return _new_lookback_workspace(rows, tiles, device)
-        key = (device.index, torch.cuda.current_stream(device).cuda_stream, tiles)
-        workspace = self._lookback_workspaces.get(key)
-        if workspace is None or workspace[0].shape[1] < rows:
-            with self._lookback_workspace_lock:
-                workspace = self._lookback_workspaces.get(key)
-                if workspace is None or workspace[0].shape[1] < rows:
-                    held = 0 if workspace is None else workspace[0].shape[1]
-                    workspace = _new_lookback_workspace(max(rows, 2 * held), tiles, device)
-                    self._lookback_workspaces[key] = workspace
-        return workspace
+        """The status words (a word a tile) and control words of a look-back scan over ``rows`` rows
+        (see ``tileops.kernels.exchange``)."""
+        return self._lookback_workspaces.get(rows, self._lookback_tiles(), device)
 
     def _takes_lookback(self) -> bool:
         """Whether this call takes the look-back scan: not under ``torch.use_deterministic_algorithms``.
