@@ -1088,6 +1088,16 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         st[slot] = T.max(st[slot], larger_of_pair(T, running[0]))
 
     @T.macro
+    def fold_element(st, slot, a, b, i, use_max):
+        """``st[slot]`` combined with element ``i``: its maximum, or its exponential / backward term."""
+        if use_max:
+            st[slot] = T.max(st[slot], to_f32(a[i]))
+        elif variant.backward:
+            st[slot] = st[slot] + term(a[i], b[i])
+        else:
+            st[slot] = st[slot] + exp2(to_f32(a[i]) * LOG2E - st[_OFFSET])
+
+    @T.macro
     def fold_row(st, slot, a, b, lane, use_max):
         """``st[slot]`` combined over this thread's elements: max of ``a``, or sum of exps / backward terms."""
         if use_max and pair_maxima:
@@ -1095,21 +1105,11 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
         else:
             for j in T.unroll(full_vecs):
                 for k in T.unroll(vector):
-                    if use_max:
-                        st[slot] = T.max(st[slot], to_f32(a[j * vector + k]))
-                    elif variant.backward:
-                        st[slot] = st[slot] + term(a[j * vector + k], b[j * vector + k])
-                    else:
-                        st[slot] = st[slot] + exp2(to_f32(a[j * vector + k]) * LOG2E - st[_OFFSET])
+                    fold_element(st, slot, a, b, j * vector + k, use_max)
             if has_tail:
                 if (full_vecs * span + lane) * vector < N:
                     for k in T.unroll(vector):
-                        if use_max:
-                            st[slot] = T.max(st[slot], to_f32(a[full_vecs * vector + k]))
-                        elif variant.backward:
-                            st[slot] = st[slot] + term(a[full_vecs * vector + k], b[full_vecs * vector + k])
-                        else:
-                            st[slot] = st[slot] + exp2(to_f32(a[full_vecs * vector + k]) * LOG2E - st[_OFFSET])
+                        fold_element(st, slot, a, b, full_vecs * vector + k, use_max)
 
     @T.macro
     def fold_cached(st, a, e, lane):
