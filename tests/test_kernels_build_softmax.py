@@ -69,7 +69,8 @@ KERNELS = (SoftmaxFwdKernel, SoftmaxBwdKernel, LogSoftmaxFwdKernel, LogSoftmaxBw
         (LogSoftmaxBwdKernel, 100003, torch.float32, 64, 1, {ROW_CLUSTER}),
     ],
     ids=["softmax-fwd-4096-bf16", "log-fwd-4096-fp32", "softmax-bwd-1000-bf16-resident", "log-bwd-127-fp16",
-         "log-fwd-65537-fp32-held", "softmax-fwd-2m-bf16-split", "softmax-bwd-256k-bf16-split", "softmax-bwd-256k-bf16-cluster",
+         "log-fwd-65537-fp32-held", "softmax-fwd-2m-bf16-split", "softmax-bwd-256k-bf16-split",
+         "softmax-bwd-256k-bf16-cluster",
          "log-bwd-100003-fp32-cluster"],
 )
 def test_softmax_kernels_build_for_sm90(kernel_cls, N: int, dtype: torch.dtype, outer: int, inner: int,
@@ -110,7 +111,8 @@ def test_two_step_loads_keep_the_row_in_l2_for_the_second_read(kernel_cls, tmp_p
             assert "tileops_load_" not in body.replace(expected[name], "")
             if hints:
                 assert ptxas_report(source, str(tmp_path))["spill_bytes"] == 0
-    narrow = kernel_cls(262143, torch.bfloat16, config={"split_cache_hints": 1, "held_threads": 0})  # odd rows: 2-byte accesses
+    # Odd rows: 2-byte accesses.
+    narrow = kernel_cls(262143, torch.bfloat16, config={"split_cache_hints": 1, "held_threads": 0})
     for name, params in narrow.program_specs(1):
         source = narrow.compile_program(name, params, target={"kind": "cuda", "arch": "sm_90"}).get_kernel_source()
         assert "tileops_load_" not in source[source.index("__global__"):]

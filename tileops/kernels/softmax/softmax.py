@@ -88,16 +88,8 @@ from tileops.kernels.cache_hints import (
     vector_load,
 )
 from tileops.kernels.device_traits import has_fast_memory
-from tileops.kernels.fast_math import FAST_EXP2_PRELUDE, fast_exp2
-from tileops.kernels.widening import (
-    BF16_PAIR_MAX_PRELUDE,
-    float32_of,
-    larger_of_pair,
-    pair_max,
-    pair_max_init,
-    widening_prelude,
-)
 from tileops.kernels.exchange import BACKOFF_NS, CONTROL_WORDS, SIDE, ExchangeWorkspaces, exchange_macros
+from tileops.kernels.fast_math import FAST_EXP2_PRELUDE, fast_exp2
 from tileops.kernels.kernel_base import (
     SM90_BUILD_TARGET,
     Kernel,
@@ -120,6 +112,14 @@ from tileops.kernels.sizes import (
     next_pow2,
     prev_pow2,
     row_vector,
+)
+from tileops.kernels.widening import (
+    BF16_PAIR_MAX_PRELUDE,
+    float32_of,
+    larger_of_pair,
+    pair_max,
+    pair_max_init,
+    widening_prelude,
 )
 from tileops.kernels.windows import window_count, window_macros
 
@@ -554,9 +554,10 @@ def softmax_autotune_configs(N: int, dtype: torch.dtype, backward: bool = False,
 
 
 def _check_config(config: Dict[str, int]) -> None:
-    if config["held_threads"] and not (is_pow2(config["held_threads"]) and WARP <= config["held_threads"] <= MAX_THREADS):
+    held = config["held_threads"]
+    if held and not (is_pow2(held) and WARP <= held <= MAX_THREADS):
         raise ValueError(f"softmax kernels: held_threads must be 0 (no held rows) or a power of two in [{WARP}, "
-                         f"{MAX_THREADS}], got {config['held_threads']}")
+                         f"{MAX_THREADS}], got {held}")
     for key in ("row_threads", "block_threads", "cluster_threads", "split_threads", "column_threads",
                 "fused_column_threads"):
         value = config[key]
@@ -984,7 +985,8 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     has_tail = not windowed and N % chunk > 0
     vecs = full_vecs + int(has_tail)
     # Held rows recompute their exponentials: a block holds its share in 64 registers a thread or fewer.
-    cached = bool(cache_exp) and held <= 1 and not variant.backward and not variant.log and vecs * vector <= CACHED_EXP_ELEMENTS
+    cached = (bool(cache_exp) and held <= 1 and not variant.backward and not variant.log
+              and vecs * vector <= CACHED_EXP_ELEMENTS)
     reduce = _group_reduce(T, 1, row_threads)
     # Held rows reduce twice more: the pairs of their blocks.
     scratch_shape = _scratch_shape(block_threads, 1, row_threads, 4 if held > 1 else 2)
@@ -993,8 +995,8 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
     out_dtype = out_dtype or dtype
     # Held rows run at the pace of their instructions: they widen bfloat16 with one integer
     # instruction, take maxima two elements at a time and exponentiate with the bare hardware
-    # instruction (``fast_math``).  H200, softmax of 64 x 262144 bf16: 26.1 us against 29.1
-    # with casts, per-element maxima and ``exp2f``.
+    # instruction (``fast_math``; outputs below 2^-126 flush to zero).  H200, softmax of 64 x
+    # 262144 bf16: 26.1 us against 29.1 with casts, per-element maxima and ``exp2f``.
     lean = held > 1
     widen = lean and dtype == "bfloat16"
     pair_maxima = widen and vector % 2 == 0
@@ -1361,7 +1363,6 @@ def row_fused_program(N: int, dtype: str, variant: SoftmaxVariant, *, vector: in
                     load_row(X, a, row, lane)
                     fold_max(st, a, lane)
                     finish_row(Y, a, e, st, scratch, gathered, 0, row, lane, rank, tx, None, None, None, None, None)
-
 
         return softmax_row_fused
 
